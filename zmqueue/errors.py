@@ -160,6 +160,11 @@ class ConsulUnavailable(Unavailable):
     """Consul could not be reached; details: ``address``."""
 
 
+class StartupError(ZmqueueError):
+    """A host or a local cluster cannot start (port in use, data dir not
+    writable, Consul unreachable); the message says what to do."""
+
+
 class CorruptSegment(ZmqueueError):
     """A segment block failed its checksum or is malformed (storage internal;
     recovery reports it, never raises it to a client)."""

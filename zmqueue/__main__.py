@@ -1,0 +1,3 @@
+from zmqueue.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""``zmqueue host``, ``zmqueue up`` and ``zmqueue status``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from pathlib import Path
+
+from zmqueue.cli.common import add_consul_flag, console, consul_addresses, hosts_table
+from zmqueue.config import HostConfig
+from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.discovery import list_hosts
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("host", help="run one queue host (a long-running process)")
+    p.add_argument("--cluster", required=True, help="cluster this host belongs to")
+    p.add_argument("--node", required=True, help="unique node id of this host")
+    p.add_argument("--data-dir", required=True, help="directory for this host's segments")
+    add_consul_flag(p)
+    p.add_argument("--bind", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--client-port", type=int, default=0, help="client ROUTER port (0 = free)")
+    p.add_argument("--pub-port", type=int, default=0, help="replication PUB port (0 = free)")
+    p.add_argument("--peer-port", type=int, default=0, help="peer ROUTER port (0 = free)")
+    p.add_argument("--http-port", type=int, default=0, help="/health and /metrics port (0 = free)")
+    p.add_argument("--zone", default="", help="failure-domain tag used to spread replicas")
+    p.set_defaults(func=cmd_host)
+
+    p = sub.add_parser("up", help="start Consul (unless --consul) and a local cluster")
+    p.add_argument("--hosts", type=int, default=3, help="hosts per cluster (default 3)")
+    p.add_argument("--clusters", type=int, default=1, help="number of clusters (default 1)")
+    p.add_argument("--data-dir", default=".zmqueue", help="work dir (default ./.zmqueue)")
+    add_consul_flag(p)
+    p.add_argument("--duration", type=float, default=None,
+                   help="stop after this many seconds (default: run until Ctrl-C)")
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("status", help="print hosts, clusters and health")
+    add_consul_flag(p)
+    p.set_defaults(func=cmd_status)
+
+
+def cmd_host(args: argparse.Namespace) -> int:
+    from zmqueue.host import Host
+
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = HostConfig(
+        cluster=args.cluster, node=args.node, data_dir=args.data_dir,
+        consul=consul_addresses(args.consul), bind_host=args.bind, client_port=args.client_port,
+        pub_port=args.pub_port, peer_port=args.peer_port, http_port=args.http_port, zone=args.zone,
+    )
+    host = Host(cfg)
+    host.install_signal_handlers()
+    host.start()
+    host.run()
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from zmqueue.localcluster import LocalCluster
+
+    if not 1 <= args.hosts <= 16 or not 1 <= args.clusters <= 8:
+        raise SystemExit("zmqueue up: error: --hosts must be 1..16 and --clusters 1..8")
+    consul = consul_addresses(args.consul)[0] if args.consul else None
+    cluster = LocalCluster(Path(args.data_dir), hosts=args.hosts, clusters=args.clusters,
+                           consul=consul)
+    with console.status("starting Consul and hosts..."):
+        cluster.start()
+    try:
+        console.print(f"Consul UI: [bold]{cluster.ui_url}[/]")
+        console.print(hosts_table(cluster.status()))
+        console.print(f"logs and data in {Path(args.data_dir).resolve()}; Ctrl-C stops everything")
+        threading.Event().wait(args.duration)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        with console.status("stopping..."):
+            cluster.stop()
+    console.print("stopped every process this command started")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    client = ConsulClient(consul_addresses(args.consul), timeout_s=2.0)
+    hosts = list_hosts(client)
+    if not hosts:
+        console.print(f"no zmqueue hosts registered in Consul at {client.address}")
+        return 1
+    console.print(hosts_table(hosts))
+    clusters = sorted({h.cluster for h in hosts})
+    for c in clusters:
+        members = [h for h in hosts if h.cluster == c]
+        ok = sum(h.passing for h in members)
+        console.print(f"cluster {c}: {ok}/{len(members)} hosts passing")
+    return 0

@@ -1,0 +1,48 @@
+"""Shared CLI plumbing: a parser whose errors are one line, and output helpers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from rich.console import Console
+from rich.table import Table
+
+from zmqueue.config import from_env, parse_consul_addresses
+from zmqueue.controlplane.discovery import HostInfo
+from zmqueue.errors import ConfigError
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming the fix, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        raise SystemExit(2)
+
+
+def consul_addresses(value: str | None) -> tuple[str, ...]:
+    addrs = parse_consul_addresses(value) if value else from_env()["consul"]
+    if not addrs:
+        raise ConfigError("no Consul address given: pass --consul HOST:PORT")
+    return tuple(addrs)
+
+
+def add_consul_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--consul", metavar="HOST:PORT[,HOST:PORT]",
+                   help="Consul HTTP address(es); default $CONSUL_HTTP_ADDR or 127.0.0.1:8500")
+
+
+def hosts_table(hosts: list[HostInfo]) -> Table:
+    table = Table(title="zmqueue hosts")
+    for col in ("cluster", "node", "health", "client endpoint", "version"):
+        table.add_column(col)
+    colors = {"passing": "green", "warning": "yellow", "critical": "red"}
+    for h in hosts:
+        color = colors.get(h.status, "red")
+        table.add_row(h.cluster, h.node, f"[{color}]{h.status}[/]", h.client_endpoint, h.version)
+    return table

@@ -1,0 +1,35 @@
+"""The ``zmqueue`` command line."""
+
+from __future__ import annotations
+
+import sys
+
+from zmqueue.cli import cluster_cmds
+from zmqueue.cli.common import OneLineParser, err_console
+from zmqueue.errors import ZmqueueError
+from zmqueue.version import __version__
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="zmqueue", description=(
+        "zmqueue: an SQS-like message queue on a ZeroMQ mesh with a Consul control plane."))
+    parser.add_argument("--version", action="version", version=f"zmqueue {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    sub.required = True
+    cluster_cmds.add_parsers(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ZmqueueError as exc:
+        err_console.print(f"zmqueue {args.command}: error: {exc}", markup=False, soft_wrap=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

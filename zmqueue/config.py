@@ -1,0 +1,194 @@
+"""Configuration as validated frozen dataclasses.
+
+Defaults are documented where they are defined. Environment variables are
+read in exactly one place: :func:`from_env`.
+
+Units are last in names: ``visibility_timeout_s``, ``heartbeat_interval_ms``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from zmqueue.errors import ConfigError
+
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,80}(\.fifo)?$")
+"""Queue names: 1-80 of letters, digits, ``-`` and ``_`` (SQS rules); FIFO
+queue names may end in ``.fifo``."""
+
+MAX_MESSAGE_BYTES_LIMIT = 1024 * 1024
+"""Upper bound for a queue's ``max_message_bytes`` (1 MiB)."""
+
+FSYNC_POLICIES = ("always", "interval", "never")
+
+
+def _check(cond: bool, name: str, why: str) -> None:
+    if not cond:
+        raise ConfigError(f"invalid {name}: {why}", field=name)
+
+
+def _check_range(value: int | float, name: str, lo: float, hi: float) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and lo <= value <= hi
+    _check(ok, name, f"must be a number between {lo} and {hi}, got {value!r}")
+
+
+def validate_queue_name(name: object) -> str:
+    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+        raise ConfigError(
+            f"invalid queue name {name!r}: use 1-80 letters, digits, '-' or '_'"
+            " (FIFO queues may end in '.fifo')",
+            field="name",
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """A queue's configuration, as stored in Consul KV (JSON).
+
+    Defaults follow SQS: 30 s visibility timeout, 4 days retention, 256 KiB
+    messages, no delay.
+    """
+
+    name: str
+    fifo: bool = False
+    visibility_timeout_s: int = 30
+    """0..43200 (12 h). How long a received message stays invisible."""
+    retention_s: int = 4 * 86400
+    """60..1209600 (14 days). Messages older than this are dropped."""
+    delay_s: int = 0
+    """0..900. Default delivery delay of every message of the queue."""
+    max_message_bytes: int = 262144
+    """1024..1 MiB. Largest body + attributes accepted."""
+    dead_letter_queue: str | None = None
+    max_receive_count: int = 5
+    """1..1000. Receives after which a message moves to the dead-letter queue."""
+    partitions: int = 1
+    replication_factor: int = 1
+    sync_replication: bool = True
+    content_based_dedup: bool = False
+    """FIFO only: deduplicate by a hash of the body when no dedup id is given."""
+    fsync: str = "interval"
+    """Durability policy: ``always`` | ``interval`` | ``never`` (see docs/SEGMENT_FORMAT.md)."""
+    max_messages: int | None = None
+    """Optional cap on stored messages; sends past it get QueueLimitReached."""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    """Unknown keys found in KV, kept and reported, never fatal."""
+
+    def validate(self) -> QueueConfig:
+        validate_queue_name(self.name)
+        _check(isinstance(self.fifo, bool), "fifo", "must be true or false")
+        _check_range(self.visibility_timeout_s, "visibility_timeout", 0, 43200)
+        _check_range(self.retention_s, "retention", 60, 1209600)
+        _check_range(self.delay_s, "delay", 0, 900)
+        _check_range(self.max_message_bytes, "max_message_bytes", 1024, MAX_MESSAGE_BYTES_LIMIT)
+        _check_range(self.max_receive_count, "max_receive_count", 1, 1000)
+        _check_range(self.partitions, "partitions", 1, 64)
+        _check_range(self.replication_factor, "replication_factor", 1, 5)
+        _check(isinstance(self.sync_replication, bool), "sync_replication", "must be a bool")
+        _check(self.fsync in FSYNC_POLICIES, "fsync", f"must be one of {FSYNC_POLICIES}")
+        if self.max_messages is not None:
+            _check_range(self.max_messages, "max_messages", 1, 10**12)
+        if self.dead_letter_queue is not None:
+            validate_queue_name(self.dead_letter_queue)
+            _check(self.dead_letter_queue != self.name, "dead_letter_queue", "must differ from the queue")
+        if self.name.endswith(".fifo"):
+            _check(self.fifo, "fifo", "a queue named '*.fifo' must be created with fifo=True")
+        _check(not self.content_based_dedup or self.fifo, "content_based_dedup", "is for FIFO queues")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("extra")
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> QueueConfig:
+        """Build from a JSON object; unknown keys go to ``extra``; validates."""
+        if not isinstance(data, dict):
+            raise ConfigError("queue config must be a JSON object", field="config")
+        known = {f.name for f in fields(cls)} - {"extra"}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        extra = {k: v for k, v in data.items() if k not in known}
+        try:
+            cfg = cls(**kwargs, extra=extra)
+        except TypeError as exc:
+            raise ConfigError(f"queue config: {exc}", field="config") from exc
+        return cfg.validate()
+
+    def same_settings(self, other: QueueConfig) -> bool:
+        return self.to_dict() == other.to_dict()
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """One ``zmqueue host`` process."""
+
+    cluster: str
+    node: str
+    data_dir: str
+    consul: tuple[str, ...] = ("127.0.0.1:8500",)
+    """Consul HTTP addresses, tried in order (failover)."""
+    bind_host: str = "127.0.0.1"
+    client_port: int = 0
+    """ROUTER for clients; 0 = pick a free port."""
+    pub_port: int = 0
+    """PUB for replication; 0 = free."""
+    peer_port: int = 0
+    """ROUTER for peers (catch-up); 0 = free."""
+    http_port: int = 0
+    """HTTP health/metrics endpoint; 0 = free."""
+    zone: str = ""
+    heartbeat_interval_ms: int = 1000
+    check_ttl_ms: int = 3000
+    """Consul TTL check: the host goes critical this long after its last heartbeat."""
+    consul_timeout_ms: int = 2000
+    """HTTP timeout of every Consul call."""
+
+    def validate(self) -> HostConfig:
+        ident = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+        _check(bool(ident.match(self.cluster)), "cluster", "use 1-64 of [A-Za-z0-9_.-]")
+        _check(bool(ident.match(self.node)), "node", "use 1-64 of [A-Za-z0-9_.-]")
+        _check(bool(self.data_dir), "data_dir", "must be a directory path")
+        _check(len(self.consul) > 0, "consul", "give at least one HOST:PORT")
+        for addr in self.consul:
+            _check(bool(re.match(r"^[A-Za-z0-9_.-]+:\d{1,5}$", addr)), "consul", f"{addr!r} is not HOST:PORT")
+        for name in ("client_port", "pub_port", "peer_port", "http_port"):
+            _check_range(getattr(self, name), name, 0, 65535)
+        _check_range(self.heartbeat_interval_ms, "heartbeat_interval_ms", 100, 10000)
+        _check_range(self.check_ttl_ms, "check_ttl_ms", 1000, 60000)
+        _check(self.check_ttl_ms >= 2 * self.heartbeat_interval_ms, "check_ttl_ms",
+               "must be at least twice heartbeat_interval_ms")
+        _check_range(self.consul_timeout_ms, "consul_timeout_ms", 100, 60000)
+        return self
+
+
+def parse_consul_addresses(value: str | None) -> tuple[str, ...]:
+    """``"a:1,b:2"`` -> ``("a:1", "b:2")``; strips ``http://``."""
+    if not value:
+        return ()
+    out = []
+    for part in value.split(","):
+        part = part.strip().removeprefix("http://")
+        if part:
+            out.append(part)
+    return tuple(out)
+
+
+def from_env(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The one place environment variables are read.
+
+    - ``CONSUL_HTTP_ADDR``: default Consul address(es), comma separated.
+    - ``ZMQUEUE_CONSUL_BIN``: path of the consul binary.
+    - ``ZMQUEUE_CACHE``: cache directory (default ``~/.cache/zmqueue``).
+    """
+    env = os.environ if environ is None else environ
+    cache = env.get("ZMQUEUE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "zmqueue")
+    return {
+        "consul": parse_consul_addresses(env.get("CONSUL_HTTP_ADDR")) or ("127.0.0.1:8500",),
+        "consul_bin": env.get("ZMQUEUE_CONSUL_BIN") or None,
+        "cache_dir": cache,
+    }

@@ -1,0 +1,55 @@
+"""Read-only discovery of hosts from Consul's catalog and health checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.registry import SERVICE_NAME
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    node: str
+    cluster: str
+    version: str
+    client_endpoint: str
+    status: str
+    """Worst check status: ``passing`` | ``warning`` | ``critical``."""
+    meta: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def passing(self) -> bool:
+        return self.status == "passing"
+
+
+_RANK = {"passing": 0, "warning": 1, "critical": 2}
+
+
+def _worst(checks: list[dict[str, Any]], service_id: str) -> str:
+    worst = "passing"
+    for chk in checks:
+        if chk.get("ServiceID") not in (service_id, "") and chk.get("CheckID") != "serfHealth":
+            continue
+        status = str(chk.get("Status", "critical"))
+        if _RANK.get(status, 2) > _RANK[worst]:
+            worst = status if status in _RANK else "critical"
+    return worst
+
+
+def list_hosts(client: ConsulClient, cluster: str | None = None) -> list[HostInfo]:
+    """Every registered zmqueue host with its worst check status."""
+    _, entries = client.call(lambda c: c.health.service(SERVICE_NAME))
+    hosts = []
+    for entry in entries:
+        svc = entry.get("Service") or {}
+        meta = {str(k): str(v) for k, v in (svc.get("Meta") or {}).items()}
+        info = HostInfo(
+            node=meta.get("node", svc.get("ID", "?")), cluster=meta.get("cluster", "?"),
+            version=meta.get("version", "?"), client_endpoint=meta.get("client_endpoint", ""),
+            status=_worst(entry.get("Checks") or [], str(svc.get("ID", ""))), meta=meta,
+        )
+        if cluster is None or info.cluster == cluster:
+            hosts.append(info)
+    return sorted(hosts, key=lambda h: (h.cluster, h.node))

@@ -1,0 +1,127 @@
+"""Host registration in Consul's service catalog, and its TTL heartbeat.
+
+A host registers service ``zmqueue`` with id ``zmqueue-<node>``, tags
+``cluster:<c>``, ``node:<n>``, ``version:<v>`` (and ``zone:<z>``), meta with
+its endpoints, and a TTL check ``service:zmqueue-<node>``. The heartbeat
+passes the check only while the host says it is healthy (its request loop
+made progress recently), so a hung host goes critical even though its
+heartbeat thread still runs. If Consul forgot the service (an agent restart),
+the next heartbeat registers it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import consul
+
+from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.errors import ConsulUnavailable
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "zmqueue"
+
+
+@dataclass(frozen=True)
+class Registration:
+    cluster: str
+    node: str
+    version: str
+    address: str
+    client_port: int
+    endpoints: dict[str, str] = field(default_factory=dict)
+    zone: str = ""
+    check_ttl_ms: int = 3000
+    http_health_url: str | None = None
+
+    @property
+    def service_id(self) -> str:
+        return f"{SERVICE_NAME}-{self.node}"
+
+    @property
+    def check_id(self) -> str:
+        return f"service:{self.service_id}"
+
+    def tags(self) -> list[str]:
+        tags = [f"cluster:{self.cluster}", f"node:{self.node}", f"version:{self.version}"]
+        if self.zone:
+            tags.append(f"zone:{self.zone}")
+        return tags
+
+    def meta(self) -> dict[str, str]:
+        meta = {"cluster": self.cluster, "node": self.node, "version": self.version}
+        if self.zone:
+            meta["zone"] = self.zone
+        meta.update(self.endpoints)
+        return meta
+
+
+class Registrar:
+    def __init__(self, client: ConsulClient, reg: Registration) -> None:
+        self.client = client
+        self.reg = reg
+
+    def register(self) -> None:
+        reg = self.reg
+        check = {
+            "CheckID": reg.check_id, "Name": "zmqueue heartbeat", "TTL": f"{reg.check_ttl_ms}ms",
+            "DeregisterCriticalServiceAfter": "30m",
+        }
+        extra = []
+        if reg.http_health_url:
+            extra.append({
+                "Name": "zmqueue health endpoint", "CheckID": f"http:{reg.service_id}",
+                "HTTP": reg.http_health_url, "Interval": "1s", "Timeout": "1s",
+            })
+        self.client.call(lambda c: c.agent.service.register(
+            SERVICE_NAME, service_id=reg.service_id, address=reg.address, port=reg.client_port,
+            tags=reg.tags(), meta=reg.meta(), check=check, extra_checks=extra or None,
+        ))
+        self.heartbeat()
+
+    def heartbeat(self) -> None:
+        try:
+            self.client.call(lambda c: c.agent.check.ttl_pass(self.reg.check_id))
+        except consul.ConsulException:
+            log.warning("consul forgot service %s; registering it again", self.reg.service_id)
+            self.register()
+
+    def deregister(self) -> None:
+        self.client.call(lambda c: c.agent.service.deregister(self.reg.service_id))
+
+
+class Heartbeat(threading.Thread):
+    """Passes the TTL check every ``interval_ms`` while ``healthy()`` holds.
+
+    Owns its own ConsulClient (py-consul clients are not thread safe).
+    """
+
+    def __init__(self, registrar: Registrar, interval_ms: int, healthy: Callable[[], bool]) -> None:
+        super().__init__(name="consul-heartbeat", daemon=True)
+        self.registrar = registrar
+        self.interval_s = interval_ms / 1000
+        self.healthy = healthy
+        self.stopped = threading.Event()
+        self.failures = 0
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval_s):
+            if not self.healthy():
+                log.warning("request loop is not making progress; withholding heartbeat")
+                continue
+            try:
+                self.registrar.heartbeat()
+                if self.failures:
+                    log.info("consul reachable again after %d failed heartbeats", self.failures)
+                self.failures = 0
+            except ConsulUnavailable as exc:
+                self.failures += 1
+                if self.failures in (1, 10) or self.failures % 60 == 0:
+                    log.warning("heartbeat failed (%d in a row): %s", self.failures, exc)
+
+    def stop(self) -> None:
+        self.stopped.set()

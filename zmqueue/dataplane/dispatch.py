@@ -1,0 +1,127 @@
+"""Decode request frames, route them to handlers, encode replies.
+
+A handler gets a :class:`Request` and returns the reply body, raises a
+:class:`~zmqueue.errors.ZmqueueError` (encoded as an error reply), or returns
+:data:`DEFERRED` and answers later with ``request.reply()`` (long polls).
+Replies go to an :class:`Outbox` that the request loop flushes after the
+group commit, so nothing is acknowledged before it is written. Malformed
+frames are answered with an error when their header is readable, otherwise
+dropped; either way they are counted, never fatal.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from zmqueue import protocol
+from zmqueue.errors import InternalError, ProtocolError, ZmqueueError
+from zmqueue.protocol import Command, Frame
+
+log = logging.getLogger(__name__)
+
+DEFERRED: Any = object()
+"""Returned by a handler that will answer later through ``Request.reply``."""
+
+
+@dataclass
+class Outbox:
+    """Frames waiting to be sent: (socket name, routing id, payload)."""
+
+    items: list[tuple[str, bytes, bytes]] = field(default_factory=list)
+
+    def put(self, sock: str, identity: bytes, payload: bytes) -> None:
+        self.items.append((sock, identity, payload))
+
+    def take(self) -> list[tuple[str, bytes, bytes]]:
+        items, self.items = self.items, []
+        return items
+
+
+@dataclass(eq=False)
+class Request:
+    sock: str
+    identity: bytes
+    frame: Frame
+    outbox: Outbox
+    answered: bool = False
+
+    @property
+    def body(self) -> Any:
+        return self.frame.body
+
+    def reply(self, body: Any) -> None:
+        if self.answered:
+            return
+        self.answered = True
+        payload = protocol.encode_reply(self.frame.command, self.frame.request_id, body)
+        self.outbox.put(self.sock, self.identity, payload)
+
+    def fail(self, exc: ZmqueueError) -> None:
+        if self.answered:
+            return
+        self.answered = True
+        payload = protocol.encode_error(self.frame.command, self.frame.request_id, exc)
+        self.outbox.put(self.sock, self.identity, payload)
+
+
+Handler = Callable[[Request], Any]
+
+
+class Dispatcher:
+    def __init__(self) -> None:
+        self.handlers: dict[Command, Handler] = {}
+        self.outbox = Outbox()
+        self.counters: Counter[str] = Counter()
+
+    def register(self, command: Command, handler: Handler) -> None:
+        self.handlers[command] = handler
+
+    def handle(self, sock: str, frames: list[bytes]) -> None:
+        """Handle one multipart message from a ROUTER: [routing id, payload]."""
+        if len(frames) != 2:
+            self.counters["malformed"] += 1
+            if len(frames) > 2:
+                self._reply_malformed(sock, frames[0], frames[-1],
+                                      ProtocolError(f"expected one payload frame, got {len(frames) - 1}"))
+            return
+        identity, payload = frames
+        try:
+            frame = protocol.decode(payload)
+        except ProtocolError as exc:
+            self.counters["malformed"] += 1
+            self._reply_malformed(sock, identity, payload, exc)
+            return
+        if frame.flags & (protocol.Flags.REPLY | protocol.Flags.PUSH):
+            self.counters["unexpected_reply"] += 1
+            return
+        self.counters["requests"] += 1
+        self.dispatch(Request(sock, identity, frame, self.outbox))
+
+    def dispatch(self, req: Request) -> None:
+        handler = self.handlers.get(req.frame.command)
+        try:
+            if handler is None:
+                raise ProtocolError(f"command {req.frame.command.name} is not served on this socket")
+            result = handler(req)
+        except ZmqueueError as exc:
+            self.counters["errors"] += 1
+            req.fail(exc)
+            return
+        except Exception as exc:  # a bug: answer, log, keep serving
+            self.counters["internal_errors"] += 1
+            log.exception("handler for %s failed", req.frame.command.name)
+            req.fail(InternalError(f"internal error handling {req.frame.command.name}: {exc!r:.200}"))
+            return
+        if result is not DEFERRED:
+            req.reply(result)
+
+    def _reply_malformed(self, sock: str, identity: bytes, payload: bytes, exc: ZmqueueError) -> None:
+        head = protocol.peek_header(payload)
+        if head is None:
+            return  # nothing to address an answer to: dropped and counted
+        cmd, rid = head
+        self.outbox.put(sock, identity, protocol.encode_error(cmd, rid, exc))

@@ -1,0 +1,134 @@
+"""The host's ZeroMQ sockets and its single-threaded request loop.
+
+Sockets (all bound on the host's bind address):
+
+- ``client``: ROUTER for client DEALERs (requests, replies, pushes);
+- ``peer``: ROUTER for other hosts (catch-up requests, durable positions);
+- ``pub``: PUB for replication records, topic = partition.
+
+One loop iteration: poll, drain every readable socket (bounded), let the
+service run its timers, flush (group commit), then send every reply. A
+reply therefore never leaves before the records it acknowledges are written.
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import zmq
+
+from zmqueue.dataplane.dispatch import Dispatcher
+from zmqueue.errors import StartupError
+from zmqueue.protocol import MAX_FRAME_BYTES
+
+DRAIN_MAX = 2000
+"""Most messages read from one socket per loop iteration (fairness bound)."""
+POLL_MAX_MS = 50
+
+
+class LoopHooks(Protocol):
+    def tick(self, now_ms: int) -> int | None:
+        """Run timers; return ms until the next timer, or None."""
+
+    def flush(self) -> None:
+        """Make everything appended this iteration durable per policy."""
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    client: str
+    pub: str
+    peer: str
+
+    def as_meta(self) -> dict[str, str]:
+        return {"client_endpoint": self.client, "pub_endpoint": self.pub, "peer_endpoint": self.peer}
+
+
+def _bind(sock: zmq.Socket[bytes], host: str, port: int, what: str) -> str:
+    try:
+        if port == 0:
+            sock.bind(f"tcp://{host}:*")
+        else:
+            sock.bind(f"tcp://{host}:{port}")
+    except zmq.ZMQError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise StartupError(
+                f"port {port} for the {what} socket is already in use on {host}; "
+                f"pick another port or pass 0 for a free one", port=port) from None
+        raise StartupError(f"cannot bind the {what} socket on {host}:{port}: {exc}") from None
+    return str(sock.getsockopt_string(zmq.LAST_ENDPOINT))
+
+
+class Sockets:
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], host: str,
+                 client_port: int = 0, pub_port: int = 0, peer_port: int = 0) -> None:
+        self.client = ctx.socket(zmq.ROUTER)
+        self.peer = ctx.socket(zmq.ROUTER)
+        self.pub = ctx.socket(zmq.PUB)
+        for s in (self.client, self.peer, self.pub):
+            s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
+            s.setsockopt(zmq.SNDHWM, 100_000)
+            s.setsockopt(zmq.RCVHWM, 100_000)
+        try:
+            self.endpoints = Endpoints(
+                client=_bind(self.client, host, client_port, "client"),
+                pub=_bind(self.pub, host, pub_port, "replication"),
+                peer=_bind(self.peer, host, peer_port, "peer"),
+            )
+        except StartupError:
+            self.close()
+            raise
+        self.by_name = {"client": self.client, "peer": self.peer}
+
+    def close(self) -> None:
+        for s in (self.client, self.peer, self.pub):
+            s.close(linger=0)
+
+
+class RequestLoop:
+    def __init__(self, sockets: Sockets, dispatcher: Dispatcher, hooks: LoopHooks) -> None:
+        self.sockets = sockets
+        self.dispatcher = dispatcher
+        self.hooks = hooks
+        self.poller = zmq.Poller()
+        for s in sockets.by_name.values():
+            self.poller.register(s, zmq.POLLIN)
+        self.names = {s: n for n, s in sockets.by_name.items()}
+        self.last_progress = time.monotonic()
+        self.iterations = 0
+
+    def run_once(self) -> None:
+        now_ms = int(time.time() * 1000)
+        wait = self.hooks.tick(now_ms)
+        timeout = POLL_MAX_MS if wait is None else max(0, min(POLL_MAX_MS, wait))
+        if self.dispatcher.outbox.items:
+            timeout = 0
+        for sock, _ in self.poller.poll(timeout):
+            self._drain(sock)
+        self.hooks.tick(int(time.time() * 1000))
+        self.hooks.flush()
+        self._send_all()
+        self.last_progress = time.monotonic()
+        self.iterations += 1
+
+    def _drain(self, sock: zmq.Socket[bytes]) -> None:
+        name = self.names[sock]
+        for _ in range(DRAIN_MAX):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self.dispatcher.handle(name, frames)
+
+    def _send_all(self) -> None:
+        for name, identity, payload in self.dispatcher.outbox.take():
+            try:
+                self.sockets.by_name[name].send_multipart([identity, payload], zmq.NOBLOCK)
+            except zmq.Again:
+                self.dispatcher.counters["reply_dropped_hwm"] += 1
+            except zmq.ZMQError:
+                self.dispatcher.counters["reply_dropped"] += 1

@@ -1,0 +1,62 @@
+"""The host's HTTP endpoint: ``/health`` (Consul's HTTP check) and ``/metrics``
+(Prometheus text format).
+
+``/health`` answers 200 only while the request loop made progress within the
+last few seconds, so a hung host is caught even though this thread runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from zmqueue.errors import StartupError
+
+
+class HealthServer:
+    def __init__(self, host: str, port: int, healthy: Callable[[], bool],
+                 registry: CollectorRegistry) -> None:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server API
+                if self.path.startswith("/health"):
+                    ok = outer.healthy()
+                    self._send(200 if ok else 503, b"ok\n" if ok else b"request loop stalled\n",
+                               "text/plain")
+                elif self.path.startswith("/metrics"):
+                    self._send(200, generate_latest(outer.registry), CONTENT_TYPE_LATEST)
+                else:
+                    self._send(404, b"try /health or /metrics\n", "text/plain")
+
+            def _send(self, code: int, body: bytes, ctype: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                return
+
+        self.healthy = healthy
+        self.registry = registry
+        try:
+            self.server = ThreadingHTTPServer((host, port), Handler)
+        except OSError as exc:
+            raise StartupError(f"cannot bind the HTTP health port {host}:{port}: {exc.strerror}; "
+                               "pick another --http-port or 0 for a free one") from None
+        self.server.daemon_threads = True
+        self.port = int(self.server.server_address[1])
+        self.thread = threading.Thread(target=self.server.serve_forever, name="http-health",
+                                       daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,176 @@
+"""The host: composition root of one ``zmqueue host`` process.
+
+It owns the data directory (locked, so two hosts never share one), binds the
+data-plane sockets, serves /health and /metrics over HTTP, registers in
+Consul with a heartbeat, and runs the request loop until SIGTERM/SIGINT,
+then deregisters. The data plane never talks to Consul: the host hands it
+what the control plane learns.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import zmq
+from prometheus_client import CollectorRegistry
+
+from zmqueue.config import HostConfig
+from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.registry import Heartbeat, Registrar, Registration
+from zmqueue.dataplane.dispatch import Dispatcher, Request
+from zmqueue.dataplane.server import RequestLoop, Sockets
+from zmqueue.errors import ConsulUnavailable, StartupError
+from zmqueue.protocol import Command
+from zmqueue.version import __version__
+
+log = logging.getLogger(__name__)
+
+STALL_LIMIT_S = 5.0
+"""The loop counts as hung when it made no progress for this long."""
+
+
+def lock_data_dir(path: Path) -> TextIO:
+    """Create, probe and lock the data dir; a clear StartupError otherwise."""
+    hint = "choose another --data-dir or fix its permissions"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-probe"
+        with open(probe, "wb") as f:
+            f.write(b"ok")
+            f.flush()
+            os.fsync(f.fileno())
+        probe.unlink()
+        lock = open(path / "host.lock", "a+")  # noqa: SIM115 - held for the process lifetime
+    except OSError as exc:
+        raise StartupError(f"data dir {path} is not writable ({exc.strerror}); {hint}") from None
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        raise StartupError(f"data dir {path} is in use by another host; give each host its own "
+                           "--data-dir") from None
+    return lock
+
+
+class NullHooks:
+    def tick(self, now_ms: int) -> int | None:
+        return None
+
+    def flush(self) -> None:
+        return None
+
+
+class Host:
+    def __init__(self, config: HostConfig) -> None:
+        self.config = config.validate()
+        self.data_dir = Path(config.data_dir)
+        self.started_at = time.time()
+        self.stopping = threading.Event()
+        self.metrics = CollectorRegistry()
+        self.dispatcher = Dispatcher()
+        self.dispatcher.register(Command.PING, self._ping)
+        self.dispatcher.register(Command.STATUS, self._status)
+        self.hooks: Any = NullHooks()
+        self._lock: TextIO | None = None
+        self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
+        self.sockets: Sockets | None = None
+        self.loop: RequestLoop | None = None
+        self.heartbeat: Heartbeat | None = None
+        self.registrar: Registrar | None = None
+        self.health: Any = None
+
+    # --- handlers -------------------------------------------------------
+    def _ping(self, req: Request) -> Any:
+        return {"pong": True, "node": self.config.node, "time_ms": int(time.time() * 1000)}
+
+    def _status(self, req: Request) -> Any:
+        assert self.sockets is not None
+        return {
+            "node": self.config.node, "cluster": self.config.cluster, "version": __version__,
+            "pid": os.getpid(), "uptime_s": round(time.time() - self.started_at, 3),
+            "endpoints": self.sockets.endpoints.as_meta(), "zone": self.config.zone,
+            "counters": dict(self.dispatcher.counters),
+        }
+
+    # --- lifecycle ------------------------------------------------------
+    def healthy(self) -> bool:
+        return self.loop is not None and time.monotonic() - self.loop.last_progress < STALL_LIMIT_S
+
+    def start(self) -> None:
+        from zmqueue.host.health import HealthServer
+
+        cfg = self.config
+        self._lock = lock_data_dir(self.data_dir)
+        self._ctx = zmq.Context()
+        self.sockets = Sockets(self._ctx, cfg.bind_host, cfg.client_port, cfg.pub_port, cfg.peer_port)
+        self.loop = RequestLoop(self.sockets, self.dispatcher, self.hooks)
+        self.health = HealthServer(cfg.bind_host, cfg.http_port, self.healthy, self.metrics)
+        self.health.start()
+        http_url = f"http://{cfg.bind_host}:{self.health.port}/health"
+        endpoints = {**self.sockets.endpoints.as_meta(),
+                     "http_endpoint": f"http://{cfg.bind_host}:{self.health.port}"}
+        port = int(self.sockets.endpoints.client.rsplit(":", 1)[1])
+        reg = Registration(cluster=cfg.cluster, node=cfg.node, version=__version__,
+                           address=cfg.bind_host, client_port=port, endpoints=endpoints,
+                           zone=cfg.zone, check_ttl_ms=cfg.check_ttl_ms, http_health_url=http_url)
+        self.registrar = Registrar(ConsulClient(cfg.consul, cfg.consul_timeout_ms / 1000), reg)
+        try:
+            self.registrar.register()
+        except ConsulUnavailable as exc:
+            self.close()
+            raise StartupError(str(exc)) from None
+        hb_registrar = Registrar(ConsulClient(cfg.consul, cfg.consul_timeout_ms / 1000), reg)
+        self.heartbeat = Heartbeat(hb_registrar, cfg.heartbeat_interval_ms, self.healthy)
+        self.heartbeat.start()
+        self._write_info(endpoints)
+        log.info("host %s (cluster %s) serving on %s", cfg.node, cfg.cluster, endpoints)
+
+    def _write_info(self, endpoints: dict[str, str]) -> None:
+        info = {"node": self.config.node, "cluster": self.config.cluster, "pid": os.getpid(),
+                **endpoints}
+        tmp = self.data_dir / "host.json.tmp"
+        tmp.write_text(json.dumps(info))
+        tmp.replace(self.data_dir / "host.json")
+
+    def install_signal_handlers(self) -> None:
+        def on_signal(signum: int, frame: object) -> None:
+            log.info("signal %d: stopping", signum)
+            self.stopping.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    def run(self) -> None:
+        assert self.loop is not None, "start() first"
+        while not self.stopping.is_set():
+            self.loop.run_once()
+        self.close()
+
+    def close(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+        if self.registrar is not None:
+            try:
+                self.registrar.deregister()
+            except ConsulUnavailable as exc:
+                log.warning("could not deregister: %s", exc)
+        self.hooks.flush()
+        close = getattr(self.hooks, "close", None)
+        if close is not None:
+            close()
+        if self.health is not None:
+            self.health.stop()
+        if self.sockets is not None:
+            self.sockets.close()
+        if self._ctx is not None:
+            self._ctx.term()
+        if self._lock is not None:
+            self._lock.close()

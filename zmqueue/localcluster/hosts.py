@@ -1,0 +1,132 @@
+"""Host processes and a whole local cluster (Consul + hosts) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+
+from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.discovery import HostInfo, list_hosts
+from zmqueue.errors import StartupError
+from zmqueue.localcluster.consul_agent import ConsulAgent, has_leader
+from zmqueue.localcluster.proc import ManagedProcess
+
+
+class HostProcess:
+    """One ``zmqueue host`` child process, stopped by pid."""
+
+    def __init__(self, cluster: str, node: str, data_dir: Path, consul: str,
+                 log_dir: Path, extra_args: list[str] | None = None) -> None:
+        self.cluster = cluster
+        self.node = node
+        self.data_dir = Path(data_dir)
+        self.consul = consul
+        self.extra_args = extra_args or []
+        argv = [sys.executable, "-m", "zmqueue", "host", "--cluster", cluster, "--node", node,
+                "--data-dir", str(self.data_dir), "--consul", consul, *self.extra_args]
+        self.proc = ManagedProcess(argv, Path(log_dir) / f"host-{node}.log")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def start(self) -> HostProcess:
+        self.proc.start()
+        return self
+
+    def alive(self) -> bool:
+        return self.proc.alive()
+
+    def kill9(self) -> None:
+        self.proc.kill9()
+
+    def freeze(self) -> None:
+        self.proc.signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self.proc.signal(signal.SIGCONT)
+
+    def stop(self) -> int | None:
+        return self.proc.stop()
+
+    def log_tail(self, max_bytes: int = 6000) -> str:
+        return self.proc.log_tail(max_bytes)
+
+
+class LocalCluster:
+    """A Consul dev agent (unless an address is given) and C clusters of H hosts."""
+
+    def __init__(self, work_dir: Path, hosts: int = 3, clusters: int = 1,
+                 consul: str | None = None, host_args: list[str] | None = None) -> None:
+        self.work_dir = Path(work_dir)
+        self.n_hosts = hosts
+        self.n_clusters = clusters
+        self.host_args = host_args or []
+        self.agent: ConsulAgent | None = None
+        self.consul_addr = consul
+        self.hosts: list[HostProcess] = []
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://{self.consul_addr}/ui/"
+
+    def start(self, timeout_s: float = 30.0) -> LocalCluster:
+        try:
+            if self.consul_addr is None:
+                self.agent = ConsulAgent(self.work_dir / "consul").start()
+                self.consul_addr = self.agent.http_addr
+            elif not has_leader(self.consul_addr):
+                raise StartupError(f"no Consul answers at {self.consul_addr}; start one or omit "
+                                   "--consul to let zmqueue start a dev agent")
+            for c in range(self.n_clusters):
+                for h in range(self.n_hosts):
+                    self.add_host(f"c{c + 1}", f"c{c + 1}-h{h + 1}")
+            self.wait_passing(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def add_host(self, cluster: str, node: str) -> HostProcess:
+        assert self.consul_addr is not None
+        hp = HostProcess(cluster, node, self.work_dir / "data" / node, self.consul_addr,
+                         self.work_dir / "logs", self.host_args)
+        self.hosts.append(hp.start())
+        return hp
+
+    def host(self, node: str) -> HostProcess:
+        return next(h for h in self.hosts if h.node == node)
+
+    def consul_client(self) -> ConsulClient:
+        assert self.consul_addr is not None
+        return ConsulClient([self.consul_addr], timeout_s=2.0)
+
+    def status(self) -> list[HostInfo]:
+        return list_hosts(self.consul_client())
+
+    def wait_passing(self, timeout_s: float = 30.0, nodes: list[str] | None = None) -> None:
+        want = set(nodes or [h.node for h in self.hosts if h.alive()])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for h in self.hosts:
+                if h.node in want and not h.alive():
+                    raise StartupError(f"host {h.node} exited during start-up:\n{h.log_tail()}")
+            passing = {i.node for i in self.status() if i.passing}
+            if want <= passing:
+                return
+            time.sleep(0.1)
+        raise StartupError(f"hosts {sorted(want)} not passing in Consul after {timeout_s} s")
+
+    def stop(self) -> None:
+        for h in self.hosts:
+            h.stop()
+        if self.agent is not None:
+            self.agent.stop()
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

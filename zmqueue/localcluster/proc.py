@@ -1,0 +1,76 @@
+"""Start and stop child processes by pid, with their output in a log file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+
+class ManagedProcess:
+    """A child process whose stdout and stderr go to ``log_path``."""
+
+    def __init__(self, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.argv = argv
+        self.log_path = log_path
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "process not started"
+        return self.proc.pid
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        try:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self.env, start_new_session=True,
+            )
+        finally:
+            log.close()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill9(self) -> None:
+        """SIGKILL by pid and reap."""
+        if self.proc is None:
+            return
+        self.signal(signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM (SIGCONT first, in case it is stopped), wait, then SIGKILL."""
+        if self.proc is None:
+            return None
+        if self.alive():
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            while self.alive() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        if self.alive():
+            self.kill9()
+        return self.proc.poll()
+
+    def log_tail(self, max_bytes: int = 8000) -> str:
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return ""
+        return data[-max_bytes:].decode("utf-8", "replace")

@@ -1,0 +1,157 @@
+"""zmqueue wire protocol, version 1: pure encode/decode, no socket code.
+
+Every message between a client (DEALER) and a host (ROUTER), or between two
+hosts, is ONE ZeroMQ frame (after the ROUTER's routing-id frame):
+
+```
+offset  size  field
+0       2     magic        b"ZQ"
+2       1     version      1
+3       1     command      Command (u8)
+4       1     flags        bit 0 REPLY, bit 1 ERROR, bit 2 PUSH (unsolicited, host -> client)
+5       3     reserved     zero
+8       8     request_id   u64 big-endian, chosen by the requester, echoed in the reply
+16      ...   body         MessagePack (maps with short string keys; bytes stay bytes)
+```
+
+Batches are packed in one body, never as extra frames (frames are not a
+batching format: see NOTES.md). A reply carries the request's command and
+request id with the REPLY flag; an error reply also has the ERROR flag and the
+body ``{"code": int, "message": str, "details": map}`` (codes in
+:mod:`zmqueue.errors`). Bodies of each command are documented in
+docs/PROTOCOL.md.
+
+Decoding is defensive: anything malformed raises a :class:`ProtocolError`
+subclass, never anything else, so a host can answer with an error reply or
+drop and count the frame.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum, IntFlag
+from typing import Any
+
+import msgpack
+
+from zmqueue.errors import ProtocolError, UnknownCommand, UnsupportedVersion, ZmqueueError, to_wire
+
+MAGIC = b"ZQ"
+VERSION = 1
+HEADER = struct.Struct(">2sBBB3xQ")
+HEADER_SIZE = HEADER.size  # 16
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+"""Largest frame a host decodes; sockets also set ZMQ_MAXMSGSIZE to this."""
+
+
+class Command(IntEnum):
+    """Command codes (u8). Never renumber; only append."""
+
+    PING = 1
+    STATUS = 2
+    CREATE_QUEUE = 10
+    DELETE_QUEUE = 11
+    LIST_QUEUES = 12
+    GET_QUEUE = 13
+    PURGE_QUEUE = 14
+    QUEUE_STATS = 15
+    SEND = 20
+    RECEIVE = 21
+    DELETE = 22
+    CHANGE_VISIBILITY = 23
+    SUBSCRIBE = 30
+    CREDIT = 31
+    UNSUBSCRIBE = 32
+    DELIVER = 33
+    REPLICATE = 50
+    CATCH_UP = 51
+    POSITION = 52
+    HEARTBEAT = 53
+
+
+class Flags(IntFlag):
+    NONE = 0
+    REPLY = 1
+    ERROR = 2
+    PUSH = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    command: Command
+    flags: Flags
+    request_id: int
+    body: Any
+
+    @property
+    def is_error(self) -> bool:
+        return bool(self.flags & Flags.ERROR)
+
+
+def _pack(body: Any) -> bytes:
+    try:
+        return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ProtocolError(f"cannot encode body: {exc}") from exc
+
+
+def encode(command: Command, request_id: int, body: Any = None, flags: Flags = Flags.NONE) -> bytes:
+    if not 0 <= request_id < 2**64:
+        raise ProtocolError(f"request id {request_id} out of range")
+    return HEADER.pack(MAGIC, VERSION, int(command), int(flags), request_id) + _pack(body)
+
+
+def encode_request(command: Command, request_id: int, body: Any = None) -> bytes:
+    return encode(command, request_id, body)
+
+
+def encode_reply(command: Command, request_id: int, body: Any = None) -> bytes:
+    return encode(command, request_id, body, Flags.REPLY)
+
+
+def encode_error(command: Command | int, request_id: int, exc: ZmqueueError) -> bytes:
+    cmd = int(command)
+    head = HEADER.pack(MAGIC, VERSION, cmd, int(Flags.REPLY | Flags.ERROR), request_id)
+    return head + _pack(to_wire(exc))
+
+
+def encode_push(command: Command, body: Any) -> bytes:
+    return encode(command, 0, body, Flags.PUSH)
+
+
+def peek_header(data: bytes) -> tuple[int, int] | None:
+    """(command, request_id) of a frame whose header is intact, else None.
+
+    Lets a host address an error reply to a frame whose body is broken.
+    """
+    if len(data) < HEADER_SIZE or data[:2] != MAGIC:
+        return None
+    _, _, cmd, _, rid = HEADER.unpack_from(data)
+    return cmd, rid
+
+
+def decode(data: bytes) -> Frame:
+    """Decode one frame; raises ProtocolError (or a subclass) on any defect."""
+    if len(data) < HEADER_SIZE:
+        raise ProtocolError(f"frame of {len(data)} bytes is shorter than the {HEADER_SIZE}-byte header")
+    if len(data) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {len(data)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
+    magic, version, cmd, flags, rid = HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise ProtocolError("bad magic: not a zmqueue frame")
+    if version != VERSION:
+        raise UnsupportedVersion(
+            f"protocol version {version} is not supported (this side speaks {VERSION}); "
+            "upgrade the older side", version=version)
+    try:
+        command = Command(cmd)
+    except ValueError:
+        raise UnknownCommand(f"unknown command code {cmd}", command=cmd) from None
+    try:
+        body = msgpack.unpackb(
+            memoryview(data)[HEADER_SIZE:], raw=False, strict_map_key=False, use_list=True
+        )
+    except Exception as exc:  # msgpack raises many types on garbage
+        raise ProtocolError(f"malformed body of {command.name}: {type(exc).__name__}") from None
+    return Frame(command, Flags(flags & 0x7), rid, body)
