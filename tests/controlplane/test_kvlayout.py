@@ -1,0 +1,173 @@
+"""KV layout: key builders, codecs that never raise, and whole-tree parsing."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from zmqueue.config import QueueConfig
+from zmqueue.controlplane import kvlayout as kv
+from zmqueue.controlplane.kvlayout import (
+    LeaderRecord,
+    Malformed,
+    ManagerRecord,
+    PartitionAssignment,
+    PartitionId,
+    Position,
+)
+
+PID = PartitionId("orders", 3)
+
+DECODERS = [kv.decode_queue_config, kv.decode_assignment, kv.decode_leader,
+            kv.decode_position, kv.decode_manager, kv.decode_drain]
+
+
+def item(key, value, index=7, session=None, lock_index=None):
+    d = {"Key": key, "Value": value, "ModifyIndex": index}
+    if session:
+        d["Session"] = session
+    if lock_index is not None:
+        d["LockIndex"] = lock_index
+    return d
+
+
+def test_every_key_lives_under_the_zmqueue_prefix():
+    keys = [kv.queue_config_key("orders"), kv.partition_key(PID), kv.leader_key(PID),
+            kv.position_key(PID, "n1"), kv.external_manager_key(),
+            kv.cluster_manager_key("c1"), kv.drain_key("n1")]
+    assert all(k.startswith("zmqueue/") for k in keys)
+    assert kv.partition_key(PID) == "zmqueue/queues/orders/partitions/3"
+    assert kv.leader_key(PID) == "zmqueue/leaders/orders/3"
+    assert kv.position_key(PID, "n1") == "zmqueue/positions/orders/3/n1"
+    assert kv.drain_key("n1") == "zmqueue/hosts/n1/drain"
+
+
+def test_each_value_round_trips_through_its_codec():
+    cfg = QueueConfig("orders", partitions=4, replication_factor=3)
+    assert kv.decode_queue_config("k", kv.encode_queue_config(cfg)) == cfg
+    a = PartitionAssignment("c1", ("n1", "n2"), 5)
+    assert kv.decode_assignment("k", kv.encode_assignment(a)) == a
+    ld = LeaderRecord("n1", "tcp://127.0.0.1:5555", 9)
+    assert kv.decode_leader("k", kv.encode_leader(ld)) == ld
+    assert kv.decode_position("k", kv.encode_position(Position(2, 40))) == Position(2, 40)
+    m = ManagerRecord("n1", 1700000000000)
+    assert kv.decode_manager("k", kv.encode_manager(m)) == m
+    assert kv.decode_drain("k", kv.encode_drain(True)) is True
+
+
+def test_unknown_fields_are_kept_and_written_back():
+    raw = b'{"cluster":"c1","replicas":["n1"],"version":1,"note":"hand-edited"}'
+    a = kv.decode_assignment("k", raw)
+    assert isinstance(a, PartitionAssignment)
+    assert a.extra == {"note": "hand-edited"}
+    assert json.loads(kv.encode_assignment(a))["note"] == "hand-edited"
+    cfg = kv.decode_queue_config("k", b'{"name":"q","future_knob":3}')
+    assert isinstance(cfg, QueueConfig)
+    assert json.loads(kv.encode_queue_config(cfg))["future_knob"] == 3
+
+
+def test_bad_values_become_malformed_results_naming_key_and_reason():
+    bad = kv.decode_queue_config("zmqueue/queues/q/config", b'{"name":"q","delay_s":9999}')
+    assert isinstance(bad, Malformed)
+    assert bad.key == "zmqueue/queues/q/config"
+    assert "delay" in bad.reason
+    assert isinstance(kv.decode_assignment("k", b'{"cluster":"c","replicas":["a","a"]}'),
+                      Malformed)
+    assert isinstance(kv.decode_position("k", b'{"epoch":-1,"seq":0}'), Malformed)
+    assert isinstance(kv.decode_position("k", b'{"epoch":true,"seq":0}'), Malformed)
+    assert isinstance(kv.decode_leader("k", None), Malformed)
+    assert isinstance(kv.decode_drain("k", b"yes"), Malformed)
+
+
+def test_an_empty_drain_flag_means_not_draining():
+    assert kv.decode_drain("k", None) is False
+    assert kv.decode_drain("k", b"") is False
+
+
+@given(st.binary(max_size=300))
+def test_decoders_never_raise_on_arbitrary_bytes(raw):
+    for decode in DECODERS:
+        decode("k", raw)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner,
+                                                                max_size=5),
+    max_leaves=6,
+)
+field_names = st.sampled_from(["name", "cluster", "replicas", "version", "node", "endpoint",
+                               "epoch", "seq", "since_ms", "partitions", "fifo", "delay_s",
+                               "dead_letter_queue", "fsync", "max_messages"])
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(field_names, json_values, max_size=8))
+def test_decoders_never_raise_on_arbitrary_json_objects(obj):
+    raw = json.dumps(obj).encode()
+    for decode in DECODERS:
+        decode("k", raw)
+
+
+def test_parse_tree_builds_a_typed_snapshot():
+    cfg = QueueConfig("orders", partitions=4)
+    items = [
+        item("zmqueue/", None),
+        item("zmqueue/queues/orders/config", kv.encode_queue_config(cfg), index=11),
+        item(kv.partition_key(PID), kv.encode_assignment(PartitionAssignment("c1", ("a", "b")))),
+        item(kv.leader_key(PID), kv.encode_leader(LeaderRecord("a", "tcp://a", 3)),
+             session="s1", lock_index=4),
+        item(kv.position_key(PID, "a"), kv.encode_position(Position(4, 10))),
+        item(kv.external_manager_key(), kv.encode_manager(ManagerRecord("a", 5)), session="s1"),
+        item(kv.cluster_manager_key("c1"), kv.encode_manager(ManagerRecord("b", 6)), session="s2"),
+        item(kv.drain_key("b"), b"true"),
+        item("other/prefix", b"ignored"),
+    ]
+    state, problems = kv.parse_tree(items)
+    assert problems == []
+    assert state.configs["orders"] == cfg
+    assert state.assignments[PID].replicas == ("a", "b")
+    assert state.leaders[PID].epoch == 4  # LockIndex is authoritative
+    assert state.positions[PID] == {"a": Position(4, 10)}
+    assert state.external_manager == ManagerRecord("a", 5)
+    assert state.cluster_managers["c1"].node == "b"
+    assert state.drains == {"b": True}
+    assert state.modify_index["zmqueue/queues/orders/config"] == 11
+
+
+def test_a_lock_key_without_a_session_is_a_released_lock():
+    items = [item(kv.leader_key(PID), kv.encode_leader(LeaderRecord("a", "tcp://a", 3))),
+             item(kv.external_manager_key(), kv.encode_manager(ManagerRecord("a", 5)))]
+    state, problems = kv.parse_tree(items)
+    assert state.leaders == {}
+    assert state.external_manager is None
+    assert problems == []
+
+
+def test_parse_tree_reports_and_skips_bad_items():
+    items = [
+        item("zmqueue/queues/q/config", b"{not json"),
+        item("zmqueue/queues/q/partitions/x", b'{"cluster":"c","replicas":[],"version":0}'),
+        item("zmqueue/mystery/key", b"1"),
+        item("zmqueue/hosts/n1/drain", "not bytes"),
+        {"Value": b"no key"},
+        item("zmqueue/hosts/n2/drain", b"false"),
+    ]
+    state, problems = kv.parse_tree(items)
+    assert state.drains == {"n2": False}
+    assert len(problems) == 5
+    assert {p.key for p in problems} >= {"zmqueue/queues/q/config", "zmqueue/mystery/key"}
+
+
+@given(st.lists(st.fixed_dictionaries(
+    {"Key": st.one_of(st.text(max_size=30), st.sampled_from([
+        "zmqueue/queues/q/config", "zmqueue/queues/q/partitions/1", "zmqueue/leaders/q/1",
+        "zmqueue/positions/q/1/n", "zmqueue/managers/external", "zmqueue/hosts/n/drain"]),
+        st.text(max_size=20).map(lambda s: "zmqueue/" + s)),
+     "Value": st.none() | st.binary(max_size=60),
+     "Session": st.none() | st.just("s"),
+     "LockIndex": st.integers(-2, 5)}), max_size=10))
+def test_parse_tree_never_raises(items):
+    kv.parse_tree(items)

@@ -1,0 +1,361 @@
+"""The Consul KV layout of zmqueue: key builders and JSON value codecs.
+
+Every key lives under :data:`PREFIX` (``zmqueue/``); docs/CONSUL_KV.md is the
+reference (value schemas, writers, readers, what an operator may edit)::
+
+    zmqueue/queues/<queue>/config                QueueConfig JSON
+    zmqueue/queues/<queue>/partitions/<p>        {"cluster", "replicas", "version"}
+    zmqueue/leaders/<queue>/<p>                  lock; {"node", "endpoint", "epoch"}
+    zmqueue/positions/<queue>/<p>/<node>         {"epoch", "seq"}
+    zmqueue/managers/external                    lock; {"node", "since_ms"}
+    zmqueue/managers/cluster/<cluster>           lock; {"node", "since_ms"}
+    zmqueue/hosts/<node>/drain                   true | false
+
+Hosts themselves are not in KV: the service catalog (tags and meta: cluster,
+zone, endpoints) is the membership list, and its health checks say who is up.
+
+Error style: **decoders never raise**. ``decode_*(key, raw)`` returns either
+the typed value or a :class:`Malformed` naming the key and the reason, so a
+reader reports the problem (host log, warning check) and skips the key. Unknown
+JSON fields are kept in ``extra`` and written back unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple, TypeVar
+
+from zmqueue.config import QueueConfig
+from zmqueue.errors import ZmqueueError
+
+PREFIX = "zmqueue/"
+VALUE_BYTES_MAX = 512 * 1024
+"""Consul's own KV value limit; larger values are reported as malformed."""
+
+T = TypeVar("T")
+
+
+class PartitionId(NamedTuple):
+    """One partition of one queue: ``PartitionId("orders", 3)``."""
+
+    queue: str
+    partition: int
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """A replica's durable position. Compared lexicographically by
+    (epoch, seq): a record of a later epoch is ahead of any record of an
+    earlier one."""
+
+    epoch: int = 0
+    seq: int = 0
+
+
+ZERO = Position(0, 0)
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """A key whose value could not be decoded; reported, then skipped."""
+
+    key: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class PartitionAssignment:
+    """Where a partition lives: its cluster and its ordered replica hosts.
+    ``version`` grows by one on every change (readers ignore older ones)."""
+
+    cluster: str
+    replicas: tuple[str, ...]
+    version: int = 0
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class LeaderRecord:
+    """Value of a partition's leader lock. ``epoch`` is the lock's LockIndex."""
+
+    node: str
+    endpoint: str
+    epoch: int
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class ManagerRecord:
+    """Value of a manager lock: who holds the role, since when (ms epoch)."""
+
+    node: str
+    since_ms: int
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+# ---- key builders -------------------------------------------------------------
+
+
+def queue_config_key(queue: str) -> str:
+    return f"{PREFIX}queues/{queue}/config"
+
+
+def partition_key(pid: PartitionId) -> str:
+    return f"{PREFIX}queues/{pid.queue}/partitions/{pid.partition}"
+
+
+def leader_key(pid: PartitionId) -> str:
+    return f"{PREFIX}leaders/{pid.queue}/{pid.partition}"
+
+
+def position_key(pid: PartitionId, node: str) -> str:
+    return f"{PREFIX}positions/{pid.queue}/{pid.partition}/{node}"
+
+
+def external_manager_key() -> str:
+    return f"{PREFIX}managers/external"
+
+
+def cluster_manager_key(cluster: str) -> str:
+    return f"{PREFIX}managers/cluster/{cluster}"
+
+
+def drain_key(node: str) -> str:
+    return f"{PREFIX}hosts/{node}/drain"
+
+
+# ---- encoders -----------------------------------------------------------------
+
+
+def _dump(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def encode_queue_config(cfg: QueueConfig) -> bytes:
+    return _dump({**cfg.extra, **cfg.to_dict()})
+
+
+def encode_assignment(a: PartitionAssignment) -> bytes:
+    return _dump({**a.extra, "cluster": a.cluster, "replicas": list(a.replicas),
+                  "version": a.version})
+
+
+def encode_leader(rec: LeaderRecord) -> bytes:
+    return _dump({**rec.extra, "node": rec.node, "endpoint": rec.endpoint, "epoch": rec.epoch})
+
+
+def encode_position(pos: Position) -> bytes:
+    return _dump({"epoch": pos.epoch, "seq": pos.seq})
+
+
+def encode_manager(rec: ManagerRecord) -> bytes:
+    return _dump({**rec.extra, "node": rec.node, "since_ms": rec.since_ms})
+
+
+def encode_drain(draining: bool) -> bytes:
+    return _dump(draining)
+
+
+# ---- decoders (never raise) ---------------------------------------------------
+
+
+class _Bad(Exception):
+    """Internal: a decode step failed; turned into :class:`Malformed`."""
+
+
+def _load_object(raw: bytes | None) -> dict[str, Any]:
+    if raw is None:
+        raise _Bad("empty value")
+    if len(raw) > VALUE_BYTES_MAX:
+        raise _Bad(f"value of {len(raw)} bytes exceeds {VALUE_BYTES_MAX}")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise _Bad(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise _Bad(f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _str(data: dict[str, Any], name: str) -> str:
+    v = data.get(name)
+    if not isinstance(v, str) or not v:
+        raise _Bad(f"{name!r} must be a non-empty string")
+    return v
+
+
+def _int(data: dict[str, Any], name: str) -> int:
+    v = data.get(name)
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise _Bad(f"{name!r} must be a non-negative integer")
+    return v
+
+
+def _extra(data: dict[str, Any], known: set[str]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k not in known}
+
+
+def _guard(key: str, raw: bytes | None, build: Callable[[dict[str, Any]], T]) -> T | Malformed:
+    try:
+        return build(_load_object(raw))
+    except _Bad as exc:
+        return Malformed(key, str(exc))
+    except (ZmqueueError, TypeError, ValueError, AttributeError) as exc:
+        return Malformed(key, f"invalid: {exc}")
+
+
+def decode_queue_config(key: str, raw: bytes | None) -> QueueConfig | Malformed:
+    return _guard(key, raw, QueueConfig.from_dict)
+
+
+def _build_assignment(d: dict[str, Any]) -> PartitionAssignment:
+    replicas = d.get("replicas")
+    if not isinstance(replicas, list) or not all(isinstance(r, str) and r for r in replicas):
+        raise _Bad("'replicas' must be a list of node ids")
+    if len(set(replicas)) != len(replicas):
+        raise _Bad("'replicas' has duplicates")
+    return PartitionAssignment(_str(d, "cluster"), tuple(replicas), _int(d, "version"),
+                               _extra(d, {"cluster", "replicas", "version"}))
+
+
+def decode_assignment(key: str, raw: bytes | None) -> PartitionAssignment | Malformed:
+    return _guard(key, raw, _build_assignment)
+
+
+def decode_leader(key: str, raw: bytes | None) -> LeaderRecord | Malformed:
+    return _guard(key, raw, lambda d: LeaderRecord(
+        _str(d, "node"), _str(d, "endpoint"), _int(d, "epoch"),
+        _extra(d, {"node", "endpoint", "epoch"})))
+
+
+def decode_position(key: str, raw: bytes | None) -> Position | Malformed:
+    return _guard(key, raw, lambda d: Position(_int(d, "epoch"), _int(d, "seq")))
+
+
+def decode_manager(key: str, raw: bytes | None) -> ManagerRecord | Malformed:
+    return _guard(key, raw, lambda d: ManagerRecord(
+        _str(d, "node"), _int(d, "since_ms"), _extra(d, {"node", "since_ms"})))
+
+
+def decode_drain(key: str, raw: bytes | None) -> bool | Malformed:
+    """``true``/``false`` (JSON). An empty value means not draining."""
+    if raw is None or raw.strip() == b"":
+        return False
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        value = None
+    if isinstance(value, bool):
+        return value
+    return Malformed(key, "drain flag must be JSON true or false")
+
+
+# ---- a whole-tree snapshot ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """A typed snapshot of everything under :data:`PREFIX`.
+
+    Only *held* locks appear in ``leaders`` and the manager fields (a lock
+    key with no ``Session`` is a released lock). A leader's epoch is the key's
+    ``LockIndex`` when the listing has it (authoritative); the value's
+    ``epoch`` is informational. ``modify_index`` maps every decoded key to
+    its ``ModifyIndex``, for check-and-set writes.
+    """
+
+    configs: dict[str, QueueConfig] = field(default_factory=dict)
+    assignments: dict[PartitionId, PartitionAssignment] = field(default_factory=dict)
+    leaders: dict[PartitionId, LeaderRecord] = field(default_factory=dict)
+    positions: dict[PartitionId, dict[str, Position]] = field(default_factory=dict)
+    external_manager: ManagerRecord | None = None
+    cluster_managers: dict[str, ManagerRecord] = field(default_factory=dict)
+    drains: dict[str, bool] = field(default_factory=dict)
+    modify_index: dict[str, int] = field(default_factory=dict)
+
+
+def _partition(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or len(text) > 6:
+        raise _Bad(f"partition {text!r} is not a small non-negative integer")
+    return int(text)
+
+
+def _apply(
+    state: ClusterState, external: list[ManagerRecord], item: dict[str, Any], parts: list[str]
+) -> Malformed | None:
+    """Decode one item into ``state`` (the external manager into ``external``);
+    returns the problem, if any."""
+    key = str(item["Key"])
+    raw = item.get("Value")
+    held = bool(item.get("Session"))
+    match parts:
+        case ["queues", q, "config"]:
+            value: Any = decode_queue_config(key, raw)
+            if isinstance(value, QueueConfig):
+                state.configs[q] = value
+        case ["queues", q, "partitions", p]:
+            value = decode_assignment(key, raw)
+            if isinstance(value, PartitionAssignment):
+                state.assignments[PartitionId(q, _partition(p))] = value
+        case ["leaders", q, p]:
+            value = decode_leader(key, raw) if held else None
+            if isinstance(value, LeaderRecord):
+                lock_index = item.get("LockIndex")
+                if isinstance(lock_index, int) and lock_index > 0:
+                    value = LeaderRecord(value.node, value.endpoint, lock_index, value.extra)
+                state.leaders[PartitionId(q, _partition(p))] = value
+        case ["positions", q, p, node]:
+            value = decode_position(key, raw)
+            if isinstance(value, Position):
+                state.positions.setdefault(PartitionId(q, _partition(p)), {})[node] = value
+        case ["managers", "external"]:
+            value = decode_manager(key, raw) if held else None
+            if isinstance(value, ManagerRecord):
+                external.append(value)
+        case ["managers", "cluster", c]:
+            value = decode_manager(key, raw) if held else None
+            if isinstance(value, ManagerRecord):
+                state.cluster_managers[c] = value
+        case ["hosts", node, "drain"]:
+            value = decode_drain(key, raw)
+            if isinstance(value, bool):
+                state.drains[node] = value
+        case _:
+            return Malformed(key, "unknown key under the zmqueue/ prefix")
+    return value if isinstance(value, Malformed) else None
+
+
+def parse_tree(items: list[dict[str, Any]] | None) -> tuple[ClusterState, list[Malformed]]:
+    """Turn a recursive KV listing (``kv.get(PREFIX, recurse=True)[1]``) into a
+    :class:`ClusterState` and the list of problems found. Never raises: a bad
+    item is reported and skipped; keys outside the prefix and folder keys
+    (ending in ``/``) are ignored."""
+    state = ClusterState()
+    external: list[ManagerRecord] = []
+    problems: list[Malformed] = []
+    for item in items or []:
+        key = item.get("Key") if isinstance(item, dict) else None
+        if not isinstance(key, str):
+            problems.append(Malformed(repr(item)[:80], "listing item has no 'Key'"))
+            continue
+        if not key.startswith(PREFIX) or key.endswith("/"):
+            continue
+        if not isinstance(item.get("Value"), bytes | None):
+            problems.append(Malformed(key, "value is not bytes"))
+            continue
+        parts = key[len(PREFIX):].split("/")
+        try:
+            problem = _apply(state, external, item, parts)
+        except _Bad as exc:
+            problem = Malformed(key, str(exc))
+        if problem is not None:
+            problems.append(problem)
+            continue
+        index = item.get("ModifyIndex")
+        if isinstance(index, int):
+            state.modify_index[key] = index
+    if external:
+        state = replace(state, external_manager=external[-1])
+    return state, problems
