@@ -6,6 +6,7 @@ import argparse
 import logging
 import threading
 from pathlib import Path
+from typing import Any
 
 from zmqueue.cli.common import add_consul_flag, console, consul_addresses, hosts_table
 from zmqueue.config import HostConfig
@@ -13,7 +14,7 @@ from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.discovery import list_hosts
 
 
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("host", help="run one queue host (a long-running process)")
     p.add_argument("--cluster", required=True, help="cluster this host belongs to")
     p.add_argument("--node", required=True, help="unique node id of this host")

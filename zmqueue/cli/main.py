@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from zmqueue.cli import cluster_cmds
+from zmqueue.cli import cluster_cmds, demo
 from zmqueue.cli.common import OneLineParser, err_console
 from zmqueue.errors import ZmqueueError
 from zmqueue.version import __version__
@@ -17,6 +17,7 @@ def build_parser() -> OneLineParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
     cluster_cmds.add_parsers(sub)
+    demo.add_parser(sub)
     return parser
 
 

@@ -22,7 +22,7 @@ class HealthServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
+            def do_GET(self) -> None:
                 if self.path.startswith("/health"):
                     ok = outer.healthy()
                     self._send(200 if ok else 503, b"ok\n" if ok else b"request loop stalled\n",
@@ -39,7 +39,7 @@ class HealthServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: object) -> None:
                 return
 
         self.healthy = healthy

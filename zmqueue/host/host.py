@@ -121,12 +121,13 @@ class Host:
         reg = Registration(cluster=cfg.cluster, node=cfg.node, version=__version__,
                            address=cfg.bind_host, client_port=port, endpoints=endpoints,
                            zone=cfg.zone, check_ttl_ms=cfg.check_ttl_ms, http_health_url=http_url)
-        self.registrar = Registrar(ConsulClient(cfg.consul, cfg.consul_timeout_ms / 1000), reg)
+        registrar = Registrar(ConsulClient(cfg.consul, cfg.consul_timeout_ms / 1000), reg)
         try:
-            self.registrar.register()
+            registrar.register()
         except ConsulUnavailable as exc:
             self.close()
             raise StartupError(str(exc)) from None
+        self.registrar = registrar
         hb_registrar = Registrar(ConsulClient(cfg.consul, cfg.consul_timeout_ms / 1000), reg)
         self.heartbeat = Heartbeat(hb_registrar, cfg.heartbeat_interval_ms, self.healthy)
         self.heartbeat.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -39,20 +40,16 @@ class ManagedProcess:
 
     def signal(self, sig: int) -> None:
         if self.alive():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
 
     def kill9(self) -> None:
         """SIGKILL by pid and reap."""
         if self.proc is None:
             return
         self.signal(signal.SIGKILL)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
         """SIGTERM (SIGCONT first, in case it is stopped), wait, then SIGKILL."""

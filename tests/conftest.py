@@ -1,0 +1,118 @@
+"""The test harness: a real Consul agent per pytest-xdist worker, and real
+host processes started and stopped by pid.
+
+Every test gets its own cluster names (``uid``) so tests sharing a worker's
+agent never see each other; teardown deregisters every zmqueue service and
+wipes the ``zmqueue/`` KV prefix. A failing test prints the log tails of the
+processes it started.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from zmqueue.localcluster import ConsulAgent, HostProcess, find_consul_binary
+from zmqueue.localcluster.consul_agent import INSTALL_HINT
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    rep = outcome.get_result()  # type: ignore[attr-defined]
+    setattr(item, f"rep_{rep.when}", rep)
+
+
+def _failed(request: pytest.FixtureRequest) -> bool:
+    rep = getattr(request.node, "rep_call", None)
+    return rep is None or rep.failed
+
+
+@pytest.fixture(scope="session")
+def consul_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsulAgent]:
+    try:
+        binary = find_consul_binary()
+    except FileNotFoundError:
+        pytest.fail(f"Consul is not installed: {INSTALL_HINT}", pytrace=False)
+    agent = ConsulAgent(tmp_path_factory.mktemp("consul"), binary=binary)
+    agent.start()
+    try:
+        yield agent
+    finally:
+        agent.stop()
+
+
+def wait_for(cond: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.05) -> Any:
+    """Poll ``cond`` until it returns something truthy, or fail after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+class HostFactory:
+    """Starts host processes for one test; stops them all by pid at teardown."""
+
+    def __init__(self, agent: ConsulAgent, base: Path) -> None:
+        self.agent = agent
+        self.base = base
+        self.uid = uuid.uuid4().hex[:8]
+        self.hosts: list[HostProcess] = []
+
+    def cluster_name(self, name: str = "c1") -> str:
+        return f"{name}-{self.uid}"
+
+    def start(self, node: str, cluster: str = "c1", extra_args: list[str] | None = None,
+              data_dir: Path | None = None) -> HostProcess:
+        hp = HostProcess(self.cluster_name(cluster), f"{node}-{self.uid}",
+                         data_dir or self.base / "data" / node, self.agent.http_addr,
+                         self.base / "logs", extra_args)
+        self.hosts.append(hp.start())
+        return hp
+
+    def restart(self, old: HostProcess) -> HostProcess:
+        hp = HostProcess(old.cluster, old.node, old.data_dir, old.consul, self.base / "logs",
+                         old.extra_args)
+        self.hosts.append(hp.start())
+        return hp
+
+    def stop_all(self) -> None:
+        for h in self.hosts:
+            h.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"----- {h.node} (pid {h.proc.proc.pid if h.proc.proc else '-'}) -----\n"
+                         f"{h.log_tail()}" for h in self.hosts)
+
+
+def _wipe_consul(agent: ConsulAgent) -> None:
+    import consul
+
+    host, _, port = agent.http_addr.rpartition(":")
+    c = consul.Consul(host=host, port=int(port), connections_timeout=5)
+    for sid, svc in c.agent.services().items():
+        if svc.get("Service") == "zmqueue":
+            c.agent.service.deregister(sid)
+    c.kv.delete("zmqueue/", recurse=True)
+
+
+@pytest.fixture
+def hosts(consul_agent: ConsulAgent, tmp_path: Path,
+          request: pytest.FixtureRequest) -> Iterator[HostFactory]:
+    factory = HostFactory(consul_agent, tmp_path)
+    try:
+        yield factory
+    finally:
+        factory.stop_all()
+        if _failed(request):
+            print(factory.logs())
+        _wipe_consul(consul_agent)

@@ -1,0 +1,54 @@
+"""Config dataclasses validate explicit bounds with messages naming the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from zmqueue.config import HostConfig, QueueConfig, from_env, parse_consul_addresses
+from zmqueue.errors import ConfigError
+
+
+def test_a_default_queue_config_is_valid_and_round_trips_through_a_dict() -> None:
+    cfg = QueueConfig("orders").validate()
+    assert QueueConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    ({"visibility_timeout_s": -1}, "visibility_timeout"),
+    ({"visibility_timeout_s": 50000}, "visibility_timeout"),
+    ({"max_message_bytes": 10}, "max_message_bytes"),
+    ({"fsync": "sometimes"}, "fsync"),
+    ({"dead_letter_queue": "bad name!"}, "queue name"),
+    ({"max_receive_count": 0}, "max_receive_count"),
+])
+def test_an_out_of_range_queue_setting_is_refused_naming_the_field(
+        kwargs: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        QueueConfig("orders", **kwargs).validate()
+
+
+def test_bad_queue_names_are_refused() -> None:
+    for name in ("", "a b", "x" * 81, "ü", "q.fifo"):
+        with pytest.raises(ConfigError):
+            QueueConfig(name).validate()
+    QueueConfig("q.fifo", fifo=True).validate()
+
+
+def test_unknown_keys_in_stored_config_are_kept_not_fatal() -> None:
+    cfg = QueueConfig.from_dict({"name": "q", "future_knob": 3})
+    assert cfg.extra == {"future_knob": 3}
+
+
+def test_a_host_config_refuses_bad_consul_addresses_and_ttls() -> None:
+    with pytest.raises(ConfigError, match="consul"):
+        HostConfig("c", "n", "/d", consul=("nohostport",)).validate()
+    with pytest.raises(ConfigError, match="check_ttl_ms"):
+        HostConfig("c", "n", "/d", heartbeat_interval_ms=2000, check_ttl_ms=3000).validate()
+
+
+def test_consul_addresses_come_from_the_environment_in_one_place() -> None:
+    assert parse_consul_addresses("http://a:1, b:2") == ("a:1", "b:2")
+    assert from_env({"CONSUL_HTTP_ADDR": "x:9"})["consul"] == ("x:9",)
+    assert from_env({})["consul"] == ("127.0.0.1:8500",)

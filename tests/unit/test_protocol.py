@@ -1,0 +1,74 @@
+"""Wire protocol v1: round trips, and defensive decoding of garbage."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zmqueue import errors, protocol
+from zmqueue.errors import ErrorCode, ProtocolError, UnknownCommand, UnsupportedVersion
+from zmqueue.protocol import Command, Flags
+
+
+def test_a_request_round_trips_with_its_command_id_and_body() -> None:
+    body = {"q": "orders", "m": [[b"\x00body", {"k": "v"}, 0, None, None]]}
+    f = protocol.decode(protocol.encode_request(Command.SEND, 12345, body))
+    assert f.command is Command.SEND and f.request_id == 12345 and f.body == body
+    assert f.flags == Flags.NONE
+
+
+def test_an_error_reply_decodes_to_the_same_exception_class_with_details() -> None:
+    exc = errors.MessageTooLarge("too big", size=300000, limit=262144)
+    f = protocol.decode(protocol.encode_error(Command.SEND, 9, exc))
+    assert f.is_error and f.flags & Flags.REPLY
+    back = errors.from_wire(f.body)
+    assert type(back) is errors.MessageTooLarge
+    assert back.details == {"size": 300000, "limit": 262144}
+
+
+def test_every_error_code_maps_to_exactly_one_exception_class() -> None:
+    for code in ErrorCode:
+        cls = type(errors.from_wire({"code": int(code), "message": "m"}))
+        assert cls.code == code, code
+
+
+def test_an_unknown_error_code_becomes_an_internal_error() -> None:
+    assert type(errors.from_wire({"code": 999, "message": "x"})) is errors.InternalError
+    assert type(errors.from_wire("nonsense")) is errors.ProtocolError
+
+
+def test_a_frame_of_another_version_is_refused_with_a_clear_error() -> None:
+    data = bytearray(protocol.encode_request(Command.PING, 1))
+    data[2] = 9
+    with pytest.raises(UnsupportedVersion, match="version 9"):
+        protocol.decode(bytes(data))
+
+
+def test_an_unknown_command_is_refused() -> None:
+    data = bytearray(protocol.encode_request(Command.PING, 1))
+    data[3] = 250
+    with pytest.raises(UnknownCommand):
+        protocol.decode(bytes(data))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=256))
+def test_decoding_arbitrary_bytes_raises_only_protocol_errors(data: bytes) -> None:
+    with contextlib.suppress(ProtocolError):
+        protocol.decode(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(list(Command)), st.integers(0, 2**64 - 1), st.binary(max_size=200))
+def test_a_valid_header_with_a_random_body_never_raises_anything_else(
+        cmd: Command, rid: int, tail: bytes) -> None:
+    data = protocol.HEADER.pack(protocol.MAGIC, protocol.VERSION, int(cmd), 0, rid) + tail
+    try:
+        f = protocol.decode(data)
+    except ProtocolError:
+        assert protocol.peek_header(data) == (int(cmd), rid)
+    else:
+        assert f.request_id == rid
