@@ -1,0 +1,66 @@
+"""Storage configuration: one frozen dataclass with documented defaults and bounds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zmqueue.errors import ConfigError
+
+MIB = 1024 * 1024
+FSYNC_POLICIES = ("always", "interval", "never")
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """Per-partition storage settings.
+
+    ``fsync`` promises (see docs/SEGMENT_FORMAT.md, "Durability"):
+
+    * ``always``: ``commit()`` returns only after ``fdatasync``; a committed
+      record survives a power loss.
+    * ``interval`` (default): ``commit()`` writes to the OS page cache; a
+      background thread fdatasyncs every ``fsync_interval_ms``.  A committed
+      record survives a process crash (kill -9); a power loss may lose the
+      last ``fsync_interval_ms`` of commits (the torn tail is cut on open).
+    * ``never``: the OS decides when to write back; survives a process crash only.
+    """
+
+    ring_slots: int = 65536  # messages held in memory (the hot window)
+    arena_bytes: int = 32 * MIB  # payload bytes held in memory
+    segment_bytes_max: int = 64 * MIB  # roll to a new segment file past this size
+    fsync: str = "interval"
+    fsync_interval_ms: int = 50
+    retention_ms: int = 4 * 24 * 3600 * 1000  # 4 days
+    max_messages: int | None = None  # QueueLimitReached beyond this many messages
+    max_bytes: int | None = None  # QueueLimitReached beyond this many body+attribute bytes
+    fifo: bool = False
+
+    def validate(self) -> StorageConfig:
+        """Raise :class:`ConfigError` naming the field and its bound; return self."""
+        _bound("ring_slots", self.ring_slots, 2, 1 << 26)
+        _bound("arena_bytes", self.arena_bytes, 4096, 1 << 40)
+        _bound("segment_bytes_max", self.segment_bytes_max, 4096, 1 << 40)
+        _bound("fsync_interval_ms", self.fsync_interval_ms, 1, 3_600_000)
+        _bound("retention_ms", self.retention_ms, 1000, 1 << 62)
+        if self.fsync not in FSYNC_POLICIES:
+            raise ConfigError(
+                f"fsync must be one of {FSYNC_POLICIES}, got {self.fsync!r}",
+                field="fsync",
+                value=self.fsync,
+            )
+        if self.max_messages is not None:
+            _bound("max_messages", self.max_messages, 1, 1 << 62)
+        if self.max_bytes is not None:
+            _bound("max_bytes", self.max_bytes, 1, 1 << 62)
+        return self
+
+
+def _bound(name: str, value: int, low: int, high: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ConfigError(
+            f"{name} must be an integer in [{low}, {high}], got {value!r}",
+            field=name,
+            value=value,
+            low=low,
+            high=high,
+        )

@@ -1,0 +1,112 @@
+"""Appending blocks to the active segment, rolling, and the fsync policy.
+
+``always``: fdatasync before ``append_block`` returns.  ``interval``: a daemon
+thread fdatasyncs the active file every ``fsync_interval_ms`` when something
+was written since the last sync (on a dup of the fd, outside the lock, so a
+commit never waits for a sync).  ``never``: no fsync except at ``close()``.
+A rolled segment is fdatasynced before it is closed (``always``/``interval``)
+and the directory is fsynced after a new file is created.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from zmqueue.dataplane.storage.config import StorageConfig
+from zmqueue.dataplane.storage.recovery import SegmentInfo
+from zmqueue.dataplane.storage.segment import BlockIndex, SegmentWriter, fsync_dir, segment_name
+
+
+class LogWriter:
+    def __init__(
+        self, directory: Path, config: StorageConfig, segments: list[SegmentInfo], index: BlockIndex
+    ) -> None:
+        self.directory, self.config, self.index = directory, config, index
+        self.segments = segments
+        self.lock = threading.Lock()
+        self.writer: SegmentWriter | None = None
+        if segments:
+            last = segments[-1]
+            self.writer = SegmentWriter(directory / segment_name(last.base), last.base)
+        self._dirty = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if config.fsync == "interval":
+            self._thread = threading.Thread(target=self._flusher, name="zmq-fsync", daemon=True)
+            self._thread.start()
+
+    @property
+    def path(self) -> Path:
+        return self.writer.path if self.writer else self.directory
+
+    def append_block(self, block: bytes, first_seq: int, last_seq: int) -> None:
+        """Write one block (rolling first if needed); raises OSError untouched."""
+        with self.lock:
+            writer = self.writer
+            if writer is None or (
+                writer.size > 0 and writer.size + len(block) > self.config.segment_bytes_max
+            ):
+                writer = self._roll(first_seq)
+            offset = writer.write_block(block)
+            if self.config.fsync == "always":
+                writer.sync()
+            else:
+                self._dirty = True
+            self.index.add(first_seq, writer.base, offset)
+            self.segments[-1].size = writer.size
+            self.segments[-1].last_seq = last_seq
+
+    def _roll(self, first_seq: int) -> SegmentWriter:
+        old = self.writer
+        if old is not None:
+            if self.config.fsync != "never":
+                old.sync()
+            old.close()
+            self.writer = None
+        writer = SegmentWriter(self.directory / segment_name(first_seq), first_seq)
+        self.writer = writer
+        self.segments.append(SegmentInfo(first_seq, 0, first_seq - 1))
+        if self.config.fsync != "never":
+            fsync_dir(self.directory)
+        return writer
+
+    def remove_segment(self, base: int) -> None:
+        """Delete a closed segment file (compaction); never the active one."""
+        with self.lock:
+            assert self.writer is None or self.writer.base != base
+            self.segments = [s for s in self.segments if s.base != base]
+            (self.directory / segment_name(base)).unlink(missing_ok=True)
+            self.index.drop_segment(base)
+
+    def _flusher(self) -> None:
+        interval = self.config.fsync_interval_ms / 1000
+        while not self._stop.wait(interval):
+            self.flush()
+
+    def flush(self) -> None:
+        """fdatasync the active file if anything was written since the last sync."""
+        with self.lock:
+            if not self._dirty or self.writer is None:
+                return
+            fd = os.dup(self.writer.fd)
+            self._dirty = False
+        try:
+            os.fdatasync(fd)
+        except OSError:
+            with self.lock:
+                self._dirty = True
+        finally:
+            os.close(fd)
+
+    def close(self, sync: bool = True) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self.lock:
+            if self.writer is not None:
+                if sync:
+                    self.writer.sync()
+                self.writer.close()
+                self.writer = None

@@ -1,0 +1,49 @@
+"""Value objects crossing the storage interface (built only for messages returned)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MESSAGE_ID_BYTES = 16
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """A message to append; ``message_id`` is 16 bytes chosen by the caller."""
+
+    message_id: bytes
+    body: bytes
+    attributes: bytes = b""  # opaque blob, stored and returned verbatim
+    group_hash: int = 0  # u64; FIFO ordering key (0 = no group)
+    delay_ms: int = 0  # visible at enqueue_ms + delay_ms
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """One message handed out by ``receive()``."""
+
+    seq: int
+    message_id: bytes
+    body: bytes
+    attributes: bytes
+    group_hash: int
+    enqueue_ms: int
+    receive_count: int  # count AFTER this receive
+    visible_at_ms: int  # the new visibility deadline
+
+
+@dataclass(frozen=True)
+class Record:
+    """One decoded log record (``read_records``; replication catch-up, tools)."""
+
+    type: int
+    epoch: int
+    seq: int
+    target_seq: int
+    message_id: bytes
+    time_ms: int
+    visible_at_ms: int
+    group_hash: int
+    receive_count: int
+    body: bytes
+    attributes: bytes

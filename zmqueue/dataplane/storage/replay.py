@@ -1,0 +1,109 @@
+"""Applying decoded records to the in-memory state (ring + backlog).
+
+Used by recovery (every verified block, in log order) and by ``append`` (the
+placement of new messages), so a restart rebuilds exactly what was live:
+deleted and DLQ-moved messages stay gone, receive counts and deadlines come
+from the last VISIBILITY record, a PURGE drops everything before it.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+
+from zmqueue.dataplane.storage.backlog import Backlog, U8Array, payload_lens
+from zmqueue.dataplane.storage.records import RecordType, Table
+from zmqueue.dataplane.storage.ring import AVAILABLE, IN_FLIGHT, MOVING, IntArray, Ring
+
+
+def place(ring: Ring, backlog: Backlog, rows: Table, heap: U8Array) -> None:
+    """New MESSAGE rows go to the ring while there is no backlog and they fit."""
+    k = 0
+    if backlog.cursor is None:
+        k = ring.fit_count(payload_lens(rows))
+        if k:
+            ring.insert(rows[:k] if k < len(rows) else rows, heap)
+    if k < len(rows):
+        backlog.add(rows[k:])
+
+
+def lookup(ring: Ring, targets: IntArray) -> IntArray:
+    """Slots holding ``targets`` (live or not), -1 where absent."""
+    seqs = ring.meta["seq"]
+    n = ring.n
+    if len(targets) <= 16:
+        pos = np.array([bisect.bisect_left(seqs, int(t), 0, n) for t in targets], np.int64)
+    else:
+        pos = np.searchsorted(seqs[:n], targets).astype(np.int64)
+    found = pos < n
+    found[found] = seqs[pos[found]] == targets[found]
+    return np.where(found, pos, -1)
+
+
+def live_mask(ring: Ring, slots: IntArray) -> np.ndarray[tuple[int], np.dtype[np.bool_]]:
+    states = ring.meta["state"][np.maximum(slots, 0)]
+    return (slots >= 0) & (states >= AVAILABLE) & (states <= MOVING)
+
+
+def apply_block(ring: Ring, backlog: Backlog, table: Table, heap: U8Array) -> None:
+    """Apply one block's records in order (split at PURGE records)."""
+    types = table["type"]
+    start = 0
+    for p in [*np.flatnonzero(types == RecordType.PURGE).tolist(), len(table)]:
+        if p > start:
+            _apply_chunk(ring, backlog, table[start:p], heap)
+        if p < len(table):
+            ring.clear()
+            backlog.reset()
+        start = p + 1
+
+
+def _apply_chunk(ring: Ring, backlog: Backlog, chunk: Table, heap: U8Array) -> None:
+    types = chunk["type"]
+    msgs = chunk[types == RecordType.MESSAGE]
+    if len(msgs):
+        place(ring, backlog, msgs, heap)
+    vis = chunk[types == RecordType.VISIBILITY]
+    if len(vis):
+        _apply_visibility(ring, backlog, vis)
+    gone = chunk[(types == RecordType.DELETE) | (types == RecordType.DLQ_MOVE)]
+    if len(gone):
+        _apply_removal(ring, backlog, gone["target_seq"].astype(np.int64))
+
+
+def _apply_visibility(ring: Ring, backlog: Backlog, rows: Table) -> None:
+    targets = rows["target_seq"].astype(np.int64)
+    _, last = np.unique(targets[::-1], return_index=True)
+    rows = rows[len(rows) - 1 - last]
+    targets = targets[len(targets) - 1 - last]
+    slots = lookup(ring, targets)
+    live = live_mask(ring, slots)
+    hit = slots[live]
+    ring.meta["receive_count"][hit] = rows["receive_count"][live]
+    ring.meta["visible_at_ms"][hit] = rows["visible_at_ms"][live]
+    ring.meta["state"][hit] = IN_FLIGHT
+    ring.hint, ring.hint_deadline = 0, -1
+    for seq, count in zip(targets[~live].tolist(), rows["receive_count"][~live].tolist(), strict=True):
+        if backlog.beyond(seq):
+            backlog.receive_counts[seq] = count
+
+
+def _apply_removal(ring: Ring, backlog: Backlog, targets: IntArray) -> None:
+    slots = lookup(ring, targets)
+    live = live_mask(ring, slots)
+    if live.any():
+        ring.remove(slots[live])
+    for seq in targets[~live].tolist():
+        if backlog.beyond(seq):
+            backlog.gone.add(seq)
+            backlog.receive_counts.pop(seq, None)
+
+
+def release_in_flight(ring: Ring) -> None:
+    """After a restart every in-flight or moving message is visible again."""
+    state = ring.meta["state"][: ring.n]
+    held = (state == IN_FLIGHT) | (state == MOVING)
+    state[held] = AVAILABLE
+    ring.meta["visible_at_ms"][: ring.n][held] = 0
+    ring.hint, ring.hint_deadline = 0, -1

@@ -1,0 +1,98 @@
+"""Picking messages to receive: vectorised scans over the ring's metadata.
+
+Standard queues take the oldest receivable messages, scanning forward from a
+hint (everything before it was not receivable, and cannot become so before
+``hint_deadline``), so a receive costs O(messages skipped), not O(ring).
+
+FIFO queues scan the whole window: a group is skipped while any of its
+messages is IN_FLIGHT (deadline not passed); otherwise its receivable messages
+are taken in seq order up to the first one that is still delayed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zmqueue.dataplane.storage.ring import AVAILABLE, IN_FLIGHT, MOVING, NEVER, IntArray, Ring
+
+FIRST_CHUNK = 256
+
+
+def split_dead(ring: Ring, idx: IntArray, max_rc: int | None) -> tuple[IntArray, IntArray]:
+    """(to deliver, dead letters) among candidate slots ``idx``."""
+    if max_rc is None or len(idx) == 0:
+        return idx, idx[:0]
+    dead = ring.meta["receive_count"][idx] >= max_rc
+    return idx[~dead], idx[dead]
+
+
+def pick_standard(ring: Ring, now: int, k: int) -> IntArray:
+    """Slots of up to ``k`` receivable messages, oldest first; advances the hint."""
+    if now >= ring.hint_deadline:
+        ring.hint, ring.hint_deadline = 0, NEVER
+    state, vis = ring.meta["state"], ring.meta["visible_at_ms"]
+    start, chunk, got = ring.hint, FIRST_CHUNK, []
+    need, scanned_to = k, ring.hint
+    while start < ring.n and need > 0:
+        end = min(ring.n, start + chunk)
+        s, v = state[start:end], vis[start:end]
+        live = (s == AVAILABLE) | (s == IN_FLIGHT)
+        ok = live & (v <= now)
+        hits = np.flatnonzero(ok)[:need]
+        scanned_to = int(hits[-1]) + 1 + start if len(hits) == need else end
+        waiting = live[: scanned_to - start] & ~ok[: scanned_to - start]
+        if waiting.any():
+            ring.note_deadline(int(v[: scanned_to - start][waiting].min()))
+        got.append(hits + start)
+        need -= len(hits)
+        start, chunk = end, chunk * 2
+    ring.hint = scanned_to
+    return np.concatenate(got) if got else np.zeros(0, np.int64)
+
+
+def pick_fifo(ring: Ring, now: int, k: int) -> IntArray:
+    """Slots of up to ``k`` messages respecting per-group order and blocking."""
+    n = ring.n
+    s = ring.meta["state"][:n]
+    v = ring.meta["visible_at_ms"][:n]
+    g = ring.meta["group_hash"][:n]
+    live = (s == AVAILABLE) | (s == IN_FLIGHT)
+    blocked = np.unique(g[(s == IN_FLIGHT) & (v > now)])
+    cand = live & ~np.isin(g, blocked)
+    ok = cand & (v <= now)
+    stop_idx = np.flatnonzero(cand & ~ok)
+    ok_idx = np.flatnonzero(ok)
+    if len(stop_idx) and len(ok_idx):
+        groups, first = np.unique(g[stop_idx], return_index=True)
+        first_stop = stop_idx[first]
+        pos = np.searchsorted(groups, g[ok_idx])
+        pos_c = np.minimum(pos, len(groups) - 1)
+        has_stop = groups[pos_c] == g[ok_idx]
+        ok_idx = ok_idx[~has_stop | (ok_idx < first_stop[pos_c])]
+    return ok_idx[:k].astype(np.int64)
+
+
+def next_wakeup(ring: Ring, now: int) -> int | None:
+    """Earliest future ``visible_at_ms`` of a waiting message, or None."""
+    n = ring.n
+    s, v = ring.meta["state"][:n], ring.meta["visible_at_ms"][:n]
+    waiting = ((s == AVAILABLE) | (s == IN_FLIGHT)) & (v > now)
+    return int(v[waiting].min()) if waiting.any() else None
+
+
+def ring_counts(ring: Ring, now: int) -> dict[str, int]:
+    n = ring.n
+    s, v = ring.meta["state"][:n], ring.meta["visible_at_ms"][:n]
+    live = (s == AVAILABLE) | (s == IN_FLIGHT)
+    visible = int(np.count_nonzero(live & (v <= now)))
+    delayed = int(np.count_nonzero((s == AVAILABLE) & (v > now)))
+    oldest = 0
+    if ring.live:
+        enq = ring.meta["enqueue_ms"][:n][live | (s == MOVING)]
+        oldest = max(0, now - int(enq.min())) if len(enq) else 0
+    return {
+        "oldest_age_ms": oldest,
+        "visible": visible,
+        "delayed": delayed,
+        "in_flight": ring.live - visible - delayed,
+    }

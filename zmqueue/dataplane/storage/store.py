@@ -1,0 +1,486 @@
+"""PartitionStore: one queue partition's messages, composed of ring + log + backlog.
+
+The host's poll loop calls the mutating methods, then ``commit()`` once per
+iteration (group commit), then replies to clients.  Times are passed in
+(``now_ms``); the only thread is the interval flusher.  Not thread-safe: one
+owner (the poll loop) per store.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from zmqueue.dataplane.storage import replay, select
+from zmqueue.dataplane.storage.backlog import Backlog
+from zmqueue.dataplane.storage.config import StorageConfig
+from zmqueue.dataplane.storage.logwriter import LogWriter
+from zmqueue.dataplane.storage.model import MESSAGE_ID_BYTES, Delivered, NewMessage, Record
+from zmqueue.dataplane.storage.records import (
+    MAX_BLOCK_RAW,
+    RecordType,
+    Table,
+    encode_block,
+    new_table,
+    ref_table,
+)
+from zmqueue.dataplane.storage.recovery import RecoveryReport, recover_directory
+from zmqueue.dataplane.storage.ring import AVAILABLE, IN_FLIGHT, MOVING, IntArray, Ring
+from zmqueue.dataplane.storage.segment import (
+    SPACE_ERRNOS,
+    BlockIndex,
+    BlockReader,
+    ScannedBlock,
+    disk_full,
+)
+from zmqueue.errors import DiskFull, InternalError, InvalidParameter, InvalidReceipt, QueueLimitReached
+
+
+class PartitionStoreProtocol(Protocol):
+    """What the queue layer codes against (see PartitionStore for semantics)."""
+
+    recovery_report: RecoveryReport
+
+    def append(self, messages: Sequence[NewMessage], now_ms: int, epoch: int = 0) -> list[int]: ...
+    def receive(
+        self, max_messages: int, now_ms: int, visibility_ms: int, *, max_receive_count: int | None = None
+    ) -> tuple[list[Delivered], list[Delivered]]: ...
+    def mark_dead_lettered(self, seqs: Sequence[int], now_ms: int) -> None: ...
+    def delete(self, seq: int, receive_count: int, now_ms: int) -> None: ...
+    def change_visibility(self, seq: int, receive_count: int, visibility_ms: int, now_ms: int) -> int: ...
+    def purge(self, now_ms: int) -> int: ...
+    def expire(self, now_ms: int) -> int: ...
+    def compact(self) -> int: ...
+    def next_wakeup_ms(self, now_ms: int) -> int | None: ...
+    def has_visible(self, now_ms: int) -> bool: ...
+    def stats(self, now_ms: int) -> dict[str, int]: ...
+    def commit(self) -> int: ...
+    def read_records(self, from_seq: int, max_records: int) -> list[Record]: ...
+    def close(self) -> None: ...
+
+
+class PartitionStore:
+    """Ring buffer + segment log for one partition (see the package docstring)."""
+
+    def __init__(self, directory: Path, config: StorageConfig, now_ms: int) -> None:
+        self.directory, self.config = directory, config
+        self.ring = Ring(config.ring_slots, config.arena_bytes)
+        self._lock_fd = _lock_directory(directory)
+        self._now = now_ms
+        self._space_short = False
+        self._closed = False
+        self.epoch = 0
+        self.recovery_report = self._load(now_ms, restart=True)
+
+    @classmethod
+    def open(
+        cls, directory: str | os.PathLike[str], config: StorageConfig, *, now_ms: int | None = None
+    ) -> PartitionStore:
+        """Create the directory if missing, recover the log, return a ready store."""
+        config.validate()
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        return cls(path, config, int(time.time() * 1000) if now_ms is None else now_ms)
+
+    # -- loading / rollback -----------------------------------------------------
+    def _load(self, now_ms: int, restart: bool) -> RecoveryReport:
+        self.ring.clear()
+        self.backlog = Backlog()
+        self._next_seq, self._last_written = 1, 0
+        self._pending: list[Table] = []
+        self._pending_heaps: list[bytes] = []
+        self._pending_heap_len = 0
+        self.index = BlockIndex()
+        report, segments = recover_directory(self.directory, self._replay_block)
+        if restart:
+            replay.release_in_flight(self.ring)
+        self.log = LogWriter(self.directory, self.config, segments, self.index)
+        self.reader = BlockReader(self.directory)
+        self.expire(now_ms)
+        return report
+
+    def _replay_block(self, base: int, block: ScannedBlock) -> None:
+        self.index.add(block.header.first_seq, base, block.offset)
+        replay.apply_block(self.ring, self.backlog, block.table, np.frombuffer(block.heap, np.uint8))
+        self._next_seq = block.header.last_seq + 1
+        self._last_written = block.header.last_seq
+        self.epoch = max(self.epoch, int(block.table["epoch"].max()))
+
+    def _rollback(self, exc: OSError) -> None:
+        """A write failed: forget everything uncommitted by rebuilding from the log."""
+        path = self.log.path
+        self.log.close(sync=False)
+        self.reader.close()
+        self._load(self._now, restart=False)
+        if exc.errno in SPACE_ERRNOS:
+            self._space_short = True
+            raise disk_full(path, exc) from exc
+        raise InternalError(f"write to {path} failed: {exc}; uncommitted records dropped") from exc
+
+    # -- writes -------------------------------------------------------------
+    def append(self, messages: Sequence[NewMessage], now_ms: int, epoch: int = 0) -> list[int]:
+        """Stage new messages; they are durable (per fsync policy) after commit()."""
+        self._check_open(now_ms)
+        n = len(messages)
+        if n == 0:
+            return []
+        ids = b"".join([m.message_id for m in messages])
+        if len(ids) != MESSAGE_ID_BYTES * n:
+            raise InvalidParameter("every message_id must be exactly 16 bytes", field="message_id")
+        bodies = [m.body for m in messages]
+        attrs = [m.attributes for m in messages]
+        body_len = np.fromiter(map(len, bodies), np.int64, n)
+        has_attrs = any(attrs)
+        attr_len = np.fromiter(map(len, attrs), np.int64, n) if has_attrs else np.zeros(n, np.int64)
+        size = int(body_len.sum()) + int(attr_len.sum())
+        self._check_limits(n, size)
+        table = new_table(n)
+        seq0 = self._alloc(n)
+        table["type"] = RecordType.MESSAGE
+        table["epoch"] = epoch
+        table["seq"] = np.arange(seq0, seq0 + n, dtype=np.uint64)
+        table["message_id"] = np.frombuffer(ids, "V16")
+        table["time_ms"] = now_ms
+        table["visible_at_ms"] = np.fromiter((m.delay_ms for m in messages), np.int64, n) + now_ms
+        table["group_hash"] = np.fromiter((m.group_hash for m in messages), np.uint64, n)
+        table["body_len"] = body_len
+        table["attr_len"] = attr_len
+        lens = body_len + attr_len
+        table["data_off"][1:] = np.cumsum(lens[:-1])
+        if has_attrs:
+            heap = b"".join([p for m in messages for p in (m.body, m.attributes)])
+        else:
+            heap = b"".join(bodies)
+        self.epoch = max(self.epoch, epoch)
+        replay.place(self.ring, self.backlog, table, np.frombuffer(heap, np.uint8))
+        self._stage(table, heap)
+        return list(range(seq0, seq0 + n))
+
+    def _check_open(self, now_ms: int) -> None:
+        if self._closed:
+            raise InternalError(f"partition store {self.directory} is closed")
+        self._now = max(self._now, now_ms)
+
+    def _check_limits(self, n: int, size: int) -> None:
+        if self._space_short:
+            st = os.statvfs(self.directory)
+            if st.f_bavail * st.f_frsize < 2 * size + (1 << 20):
+                raise DiskFull(
+                    f"disk holding {self.directory} is full; free space on it",
+                    path=str(self.directory),
+                )
+            self._space_short = False
+        limit = self.config.max_messages
+        if limit is not None and self._total() + n > limit:
+            raise QueueLimitReached(
+                f"queue limit max_messages={limit} reached ({self._total()} stored)",
+                limit="max_messages",
+                value=limit,
+            )
+        limit = self.config.max_bytes
+        if limit is not None and self._bytes() + size > limit:
+            raise QueueLimitReached(
+                f"queue limit max_bytes={limit} reached ({self._bytes()} bytes stored)",
+                limit="max_bytes",
+                value=limit,
+            )
+        if self._pending_heap_len + size > MAX_BLOCK_RAW // 2:
+            raise InvalidParameter("too much uncommitted data: commit() first", size=size)
+
+    def _alloc(self, n: int) -> int:
+        seq = self._next_seq
+        self._next_seq += n
+        return seq
+
+    def _stage(self, table: Table, heap: bytes) -> None:
+        if heap:
+            if self._pending_heap_len:
+                table["data_off"] += self._pending_heap_len
+            self._pending_heaps.append(heap)
+            self._pending_heap_len += len(heap)
+        self._pending.append(table)
+
+    def _log_refs(self, rtype: RecordType, slots: IntArray, now_ms: int) -> Table:
+        meta = self.ring.meta
+        table = ref_table(rtype, meta["seq"][slots], self._alloc(len(slots)), self.epoch, now_ms)
+        table["message_id"] = meta["message_id"][slots]
+        table["receive_count"] = meta["receive_count"][slots]
+        self._stage(table, b"")
+        return table
+
+    def commit(self) -> int:
+        """Write everything staged as one block; fsync if policy is ``always``.
+
+        Returns the last seq written.  On a write error nothing staged survives
+        (the in-memory state is rebuilt from the log) and DiskFull is raised for
+        ENOSPC/EFBIG/EDQUOT; committed data is untouched.
+        """
+        if not self._pending:
+            return self._last_written
+        table = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
+        heap = b"".join(self._pending_heaps)
+        first, last = int(table["seq"][0]), int(table["seq"][-1])
+        try:
+            self.log.append_block(encode_block(table, heap), first, last)
+        except OSError as exc:
+            self._rollback(exc)
+        self._pending, self._pending_heaps, self._pending_heap_len = [], [], 0
+        self._last_written = last
+        self._page_in(self._now)
+        return last
+
+    # -- reads and state changes ---------------------------------------------
+    def receive(
+        self,
+        max_messages: int,
+        now_ms: int,
+        visibility_ms: int,
+        *,
+        max_receive_count: int | None = None,
+    ) -> tuple[list[Delivered], list[Delivered]]:
+        """Mark up to ``max_messages`` visible messages in flight; see the contract."""
+        self._check_open(now_ms)
+        if max_messages <= 0:
+            return [], []
+        self._page_in(now_ms)
+        ring = self.ring
+        if self.config.fifo:
+            idx = select.pick_fifo(ring, now_ms, max_messages)
+        else:
+            idx = select.pick_standard(ring, now_ms, max_messages)
+        deliver, dead = select.split_dead(ring, idx, max_receive_count)
+        meta = ring.meta
+        if len(dead):
+            meta["state"][dead] = MOVING
+        if len(deliver):
+            deadline = now_ms + visibility_ms
+            meta["receive_count"][deliver] += 1
+            meta["visible_at_ms"][deliver] = deadline
+            meta["state"][deliver] = IN_FLIGHT
+            ring.note_deadline(deadline)
+            table = self._log_refs(RecordType.VISIBILITY, deliver, now_ms)
+            table["visible_at_ms"] = deadline
+        return self._delivered(deliver), self._delivered(dead)
+
+    def _delivered(self, slots: IntArray) -> list[Delivered]:
+        out = []
+        for i in slots.tolist():
+            row = self.ring.meta[i]
+            body, attrs = self.ring.payload(i)
+            out.append(
+                Delivered(
+                    seq=int(row["seq"]),
+                    message_id=bytes(row["message_id"]),
+                    body=body,
+                    attributes=attrs,
+                    group_hash=int(row["group_hash"]),
+                    enqueue_ms=int(row["enqueue_ms"]),
+                    receive_count=int(row["receive_count"]),
+                    visible_at_ms=int(row["visible_at_ms"]),
+                )
+            )
+        return out
+
+    def _receipt_slot(self, seq: int, receive_count: int) -> int:
+        i = self.ring.index_of(seq)
+        state = int(self.ring.meta["state"][i]) if i >= 0 else -1
+        if state not in (AVAILABLE, IN_FLIGHT, MOVING):
+            raise InvalidReceipt(f"message {seq} is unknown or already deleted", seq=seq)
+        if state != IN_FLIGHT:
+            raise InvalidReceipt(f"message {seq} is not in flight; the receipt is stale", seq=seq)
+        current = int(self.ring.meta["receive_count"][i])
+        if current != receive_count:
+            raise InvalidReceipt(
+                f"stale receipt for message {seq}: it carries receive count {receive_count}, "
+                f"the message was received {current} times since",
+                seq=seq,
+                receive_count=receive_count,
+                current=current,
+            )
+        return i
+
+    def delete(self, seq: int, receive_count: int, now_ms: int) -> None:
+        """Delete an in-flight message by its receipt (seq, receive count)."""
+        self._check_open(now_ms)
+        i = self._receipt_slot(seq, receive_count)
+        slots = np.array([i], np.int64)
+        self.ring.remove(slots)
+        self._log_refs(RecordType.DELETE, slots, now_ms)
+
+    def change_visibility(self, seq: int, receive_count: int, visibility_ms: int, now_ms: int) -> int:
+        """Set a new deadline (0 = visible now) for an in-flight message; return it."""
+        self._check_open(now_ms)
+        i = self._receipt_slot(seq, receive_count)
+        deadline = 0 if visibility_ms <= 0 else now_ms + visibility_ms
+        self.ring.meta["visible_at_ms"][i] = deadline
+        self.ring.note_deadline(deadline)
+        table = self._log_refs(RecordType.VISIBILITY, np.array([i], np.int64), now_ms)
+        table["visible_at_ms"] = deadline
+        return deadline
+
+    def mark_dead_lettered(self, seqs: Sequence[int], now_ms: int) -> None:
+        """Remove messages handed out as dead letters (ignores seqs not MOVING)."""
+        self._check_open(now_ms)
+        slots = replay.lookup(self.ring, np.asarray(seqs, np.int64))
+        slots = slots[slots >= 0]
+        slots = slots[self.ring.meta["state"][slots] == MOVING]
+        if len(slots):
+            self.ring.remove(slots)
+            self._log_refs(RecordType.DLQ_MOVE, slots, now_ms)
+
+    def purge(self, now_ms: int) -> int:
+        """Delete every message (one PURGE record); return how many there were."""
+        self._check_open(now_ms)
+        count = self._total()
+        seq = self._alloc(1)
+        self._stage(ref_table(RecordType.PURGE, [seq - 1], seq, self.epoch, now_ms), b"")
+        self.ring.clear()
+        self.backlog.reset()
+        return count
+
+    def expire(self, now_ms: int) -> int:
+        """Drop messages older than retention_ms; return how many.
+
+        Not logged: expiry is derived from enqueue_ms, so recovery (which
+        calls this) and paging drop the same messages.
+        """
+        self._check_open(now_ms)
+        cutoff = now_ms - self.config.retention_ms
+        total = 0
+        while True:
+            n = self.ring.n
+            meta = self.ring.meta[:n]
+            live = (meta["state"] >= AVAILABLE) & (meta["state"] <= MOVING)
+            old = np.flatnonzero(live & (meta["enqueue_ms"] <= cutoff))
+            if len(old):
+                self.ring.remove(old)
+            skipped = self._page_in(now_ms)
+            total += len(old) + skipped
+            if not len(old) and not skipped:
+                return total
+
+    def _page_in(self, now_ms: int) -> int:
+        if self.backlog.cursor is None:
+            return 0
+        cutoff = now_ms - self.config.retention_ms
+        return self.backlog.page_in(self.ring, self.reader, self.index, self._last_written, cutoff)
+
+    # -- maintenance and introspection ----------------------------------------
+    def compact(self, max_files: int = 16) -> int:
+        """Delete up to ``max_files`` closed segments holding no live message."""
+        floor = self._lowest_live_seq()
+        removed = 0
+        for seg in list(self.log.segments[:-1]):
+            if seg.last_seq >= floor or removed >= max_files:
+                break
+            self.reader.forget(seg.base)
+            self.log.remove_segment(seg.base)
+            removed += 1
+        return removed
+
+    def _lowest_live_seq(self) -> int:
+        n = self.ring.n
+        state = self.ring.meta["state"][:n]
+        live = np.flatnonzero((state >= AVAILABLE) & (state <= MOVING))
+        if len(live):
+            return int(self.ring.meta["seq"][live[0]])
+        if self.backlog.cursor is not None:
+            return self.backlog.cursor
+        return self._next_seq
+
+    def next_wakeup_ms(self, now_ms: int) -> int | None:
+        """Earliest future time a ring message becomes visible, None if none."""
+        return select.next_wakeup(self.ring, now_ms)
+
+    def has_visible(self, now_ms: int) -> bool:
+        """Whether receive(now_ms) would return something (dead letters included)."""
+        self._check_open(now_ms)
+        self._page_in(now_ms)
+        if self.config.fifo:
+            return len(select.pick_fifo(self.ring, now_ms, 1)) > 0
+        hint = self.ring.hint
+        found = len(select.pick_standard(self.ring, now_ms, 1)) > 0
+        self.ring.hint = min(hint, self.ring.hint)
+        return found
+
+    def _total(self) -> int:
+        return self.ring.live + self.backlog.count - len(self.backlog.gone)
+
+    def _bytes(self) -> int:
+        return self.ring.live_bytes + self.backlog.bytes
+
+    def stats(self, now_ms: int) -> dict[str, int]:
+        """Counts; messages only on disk (backlog_on_disk) are counted as visible."""
+        counts = select.ring_counts(self.ring, now_ms)
+        on_disk = self.backlog.count - len(self.backlog.gone)
+        counts["visible"] += on_disk
+        counts.update(total=self._total(), bytes=self._bytes(), backlog_on_disk=on_disk)
+        return counts
+
+    def read_records(self, from_seq: int, max_records: int) -> list[Record]:
+        """Committed records with seq >= from_seq, in order (replication catch-up)."""
+        out: list[Record] = []
+        i = self.index.find(from_seq)
+        while i < self.index.count and len(out) < max_records:
+            _, base, offset = self.index.entry(i)
+            _, table, heap = self.reader.read(base, offset)
+            for row in table[table["seq"] >= from_seq][: max_records - len(out)]:
+                off, blen = int(row["data_off"]), int(row["body_len"])
+                out.append(
+                    Record(
+                        type=int(row["type"]),
+                        epoch=int(row["epoch"]),
+                        seq=int(row["seq"]),
+                        target_seq=int(row["target_seq"]),
+                        message_id=bytes(row["message_id"]),
+                        time_ms=int(row["time_ms"]),
+                        visible_at_ms=int(row["visible_at_ms"]),
+                        group_hash=int(row["group_hash"]),
+                        receive_count=int(row["receive_count"]),
+                        body=heap[off : off + blen],
+                        attributes=heap[off + blen : off + blen + int(row["attr_len"])],
+                    )
+                )
+            i += 1
+        return out
+
+    @property
+    def last_seq(self) -> int:
+        """The last seq handed out (committed or staged)."""
+        return self._next_seq - 1
+
+    def close(self) -> None:
+        """Commit, fsync, stop the flusher, release the directory lock."""
+        if self._closed:
+            return
+        try:
+            self.commit()
+        finally:
+            self._closed = True
+            self.log.close(sync=True)
+            self.reader.close()
+            os.close(self._lock_fd)
+
+    def __enter__(self) -> PartitionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _lock_directory(directory: Path) -> int:
+    fd = os.open(directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        raise InternalError(
+            f"partition directory {directory} is already open by another store", path=str(directory)
+        ) from exc
+    return fd
