@@ -170,7 +170,7 @@ class PartitionStore:
     def _check_limits(self, n: int, size: int) -> None:
         if self._space_short:
             st = os.statvfs(self.directory)
-            if st.f_bavail * st.f_frsize < 2 * size + (1 << 20):
+            if st.f_bavail * st.f_frsize < 2 * size + (64 << 10):
                 raise DiskFull(
                     f"disk holding {self.directory} is full; free space on it",
                     path=str(self.directory),
