@@ -1,0 +1,221 @@
+"""Hypothesis state machine: PartitionStore against a pure-Python reference model."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from zmqueue.dataplane.storage import NewMessage, PartitionStore, StorageConfig
+from zmqueue.dataplane.storage.ring import IN_FLIGHT, MOVING
+from zmqueue.errors import InvalidReceipt
+
+RETENTION_MS = 10_000
+
+
+@dataclass
+class Msg:
+    body: bytes
+    group: int
+    enqueue_ms: int
+    visible_at: int
+    receive_count: int = 0
+    state: str = "available"  # available | in_flight | moving
+
+
+class StoreMachine(RuleBasedStateMachine):
+    fifo = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="zmq-stateful-")
+        self.config = StorageConfig(
+            ring_slots=4,
+            arena_bytes=4096,
+            segment_bytes_max=4096,
+            fsync="never",
+            retention_ms=RETENTION_MS,
+            fifo=self.fifo,
+        )
+        self.now = 1_000
+        self.store = PartitionStore.open(self.dir, self.config, now_ms=self.now)
+        self.model: dict[int, Msg] = {}
+        self.counter = 0
+
+    def teardown(self) -> None:
+        self.store.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- model helpers -------------------------------------------------------
+    def receivable(self, m: Msg) -> bool:
+        return m.state in ("available", "in_flight") and m.visible_at <= self.now
+
+    def candidates(self) -> list[int]:
+        if not self.fifo:
+            return [s for s in sorted(self.model) if self.receivable(self.model[s])]
+        blocked = {m.group for m in self.model.values() if m.state == "in_flight" and m.visible_at > self.now}
+        stopped: set[int] = set()
+        out = []
+        for s in sorted(self.model):
+            m = self.model[s]
+            if m.group in blocked or m.group in stopped or m.state == "moving":
+                continue
+            if self.receivable(m):
+                out.append(s)
+            else:
+                stopped.add(m.group)
+        return out
+
+    # -- rules ---------------------------------------------------------------
+    @rule(
+        sizes=st.lists(st.integers(0, 700), min_size=1, max_size=4),
+        delay=st.sampled_from([0, 0, 0, 30]),
+        group=st.integers(0, 2),
+    )
+    def append(self, sizes: list[int], delay: int, group: int) -> None:
+        batch = []
+        for size in sizes:
+            self.counter += 1
+            body = self.counter.to_bytes(4, "big") * (size // 4 + 1)
+            batch.append(NewMessage(self.counter.to_bytes(16, "big"), body, b"", group, delay))
+        seqs = self.store.append(batch, self.now)
+        for seq, m in zip(seqs, batch, strict=True):
+            assert seq not in self.model
+            self.model[seq] = Msg(m.body, group, self.now, self.now + delay)
+
+    @rule(
+        k=st.integers(1, 4),
+        visibility=st.sampled_from([10, 50, 200]),
+        max_rc=st.sampled_from([None, None, 2]),
+    )
+    def receive(self, k: int, visibility: int, max_rc: int | None) -> None:
+        expected = self.candidates()
+        got, dead = self.store.receive(k, self.now, visibility, max_receive_count=max_rc)
+        returned = sorted([d.seq for d in got] + [d.seq for d in dead])
+        assert returned == expected[: len(returned)], (returned, expected)
+        if len(returned) < min(k, len(expected)):
+            assert self.store.backlog.cursor is not None, (returned, expected)
+        for d in got:
+            m = self.model[d.seq]
+            assert max_rc is None or m.receive_count < max_rc
+            assert d.body == m.body and d.receive_count == m.receive_count + 1
+            m.receive_count += 1
+            m.state, m.visible_at = "in_flight", self.now + visibility
+        for d in dead:
+            m = self.model[d.seq]
+            assert max_rc is not None and m.receive_count >= max_rc
+            m.state = "moving"
+
+    @rule()
+    def mark_dead_lettered(self) -> None:
+        moving = [s for s, m in self.model.items() if m.state == "moving"]
+        self.store.mark_dead_lettered(moving, self.now)
+        for s in moving:
+            del self.model[s]
+
+    def in_flight(self) -> list[int]:
+        return sorted(s for s, m in self.model.items() if m.state == "in_flight")
+
+    @precondition(lambda self: self.in_flight())
+    @rule(data=st.data())
+    def delete_with_a_valid_receipt(self, data: st.DataObject) -> None:
+        seq = data.draw(st.sampled_from(self.in_flight()))
+        self.store.delete(seq, self.model[seq].receive_count, self.now)
+        del self.model[seq]
+
+    @rule(seq=st.integers(1, 60), delta=st.sampled_from([-1, 1]))
+    def delete_with_a_stale_receipt_is_refused(self, seq: int, delta: int) -> None:
+        m = self.model.get(seq)
+        count = (m.receive_count if m else 1) + delta
+        with pytest.raises(InvalidReceipt):
+            self.store.delete(seq, count, self.now)
+
+    @precondition(lambda self: self.in_flight())
+    @rule(data=st.data(), visibility=st.sampled_from([0, 20, 300]))
+    def change_visibility(self, data: st.DataObject, visibility: int) -> None:
+        seq = data.draw(st.sampled_from(self.in_flight()))
+        m = self.model[seq]
+        deadline = self.store.change_visibility(seq, m.receive_count, visibility, self.now)
+        assert deadline == (0 if visibility == 0 else self.now + visibility)
+        m.visible_at = deadline
+
+    @rule(step=st.integers(1, 120))
+    def time_passes(self, step: int) -> None:
+        self.now += step
+
+    @rule()
+    def retention_expires_old_messages(self) -> None:
+        self.now += RETENTION_MS // 2
+        cutoff = self.now - RETENTION_MS
+        old = [s for s, m in self.model.items() if m.enqueue_ms <= cutoff]
+        self.store.commit()  # expire() reaches on-disk backlog up to the last commit
+        assert self.store.expire(self.now) == len(old)
+        for s in old:
+            del self.model[s]
+
+    @rule()
+    def purge(self) -> None:
+        assert self.store.purge(self.now) == len(self.model)
+        self.model.clear()
+
+    @rule()
+    def commit(self) -> None:
+        self.store.commit()
+
+    @rule()
+    def restart(self) -> None:
+        self.store.close()
+        self.store = PartitionStore.open(self.dir, self.config, now_ms=self.now)
+        assert self.store.recovery_report.corrupt_blocks == []
+        for m in self.model.values():
+            if m.state in ("in_flight", "moving"):
+                m.state, m.visible_at = "available", 0
+
+    @rule()
+    def compact(self) -> None:
+        self.store.compact()
+
+    # -- invariants ----------------------------------------------------------
+    @invariant()
+    def counts_agree(self) -> None:
+        stats = self.store.stats(self.now)
+        assert stats["total"] == len(self.model)
+        held = [
+            m
+            for m in self.model.values()
+            if m.state == "moving" or (m.state == "in_flight" and m.visible_at > self.now)
+        ]
+        assert stats["in_flight"] == len(held)
+        assert stats["bytes"] >= 0
+
+    @invariant()
+    def in_flight_messages_and_counts_agree(self) -> None:
+        ring = self.store.ring
+        meta = ring.meta[: ring.n]
+        held = (meta["state"] == IN_FLIGHT) | (meta["state"] == MOVING)
+        got = {int(s): int(c) for s, c in zip(meta["seq"][held], meta["receive_count"][held], strict=True)}
+        want = {s: m.receive_count for s, m in self.model.items() if m.state in ("in_flight", "moving")}
+        assert got == want
+
+
+SETTINGS = settings(
+    max_examples=100,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+class FifoStoreMachine(StoreMachine):
+    fifo = True
+
+
+TestStandardQueueMatchesTheModel = StoreMachine.TestCase
+TestStandardQueueMatchesTheModel.settings = SETTINGS
+TestFifoQueueMatchesTheModel = FifoStoreMachine.TestCase
+TestFifoQueueMatchesTheModel.settings = SETTINGS

@@ -1,0 +1,174 @@
+"""Unit tests: config bounds, block codec, ring operations, selection."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from zmqueue.dataplane.storage import NewMessage, PartitionStore, StorageConfig
+from zmqueue.dataplane.storage.records import (
+    HEADER_BYTES,
+    RecordType,
+    decode_header,
+    decode_payload,
+    encode_block,
+    new_table,
+    ref_table,
+)
+from zmqueue.dataplane.storage.ring import AVAILABLE, DELETED, IN_FLIGHT, Ring
+from zmqueue.dataplane.storage.select import pick_fifo, pick_standard
+from zmqueue.errors import ConfigError, CorruptSegment, InvalidReceipt, QueueLimitReached
+
+
+def _messages(seqs: list[int], body: bytes = b"hello", group: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    table = new_table(len(seqs))
+    table["type"] = RecordType.MESSAGE
+    table["seq"] = seqs
+    table["body_len"] = len(body)
+    table["data_off"] = np.arange(len(seqs)) * len(body)
+    table["group_hash"] = group
+    return table, np.frombuffer(body * len(seqs), np.uint8)
+
+
+def test_config_validate_names_the_field_and_the_bound():
+    with pytest.raises(ConfigError, match="ring_slots must be an integer in"):
+        StorageConfig(ring_slots=1).validate()
+    with pytest.raises(ConfigError, match="fsync must be one of"):
+        StorageConfig(fsync="sometimes").validate()
+    assert StorageConfig().validate().fsync == "interval"
+
+
+def test_a_block_round_trips_through_encode_and_decode():
+    table, heap = _messages([5, 6, 7])
+    refs = ref_table(RecordType.DELETE, [5], 8, epoch=3, now_ms=99)
+    block = encode_block(np.concatenate([table, refs]), heap.tobytes())
+    header = decode_header(block[:HEADER_BYTES])
+    assert (header.record_count, header.first_seq, header.last_seq) == (4, 5, 8)
+    got, got_heap = decode_payload(header, block[HEADER_BYTES:])
+    assert got["seq"].tolist() == [5, 6, 7, 8]
+    assert got["type"].tolist() == [1, 1, 1, 2]
+    assert int(got["epoch"][3]) == 3 and int(got["target_seq"][3]) == 5
+    assert got_heap == b"hello" * 3
+
+
+@pytest.mark.parametrize("position", [0, 10, 39, 40, 50, -1])
+def test_a_flipped_byte_anywhere_in_a_block_is_detected(position):
+    table, heap = _messages([1, 2])
+    block = bytearray(encode_block(table, heap.tobytes()))
+    block[position] ^= 0x40
+    with pytest.raises(CorruptSegment):
+        header = decode_header(bytes(block[:HEADER_BYTES]))
+        decode_payload(header, bytes(block[HEADER_BYTES:]))
+
+
+def test_ring_inserts_finds_and_compacts_in_seq_order():
+    ring = Ring(4, 64)
+    table, heap = _messages([1, 2, 3, 4], b"abcdefgh")
+    assert ring.fit_count(np.full(4, 8, np.int64)) == 4
+    ring.insert(table, heap)
+    assert ring.index_of(3) == 2 and ring.index_of(9) == -1
+    ring.remove(np.array([0, 2]))
+    more, more_heap = _messages([5, 6], b"ABCDEFGH")
+    assert ring.fit_count(np.full(2, 8, np.int64)) == 2  # compacts the two holes
+    ring.insert(more, more_heap)
+    assert ring.meta["seq"][: ring.n].tolist() == [2, 4, 5, 6]
+    assert [ring.payload(i)[0] for i in range(4)] == [b"abcdefgh"] * 2 + [b"ABCDEFGH"] * 2
+    assert ring.live == 4 and ring.live_bytes == 32
+
+
+def test_standard_pick_takes_the_oldest_visible_and_skips_in_flight():
+    ring = Ring(8, 256)
+    table, heap = _messages([1, 2, 3, 4])
+    table["visible_at_ms"] = [0, 0, 50, 0]
+    ring.insert(table, heap)
+    ring.meta["state"][0] = IN_FLIGHT
+    ring.meta["visible_at_ms"][0] = 100
+    assert pick_standard(ring, 10, 5).tolist() == [1, 3]
+    ring.meta["state"][[1, 3]] = IN_FLIGHT
+    ring.meta["visible_at_ms"][[1, 3]] = 1000
+    assert pick_standard(ring, 60, 5).tolist() == [2]
+    ring.meta["state"][2] = DELETED
+    assert pick_standard(ring, 100, 5).tolist() == [0]
+
+
+def test_fifo_pick_blocks_a_group_while_one_of_its_messages_is_in_flight():
+    ring = Ring(8, 256)
+    a, heap = _messages([1, 2, 3], group=7)
+    b, heap_b = _messages([4, 5], group=9)
+    ring.insert(a, heap)
+    ring.insert(b, heap_b)
+    assert pick_fifo(ring, 0, 10).tolist() == [0, 1, 2, 3, 4]
+    ring.meta["state"][0] = IN_FLIGHT
+    ring.meta["visible_at_ms"][0] = 100
+    assert pick_fifo(ring, 0, 10).tolist() == [3, 4]
+    ring.meta["state"][0] = AVAILABLE
+    ring.meta["visible_at_ms"][0] = 0
+    ring.meta["visible_at_ms"][1] = 50  # a delayed message stops its group
+    assert pick_fifo(ring, 0, 10).tolist() == [0, 3, 4]
+
+
+def test_a_stale_receipt_is_refused_with_a_clear_message(tmp_path):
+    with PartitionStore.open(tmp_path, StorageConfig(), now_ms=0) as store:
+        (seq,) = store.append([NewMessage(b"i" * 16, b"x")], 0)
+        (first,), _ = store.receive(1, 0, 10)
+        (second,), _ = store.receive(1, 20, 10)
+        with pytest.raises(InvalidReceipt, match="received 2 times"):
+            store.delete(seq, first.receive_count, 25)
+        store.delete(seq, second.receive_count, 25)
+        with pytest.raises(InvalidReceipt, match="unknown or already deleted"):
+            store.delete(seq, second.receive_count, 25)
+
+
+def test_queue_limits_refuse_new_messages_naming_the_limit(tmp_path):
+    config = StorageConfig(max_messages=2, max_bytes=10)
+    with PartitionStore.open(tmp_path, config, now_ms=0) as store:
+        store.append([NewMessage(b"i" * 16, b"12345")], 0)
+        with pytest.raises(QueueLimitReached, match="max_bytes=10"):
+            store.append([NewMessage(b"j" * 16, b"123456")], 0)
+        store.append([NewMessage(b"j" * 16, b"1")], 0)
+        with pytest.raises(QueueLimitReached, match="max_messages=2") as info:
+            store.append([NewMessage(b"k" * 16, b"")], 0)
+        assert info.value.details == {"limit": "max_messages", "value": 2}
+
+
+def test_dead_letters_are_handed_out_once_and_removed_when_marked(tmp_path):
+    with PartitionStore.open(tmp_path, StorageConfig(), now_ms=0) as store:
+        (seq,) = store.append([NewMessage(b"i" * 16, b"x")], 0)
+        store.receive(1, 0, 10, max_receive_count=1)
+        got, dead = store.receive(1, 20, 10, max_receive_count=1)
+        assert got == [] and [d.seq for d in dead] == [seq]
+        assert store.receive(1, 40, 10, max_receive_count=1) == ([], [])
+        store.mark_dead_lettered([seq], 40)
+        assert store.stats(40)["total"] == 0
+    with PartitionStore.open(tmp_path, StorageConfig(), now_ms=50) as store:
+        assert store.stats(50)["total"] == 0
+
+
+def test_compaction_removes_fully_consumed_segments_but_never_the_active_one(tmp_path):
+    config = StorageConfig(segment_bytes_max=4096)
+    with PartitionStore.open(tmp_path, config, now_ms=0) as store:
+        for i in range(20):
+            store.append([NewMessage(i.to_bytes(16, "big"), os.urandom(400))], 0)
+            store.commit()
+        files = len(list(tmp_path.glob("*.seg")))
+        got, _ = store.receive(15, 0, 1000)
+        for d in got:
+            store.delete(d.seq, d.receive_count, 0)
+        store.commit()
+        removed = store.compact()
+        assert 0 < removed < files
+        assert store.stats(0)["total"] == 5
+    with PartitionStore.open(tmp_path, config, now_ms=0) as store:
+        assert store.stats(0)["total"] == 5
+        assert len(store.read_records(1, 1000)) > 0
+
+
+def test_next_wakeup_reports_the_earliest_delay_or_visibility_deadline(tmp_path):
+    with PartitionStore.open(tmp_path, StorageConfig(), now_ms=0) as store:
+        store.append([NewMessage(b"a" * 16, b"", delay_ms=500)], 0)
+        store.append([NewMessage(b"b" * 16, b"")], 0)
+        assert not store.has_visible(0) or store.receive(1, 0, 200)[0]
+        assert store.next_wakeup_ms(0) == 200
+        assert store.has_visible(600)
