@@ -12,6 +12,7 @@ import fcntl
 import os
 import time
 from collections.abc import Sequence
+from operator import attrgetter
 from pathlib import Path
 from typing import Protocol
 
@@ -40,6 +41,9 @@ from zmqueue.dataplane.storage.segment import (
     disk_full,
 )
 from zmqueue.errors import DiskFull, InternalError, InvalidParameter, InvalidReceipt, QueueLimitReached
+
+_ID, _BODY, _ATTRS = attrgetter("message_id"), attrgetter("body"), attrgetter("attributes")
+_DELAY, _GROUP = attrgetter("delay_ms"), attrgetter("group_hash")
 
 
 class PartitionStoreProtocol(Protocol):
@@ -130,11 +134,11 @@ class PartitionStore:
         n = len(messages)
         if n == 0:
             return []
-        ids = b"".join([m.message_id for m in messages])
+        ids = b"".join(map(_ID, messages))
         if len(ids) != MESSAGE_ID_BYTES * n:
             raise InvalidParameter("every message_id must be exactly 16 bytes", field="message_id")
-        bodies = [m.body for m in messages]
-        attrs = [m.attributes for m in messages]
+        bodies = list(map(_BODY, messages))
+        attrs = list(map(_ATTRS, messages))
         body_len = np.fromiter(map(len, bodies), np.int64, n)
         has_attrs = any(attrs)
         attr_len = np.fromiter(map(len, attrs), np.int64, n) if has_attrs else np.zeros(n, np.int64)
@@ -147,8 +151,11 @@ class PartitionStore:
         table["seq"] = np.arange(seq0, seq0 + n, dtype=np.uint64)
         table["message_id"] = np.frombuffer(ids, "V16")
         table["time_ms"] = now_ms
-        table["visible_at_ms"] = np.fromiter((m.delay_ms for m in messages), np.int64, n) + now_ms
-        table["group_hash"] = np.fromiter((m.group_hash for m in messages), np.uint64, n)
+        delays = list(map(_DELAY, messages))
+        table["visible_at_ms"] = np.array(delays, np.int64) + now_ms if any(delays) else now_ms
+        groups = list(map(_GROUP, messages))
+        if any(groups):
+            table["group_hash"] = np.array(groups, np.uint64)
         table["body_len"] = body_len
         table["attr_len"] = attr_len
         lens = body_len + attr_len
