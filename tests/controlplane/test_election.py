@@ -111,7 +111,7 @@ def test_a_node_that_wins_the_lock_while_behind_releases_it():
 
 def test_a_leader_steps_down_at_its_lease_deadline_unless_renewed():
     s, _ = run(fresh(), LockAcquired("a", 1, at_ms=0))
-    renewed, actions = run(s, SessionRenewed(400), Tick(900))
+    renewed, actions = run(s, SessionRenewed(400, 1), Tick(900))
     assert renewed.role is Role.LEADER and actions == []
     down, actions = run(renewed, Tick(1000))
     assert down.role is Role.FOLLOWER
@@ -150,3 +150,9 @@ def test_the_leader_never_commits_an_older_epoch_by_counting():
     s, _ = run(fresh(), LockAcquired("a", 2))
     _, actions = run(s, PositionReported("a", 1, 9), PositionReported("b", 1, 9))
     assert actions == []
+
+
+def test_a_renewal_of_a_newer_session_does_not_revive_an_older_term():
+    s, _ = run(fresh(), LockAcquired("a", 1, at_ms=0))
+    s, _ = run(s, SessionRenewed(500, 2))
+    assert not can_write(s, 700)

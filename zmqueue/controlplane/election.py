@@ -92,9 +92,12 @@ class SessionExpired:
 
 @dataclass(frozen=True)
 class SessionRenewed:
-    """A renewal sent at ``at_ms`` succeeded; extends a leader's lease."""
+    """A renewal sent at ``at_ms`` of the session that took the lock at
+    ``epoch`` succeeded; extends the lease of that term only (a renewal of a
+    newer session must not revive an older term)."""
 
     at_ms: int
+    epoch: int
 
 
 @dataclass(frozen=True)
@@ -267,9 +270,10 @@ def _maybe_campaign(result: Result) -> Result:
 
 
 def _on_position(state: ElectionState, ev: PositionReported) -> Result:
+    """Reports are authoritative (a replica's position goes down when it
+    truncates an uncommitted tail); the committed position never goes down."""
     pos = Position(ev.epoch, ev.seq)
-    old = state.positions.get(ev.node)
-    if old is not None and old >= pos:
+    if state.positions.get(ev.node) == pos:
         return state, []
     state = replace(state, positions={**state.positions, ev.node: pos})
     if state.role is not Role.LEADER:
@@ -313,8 +317,8 @@ def step(state: ElectionState, event: Event) -> Result:
             return _maybe_campaign((down, [*actions, *fence]))
         case SessionExpired():
             return _step_down(state, "session expired")
-        case SessionRenewed(at_ms=at):
-            if state.role is Role.LEADER:
+        case SessionRenewed(at_ms=at, epoch=epoch):
+            if state.role is Role.LEADER and epoch == state.epoch:
                 deadline = max(state.lease_deadline_ms, at + state.lease_ms)
                 return replace(state, lease_deadline_ms=deadline), []
             return state, []
