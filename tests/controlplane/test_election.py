@@ -156,3 +156,10 @@ def test_a_renewal_of_a_newer_session_does_not_revive_an_older_term():
     s, _ = run(fresh(), LockAcquired("a", 1, at_ms=0))
     s, _ = run(s, SessionRenewed(500, 2))
     assert not can_write(s, 700)
+
+
+def test_a_replica_at_a_newer_epoch_neither_counts_toward_a_commit_nor_keeps_the_leader():
+    s, _ = run(fresh(), LockAcquired("a", 1))
+    s, actions = run(s, PositionReported("a", 1, 1), PositionReported("b", 2, 1))
+    assert not any(isinstance(a, Commit) for a in actions)
+    assert s.role is Role.FOLLOWER and s.epoch == 2

@@ -12,10 +12,13 @@ Rules:
 - **Positions** are (epoch, seq), compared lexicographically (the last
   record's epoch first, as Raft compares logs).
 - **Committed position.** The leader counts a position committed when a
-  majority of the replicas have reached it *and* its epoch is the current
-  epoch (a leader never commits an older term's records by counting; it
-  first writes a record of its own epoch). Followers learn it from the
-  leader (``CommitAdvanced``).
+  majority of the replicas are at that position or past it *within the
+  current epoch*: only a replica whose position carries the leader's epoch
+  holds the leader's log (only the leader writes records of its epoch); a
+  replica at another epoch counts as zero, and one at a newer epoch deposes
+  the leader. So a leader never commits an older term's records by counting;
+  it first writes a record of its own epoch. Followers learn the committed
+  position from the leader (``CommitAdvanced``).
 - **Campaign.** A replica may try to take the lock only when the lock is
   free, its position is at or past the committed position
   (:func:`may_campaign`) and at or past the positions of a majority of the
@@ -278,7 +281,13 @@ def _on_position(state: ElectionState, ev: PositionReported) -> Result:
     state = replace(state, positions={**state.positions, ev.node: pos})
     if state.role is not Role.LEADER:
         return state, []
-    q = quorum_position(state.positions, state.replicas)
+    if pos.epoch > state.epoch:
+        down, actions = _step_down(state, f"a replica is at epoch {pos.epoch}")
+        return replace(down, epoch=pos.epoch), [*actions, Fence(pos.epoch)]
+    # Only replicas at my epoch hold my log (I alone write records of my
+    # epoch); a position of another epoch says nothing about my records.
+    mine = {n: p for n, p in state.positions.items() if p.epoch == state.epoch}
+    q = quorum_position(mine, state.replicas)
     if q.epoch != state.epoch or q <= state.committed:
         return state, []
     return replace(state, committed=q), [Commit(q)]
