@@ -163,3 +163,10 @@ def test_a_replica_at_a_newer_epoch_neither_counts_toward_a_commit_nor_keeps_the
     s, actions = run(s, PositionReported("a", 1, 1), PositionReported("b", 2, 1))
     assert not any(isinstance(a, Commit) for a in actions)
     assert s.role is Role.FOLLOWER and s.epoch == 2
+
+
+def test_a_lock_seen_only_after_its_lease_would_be_over_is_released_not_led():
+    s, _ = run(fresh(), Tick(5000))
+    s, actions = run(s, LockAcquired("a", 3, at_ms=1000))
+    assert s.role is Role.FOLLOWER
+    assert ReleaseLock("lease over before the lock was seen") in actions

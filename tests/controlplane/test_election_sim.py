@@ -41,6 +41,9 @@ class World:
     now: int = 0
     leader_of_epoch: dict[int, str] = field(default_factory=dict)
     committed: list[tuple[int, ...]] = field(default_factory=list)
+    committed_before: dict[int, list[tuple[int, ...]]] = field(default_factory=dict)
+    """Commits made before the lock of each epoch was taken: that leader must
+    hold them (later commits are the later leaders' business)."""
 
     @classmethod
     def start(cls) -> World:
@@ -58,7 +61,7 @@ class World:
         match action:
             case el.BecomeLeader(epoch=e):
                 assert self.leader_of_epoch.setdefault(e, node) == node, "two leaders, one epoch"
-                for prefix in self.committed:
+                for prefix in self.committed_before[e]:
                     assert tuple(self.logs[node][: len(prefix)]) == prefix, "leader lacks commits"
             case el.Commit(position=pos):
                 log = self.logs[node]
@@ -88,6 +91,7 @@ class World:
         elif op == 1 and self.holder is None:
             self.lock_index += 1
             self.holder, self.session_deadline = k, self.now + TTL_MS
+            self.committed_before[self.lock_index] = list(self.committed)
             for n in NODES:
                 self.pending[n].append(el.LockAcquired(k, self.lock_index, at_ms=self.now))
         elif op == 2 and self.pending[k]:

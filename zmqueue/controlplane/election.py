@@ -27,7 +27,8 @@ Rules:
   it). The adapter feeds fresh positions (asked of peers on the catch-up
   channel) before acting on ``Campaign``.
 - **Acquired while behind.** If the lock is acquired anyway (a race with a
-  commit), the node does not lead: it releases the lock at once.
+  commit), the node does not lead: it releases the lock at once. Same when
+  the acquisition is seen only after its lease would already be over.
 - **Lease.** A leader leads until ``lease deadline = time the last
   acquire/renew request was sent + lease_ms``; ``lease_ms`` is chosen a
   margin below the session's check TTL, so the leader stops before Consul
@@ -262,6 +263,8 @@ def _on_acquired(state: ElectionState, ev: LockAcquired) -> Result:
         return replace(state, leader=ev.node), [*actions, Follow(ev.node, ev.lock_index)]
     if not may_campaign(state.positions.get(state.me, ZERO), state.committed):
         return state, [*actions, ReleaseLock("behind the committed position")]
+    if ev.at_ms + state.lease_ms <= state.now_ms:
+        return state, [*actions, ReleaseLock("lease over before the lock was seen")]
     leader = replace(state, role=Role.LEADER, leader=state.me,
                      lease_deadline_ms=ev.at_ms + state.lease_ms)
     return leader, [*actions, BecomeLeader(ev.lock_index)]
