@@ -116,3 +116,51 @@ def hosts(consul_agent: ConsulAgent, tmp_path: Path,
         if _failed(request):
             print(factory.logs())
         _wipe_consul(consul_agent)
+
+
+def all_passing(statuses: dict[str, str]) -> bool:
+    return bool(statuses) and all(s == "passing" for s in statuses.values())
+
+
+class QueueCluster:
+    """A small cluster of real hosts shared by one test module, and a client."""
+
+    def __init__(self, agent: ConsulAgent, base: Path, n_hosts: int) -> None:
+        self.factory = HostFactory(agent, base)
+        self.n_hosts = n_hosts
+        self.client: Any = None
+
+    def start(self) -> QueueCluster:
+        import zmqueue
+        from tests.helpers import check_statuses
+
+        for i in range(self.n_hosts):
+            self.factory.start(f"h{i + 1}")
+        agent = self.factory.agent
+        for h in self.factory.hosts:
+            node = h.node
+            wait_for(lambda: all_passing(check_statuses(agent, node)), 20, f"{node} passing")  # noqa: B023
+        self.client = zmqueue.connect(self.factory.agent.http_addr, request_timeout=10)
+        return self
+
+    def queue_name(self, base: str = "q") -> str:
+        return f"{base}-{uuid.uuid4().hex[:10]}"
+
+    def stop(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        self.factory.stop_all()
+
+
+@pytest.fixture(scope="module")
+def qcluster(consul_agent: ConsulAgent, tmp_path_factory: pytest.TempPathFactory) -> Iterator[QueueCluster]:
+    """Two hosts and a client, shared by the tests of one module."""
+    qc = QueueCluster(consul_agent, tmp_path_factory.mktemp("qcluster"), 2)
+    try:
+        yield qc.start()
+    except BaseException:
+        print(qc.factory.logs())
+        raise
+    finally:
+        qc.stop()
+        _wipe_consul(consul_agent)

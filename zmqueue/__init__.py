@@ -1,4 +1,67 @@
-"""zmqueue: an SQS-like distributed message queue on ZeroMQ and Consul."""
+"""zmqueue: an SQS-like distributed message queue on ZeroMQ and Consul.
+
+```python
+import zmqueue
+with zmqueue.connect(consul="127.0.0.1:8500") as client:
+    q = client.create_queue("orders")
+    q.send(b"hello")
+    for m in q.receive(max_messages=10, wait_time=5):
+        q.delete(m.receipt)
+```
+"""
+
+from zmqueue.client import Client, Message, OutgoingMessage, Queue, Subscription, connect
+from zmqueue.config import HostConfig, QueueConfig
+from zmqueue.errors import (
+    AccessDenied,
+    BackPressure,
+    ConfigError,
+    ConsulUnavailable,
+    DiskFull,
+    InternalError,
+    InvalidParameter,
+    InvalidReceipt,
+    MessageTooLarge,
+    NotLeader,
+    ProtocolError,
+    QueueAlreadyExists,
+    QueueLimitReached,
+    QueueNotFound,
+    RequestTimeout,
+    StaleEpoch,
+    Throttled,
+    Unavailable,
+    ZmqueueError,
+)
 from zmqueue.version import __version__
 
-__all__ = ["__version__"]
+__all__ = [
+    "AccessDenied",
+    "BackPressure",
+    "Client",
+    "ConfigError",
+    "ConsulUnavailable",
+    "DiskFull",
+    "HostConfig",
+    "InternalError",
+    "InvalidParameter",
+    "InvalidReceipt",
+    "Message",
+    "MessageTooLarge",
+    "NotLeader",
+    "OutgoingMessage",
+    "ProtocolError",
+    "Queue",
+    "QueueAlreadyExists",
+    "QueueConfig",
+    "QueueLimitReached",
+    "QueueNotFound",
+    "RequestTimeout",
+    "StaleEpoch",
+    "Subscription",
+    "Throttled",
+    "Unavailable",
+    "ZmqueueError",
+    "__version__",
+    "connect",
+]

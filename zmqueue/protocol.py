@@ -28,14 +28,25 @@ drop and count the frame.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import secrets
 import struct
+import zlib
 from dataclasses import dataclass
 from enum import IntEnum, IntFlag
 from typing import Any
 
 import msgpack
 
-from zmqueue.errors import ProtocolError, UnknownCommand, UnsupportedVersion, ZmqueueError, to_wire
+from zmqueue.errors import (
+    InvalidReceipt,
+    ProtocolError,
+    UnknownCommand,
+    UnsupportedVersion,
+    ZmqueueError,
+    to_wire,
+)
 
 MAGIC = b"ZQ"
 VERSION = 1
@@ -155,3 +166,58 @@ def decode(data: bytes) -> Frame:
     except Exception as exc:  # msgpack raises many types on garbage
         raise ProtocolError(f"malformed body of {command.name}: {type(exc).__name__}") from None
     return Frame(command, Flags(flags & 0x7), rid, body)
+
+
+def new_request_id() -> int:
+    """A random 63-bit starting request id (callers count up from it)."""
+    return secrets.randbits(63) | 1
+
+
+def group_partition(group_id: str, partitions: int) -> int:
+    """The partition of a FIFO message group: stable across clients and hosts."""
+    digest = hashlib.blake2b(group_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % partitions
+
+
+RECEIPT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Receipt:
+    queue: str
+    partition: int
+    seq: int
+    receive_count: int
+    epoch: int = 0
+
+    def encode(self) -> str:
+        raw = msgpack.packb([RECEIPT_VERSION, self.queue, self.partition, self.seq,
+                             self.receive_count, self.epoch], use_bin_type=True)
+        raw += zlib.crc32(raw).to_bytes(4, "big")
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    """A receipt handle: ``base64url(msgpack([1, queue, partition, seq,
+    receive_count, epoch]) + crc32)``. Opaque to users; the client library
+    reads the queue and partition from it only to route a delete. A handle is
+    stale when the message was received again since (its receive count moved
+    on) or is gone."""
+
+    @classmethod
+    def decode(cls, text: Any) -> Receipt:
+        bad = InvalidReceipt("the receipt handle is malformed; use the receipt of a received message")
+        if not isinstance(text, str) or not 8 <= len(text) <= 512:
+            raise bad
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+            body, crc = raw[:-4], raw[-4:]
+            if zlib.crc32(body).to_bytes(4, "big") != crc:
+                raise bad
+            v, queue, part, seq, rc, epoch = msgpack.unpackb(body, raw=False)
+        except InvalidReceipt:
+            raise
+        except Exception:
+            raise bad from None
+        if v != RECEIPT_VERSION or not isinstance(queue, str) or not all(
+                isinstance(x, int) and x >= 0 for x in (part, seq, rc, epoch)):
+            raise bad
+        return cls(queue, part, seq, rc, epoch)

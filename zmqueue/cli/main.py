@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from zmqueue.cli import cluster_cmds, demo
+from zmqueue.cli import cluster_cmds, demo, queue_cmds
 from zmqueue.cli.common import OneLineParser, err_console
 from zmqueue.errors import ZmqueueError
 from zmqueue.version import __version__
@@ -18,6 +18,7 @@ def build_parser() -> OneLineParser:
     sub.required = True
     cluster_cmds.add_parsers(sub)
     demo.add_parser(sub)
+    queue_cmds.add_parsers(sub)
     return parser
 
 

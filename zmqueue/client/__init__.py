@@ -1,0 +1,8 @@
+"""The zmqueue client library."""
+
+from zmqueue.client.client import Client, connect
+from zmqueue.client.models import Message, OutgoingMessage
+from zmqueue.client.queue import Queue
+from zmqueue.client.subscription import Subscription
+
+__all__ = ["Client", "Message", "OutgoingMessage", "Queue", "Subscription", "connect"]

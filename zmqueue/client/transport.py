@@ -9,7 +9,6 @@ out are discarded. Frames flagged PUSH (subscription deliveries) go to
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -19,13 +18,9 @@ import zmq
 
 from zmqueue import protocol
 from zmqueue.errors import ProtocolError, RequestTimeout, ZmqueueError, from_wire
-from zmqueue.protocol import Command, Flags, Frame
+from zmqueue.protocol import Command, Flags, Frame, new_request_id
 
 PushHandler = Callable[[Frame], None]
-
-
-def new_request_id() -> int:
-    return secrets.randbits(63) | 1
 
 
 class Connection:

@@ -12,12 +12,14 @@ dropped; either way they are counted, never fatal.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from zmqueue import protocol
+from zmqueue.dataplane.reqcache import ReplyCache
 from zmqueue.errors import InternalError, ProtocolError, ZmqueueError
 from zmqueue.protocol import Command, Frame
 
@@ -25,6 +27,16 @@ log = logging.getLogger(__name__)
 
 DEFERRED: Any = object()
 """Returned by a handler that will answer later through ``Request.reply``."""
+
+MUTATING = frozenset({
+    Command.CREATE_QUEUE, Command.DELETE_QUEUE, Command.PURGE_QUEUE, Command.SEND,
+    Command.DELETE, Command.CHANGE_VISIBILITY,
+})
+"""Commands whose replies are cached by request id (a retry is not applied twice)."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 @dataclass
@@ -47,6 +59,7 @@ class Request:
     identity: bytes
     frame: Frame
     outbox: Outbox
+    cache: ReplyCache | None = None
     answered: bool = False
 
     @property
@@ -58,13 +71,18 @@ class Request:
             return
         self.answered = True
         payload = protocol.encode_reply(self.frame.command, self.frame.request_id, body)
-        self.outbox.put(self.sock, self.identity, payload)
+        self._send(payload)
 
     def fail(self, exc: ZmqueueError) -> None:
         if self.answered:
             return
         self.answered = True
         payload = protocol.encode_error(self.frame.command, self.frame.request_id, exc)
+        self._send(payload)
+
+    def _send(self, payload: bytes) -> None:
+        if self.cache is not None:
+            self.cache.put(int(self.frame.command), self.frame.request_id, payload, now_ms())
         self.outbox.put(self.sock, self.identity, payload)
 
 
@@ -76,6 +94,7 @@ class Dispatcher:
         self.handlers: dict[Command, Handler] = {}
         self.outbox = Outbox()
         self.counters: Counter[str] = Counter()
+        self.reply_cache = ReplyCache()
 
     def register(self, command: Command, handler: Handler) -> None:
         self.handlers[command] = handler
@@ -99,7 +118,15 @@ class Dispatcher:
             self.counters["unexpected_reply"] += 1
             return
         self.counters["requests"] += 1
-        self.dispatch(Request(sock, identity, frame, self.outbox))
+        cache = None
+        if frame.command in MUTATING:
+            cached = self.reply_cache.get(int(frame.command), frame.request_id, now_ms())
+            if cached is not None:
+                self.counters["retries_answered_from_cache"] += 1
+                self.outbox.put(sock, identity, cached)
+                return
+            cache = self.reply_cache
+        self.dispatch(Request(sock, identity, frame, self.outbox, cache))
 
     def dispatch(self, req: Request) -> None:
         handler = self.handlers.get(req.frame.command)

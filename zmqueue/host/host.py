@@ -24,10 +24,15 @@ from prometheus_client import CollectorRegistry
 
 from zmqueue.config import HostConfig
 from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.queue_directory import Snapshot
 from zmqueue.controlplane.registry import Heartbeat, Registrar, Registration
 from zmqueue.dataplane.dispatch import Dispatcher, Request
+from zmqueue.dataplane.forwarder import Forwarder
 from zmqueue.dataplane.server import RequestLoop, Sockets
+from zmqueue.dataplane.service import QueueService
 from zmqueue.errors import ConsulUnavailable, StartupError
+from zmqueue.host.admin import AdminHandlers
+from zmqueue.host.metadata import MetadataCache, to_metadata
 from zmqueue.protocol import Command
 from zmqueue.version import __version__
 
@@ -60,12 +65,23 @@ def lock_data_dir(path: Path) -> TextIO:
     return lock
 
 
-class NullHooks:
+class HostHooks:
+    """Loop hooks: run what other threads posted, then the queue service."""
+
+    def __init__(self, cache: MetadataCache, service: QueueService) -> None:
+        self.cache = cache
+        self.service = service
+
     def tick(self, now_ms: int) -> int | None:
-        return None
+        self.cache.run_posted()
+        return self.service.tick(now_ms)
 
     def flush(self) -> None:
-        return None
+        self.service.flush()
+
+    def close(self) -> None:
+        self.cache.stop()
+        self.service.close()
 
 
 class Host:
@@ -78,7 +94,7 @@ class Host:
         self.dispatcher = Dispatcher()
         self.dispatcher.register(Command.PING, self._ping)
         self.dispatcher.register(Command.STATUS, self._status)
-        self.hooks: Any = NullHooks()
+        self.hooks: HostHooks | None = None
         self._lock: TextIO | None = None
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
         self.sockets: Sockets | None = None
@@ -111,6 +127,12 @@ class Host:
         self._lock = lock_data_dir(self.data_dir)
         self._ctx = zmq.Context()
         self.sockets = Sockets(self._ctx, cfg.bind_host, cfg.client_port, cfg.pub_port, cfg.peer_port)
+        cache = MetadataCache(cfg.consul, cfg.consul_timeout_ms / 1000, self._apply_snapshot,
+                              self._metadata_unavailable)
+        service = QueueService(cfg.node, self.data_dir, Forwarder(self._ctx), cache.refresh)
+        service.register(self.dispatcher)
+        AdminHandlers(cache).register(self.dispatcher)
+        self.hooks = HostHooks(cache, service)
         self.loop = RequestLoop(self.sockets, self.dispatcher, self.hooks)
         self.health = HealthServer(cfg.bind_host, cfg.http_port, self.healthy, self.metrics)
         self.health.start()
@@ -132,7 +154,16 @@ class Host:
         self.heartbeat = Heartbeat(hb_registrar, cfg.heartbeat_interval_ms, self.healthy)
         self.heartbeat.start()
         self._write_info(endpoints)
+        cache.start()
         log.info("host %s (cluster %s) serving on %s", cfg.node, cfg.cluster, endpoints)
+
+    def _apply_snapshot(self, snap: Snapshot) -> None:
+        assert self.hooks is not None
+        self.hooks.service.apply_metadata(to_metadata(snap), int(time.time() * 1000))
+
+    def _metadata_unavailable(self) -> None:
+        assert self.hooks is not None
+        self.hooks.service.metadata_unavailable()
 
     def _write_info(self, endpoints: dict[str, str]) -> None:
         info = {"node": self.config.node, "cluster": self.config.cluster, "pid": os.getpid(),
@@ -163,10 +194,9 @@ class Host:
                 self.registrar.deregister()
             except ConsulUnavailable as exc:
                 log.warning("could not deregister: %s", exc)
-        self.hooks.flush()
-        close = getattr(self.hooks, "close", None)
-        if close is not None:
-            close()
+        if self.hooks is not None:
+            self.hooks.flush()
+            self.hooks.close()
         if self.health is not None:
             self.health.stop()
         if self.sockets is not None:

@@ -411,9 +411,11 @@ class PartitionStore:
         self._page_in(now_ms)
         if self.config.fifo:
             return len(select.pick_fifo(self.ring, now_ms, 1)) > 0
-        hint = self.ring.hint
+        # a probe must leave the scan hint exactly as it was: pick_standard may
+        # reset and advance it, which would hide slots from the next receive
+        saved = self.ring.hint, self.ring.hint_deadline
         found = len(select.pick_standard(self.ring, now_ms, 1)) > 0
-        self.ring.hint = min(hint, self.ring.hint)
+        self.ring.hint, self.ring.hint_deadline = saved
         return found
 
     def _total(self) -> int:

@@ -1,0 +1,231 @@
+"""SQS semantics through the public client API, against real hosts and a real
+Consul (two hosts, so queues land on either)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import zmqueue
+from tests.conftest import QueueCluster, wait_for
+from zmqueue import OutgoingMessage
+
+
+def test_create_queue_is_idempotent_and_refuses_a_different_config(qcluster: QueueCluster) -> None:
+    c = qcluster.client
+    name = qcluster.queue_name()
+    q1 = c.create_queue(name, visibility_timeout=10)
+    q2 = c.create_queue(name, visibility_timeout=10)
+    assert q1.config == q2.config
+    with pytest.raises(zmqueue.QueueAlreadyExists, match="visibility_timeout"):
+        c.create_queue(name, visibility_timeout=11)
+    assert name in c.list_queues()
+    assert c.list_queues(prefix=name) == [name]
+    assert c.get_queue(name).config.visibility_timeout_s == 10
+
+
+def test_an_unknown_queue_is_queue_not_found_and_a_deleted_queue_is_gone(qcluster: QueueCluster) -> None:
+    c = qcluster.client
+    with pytest.raises(zmqueue.QueueNotFound):
+        c.get_queue(qcluster.queue_name("missing"))
+    name = qcluster.queue_name()
+    q = c.create_queue(name)
+    q.send(b"x")
+    c.delete_queue(name)
+    assert name not in c.list_queues()
+    with pytest.raises(zmqueue.QueueNotFound):
+        c.get_queue(name)
+    with pytest.raises(zmqueue.QueueNotFound):
+        c.delete_queue(name)
+
+
+def test_a_sent_message_is_received_with_its_attributes_and_deleted(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name())
+    before = time.time()
+    mid = q.send(b"hello", attributes={"k": "v", "n": 3})
+    [m] = q.receive(max_messages=10, wait_time=5)
+    assert (m.id, m.body, m.attributes, m.receive_count) == (mid, b"hello", {"k": "v", "n": 3}, 1)
+    assert before - 1 <= m.sent_at.timestamp() <= time.time() + 1
+    assert q.stats()["in_flight"] == 1
+    q.delete(m.receipt)
+    st = q.stats()
+    assert st["in_flight"] == 0 and st["visible"] == 0
+    assert q.receive(wait_time=0) == []
+
+
+def test_batches_keep_order_of_ids_and_mixed_items(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name())
+    ids = q.send_batch([b"a", "b", OutgoingMessage(b"c", attributes={"x": "1"})])
+    assert len(set(ids)) == 3
+    got = {m.id: m for m in q.receive(max_messages=10, wait_time=5)}
+    assert {got[i].body for i in ids} == {b"a", b"b", b"c"}
+    assert got[ids[2]].attributes == {"x": "1"}
+    assert q.delete_batch([m.receipt for m in got.values()]) == [None, None, None]
+
+
+def test_an_expired_visibility_timeout_makes_the_message_visible_again_and_stales_the_old_receipt(
+        qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name(), visibility_timeout=1)
+    q.send(b"m")
+    [first] = q.receive()
+    assert q.receive() == []
+    [second] = q.receive(wait_time=5)
+    assert second.id == first.id and second.receive_count == 2
+    with pytest.raises(zmqueue.InvalidReceipt):
+        q.delete(first.receipt)
+    assert q.stats()["in_flight"] == 1  # the stale delete removed nothing
+    q.delete(second.receipt)
+    assert q.stats()["total"] == 0
+
+
+def test_change_visibility_to_zero_wakes_a_waiting_long_poll(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name(), visibility_timeout=60)
+    q.send(b"m")
+    [m] = q.receive()
+    result: list[list[zmqueue.Message]] = []
+    waiter = threading.Thread(target=lambda: result.append(q.receive(wait_time=15)))
+    started = time.monotonic()
+    waiter.start()
+    time.sleep(0.3)  # let the long poll park on the host before the change
+    q.change_visibility(m.receipt, 0)
+    waiter.join(timeout=15)
+    assert result and result[0][0].id == m.id
+    assert time.monotonic() - started < 5
+
+
+def test_change_visibility_extends_the_timeout(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name(), visibility_timeout=1)
+    q.send(b"m")
+    [m] = q.receive()
+    q.change_visibility(m.receipt, 30)
+    assert q.receive(wait_time=2) == []
+    q.delete(m.receipt)
+
+
+def test_long_polling_returns_as_soon_as_a_message_arrives_or_empty_after_wait_time(
+        qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name())
+    t0 = time.monotonic()
+    assert q.receive(wait_time=1) == []
+    assert 0.9 <= time.monotonic() - t0 < 4
+    sender = threading.Timer(0.5, lambda: q.send(b"late"))
+    t0 = time.monotonic()
+    sender.start()
+    got = q.receive(wait_time=15)
+    assert [m.body for m in got] == [b"late"]
+    assert time.monotonic() - t0 < 5
+
+
+def test_per_queue_and_per_message_delays_hide_messages_until_due(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name(), delay=1)
+    q.send(b"queue-delay")
+    q.send(b"no-delay", delay=0)
+    assert [m.body for m in q.receive(10)] == [b"no-delay"]
+    assert q.stats()["delayed"] == 1
+    got = q.receive(10, wait_time=5)
+    assert [m.body for m in got] == [b"queue-delay"]
+
+
+def test_a_message_received_too_often_moves_to_the_dead_letter_queue_with_its_attributes(
+        qcluster: QueueCluster) -> None:
+    c = qcluster.client
+    name, dlq_name = qcluster.queue_name(), qcluster.queue_name("dlq")
+    q = c.create_queue(name, visibility_timeout=1, dead_letter_queue=dlq_name, max_receive_count=2)
+    mid = q.send(b"poison", attributes={"why": "test"})
+    for n in (1, 2):
+        [m] = q.receive(wait_time=5)
+        assert m.receive_count == n
+    assert q.receive(wait_time=2) == []
+    dlq = c.get_queue(dlq_name)
+    [d] = wait_for(lambda: dlq.receive(wait_time=1), 10, "the message in the DLQ")
+    assert (d.id, d.body, d.attributes, d.dead_letter_source) == (mid, b"poison", {"why": "test"}, name)
+    assert d.receive_count == 3
+    assert q.stats()["total"] == 0
+
+
+def test_purge_empties_a_queue(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name())
+    q.send_batch([b"x"] * 50)
+    assert q.purge() == 50
+    assert q.stats()["total"] == 0 and q.receive() == []
+
+
+def test_retention_drops_messages_older_than_the_retention_period(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name(), retention=1)
+    q.send_batch([b"old"] * 5)
+    wait_for(lambda: q.stats()["total"] == 0, 10, "retention to drop the messages")
+    assert q.receive() == []
+
+
+def test_fifo_keeps_group_order_and_holds_a_group_while_a_message_is_in_flight(
+        qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name() + ".fifo", fifo=True, visibility_timeout=30)
+    for i in range(5):
+        q.send(f"a{i}".encode(), group_id="A")
+        q.send(f"b{i}".encode(), group_id="B")
+    [first] = q.receive(max_messages=1)
+    group = first.group_id
+    other = "B" if group == "A" else "A"
+    got = q.receive(max_messages=10)
+    assert got and all(m.group_id == other for m in got), "group of the in-flight message is held"
+    assert [m.body for m in got] == [f"{other.lower()}{i}".encode() for i in range(5)]
+    q.delete(first.receipt)
+    rest = q.receive(max_messages=10)
+    assert [m.body for m in rest] == [f"{group.lower()}{i}".encode() for i in range(1, 5)]
+
+
+def test_fifo_sends_are_deduplicated_by_dedup_id_and_by_content_when_asked(qcluster: QueueCluster) -> None:
+    c = qcluster.client
+    q = c.create_queue(qcluster.queue_name() + ".fifo", fifo=True)
+    a = q.send(b"one", group_id="g", dedup_id="d1")
+    assert q.send(b"other body", group_id="g", dedup_id="d1") == a
+    ids = q.send_batch([OutgoingMessage(b"x", group_id="g", dedup_id="d2"),
+                        OutgoingMessage(b"y", group_id="g", dedup_id="d2")])
+    assert ids[0] == ids[1]
+    cq = c.create_queue(qcluster.queue_name() + ".fifo", fifo=True, content_based_dedup=True)
+    assert cq.send(b"same", group_id="g") == cq.send(b"same", group_id="g")
+    assert q.stats()["total"] == 2 and cq.stats()["total"] == 1
+    with pytest.raises(zmqueue.InvalidParameter, match="group_id"):
+        q.send(b"no group")
+
+
+def test_bad_requests_get_specific_errors(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name(), max_message_bytes=1024)
+    with pytest.raises(zmqueue.MessageTooLarge) as exc:
+        q.send(b"x" * 2000)
+    assert exc.value.details == {"size": 2000, "limit": 1024}
+    with pytest.raises(zmqueue.InvalidParameter, match="too many attributes"):
+        q.send(b"x", attributes={f"k{i}": "v" for i in range(11)})
+    with pytest.raises(zmqueue.InvalidParameter, match="max_messages"):
+        q.receive(max_messages=0)
+    with pytest.raises(zmqueue.InvalidParameter, match="wait_time"):
+        q.receive(wait_time=21)
+    with pytest.raises(zmqueue.InvalidParameter, match="queue name"):
+        qcluster.client.create_queue("bad name!")
+    with pytest.raises(zmqueue.InvalidReceipt):
+        q.delete("not-a-receipt")
+    assert q.stats()["total"] == 0
+
+
+def test_push_subscribers_never_hold_more_than_their_prefetch_and_share_with_pull(
+        qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name(), visibility_timeout=30)
+    q.send_batch([f"m{i}".encode() for i in range(40)])
+    seen: list[bytes] = []
+    peak = [0]
+
+    def slow(m: zmqueue.Message) -> None:
+        peak[0] = max(peak[0], q.stats()["in_flight"])
+        seen.append(m.body)
+        time.sleep(0.02)
+
+    with q.subscribe(slow, prefetch=3) as sub:
+        pulled = wait_for(lambda: q.receive(max_messages=5), 10, "a pull consumer to get some")
+        q.delete_batch([m.receipt for m in pulled])
+        wait_for(lambda: len(seen) + len(pulled) >= 40, 30, "every message consumed")
+        assert sub.max_unfinished_seen <= 3
+    assert peak[0] <= 3 + 5  # the subscriber's credit plus the pull consumer's batch
+    assert sorted(seen + [m.body for m in pulled]) == sorted(f"m{i}".encode() for i in range(40))
+    wait_for(lambda: q.stats()["total"] == 0, 10, "auto-deletes")

@@ -1,0 +1,140 @@
+"""``zmqueue queue create|list|delete|purge|stats``, ``zmqueue send`` and
+``zmqueue receive``: the client library from the shell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import zmqueue
+from zmqueue.cli.common import add_consul_flag, console, consul_addresses
+
+
+def _client(args: argparse.Namespace) -> zmqueue.Client:
+    return zmqueue.connect(list(consul_addresses(args.consul)))
+
+
+def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
+    q = sub.add_parser("queue", help="create, list, delete, purge queues and show their stats")
+    qsub = q.add_subparsers(dest="queue_command", metavar="ACTION", parser_class=type(q))
+    qsub.required = True
+
+    p = qsub.add_parser("create", help="create a queue (same settings again: no-op)")
+    p.add_argument("name")
+    p.add_argument("--fifo", action="store_true", help="FIFO queue (strict order per group)")
+    p.add_argument("--visibility-timeout", type=int, default=30, help="seconds (default 30)")
+    p.add_argument("--retention", type=int, default=4 * 86400, help="seconds (default 4 days)")
+    p.add_argument("--delay", type=int, default=0, help="default delivery delay, seconds")
+    p.add_argument("--max-message-bytes", type=int, default=262144)
+    p.add_argument("--dead-letter-queue", default=None, help="DLQ name (created if missing)")
+    p.add_argument("--max-receive-count", type=int, default=5)
+    p.add_argument("--partitions", type=int, default=1)
+    p.add_argument("--replication-factor", type=int, default=1)
+    p.add_argument("--content-based-dedup", action="store_true", help="FIFO: dedup by body hash")
+    p.add_argument("--fsync", choices=["always", "interval", "never"], default="interval")
+    for sp in (p,):
+        add_consul_flag(sp)
+    p.set_defaults(func=cmd_create)
+
+    p = qsub.add_parser("list", help="list queue names")
+    p.add_argument("--prefix", default="")
+    add_consul_flag(p)
+    p.set_defaults(func=cmd_list)
+
+    for name, fn, text in (("delete", cmd_delete, "delete a queue and its messages"),
+                           ("purge", cmd_purge, "delete every message of a queue"),
+                           ("stats", cmd_stats, "show a queue's counters")):
+        p = qsub.add_parser(name, help=text)
+        p.add_argument("name")
+        add_consul_flag(p)
+        p.set_defaults(func=fn)
+
+    p = sub.add_parser("send", help="send a message (BODY, or - to read stdin)")
+    p.add_argument("queue")
+    p.add_argument("body", nargs="?", default="-", help="message body; - (default) reads stdin")
+    p.add_argument("--group-id", default=None, help="FIFO message group")
+    p.add_argument("--dedup-id", default=None, help="FIFO deduplication id")
+    p.add_argument("--delay", type=int, default=None, help="seconds before it is visible")
+    p.add_argument("--attr", action="append", default=[], metavar="K=V", help="attribute (repeatable)")
+    add_consul_flag(p)
+    p.set_defaults(func=cmd_send)
+
+    p = sub.add_parser("receive", help="receive messages (prints one JSON line each)")
+    p.add_argument("queue")
+    p.add_argument("--max", type=int, default=1, help="messages to receive, 1-1000 (default 1)")
+    p.add_argument("--wait", type=float, default=0, help="long-poll seconds, 0-20 (default 0)")
+    p.add_argument("--visibility-timeout", type=int, default=None)
+    p.add_argument("--delete", action="store_true", help="delete each message after printing it")
+    add_consul_flag(p)
+    p.set_defaults(func=cmd_receive)
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        q = c.create_queue(
+            args.name, fifo=args.fifo, visibility_timeout=args.visibility_timeout,
+            retention=args.retention, delay=args.delay, max_message_bytes=args.max_message_bytes,
+            dead_letter_queue=args.dead_letter_queue, max_receive_count=args.max_receive_count,
+            partitions=args.partitions, replication_factor=args.replication_factor,
+            content_based_dedup=args.content_based_dedup, fsync=args.fsync)
+        console.print(f"queue {q.name} ready ({'fifo' if q.config.fifo else 'standard'})")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        for name in c.list_queues(args.prefix):
+            print(name)
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        c.delete_queue(args.name)
+        console.print(f"queue {args.name} deleted")
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        n = c.get_queue(args.name).purge()
+        console.print(f"purged {n} messages from {args.name}")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        print(json.dumps(c.get_queue(args.name).stats(), sort_keys=True))
+    return 0
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    body = sys.stdin.buffer.read() if args.body == "-" else args.body.encode()
+    attrs = {}
+    for kv in args.attr:
+        k, sep, v = kv.partition("=")
+        if not sep:
+            raise zmqueue.InvalidParameter(f"--attr {kv!r} must be K=V")
+        attrs[k] = v
+    with _client(args) as c:
+        mid = c.get_queue(args.queue).send(body, attributes=attrs or None, delay=args.delay,
+                                           group_id=args.group_id, dedup_id=args.dedup_id)
+        print(mid)
+    return 0
+
+
+def cmd_receive(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        q = c.get_queue(args.queue)
+        msgs = q.receive(args.max, args.wait, args.visibility_timeout)
+        for m in msgs:
+            print(json.dumps({
+                "id": m.id, "body": m.body.decode("utf-8", "replace"), "attributes": {
+                    k: v if not isinstance(v, bytes) else v.hex() for k, v in m.attributes.items()},
+                "receive_count": m.receive_count, "sent_at": m.sent_at.isoformat(),
+                "group_id": m.group_id, "receipt": m.receipt}))
+        if args.delete and msgs:
+            q.delete_batch([m.receipt for m in msgs])
+    return 0

@@ -1,0 +1,185 @@
+"""The synchronous client: ``zmqueue.connect()`` and queue administration.
+
+The client finds hosts through Consul (read only), keeps one DEALER
+connection per host, times out every request, and retries idempotently: a
+retry reuses the request id, so a host that already applied the request
+answers from its reply cache instead of applying it twice. It is safe to
+share one client between threads: each thread gets its own connections.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import zmq
+
+from zmqueue.client.queue import Queue
+from zmqueue.client.transport import Connection
+from zmqueue.config import QueueConfig, from_env, parse_consul_addresses
+from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.discovery import HostInfo, list_hosts
+from zmqueue.errors import (
+    ConsulUnavailable,
+    NotLeader,
+    QueueNotFound,
+    RequestTimeout,
+    Unavailable,
+    ZmqueueError,
+)
+from zmqueue.protocol import Command
+
+HOSTS_TTL_S = 2.0
+
+
+def connect(consul: str | Sequence[str] | None = None, *, request_timeout: float = 10.0,
+            retries: int = 4) -> Client:
+    """Connect to a zmqueue system through Consul.
+
+    ``consul``: one ``HOST:PORT`` (or a comma-separated list, or a sequence;
+    the client fails over between them). Default: ``$CONSUL_HTTP_ADDR``, else
+    ``127.0.0.1:8500``. ``request_timeout`` (seconds) bounds every request
+    (a long poll adds its wait time); ``retries`` is how many times a request
+    is retried on another attempt after a timeout or a routing change.
+    """
+    if consul is None:
+        addrs = from_env()["consul"]
+    elif isinstance(consul, str):
+        addrs = parse_consul_addresses(consul)
+    else:
+        addrs = tuple(consul)
+    return Client(tuple(addrs), request_timeout, retries)
+
+
+class Client:
+    def __init__(self, consul: tuple[str, ...], request_timeout: float = 10.0,
+                 retries: int = 4) -> None:
+        self.consul_addresses = consul
+        self.request_timeout_ms = int(request_timeout * 1000)
+        self.retries = retries
+        self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self._lock = threading.RLock()
+        self._consul = ConsulClient(consul, timeout_s=3.0)
+        self._local = threading.local()
+        self._all_conns: list[Connection] = []
+        self._hosts: list[HostInfo] = []
+        self._hosts_at = 0.0
+        self.closed = False
+
+    # --- plumbing ------------------------------------------------------------
+    def hosts(self, refresh: bool = False) -> list[HostInfo]:
+        with self._lock:
+            if refresh or time.monotonic() - self._hosts_at > HOSTS_TTL_S or not self._hosts:
+                try:
+                    self._hosts = [h for h in list_hosts(self._consul) if h.passing]
+                    self._hosts_at = time.monotonic()
+                except ConsulUnavailable:
+                    if not self._hosts:
+                        raise
+            return list(self._hosts)
+
+    def connection(self, endpoint: str) -> Connection:
+        """This thread's connection to ``endpoint`` (ZeroMQ sockets are not
+        thread safe, and a long poll must not hold up other threads)."""
+        conns: dict[str, Connection] | None = getattr(self._local, "conns", None)
+        if conns is None:
+            conns = self._local.conns = {}
+        conn = conns.get(endpoint)
+        if conn is None:
+            with self._lock:
+                if self.closed:
+                    raise Unavailable("the client is closed")
+                conn = Connection(self.ctx, endpoint)
+                self._all_conns.append(conn)
+            conns[endpoint] = conn
+        return conn
+
+    def request(self, endpoint: str, command: Command, body: Any, request_id: int | None = None,
+                extra_timeout_ms: int = 0) -> Any:
+        conn = self.connection(endpoint)
+        return conn.request(command, body, self.request_timeout_ms + extra_timeout_ms, request_id)
+
+    def any_host(self, command: Command, body: Any) -> Any:
+        """Send an administrative request to any healthy host, failing over."""
+        rid = None
+        last: ZmqueueError | None = None
+        for attempt in range(self.retries + 1):
+            hosts = self.hosts(refresh=attempt > 0)
+            if not hosts:
+                last = Unavailable("no healthy zmqueue host is registered in Consul at "
+                                   f"{', '.join(self.consul_addresses)}; start one with `zmqueue up`")
+                time.sleep(min(1.0, 0.1 * 2**attempt))
+                continue
+            host = random.choice(hosts)
+            conn = self.connection(host.client_endpoint)
+            rid = rid or conn.next_request_id()
+            try:
+                return self.request(host.client_endpoint, command, body, rid)
+            except (RequestTimeout, NotLeader) as exc:
+                last = exc
+            except Unavailable as exc:
+                last = exc
+                time.sleep(min(1.0, 0.1 * 2**attempt))
+        assert last is not None
+        raise last
+
+    # --- administration --------------------------------------------------------
+    def create_queue(self, name: str, *, fifo: bool = False, visibility_timeout: int = 30,
+                     retention: int = 4 * 86400, delay: int = 0, max_message_bytes: int = 262144,
+                     dead_letter_queue: str | None = None, max_receive_count: int = 5,
+                     partitions: int = 1, replication_factor: int = 1,
+                     sync_replication: bool = True, content_based_dedup: bool = False,
+                     fsync: str = "interval", max_messages: int | None = None) -> Queue:
+        """Create a queue (idempotent with the same settings; QueueAlreadyExists
+        with different ones). Times are in seconds. A named dead-letter queue
+        that does not exist yet is created with default settings."""
+        cfg = QueueConfig(
+            name=name, fifo=fifo, visibility_timeout_s=visibility_timeout, retention_s=retention,
+            delay_s=delay, max_message_bytes=max_message_bytes, dead_letter_queue=dead_letter_queue,
+            max_receive_count=max_receive_count, partitions=partitions,
+            replication_factor=replication_factor, sync_replication=sync_replication,
+            content_based_dedup=content_based_dedup, fsync=fsync, max_messages=max_messages,
+        ).validate()
+        info = self.any_host(Command.CREATE_QUEUE, {"config": cfg.to_dict()})["queue"]
+        return Queue(self, info)
+
+    def get_queue(self, name: str) -> Queue:
+        """The queue named ``name``; QueueNotFound if there is none."""
+        return Queue(self, self.queue_info(name))
+
+    def queue_info(self, name: str) -> dict[str, Any]:
+        info = self.any_host(Command.GET_QUEUE, {"name": name})["queue"]
+        if not isinstance(info, dict):
+            raise QueueNotFound(f"queue {name!r} does not exist", queue=name)
+        return info
+
+    def list_queues(self, prefix: str = "") -> list[str]:
+        return list(self.any_host(Command.LIST_QUEUES, {"prefix": prefix})["queues"])
+
+    def delete_queue(self, name: str) -> None:
+        """Delete a queue and its messages; QueueNotFound if there is none."""
+        if not self.any_host(Command.DELETE_QUEUE, {"name": name})["deleted"]:
+            raise QueueNotFound(f"queue {name!r} does not exist", queue=name)
+
+    def ping(self) -> list[dict[str, Any]]:
+        return [self.request(h.client_endpoint, Command.PING, None) for h in self.hosts(True)]
+
+    # --- lifecycle -------------------------------------------------------------
+    def close(self) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            for c in self._all_conns:
+                c.close()
+            self._all_conns.clear()
+        self.ctx.term()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

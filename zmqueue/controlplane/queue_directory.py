@@ -1,0 +1,138 @@
+"""Queues in Consul KV: create (idempotent), get, list, delete, and snapshots.
+
+Writes are check-and-set: a queue's config is created with ``cas=0`` (only if
+absent), so two racing creates agree on one config; partition assignments
+likewise. A create that finds the same config is a no-op; a different config
+is QueueAlreadyExists naming the differing settings. Partitions go to
+clusters by :func:`assignment.assign_queue` and to hosts by
+:func:`placement.place`; the first replica serves the partition.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from zmqueue.config import QueueConfig, validate_queue_name
+from zmqueue.controlplane import kvlayout as kv
+from zmqueue.controlplane.assignment import ClusterInfo, Fleet, assign_queue
+from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.discovery import HostInfo, list_hosts
+from zmqueue.controlplane.placement import Host, place
+from zmqueue.errors import QueueAlreadyExists, QueueNotFound
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    index: int
+    state: kv.ClusterState
+    problems: list[kv.Malformed]
+    hosts: list[HostInfo]
+
+    def endpoint_of(self, node: str) -> str | None:
+        for h in self.hosts:
+            if h.node == node and h.passing:
+                return h.client_endpoint
+        return None
+
+    def queue_info(self, name: str) -> dict[str, Any]:
+        cfg = self.state.configs.get(name)
+        if cfg is None:
+            raise QueueNotFound(f"queue {name!r} does not exist; create it first", queue=name)
+        parts = []
+        for p in range(cfg.partitions):
+            a = self.state.assignments.get(kv.PartitionId(name, p))
+            owner = a.replicas[0] if a and a.replicas else None
+            parts.append({"partition": p, "cluster": a.cluster if a else None,
+                          "replicas": list(a.replicas) if a else [], "owner": owner,
+                          "endpoint": self.endpoint_of(owner) if owner else None})
+        return {"config": cfg.to_dict(), "partitions": parts}
+
+
+def config_diff(a: QueueConfig, b: QueueConfig) -> list[str]:
+    da, db = a.to_dict(), b.to_dict()
+    return sorted(k for k in da if da[k] != db.get(k))
+
+
+class QueueDirectory:
+    def __init__(self, client: ConsulClient) -> None:
+        self.client = client
+
+    def snapshot(self, index: int | None = None, wait_s: float | None = None) -> Snapshot:
+        def get(c: Any) -> Any:
+            if index is None:
+                return c.kv.get(kv.PREFIX, recurse=True, consistency="consistent")
+            return c.kv.get(kv.PREFIX, recurse=True, index=index, wait=f"{wait_s or 1:.0f}s")
+
+        idx, items = self.client.call(get)
+        state, problems = kv.parse_tree(items)
+        return Snapshot(int(idx), state, problems, list_hosts(self.client))
+
+    def create(self, cfg: QueueConfig) -> dict[str, Any]:
+        cfg = cfg.validate()
+        if cfg.dead_letter_queue is not None:
+            dlq = QueueConfig(cfg.dead_letter_queue, fifo=cfg.fifo,
+                              retention_s=max(cfg.retention_s, 14 * 86400), fsync=cfg.fsync)
+            self._create_one(dlq, exists_ok_any=True)
+        self._create_one(cfg)
+        return self.snapshot().queue_info(cfg.name)
+
+    def _create_one(self, cfg: QueueConfig, exists_ok_any: bool = False) -> None:
+        key = kv.queue_config_key(cfg.name)
+        created = self.client.call(lambda c: c.kv.put(key, kv.encode_queue_config(cfg), cas=0))
+        snap = self.snapshot()
+        existing = snap.state.configs.get(cfg.name)
+        if not created and existing is not None and not exists_ok_any and not existing.same_settings(cfg):
+            diff = config_diff(existing, cfg)
+            raise QueueAlreadyExists(
+                f"queue {cfg.name!r} exists with different settings ({', '.join(diff)}); "
+                "delete it first or use the same settings", queue=cfg.name, differs=diff)
+        self._assign(existing or cfg, snap)
+
+    def _assign(self, cfg: QueueConfig, snap: Snapshot) -> None:
+        drains = snap.state.drains
+        passing = [h for h in snap.hosts if h.passing]
+        clusters: dict[str, int] = {}
+        for h in passing:
+            clusters[h.cluster] = clusters.get(h.cluster, 0) + 1
+        fleet = Fleet(
+            clusters={c: ClusterInfo(c, n) for c, n in clusters.items()},
+            assignments={pid: a.cluster for pid, a in snap.state.assignments.items()},
+        )
+        r = cfg.replication_factor
+        chosen = assign_queue(cfg.name, cfg.partitions, min(r, max(clusters.values(), default=1)), fleet)
+        for pid, cluster in chosen.items():
+            if pid in snap.state.assignments:
+                continue
+            members = [Host(h.node, h.meta.get("zone", ""), True, drains.get(h.node, False))
+                       for h in passing if h.cluster == cluster]
+            replicas = place(pid, members, r)
+            a = kv.PartitionAssignment(cluster, replicas, 1)
+            self._put_new(kv.partition_key(pid), kv.encode_assignment(a))
+            log.info("queue %s partition %d -> cluster %s replicas %s", pid.queue, pid.partition,
+                     cluster, replicas)
+
+    def _put_new(self, key: str, value: bytes) -> bool:
+        """Create ``key`` only if absent (check-and-set with index 0)."""
+        return bool(self.client.call(lambda c: c.kv.put(key, value, cas=0)))
+
+    def _delete_tree(self, prefix: str) -> None:
+        self.client.call(lambda c: c.kv.delete(prefix, recurse=True))
+
+    def get(self, name: str) -> dict[str, Any]:
+        return self.snapshot().queue_info(validate_queue_name(name))
+
+    def list(self, prefix: str = "") -> list[str]:
+        snap = self.snapshot()
+        return sorted(n for n in snap.state.configs if n.startswith(prefix))
+
+    def delete(self, name: str) -> bool:
+        validate_queue_name(name)
+        existed = bool(self.client.call(lambda c: c.kv.get(kv.queue_config_key(name)))[1])
+        for sub in (f"{kv.PREFIX}queues/{name}/", f"{kv.PREFIX}leaders/{name}/",
+                    f"{kv.PREFIX}positions/{name}/"):
+            self._delete_tree(sub)
+        return existed

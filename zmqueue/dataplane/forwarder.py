@@ -1,0 +1,83 @@
+"""Host-to-host requests from the request loop, without blocking it.
+
+Used to move dead letters to a DLQ partition that another host serves. One
+DEALER per endpoint; ``poll()`` (called from the loop's tick) collects replies
+and times out requests that got none, calling each request's callback once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+from zmqueue import protocol
+from zmqueue.errors import ProtocolError, RequestTimeout, ZmqueueError, from_wire
+from zmqueue.protocol import Command, new_request_id
+
+Callback = Callable[[Any, ZmqueueError | None], None]
+MAX_PENDING = 10_000
+
+
+@dataclass
+class _Pending:
+    endpoint: str
+    deadline_ms: int
+    callback: Callback
+
+
+class Forwarder:
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+        self.ctx = ctx
+        self.socks: dict[str, zmq.Socket[bytes]] = {}
+        self.pending: dict[int, _Pending] = {}
+
+    def _sock(self, endpoint: str) -> zmq.Socket[bytes]:
+        s = self.socks.get(endpoint)
+        if s is None:
+            s = self.ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.SNDHWM, 10_000)
+            s.connect(endpoint)
+            self.socks[endpoint] = s
+        return s
+
+    def request(self, endpoint: str, command: Command, body: Any, callback: Callback,
+                now_ms: int, timeout_ms: int = 5000) -> None:
+        if len(self.pending) >= MAX_PENDING:
+            callback(None, RequestTimeout("too many forwarded requests in flight"))
+            return
+        rid = new_request_id()
+        try:
+            self._sock(endpoint).send(protocol.encode_request(command, rid, body), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            callback(None, RequestTimeout(f"cannot queue a request to {endpoint}"))
+            return
+        self.pending[rid] = _Pending(endpoint, now_ms + timeout_ms, callback)
+
+    def poll(self, now_ms: int) -> None:
+        for sock in self.socks.values():
+            while True:
+                try:
+                    data = sock.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                try:
+                    frame = protocol.decode(data)
+                except ProtocolError:
+                    continue
+                p = self.pending.pop(frame.request_id, None)
+                if p is not None:
+                    p.callback(None if frame.is_error else frame.body,
+                               from_wire(frame.body) if frame.is_error else None)
+        expired = [rid for rid, p in self.pending.items() if p.deadline_ms <= now_ms]
+        for rid in expired:
+            p = self.pending.pop(rid)
+            p.callback(None, RequestTimeout(f"no reply from {p.endpoint}"))
+
+    def close(self) -> None:
+        for s in self.socks.values():
+            s.close(linger=0)
+        self.socks.clear()

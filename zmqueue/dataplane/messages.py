@@ -1,0 +1,92 @@
+"""What the queue layer stores beside a body, and receipt handles.
+
+The storage engine keeps an opaque attributes blob per message. The queue
+layer puts a MessagePack map in it:
+
+| key | meaning |
+|---|---|
+| ``a`` | user attributes (map of str -> str/int/float/bytes) |
+| ``g`` | FIFO message group id (str) |
+| ``d`` | deduplication id (str) |
+| ``rc`` | receive count carried over from the source queue (DLQ moves) |
+| ``src`` | source queue of a dead-lettered message |
+
+Receipt handles are part of the wire protocol (:class:`zmqueue.protocol.Receipt`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import Any
+
+import msgpack
+
+from zmqueue.errors import InvalidParameter, MessageTooLarge
+
+MAX_ATTRIBUTES = 10
+MAX_ATTRIBUTE_NAME = 256
+
+
+def new_message_id() -> bytes:
+    return uuid.uuid4().bytes
+
+
+def group_hash(group: str | None) -> int:
+    """Stable u64 of a group id (0 means "no group")."""
+    if not group:
+        return 0
+    h = int.from_bytes(hashlib.blake2b(group.encode(), digest_size=8).digest(), "big")
+    return h or 1
+
+
+def validate_attributes(attrs: Any) -> dict[str, Any]:
+    if attrs is None:
+        return {}
+    if not isinstance(attrs, dict):
+        raise InvalidParameter("attributes must be a map of name -> value", field="attributes")
+    if len(attrs) > MAX_ATTRIBUTES:
+        raise InvalidParameter(f"too many attributes: {len(attrs)} (the limit is {MAX_ATTRIBUTES})",
+                               field="attributes", count=len(attrs), limit=MAX_ATTRIBUTES)
+    for k, v in attrs.items():
+        if not isinstance(k, str) or not 0 < len(k) <= MAX_ATTRIBUTE_NAME:
+            raise InvalidParameter(f"attribute name {k!r:.60} must be 1-{MAX_ATTRIBUTE_NAME} chars",
+                                   field="attributes")
+        if not isinstance(v, str | int | float | bytes) or isinstance(v, bool):
+            raise InvalidParameter(f"attribute {k!r} must be a str, int, float or bytes",
+                                   field="attributes")
+    return attrs
+
+
+def encode_blob(attrs: dict[str, Any], group: str | None, dedup: str | None,
+                carried_rc: int = 0, source: str | None = None) -> bytes:
+    blob: dict[str, Any] = {}
+    if attrs:
+        blob["a"] = attrs
+    if group:
+        blob["g"] = group
+    if dedup:
+        blob["d"] = dedup
+    if carried_rc:
+        blob["rc"] = carried_rc
+    if source:
+        blob["src"] = source
+    return msgpack.packb(blob, use_bin_type=True) if blob else b""
+
+
+def decode_blob(blob: bytes) -> dict[str, Any]:
+    if not blob:
+        return {}
+    try:
+        out = msgpack.unpackb(blob, raw=False)
+    except Exception:  # a blob this layer wrote is never malformed; be safe anyway
+        return {}
+    return out if isinstance(out, dict) else {}
+
+
+def check_size(body: bytes, blob: bytes, limit: int) -> None:
+    size = len(body) + len(blob)
+    if size > limit:
+        raise MessageTooLarge(
+            f"message of {size} bytes (body + attributes) exceeds the queue's limit of {limit} "
+            "bytes; send a smaller body or raise max_message_bytes", size=size, limit=limit)

@@ -1,0 +1,75 @@
+"""Queue administration requests (create, get, list, delete).
+
+They change or read Consul KV, so they run on the metadata cache's worker
+thread; the request loop never blocks on Consul. The reply is posted back to
+the loop. A successful create or delete also refreshes this host's metadata,
+so the data plane knows the queue before the client's next request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from zmqueue.config import QueueConfig
+from zmqueue.controlplane.queue_directory import QueueDirectory
+from zmqueue.dataplane import fields as F
+from zmqueue.dataplane.dispatch import DEFERRED, Dispatcher, Request
+from zmqueue.errors import InternalError, ZmqueueError
+from zmqueue.host.metadata import MetadataCache
+from zmqueue.protocol import Command
+
+
+class AdminHandlers:
+    def __init__(self, cache: MetadataCache) -> None:
+        self.cache = cache
+
+    def register(self, d: Dispatcher) -> None:
+        d.register(Command.CREATE_QUEUE, self._deferred(self._create))
+        d.register(Command.GET_QUEUE, self._deferred(self._get))
+        d.register(Command.LIST_QUEUES, self._deferred(self._list))
+        d.register(Command.DELETE_QUEUE, self._deferred(self._delete))
+
+    def _deferred(self, fn: Callable[[QueueDirectory, dict[str, Any]], Any]) -> Callable[[Request], Any]:
+        def handler(req: Request) -> Any:
+            body = F.body_map(req.body)
+
+            def work() -> None:
+                try:
+                    result = fn(self.cache.directory(), body)
+                except ZmqueueError as exc:
+                    err = exc
+                    self.cache.post(lambda: req.fail(err))
+                    return
+                except Exception as exc:  # a bug: answer, keep serving
+                    bug = InternalError(f"internal error: {exc!r:.200}")
+                    self.cache.post(lambda: req.fail(bug))
+                    return
+                self.cache.post(lambda: req.reply(result))
+
+            self.cache.worker.submit(work)
+            return DEFERRED
+        return handler
+
+    def _create(self, d: QueueDirectory, body: dict[str, Any]) -> Any:
+        raw = body.get("config")
+        cfg = QueueConfig.from_dict(raw if isinstance(raw, dict) else {})
+        info = d.create(cfg)
+        self.cache.refresh()
+        return {"queue": info}
+
+    def _get(self, d: QueueDirectory, body: dict[str, Any]) -> Any:
+        return {"queue": d.get(F.get_queue(body, "name"))}
+
+    def _list(self, d: QueueDirectory, body: dict[str, Any]) -> Any:
+        prefix = body.get("prefix") or ""
+        if not isinstance(prefix, str) or len(prefix) > 80:
+            from zmqueue.errors import InvalidParameter
+
+            raise InvalidParameter("prefix must be a string of at most 80 characters", field="prefix")
+        return {"queues": d.list(prefix)}
+
+    def _delete(self, d: QueueDirectory, body: dict[str, Any]) -> Any:
+        existed = d.delete(F.get_queue(body, "name"))
+        self.cache.refresh()
+        return {"deleted": existed}

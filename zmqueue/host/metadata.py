@@ -1,0 +1,116 @@
+"""The host's metadata cache: Consul KV + catalog, kept fresh by a blocking
+query loop, handed to the data plane as plain values.
+
+The watcher thread and the admin worker each own a ConsulClient. Results
+reach the request loop through ``post()``: callables the loop runs between
+iterations, so data-plane state is only touched on the loop thread. When
+Consul is unreachable, the data plane keeps its last known metadata.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.queue_directory import QueueDirectory, Snapshot
+from zmqueue.dataplane.service import Metadata, Route
+from zmqueue.errors import ConsulUnavailable
+
+log = logging.getLogger(__name__)
+
+WATCH_WAIT_S = 2.0
+
+
+def to_metadata(snap: Snapshot) -> Metadata:
+    routes = {}
+    for pid, a in snap.state.assignments.items():
+        if a.replicas:
+            routes[(pid.queue, pid.partition)] = Route(a.replicas[0], snap.endpoint_of(a.replicas[0]))
+    return Metadata(configs=dict(snap.state.configs), routes=routes)
+
+
+class MetadataCache:
+    def __init__(self, addresses: tuple[str, ...], timeout_s: float,
+                 apply: Callable[[Snapshot], None], unavailable: Callable[[], None]) -> None:
+        self.addresses = addresses
+        self.timeout_s = timeout_s
+        self.apply = apply
+        self.unavailable = unavailable
+        self.posted: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.stopped = threading.Event()
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="consul-admin")
+        self.worker_dir: QueueDirectory | None = None
+        self.watcher = threading.Thread(target=self._watch, name="consul-watch", daemon=True)
+        self.last: Snapshot | None = None
+        self.problems_reported: set[str] = set()
+        self._refresh_pending = threading.Event()
+
+    def start(self) -> None:
+        self.watcher.start()
+
+    def post(self, fn: Callable[[], None]) -> None:
+        self.posted.put(fn)
+
+    def run_posted(self) -> None:
+        while True:
+            try:
+                fn = self.posted.get_nowait()
+            except queue.Empty:
+                return
+            fn()
+
+    def _publish(self, snap: Snapshot) -> None:
+        for p in snap.problems:
+            if p.key not in self.problems_reported:
+                self.problems_reported.add(p.key)
+                log.warning("bad value in Consul KV at %s: %s (ignored)", p.key, p.reason)
+        self.last = snap
+        self.post(lambda: self.apply(snap))
+
+    def directory(self) -> QueueDirectory:
+        """The admin worker's directory (call only on the worker thread)."""
+        if self.worker_dir is None:
+            self.worker_dir = QueueDirectory(ConsulClient(self.addresses, self.timeout_s))
+        return self.worker_dir
+
+    def refresh(self) -> None:
+        """Ask for a consistent read now (read-through on a cache miss)."""
+        if self._refresh_pending.is_set():
+            return
+        self._refresh_pending.set()
+
+        def work() -> None:
+            self._refresh_pending.clear()
+            try:
+                self._publish(self.directory().snapshot())
+            except ConsulUnavailable as exc:
+                log.warning("metadata refresh failed: %s", exc)
+                self.post(self.unavailable)
+
+        self.worker.submit(work)
+
+    def _watch(self) -> None:
+        d = QueueDirectory(ConsulClient(self.addresses, self.timeout_s + WATCH_WAIT_S))
+        index: int | None = None
+        failures = 0
+        while not self.stopped.is_set():
+            try:
+                snap = d.snapshot(index, WATCH_WAIT_S) if index else d.snapshot()
+            except ConsulUnavailable as exc:
+                failures += 1
+                if failures in (1, 10) or failures % 60 == 0:
+                    log.warning("metadata watch failed (%d in a row): %s", failures, exc)
+                index = None
+                self.stopped.wait(min(2.0, 0.2 * failures))
+                continue
+            failures = 0
+            index = snap.index if snap.index > 0 else None
+            self._publish(snap)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.worker.shutdown(wait=False, cancel_futures=True)
