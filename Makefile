@@ -17,7 +17,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml ops/consul/install.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,analytics]'
 	bash ops/consul/install.sh
 	touch $(STAMP)
 

@@ -1,0 +1,105 @@
+"""Finding segment files in host data directories and cutting them into read units.
+
+A host data directory holds ``host.json`` (``{"node": ...}``) and
+``queues/<queue>/<partition>/NNNNNNNNNNNNNNNNNNNN.seg``. A path given to the
+reader may be one host directory, or a directory whose children (at any depth
+up to ``MAX_DEPTH``) are host directories — e.g. a LocalCluster's ``data/``.
+
+A read unit is one segment file, or a block range of one when the file is
+larger than ``split_bytes`` (split points are found by walking block headers).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from analytics.segments import block_offsets
+
+MAX_DEPTH = 3
+DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ReadUnit:
+    """A byte range ``[start, end)`` of one segment file (end=None: to the end)."""
+
+    host: str
+    queue: str
+    partition: int
+    path: str
+    start: int = 0
+    end: int | None = None
+
+
+def host_name(host_dir: Path) -> str:
+    try:
+        node = json.loads((host_dir / "host.json").read_text()).get("node")
+    except (OSError, ValueError, AttributeError):
+        node = None
+    return node if isinstance(node, str) and node else host_dir.name
+
+
+def find_host_dirs(paths: Iterable[str | Path]) -> list[Path]:
+    """Host data directories under the given paths, sorted and deduplicated."""
+    found: set[Path] = set()
+
+    def walk(p: Path, depth: int) -> None:
+        if (p / "queues").is_dir():
+            found.add(p.resolve())
+            return
+        if depth >= MAX_DEPTH or not p.is_dir():
+            return
+        for child in sorted(p.iterdir()):
+            if child.is_dir():
+                walk(child, depth + 1)
+
+    for raw in paths:
+        p = Path(raw)
+        if not p.exists():
+            raise FileNotFoundError(f"no such data directory: {p}")
+        walk(p, 0)
+    return sorted(found)
+
+
+def segment_files(host_dir: Path) -> Iterable[tuple[str, int, Path]]:
+    """(queue, partition, path) of every segment file of a host, in seq order per partition."""
+    qroot = host_dir / "queues"
+    for qdir in sorted(qroot.iterdir()):
+        if not qdir.is_dir():
+            continue
+        for pdir in sorted(qdir.iterdir()):
+            if not (pdir.is_dir() and pdir.name.isdigit()):
+                continue
+            for seg in sorted(pdir.glob("*.seg")):
+                yield qdir.name, int(pdir.name), seg
+
+
+def plan_units(paths: Iterable[str | Path], split_bytes: int = DEFAULT_SPLIT_BYTES,
+               queues: set[str] | None = None) -> list[ReadUnit]:
+    """Every read unit under ``paths`` (optionally only the named queues)."""
+    units: list[ReadUnit] = []
+    for host_dir in find_host_dirs(paths):
+        host = host_name(host_dir)
+        for queue, part, seg in segment_files(host_dir):
+            if queues is not None and queue not in queues:
+                continue
+            units.extend(_split(host, queue, part, seg, split_bytes))
+    return units
+
+
+def _split(host: str, queue: str, part: int, seg: Path, split_bytes: int) -> list[ReadUnit]:
+    size = os.path.getsize(seg)
+    if size <= split_bytes:
+        return [ReadUnit(host, queue, part, str(seg))]
+    cuts = [0]
+    for off in block_offsets(seg):
+        if off - cuts[-1] >= split_bytes:
+            cuts.append(off)
+    bounds = [*cuts, None]
+    return [ReadUnit(host, queue, part, str(seg), s, e) for s, e in itertools.pairwise(bounds)
+            if s is not None]

@@ -1,0 +1,79 @@
+"""Reader options, parsed from the string map Spark hands a data source.
+
+| option | meaning | default |
+|---|---|---|
+| ``path`` / ``paths`` | data directories (``load(p)`` / ``load([p, q])``, or comma-separated) | required |
+| ``since`` / ``until`` | time range of ``time``: Unix ms or ISO-8601 (UTC if no zone), half-open | all |
+| ``queues`` | comma-separated queue names | all |
+| ``types`` | comma-separated record types (``MESSAGE,DELETE``) | all |
+| ``payload`` | ``true`` adds the ``payload`` column | false |
+| ``splitBytes`` | files larger than this are read as several block ranges | 128 MiB |
+
+Filters are passed as options on purpose: Spark's Python data source filter
+pushdown returned wrong results in PySpark 4.3 (see docs/ANALYTICS.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from analytics.layout import DEFAULT_SPLIT_BYTES
+from analytics.segments import RECORD_TYPES
+
+TYPE_CODES = {v: k for k, v in RECORD_TYPES.items()}
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    paths: list[str]
+    since_ms: int | None = None
+    until_ms: int | None = None
+    queues: frozenset[str] | None = None
+    types: frozenset[int] | None = None
+    payload: bool = False
+    split_bytes: int = DEFAULT_SPLIT_BYTES
+
+
+def parse_time_ms(value: str) -> int:
+    v = value.strip()
+    if v.lstrip("-").isdigit():
+        return int(v)
+    dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1000)
+
+
+def _list(value: str | None) -> list[str]:
+    return [s.strip() for s in (value or "").split(",") if s.strip()]
+
+
+def parse_options(options: Mapping[str, str]) -> SourceOptions:
+    opts = {k.lower(): v for k, v in options.items()}
+    paths: list[str] = []
+    for key in ("path", "paths"):
+        raw = opts.get(key) or ""
+        paths += [str(p) for p in json.loads(raw)] if raw.startswith("[") else _list(raw)
+    if not paths:
+        raise ValueError("zmqueue data source: give a data directory with load(path) or option paths")
+    types = None
+    if opts.get("types"):
+        bad = [t for t in _list(opts["types"]) if t.upper() not in TYPE_CODES]
+        if bad:
+            raise ValueError(f"unknown record types {bad}; known: {sorted(TYPE_CODES)}")
+        types = frozenset(TYPE_CODES[t.upper()] for t in _list(opts["types"]))
+    split = int(opts.get("splitbytes") or DEFAULT_SPLIT_BYTES)
+    if split < 1024 * 1024:
+        raise ValueError(f"splitBytes {split} is below the 1 MiB minimum")
+    return SourceOptions(
+        paths=paths,
+        since_ms=parse_time_ms(opts["since"]) if opts.get("since") else None,
+        until_ms=parse_time_ms(opts["until"]) if opts.get("until") else None,
+        queues=frozenset(_list(opts["queues"])) if opts.get("queues") else None,
+        types=types,
+        payload=opts.get("payload", "false").lower() == "true",
+        split_bytes=split,
+    )

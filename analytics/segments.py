@@ -1,0 +1,176 @@
+"""An independent reader of the zmqueue segment format (docs/SEGMENT_FORMAT.md).
+
+Written from the format document alone: it imports nothing from the host.
+A segment file is a concatenation of blocks::
+
+    header (44 bytes, little-endian)            payload (comp_len bytes)
+    magic "ZMQB" | version u8 | codec u8 |      LZ4 block -> raw_len bytes =
+    flags u16 | record_count u32 |              record table (88 bytes each)
+    first_seq u64 | last_seq u64 | raw_len u32 | + heap (bodies, attribute blobs)
+    comp_len u32 | payload_crc u32 | header_crc u32
+
+Checksums are CRC32C. Reading policy (the analytics view, see docs/ANALYTICS.md):
+
+- a block whose **header** fails (short, CRC, magic, version) ends the file:
+  without a trusted ``comp_len`` the next block cannot be found;
+- a block whose header is sound but whose **payload** fails (CRC, LZ4,
+  seqs, heap bounds) is reported and skipped; the next block is still read.
+
+Nothing is raised for bad data: bad blocks come back as :class:`BadBlock`.
+Files are read block by block with ``pread``, never whole.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import crc32c
+import lz4.block
+import numpy as np
+
+MAGIC = b"ZMQB"
+FORMAT_VERSION = 1
+CODEC_LZ4 = 1
+HEADER = struct.Struct("<4sBBHIQQIIII")
+HEADER_BYTES = HEADER.size  # 44
+RECORD_BYTES = 88
+MAX_BLOCK_BYTES = 256 * 1024 * 1024  # a sanity bound on raw_len / comp_len
+
+RECORD_DTYPE = np.dtype([
+    ("type", "u1"), ("rec_version", "u1"), ("flags", "<u2"), ("body_len", "<u4"),
+    ("epoch", "<u8"), ("seq", "<u8"), ("target_seq", "<u8"), ("message_id", "V16"),
+    ("time_ms", "<i8"), ("visible_at_ms", "<i8"), ("group_hash", "<u8"),
+    ("receive_count", "<u4"), ("attr_len", "<u4"), ("data_off", "<u4"), ("reserved", "<u4"),
+])
+assert RECORD_DTYPE.itemsize == RECORD_BYTES
+
+RECORD_TYPES = {1: "MESSAGE", 2: "DELETE", 3: "VISIBILITY", 4: "DLQ_MOVE", 5: "PURGE"}
+
+
+@dataclass(frozen=True)
+class BlockHeader:
+    offset: int
+    record_count: int
+    first_seq: int
+    last_seq: int
+    raw_len: int
+    comp_len: int
+    payload_crc: int
+
+    @property
+    def end(self) -> int:
+        return self.offset + HEADER_BYTES + self.comp_len
+
+
+@dataclass(frozen=True)
+class Block:
+    """A verified block: its record table (numpy, RECORD_DTYPE) and heap."""
+
+    header: BlockHeader
+    table: np.ndarray
+    heap: bytes
+
+
+@dataclass(frozen=True)
+class BadBlock:
+    """A block that failed verification; ``fatal`` means the rest of the file is unreachable."""
+
+    offset: int
+    reason: str
+    fatal: bool
+
+
+class HeaderError(Exception):
+    pass
+
+
+def parse_header(buf: bytes, offset: int) -> BlockHeader:
+    """Decode and verify a 44-byte block header, or raise HeaderError."""
+    if len(buf) < HEADER_BYTES:
+        raise HeaderError(f"truncated header: {len(buf)} of {HEADER_BYTES} bytes")
+    magic, version, codec, flags, count, first, last, raw_len, comp_len, pcrc, hcrc = HEADER.unpack(buf)
+    if crc32c.crc32c(buf[:40]) != hcrc:
+        raise HeaderError("header checksum mismatch")
+    if magic != MAGIC:
+        raise HeaderError(f"bad magic {magic!r}")
+    if version != FORMAT_VERSION:
+        raise HeaderError(f"unsupported format version {version}")
+    if codec != CODEC_LZ4 or flags != 0:
+        raise HeaderError(f"unsupported codec {codec} / flags {flags:#x} (encrypted or newer format?)")
+    if count < 1 or last < first or last - first + 1 != count:
+        raise HeaderError(f"inconsistent seqs {first}..{last} for {count} records")
+    if raw_len > MAX_BLOCK_BYTES or comp_len > MAX_BLOCK_BYTES or raw_len < count * RECORD_BYTES:
+        raise HeaderError(f"implausible lengths raw={raw_len} comp={comp_len}")
+    return BlockHeader(offset, count, first, last, raw_len, comp_len, pcrc)
+
+
+def decode_payload(header: BlockHeader, comp: bytes) -> Block:
+    """Verify and decompress a payload, or raise ValueError with the reason."""
+    if len(comp) < header.comp_len:
+        raise ValueError(f"truncated payload: {len(comp)} of {header.comp_len} bytes")
+    if crc32c.crc32c(comp) != header.payload_crc:
+        raise ValueError("payload checksum mismatch")
+    try:
+        raw = lz4.block.decompress(comp, uncompressed_size=header.raw_len)
+    except lz4.block.LZ4BlockError as exc:
+        raise ValueError(f"lz4 decompression failed: {exc}") from exc
+    if len(raw) != header.raw_len:
+        raise ValueError(f"decompressed {len(raw)} bytes, header says {header.raw_len}")
+    n = header.record_count
+    table = np.frombuffer(raw, dtype=RECORD_DTYPE, count=n)
+    heap = raw[n * RECORD_BYTES:]
+    seqs = table["seq"]
+    if int(seqs[0]) != header.first_seq or int(seqs[-1]) != header.last_seq or (
+            n > 1 and not bool(np.all(np.diff(seqs.astype(np.int64)) > 0))):
+        raise ValueError("record seqs do not match the header")
+    ends = table["data_off"].astype(np.int64) + table["body_len"] + table["attr_len"]
+    if int(ends.max()) > len(heap):
+        raise ValueError("record points past the heap")
+    return Block(header, table, heap)
+
+
+def iter_blocks(path: Path | str, start: int = 0, end: int | None = None) -> Iterator[Block | BadBlock]:
+    """Blocks of one segment file whose header starts in ``[start, end)``."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        stop = size if end is None else min(end, size)
+        offset = start
+        while offset < stop:
+            try:
+                header = parse_header(os.pread(fd, HEADER_BYTES, offset), offset)
+            except HeaderError as exc:
+                yield BadBlock(offset, str(exc), fatal=True)
+                return
+            try:
+                yield decode_payload(header, os.pread(fd, header.comp_len, offset + HEADER_BYTES))
+            except ValueError as exc:
+                yield BadBlock(offset, str(exc), fatal=header.end > size)
+                if header.end > size:
+                    return
+            offset = header.end
+    finally:
+        os.close(fd)
+
+
+def block_offsets(path: Path | str) -> list[int]:
+    """Offsets of the blocks reachable through sound headers (for splitting a file)."""
+    out: list[int] = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        offset = 0
+        while offset < size:
+            try:
+                header = parse_header(os.pread(fd, HEADER_BYTES, offset), offset)
+            except HeaderError:
+                break
+            out.append(offset)
+            offset = header.end
+    finally:
+        os.close(fd)
+    return out
