@@ -1,24 +1,90 @@
-"""``zmqueue demo``: a local cluster and a short tour of what it does."""
+"""``zmqueue demo``: a local cluster and a short tour of what it does.
+
+It starts a Consul dev agent and hosts (as ``zmqueue up`` does), creates a
+standard and a FIFO queue, moves a few thousand messages through them with a
+progress bar, shows a visibility timeout expiring and a message landing in a
+dead-letter queue, prints a summary and the Consul UI address, then stops
+every process it started.
+"""
 
 from __future__ import annotations
 
 import argparse
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
-import zmq
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
+import zmqueue
 from zmqueue.cli.common import console, hosts_table
-from zmqueue.client.transport import call
-from zmqueue.protocol import Command
 
 
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("demo", help="start a local cluster, run a short demo, stop everything")
     p.add_argument("--hosts", type=int, default=3, help="hosts in the cluster (default 3)")
+    p.add_argument("--messages", type=int, default=5000, help="messages per queue (default 5000)")
     p.add_argument("--data-dir", default=None, help="work dir (default: a fresh temp dir)")
+    p.add_argument("--keep", type=float, default=0,
+                   help="keep the cluster up this many seconds at the end (to browse the Consul UI)")
     p.set_defaults(func=cmd_demo)
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console)
+
+
+def pump(q: zmqueue.Queue, n: int, fifo: bool) -> tuple[float, int]:
+    """Send n messages in batches, receive and delete them all; (seconds, received)."""
+    start = time.monotonic()
+    received: set[str] = set()
+    with _progress() as progress:
+        sent_task = progress.add_task(f"send    {q.name}", total=n)
+        recv_task = progress.add_task(f"receive {q.name}", total=n)
+        for i in range(0, n, 100):
+            batch = [zmqueue.OutgoingMessage(f"msg {j}".encode(), group_id=f"g{j % 8}" if fifo else None,
+                                             dedup_id=f"d{j}" if fifo else None)
+                     for j in range(i, min(n, i + 100))]
+            q.send_batch(batch)
+            progress.advance(sent_task, len(batch))
+        deadline = time.monotonic() + 60
+        while len(received) < n and time.monotonic() < deadline:
+            msgs = q.receive(max_messages=100, wait_time=1)
+            q.delete_batch([m.receipt for m in msgs])
+            received.update(m.id for m in msgs)
+            progress.update(recv_task, completed=len(received))
+    return time.monotonic() - start, len(received)
+
+
+def show_visibility_and_dlq(client: zmqueue.Client) -> list[str]:
+    notes = []
+    q = client.create_queue("demo-retry", visibility_timeout=1, dead_letter_queue="demo-dlq",
+                            max_receive_count=2)
+    q.send(b"a message nobody manages to process", attributes={"order": "42"})
+    for attempt in (1, 2):
+        [m] = q.receive(wait_time=5)
+        console.print(f"  receive #{attempt}: receive_count={m.receive_count}; not deleting it")
+        if attempt == 1:
+            t0 = time.monotonic()
+            [again] = q.receive(wait_time=5)
+            console.print(f"  visibility timeout expired: visible again after "
+                          f"{time.monotonic() - t0:.1f} s (receive_count={again.receive_count})")
+            break
+    q.receive(wait_time=3)  # the attempt past max_receive_count moves it to the DLQ
+    dlq = client.get_queue("demo-dlq")
+    deadline = time.monotonic() + 10
+    got: list[zmqueue.Message] = []
+    while not got and time.monotonic() < deadline:
+        got = dlq.receive(wait_time=1)
+    if got:
+        d = got[0]
+        console.print(f"  in the dead-letter queue: {d.body!r} from {d.dead_letter_source!r}, "
+                      f"receive_count={d.receive_count}, attributes={d.attributes}")
+        notes.append("DLQ move: yes")
+    return notes
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -30,17 +96,28 @@ def cmd_demo(args: argparse.Namespace) -> int:
         cluster.start()
     try:
         console.print(f"Consul UI: [bold]{cluster.ui_url}[/]")
-        hosts = cluster.status()
-        console.print(hosts_table(hosts))
-        ctx = zmq.Context()
-        try:
-            for h in hosts:
-                pong = call(ctx, h.client_endpoint, Command.PING)
-                console.print(f"PING {h.node}: pong from {pong['node']}")
-        finally:
-            ctx.term()
+        console.print(hosts_table(cluster.status()))
+        summary = Table(title="demo summary")
+        for col in ("queue", "type", "messages", "received", "seconds", "msgs/s"):
+            summary.add_column(col)
+        with zmqueue.connect(cluster.consul_addr) as client:
+            for name, fifo in (("demo-standard", False), ("demo-orders.fifo", True)):
+                q = client.create_queue(name, fifo=fifo)
+                secs, got = pump(q, args.messages, fifo)
+                summary.add_row(name, "fifo" if fifo else "standard", str(args.messages), str(got),
+                                f"{secs:.2f}", f"{2 * args.messages / secs:,.0f}")
+            console.print("[bold]visibility timeout and dead-letter queue[/]")
+            show_visibility_and_dlq(client)
+            console.print(summary)
+            console.print(f"queues: {', '.join(client.list_queues())}")
+        console.print(f"Consul UI: [bold]{cluster.ui_url}[/] (services: zmqueue; KV: zmqueue/)")
+        if args.keep > 0:
+            console.print(f"keeping the cluster up for {args.keep:.0f} s; Ctrl-C to stop now")
+            time.sleep(args.keep)
+    except KeyboardInterrupt:
+        pass
     finally:
         with console.status("stopping..."):
             cluster.stop()
-    console.print(f"stopped every process the demo started; logs in {work}")
+    console.print(f"stopped every process the demo started; logs and data in {work}")
     return 0

@@ -101,7 +101,16 @@ class QueueService:
             d.register(cmd, self._guard(fn))
 
     # --- metadata -----------------------------------------------------------
-    def apply_metadata(self, meta: Metadata, now_ms: int) -> None:
+    def apply_metadata(self, meta: Metadata, now_ms: int, allow_removals: bool = True) -> None:
+        """Serve what ``meta`` assigns to this node.
+
+        With ``allow_removals`` False (the control plane's state went back in
+        time, e.g. a Consul agent that lost its data), queues missing from
+        ``meta`` are kept and served as before: data is only ever removed
+        after a queue deletion seen in a newer state.
+        """
+        if not allow_removals:
+            meta = Metadata({**self.meta.configs, **meta.configs}, {**self.meta.routes, **meta.routes})
         self.meta = meta
         want = {k for k, r in meta.routes.items() if r.owner == self.node and k[0] in meta.configs}
         for key in list(self.parts):

@@ -157,9 +157,9 @@ class Host:
         cache.start()
         log.info("host %s (cluster %s) serving on %s", cfg.node, cfg.cluster, endpoints)
 
-    def _apply_snapshot(self, snap: Snapshot) -> None:
+    def _apply_snapshot(self, snap: Snapshot, forward: bool) -> None:
         assert self.hooks is not None
-        self.hooks.service.apply_metadata(to_metadata(snap), int(time.time() * 1000))
+        self.hooks.service.apply_metadata(to_metadata(snap), int(time.time() * 1000), forward)
 
     def _metadata_unavailable(self) -> None:
         assert self.hooks is not None

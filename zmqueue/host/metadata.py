@@ -35,7 +35,7 @@ def to_metadata(snap: Snapshot) -> Metadata:
 
 class MetadataCache:
     def __init__(self, addresses: tuple[str, ...], timeout_s: float,
-                 apply: Callable[[Snapshot], None], unavailable: Callable[[], None]) -> None:
+                 apply: Callable[[Snapshot, bool], None], unavailable: Callable[[], None]) -> None:
         self.addresses = addresses
         self.timeout_s = timeout_s
         self.apply = apply
@@ -46,6 +46,7 @@ class MetadataCache:
         self.worker_dir: QueueDirectory | None = None
         self.watcher = threading.Thread(target=self._watch, name="consul-watch", daemon=True)
         self.last: Snapshot | None = None
+        self.max_index = 0
         self.problems_reported: set[str] = set()
         self._refresh_pending = threading.Event()
 
@@ -69,7 +70,14 @@ class MetadataCache:
                 self.problems_reported.add(p.key)
                 log.warning("bad value in Consul KV at %s: %s (ignored)", p.key, p.reason)
         self.last = snap
-        self.post(lambda: self.apply(snap))
+        forward = snap.index >= self.max_index
+        if not forward:
+            log.warning("Consul KV index went back from %d to %d (agent lost its state?): keeping "
+                        "every known queue; nothing is removed until the state moves forward",
+                        self.max_index, snap.index)
+        else:
+            self.max_index = snap.index
+        self.post(lambda: self.apply(snap, forward))
 
     def directory(self) -> QueueDirectory:
         """The admin worker's directory (call only on the worker thread)."""

@@ -1,0 +1,89 @@
+"""Everything survives a host restart with its data dir: queues, messages,
+deletes, receive counts and DLQ moves. Retried requests are applied once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import zmqueue
+from tests.conftest import HostFactory, all_passing, wait_for
+from tests.helpers import check_statuses
+from zmqueue.localcluster import ConsulAgent, HostProcess
+from zmqueue.protocol import Command
+
+
+def start_passing(hosts: HostFactory, agent: ConsulAgent, node: str = "h1",
+                  old: HostProcess | None = None) -> HostProcess:
+    h = hosts.restart(old) if old is not None else hosts.start(node)
+    wait_for(lambda: all_passing(check_statuses(agent, h.node)), 20, f"{h.node} passing")
+    return h
+
+
+@pytest.fixture
+def client(consul_agent: ConsulAgent) -> Iterator[zmqueue.Client]:
+    with zmqueue.connect(consul_agent.http_addr, request_timeout=5) as c:
+        yield c
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
+def test_queues_messages_deletes_and_dlq_moves_survive_a_host_restart(
+        stop: str, hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
+    h = start_passing(hosts, consul_agent)
+    q = client.create_queue("durable", fsync="always")
+    pq = client.create_queue("poison", visibility_timeout=1, dead_letter_queue="poison-dlq",
+                             max_receive_count=1, fsync="always")
+    ids = q.send_batch([f"m{i}".encode() for i in range(20)])
+    got = q.receive(max_messages=5, visibility_timeout=600)
+    assert len(got) == 5
+    assert q.delete_batch([m.receipt for m in got[:3]]) == [None] * 3  # 3 deleted, 2 in flight
+    poison = pq.send(b"poison")
+    assert [m.id for m in pq.receive(wait_time=5)] == [poison]
+    dlq = client.get_queue("poison-dlq")
+    # the next receive attempt after the visibility timeout moves it to the DLQ
+    wait_for(lambda: not pq.receive(wait_time=1) and dlq.stats()["total"] == 1, 15,
+             "the poison message moved to the DLQ")
+    before = q.stats()["total"]
+
+    if stop == "sigterm":
+        assert h.stop() == 0
+    else:
+        h.kill9()
+    start_passing(hosts, consul_agent, old=h)
+
+    assert sorted(client.list_queues()) == ["durable", "poison", "poison-dlq"]
+    q = client.get_queue("durable")
+    wait_for(lambda: q.stats()["total"] == before, 10, "the queue back with the same total")
+    received: dict[str, Any] = {}
+    for _ in range(10):
+        for m in q.receive(max_messages=100, wait_time=1):
+            received[m.id] = m
+        if len(received) >= before:
+            break
+    deleted = {m.id for m in got[:3]}
+    in_flight = {m.id for m in got[3:]}
+    assert set(received) == set(ids) - deleted, "deleted stay deleted, all others come back"
+    pq = client.get_queue("poison")
+    assert pq.receive(wait_time=1) == [], "a DLQ move does not come back after a restart"
+    for mid in in_flight:
+        assert received[mid].receive_count == 2, "receive counts survive"
+    [d] = wait_for(lambda: dlq.receive(wait_time=1), 10, "the DLQ message after restart")
+    assert d.id == poison and d.dead_letter_source == "poison"
+
+
+def test_a_retried_send_with_the_same_request_id_is_stored_once(
+        hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
+    start_passing(hosts, consul_agent)
+    q = client.create_queue("retry")
+    endpoint = q._routes[0]
+    assert endpoint is not None
+    conn = client.connection(endpoint)
+    rid = conn.next_request_id()
+    body = {"q": "retry", "p": 0, "m": [[b"once", None, None, None, None]]}
+    first = conn.request(Command.SEND, body, 5000, request_id=rid)
+    again = conn.request(Command.SEND, body, 5000, request_id=rid)
+    assert first == again
+    assert q.stats()["total"] == 1
+    assert [m.body for m in q.receive(10)] == [b"once"]

@@ -1,0 +1,77 @@
+"""Fuzzing a live host's client socket: random frames (valid headers with
+random bodies, and raw garbage) never crash the host or touch stored data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import zmqueue
+from tests.conftest import HostFactory, all_passing, wait_for
+from tests.helpers import check_statuses
+from zmqueue import protocol
+from zmqueue.localcluster import ConsulAgent
+from zmqueue.protocol import Command
+
+leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.binary(max_size=64),
+                 st.text(max_size=20), st.sampled_from(["fuzz", "q", "p", "m", "r", "max", "wait_ms"]))
+values = st.recursive(leaf, lambda inner: st.one_of(
+    st.lists(inner, max_size=6),
+    st.dictionaries(st.sampled_from(["q", "p", "m", "r", "max", "wait_ms", "vis_s", "dl", "sub", "n",
+                                     "name", "config", "prefix", "prefetch"]), inner, max_size=6)),
+    max_leaves=20)
+frames = st.one_of(
+    st.tuples(st.sampled_from(list(Command)), st.integers(0, 2**64 - 1), values).map(
+        lambda t: protocol.encode_request(t[0], t[1], t[2])),
+    st.binary(max_size=200),
+    st.tuples(st.binary(min_size=16, max_size=16), st.binary(max_size=100)).map(
+        lambda t: b"ZQ\x01" + t[0][3:] + t[1]),
+)
+
+
+def test_random_frames_never_crash_a_host_or_lose_stored_messages(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    h = hosts.start("fuzz")
+    wait_for(lambda: all_passing(check_statuses(consul_agent, h.node)), 20, "host passing")
+    with zmqueue.connect(consul_agent.http_addr, request_timeout=5) as client:
+        q = client.create_queue("fuzz", fsync="always")
+        stored = set(q.send_batch([f"keep-{i}".encode() for i in range(10)]))
+        endpoint = q._routes[0]
+        assert endpoint is not None
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(endpoint)
+        answered = [0]
+
+        @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(frames)
+        def fire(frame: bytes) -> None:
+            sock.send(frame)
+            while sock.poll(20):
+                data = sock.recv()
+                # every answer is a well-formed reply (an unknown command is echoed, so
+                # check the header fields rather than decoding the command enum)
+                magic, version, _cmd, flags, _rid = protocol.HEADER.unpack_from(data)
+                assert (magic, version) == (protocol.MAGIC, protocol.VERSION)
+                assert flags & protocol.Flags.REPLY
+                if flags & protocol.Flags.ERROR:
+                    err = zmqueue.errors.from_wire(msgpack.unpackb(data[protocol.HEADER_SIZE:]))
+                    assert isinstance(err, zmqueue.ZmqueueError)
+                answered[0] += 1
+
+        try:
+            fire()
+        finally:
+            sock.close()
+            ctx.term()
+        assert h.alive(), h.log_tail()
+        assert answered[0] > 50
+        status: dict[str, Any] = client.request(endpoint, Command.STATUS, None)
+        assert status["counters"]["malformed"] > 0
+        got = {m.id for m in q.receive(max_messages=100, wait_time=1)}
+        assert got == stored
