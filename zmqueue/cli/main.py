@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+import zmqueue.cli.bench_cmds as bench_cmds
 from zmqueue.cli import cluster_cmds, demo, queue_cmds
 from zmqueue.cli.common import OneLineParser, err_console
 from zmqueue.errors import ZmqueueError
@@ -19,6 +20,7 @@ def build_parser() -> OneLineParser:
     cluster_cmds.add_parsers(sub)
     demo.add_parser(sub)
     queue_cmds.add_parsers(sub)
+    bench_cmds.add_parsers(sub)
     return parser
 
 

@@ -1,0 +1,43 @@
+"""Smoke tests of the benchmarks themselves (short and small: the real runs
+are `zmqueue bench` and `python -m benchmarks.*`, never part of the suite)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import QueueCluster
+from zmqueue.bench import ceiling
+from zmqueue.bench.queueops import measure_queue
+
+
+def test_the_raw_pyzmq_ceiling_measures_batched_round_trips_and_single_latency() -> None:
+    server = ceiling.EchoServer.start()
+    try:
+        batched = ceiling.dealer_router_batched(server.endpoint, 100, 100, 1, duration_s=0.3)
+        single = ceiling.dealer_router_single(server.endpoint, 100, count=200, warmup=10)
+    finally:
+        server.stop()
+    assert batched["payloads_per_s"] > 1000
+    assert 0 < single["p50"] <= single["p99"] <= single["p99.9"]
+
+
+def test_the_queue_benchmark_receives_and_deletes_every_message_it_sent(qcluster: QueueCluster) -> None:
+    r = measure_queue(qcluster.client, 100, 50, duration_s=0.3, single_count=50)
+    assert r["received"] == r["sent"] > 0
+    assert r["send_batch_msgs_per_s"] > 0 and r["send_single_p99_ms"] > 0
+
+
+def test_zmqueue_bench_checks_every_message_and_prints_a_json_line_per_run(qcluster: QueueCluster) -> None:
+    consul = qcluster.client.consul_addresses[0]
+    proc = subprocess.run(
+        [sys.executable, "-m", "zmqueue", "bench", "--consul", consul, "--duration", "1",
+         "--max-messages", "300", "--batch", "10", "--producers", "2", "--consumers", "2",
+         "--no-progress"],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    [line] = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    assert line["sent"] > 0 and line["lost"] == 0 and line["duplicates"] == 0
+    assert line["unique_received"] == line["sent"] and line["errors"] == []
+    assert line["send_p99_ms"] > 0 and "lost" in proc.stdout

@@ -1,0 +1,95 @@
+"""Options of one benchmark run, validated, with their defaults."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from zmqueue.errors import ConfigError
+
+QUEUE_TYPES = ("standard", "fifo")
+FSYNC_POLICIES = ("always", "interval", "never")
+MAX_MESSAGES_LIMIT = 20_000_000
+HEADER_BYTES = 20
+"""Every body starts with producer (u32), sequence (u64), send time (i64 ns)."""
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    system: str = "zmqueue"
+    """Which system is measured: "zmqueue" or a peer's name (benchmarks/peers)."""
+    workload: str = "custom"
+    """A label (W1-W5 presets set it) carried into the results."""
+    message_bytes: int = 100
+    producers: int = 1
+    consumers: int = 1
+    batch: int = 1
+    """Messages per send request and the max per receive."""
+    queue_type: str = "standard"
+    replication_factor: int = 1
+    sync_replication: bool = True
+    fsync: str = "interval"
+    duration_s: float = 10.0
+    """How long producers send; consumers then drain what was confirmed."""
+    max_messages: int = 2_000_000
+    """Producers stop early after this many messages in total (a bound on memory)."""
+    rate_per_s: float = 0.0
+    """Total send rate to pace producers at; 0 = as fast as confirms allow."""
+    drain_timeout_s: float = 60.0
+    warmup_s: float = 0.0
+    """Send latencies of the first warmup_s seconds are not counted."""
+
+    def validate(self) -> BenchConfig:
+        def bad(field: str, why: str) -> ConfigError:
+            return ConfigError(f"bench option {field}={getattr(self, field)!r}: {why}", field=field)
+
+        if not HEADER_BYTES <= self.message_bytes <= 1024 * 1024:
+            raise bad("message_bytes", f"must be {HEADER_BYTES} to 1 MiB (bodies carry a header)")
+        for f, hi in (("producers", 64), ("consumers", 64), ("batch", 1000)):
+            if not 1 <= getattr(self, f) <= hi:
+                raise bad(f, f"must be 1 to {hi}")
+        if self.queue_type not in QUEUE_TYPES:
+            raise bad("queue_type", f"must be one of {QUEUE_TYPES}")
+        if not 1 <= self.replication_factor <= 5:
+            raise bad("replication_factor", "must be 1 to 5")
+        if self.fsync not in FSYNC_POLICIES:
+            raise bad("fsync", f"must be one of {FSYNC_POLICIES}")
+        if not 0.1 <= self.duration_s <= 3600:
+            raise bad("duration_s", "must be 0.1 to 3600 seconds")
+        if not 1 <= self.max_messages <= MAX_MESSAGES_LIMIT:
+            raise bad("max_messages", f"must be 1 to {MAX_MESSAGES_LIMIT}")
+        if self.rate_per_s < 0:
+            raise bad("rate_per_s", "must be >= 0")
+        if not 1 <= self.drain_timeout_s <= 3600:
+            raise bad("drain_timeout_s", "must be 1 to 3600 seconds")
+        if not 0 <= self.warmup_s < self.duration_s:
+            raise bad("warmup_s", "must be 0 or more and below duration_s")
+        return self
+
+    def with_(self, **changes: Any) -> BenchConfig:
+        return replace(self, **changes).validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "W1": {"producers": 1, "consumers": 1, "batch": 1},
+    "W2": {"producers": 1, "consumers": 1, "batch": 1},
+    "W3": {"producers": 1, "consumers": 1, "batch": 100},
+    "W4": {"producers": 4, "consumers": 4, "batch": 1},
+    "W5": {"producers": 1, "consumers": 1, "batch": 1, "replication_factor": 3,
+           "sync_replication": True},
+    "W5b": {"producers": 1, "consumers": 1, "batch": 100, "replication_factor": 3,
+            "sync_replication": True},
+}
+"""Workload presets of the benchmark issue. W1 and W2 are the same traffic
+(one send at a time, confirmed, then received and deleted); W1 reports its
+end-to-end throughput, W2 its latency percentiles. W5 is W1 with R=3 sync,
+W5b is W3 with R=3 sync."""
+
+
+def preset(name: str, **overrides: Any) -> BenchConfig:
+    if name not in WORKLOADS:
+        raise ConfigError(f"unknown workload {name!r}; one of {sorted(WORKLOADS)}", field="workload")
+    return BenchConfig(workload=name, **{**WORKLOADS[name], **overrides}).validate()

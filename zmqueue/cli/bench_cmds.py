@@ -1,0 +1,124 @@
+"""``zmqueue bench``: a load generator against a running cluster (``--consul``)
+or one it starts itself (Consul dev agent + ``--hosts`` hosts, stopped after)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from zmqueue.cli.common import add_consul_flag, console, consul_addresses, err_console
+
+EPILOG = """\
+workloads (presets; explicit options override them):
+  W1   1 producer, 1 consumer, one send at a time, every send confirmed,
+       every message received and deleted: end-to-end msg/s
+  W2   the same traffic, read for send latency p50/p99/p99.9
+  W3   W1 with batches of 100 (send_batch, receive 100, delete_batch)
+  W4   4 producers, 4 consumers
+  W5   W1 with replication factor 3, synchronous;  W5b: W3 with R=3 sync
+
+Every run checks each message id it sent: "lost" counts confirmed sends never
+received, "dup" counts extra receipts. One JSON line per run goes to stdout.
+
+examples:
+  zmqueue bench --workload W3 --duration 10 --runs 3
+  zmqueue bench --size 1024 --producers 4 --consumers 4 --batch 10
+  zmqueue bench --consul 127.0.0.1:8500 --workload W5
+  python -m benchmarks.peers --runs 3 --write   # the whole table of docs/PERFORMANCE.md
+"""
+
+
+def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
+    p = sub.add_parser("bench", help="load-generate against a cluster; throughput, latency, loss check",
+                       description=__doc__, epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workload", action="append", default=None, metavar="W",
+                   help="preset W1, W2, W3, W4, W5 or W5b (repeatable); default: custom options")
+    p.add_argument("--size", type=int, default=None, help="message bytes (default 100)")
+    p.add_argument("--producers", type=int, default=None, help="producer processes (default 1)")
+    p.add_argument("--consumers", type=int, default=None, help="consumer processes (default 1)")
+    p.add_argument("--batch", type=int, default=None, help="messages per send/receive (default 1)")
+    p.add_argument("--queue-type", choices=["standard", "fifo"], default=None)
+    p.add_argument("--replication-factor", type=int, default=None, help="replicas (default 1)")
+    p.add_argument("--replication-mode", choices=["sync", "async"], default=None)
+    p.add_argument("--fsync", choices=["always", "interval", "never"], default=None,
+                   help="queue durability policy (default interval)")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds of sending per run (default 10)")
+    p.add_argument("--rate", type=float, default=None, help="total sends/s to pace at (default: flat out)")
+    p.add_argument("--max-messages", type=int, default=None, help="stop sending after this many")
+    p.add_argument("--warmup", type=float, default=None, help="seconds not counted in send latency")
+    p.add_argument("--runs", type=int, default=1, help="runs per workload; the table shows medians")
+    p.add_argument("--hosts", type=int, default=3, help="hosts of the cluster it starts (default 3)")
+    p.add_argument("--work-dir", default=None, help="where a started cluster keeps data (default temp)")
+    p.add_argument("--no-progress", action="store_true", help="no live progress display")
+    add_consul_flag(p)
+    p.set_defaults(func=cmd_bench)
+
+
+def configs(args: argparse.Namespace) -> list[Any]:
+    from zmqueue.bench.config import BenchConfig, preset
+
+    overrides: dict[str, Any] = {"duration_s": args.duration}
+    for opt, field in (("size", "message_bytes"), ("producers", "producers"), ("consumers", "consumers"),
+                       ("batch", "batch"), ("queue_type", "queue_type"), ("fsync", "fsync"),
+                       ("replication_factor", "replication_factor"), ("rate", "rate_per_s"),
+                       ("max_messages", "max_messages"), ("warmup", "warmup_s")):
+        value = getattr(args, opt)
+        if value is not None:
+            overrides[field] = value
+    if args.replication_mode is not None:
+        overrides["sync_replication"] = args.replication_mode == "sync"
+    if not args.workload:
+        return [BenchConfig(**overrides).validate()]
+    return [preset(w.upper() if w.lower() != "w5b" else "W5b", **overrides) for w in args.workload]
+
+
+@contextlib.contextmanager
+def cluster_address(args: argparse.Namespace) -> Iterator[str]:
+    if args.consul:
+        yield consul_addresses(args.consul)[0]
+        return
+    from zmqueue.localcluster import LocalCluster
+
+    with contextlib.ExitStack() as stack:
+        work = args.work_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="zmqueue-bench-"))
+        err_console.print(f"starting Consul and {args.hosts} host(s) in {work} ...")
+        cluster = LocalCluster(Path(work), hosts=args.hosts).start()
+        try:
+            assert cluster.consul_addr is not None
+            yield cluster.consul_addr
+        finally:
+            cluster.stop()
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from zmqueue.bench.live import LiveProgress
+    from zmqueue.bench.report import json_line, results_table, summarize
+    from zmqueue.bench.runner import run
+    from zmqueue.bench.zmq_backend import SPEC
+
+    cfgs = configs(args)
+    if not 1 <= args.runs <= 50:
+        raise SystemExit("zmqueue bench: error: --runs must be 1 to 50")
+    rows: list[dict[str, Any]] = []
+    clean = True
+    with cluster_address(args) as consul:
+        for cfg in cfgs:
+            runs = []
+            for i in range(args.runs):
+                label = f"zmqueue {cfg.workload} run {i + 1}/{args.runs}"
+                with LiveProgress(label, cfg.duration_s, enabled=not args.no_progress) as live:
+                    r = run(SPEC, {"consul": consul}, cfg, live.update)
+                r["run"] = i + 1
+                print(json_line(r), flush=True)
+                for e in r["errors"]:
+                    err_console.print(f"[red]{label}: {e}[/]", markup=True, highlight=False)
+                clean = clean and r["lost"] == 0 and r["duplicates"] == 0 and not r["errors"]
+                runs.append(r)
+            rows.append(summarize(runs))
+    console.print(results_table(rows))
+    return 0 if clean else 3
