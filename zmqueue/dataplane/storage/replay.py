@@ -17,13 +17,17 @@ from zmqueue.dataplane.storage.records import RecordType, Table
 from zmqueue.dataplane.storage.ring import AVAILABLE, IN_FLIGHT, MOVING, IntArray, Ring
 
 
-def place(ring: Ring, backlog: Backlog, rows: Table, heap: U8Array) -> None:
-    """New MESSAGE rows go to the ring while there is no backlog and they fit."""
+def place(ring: Ring, backlog: Backlog, rows: Table, heap: U8Array | bytes, packed: bool = False) -> None:
+    """New MESSAGE rows go to the ring while there is no backlog and they fit.
+
+    ``packed``: the rows' payloads are ``heap`` back to back from offset 0
+    (a fresh batch), so the ring copies them with one memmove.
+    """
     k = 0
     if backlog.cursor is None:
         k = ring.fit_count(payload_lens(rows))
         if k:
-            ring.insert(rows[:k] if k < len(rows) else rows, heap)
+            ring.insert(rows[:k] if k < len(rows) else rows, heap, packed)
     if k < len(rows):
         backlog.add(rows[k:])
 

@@ -115,13 +115,26 @@ class Ring:
         self.hint, self.hint_deadline = 0, NEVER
 
     # -- insert / lookup ---------------------------------------------------
-    def insert(self, rows: Table, heap: npt.NDArray[np.uint8]) -> None:
-        """Append MESSAGE records (all must fit: see :meth:`fit_count`)."""
+    def insert(self, rows: Table, heap: npt.NDArray[np.uint8] | bytes, packed: bool = False) -> None:
+        """Append MESSAGE records (all must fit: see :meth:`fit_count`).
+
+        ``packed``: the rows' payloads lie back to back in ``heap`` from
+        ``rows[0]["data_off"]``; copied with one memmove.
+        """
         k = len(rows)
         a, b = self.n, self.n + k
         lens = rows["body_len"].astype(np.int64) + rows["attr_len"]
         dst = self.meta[a:b]
-        dst["off"] = copy_ranges(self.arena, self.top, heap, rows["data_off"], lens)
+        src = np.frombuffer(heap, np.uint8) if isinstance(heap, bytes) else heap
+        if packed:
+            start, total = int(rows["data_off"][0]), int(lens.sum())
+            self.arena[self.top : self.top + total] = src[start : start + total]
+            offs = dst["off"]
+            offs[0] = self.top
+            np.cumsum(lens[:-1], out=offs[1:])
+            offs[1:] += self.top
+        else:
+            dst["off"] = copy_ranges(self.arena, self.top, src, rows["data_off"], lens)
         dst["seq"] = rows["seq"]
         dst["body_len"] = rows["body_len"]
         dst["attr_len"] = rows["attr_len"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import mmap
 import os
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ from zmqueue.dataplane.storage.records import (
     decode_header,
     decode_payload,
 )
-from zmqueue.errors import CorruptSegment, DiskFull
+from zmqueue.errors import CorruptSegment, DiskFull, InternalError
 
 SUFFIX = ".seg"
 SPACE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
@@ -207,3 +208,15 @@ class SegmentWriter:
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+def lock_directory(directory: Path) -> int:
+    fd = os.open(directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        raise InternalError(
+            f"partition directory {directory} is already open by another store", path=str(directory)
+        ) from exc
+    return fd

@@ -4,33 +4,30 @@ The host's poll loop calls the mutating methods, then ``commit()`` once per
 iteration (group commit), then replies to clients.  Times are passed in
 (``now_ms``); the only thread is the interval flusher.  Not thread-safe: one
 owner (the poll loop) per store.
+
+The append path lives in :mod:`batch` (columns -> record table), the receive
+path in :mod:`receive`, the next block in :mod:`staging`, size limits in
+:mod:`limits`; this module wires them to the ring, backlog and log.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from collections.abc import Sequence
-from operator import attrgetter
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
-from zmqueue.dataplane.storage import replay, select
+from zmqueue.dataplane.storage import batch, readback, receive, replay, select
 from zmqueue.dataplane.storage.backlog import Backlog
 from zmqueue.dataplane.storage.config import StorageConfig
+from zmqueue.dataplane.storage.limits import check_limits, require_space
 from zmqueue.dataplane.storage.logwriter import LogWriter
-from zmqueue.dataplane.storage.model import MESSAGE_ID_BYTES, Delivered, NewMessage, Record
-from zmqueue.dataplane.storage.records import (
-    MAX_BLOCK_RAW,
-    RecordType,
-    Table,
-    encode_block,
-    new_table,
-    ref_table,
-)
+from zmqueue.dataplane.storage.model import Delivered, NewMessage, Record
+from zmqueue.dataplane.storage.protocol import PartitionStoreProtocol
+from zmqueue.dataplane.storage.records import RecordType, Table, encode_block, ref_table
 from zmqueue.dataplane.storage.recovery import RecoveryReport, recover_directory
 from zmqueue.dataplane.storage.ring import AVAILABLE, IN_FLIGHT, MOVING, IntArray, Ring
 from zmqueue.dataplane.storage.segment import (
@@ -39,34 +36,12 @@ from zmqueue.dataplane.storage.segment import (
     BlockReader,
     ScannedBlock,
     disk_full,
+    lock_directory,
 )
-from zmqueue.errors import DiskFull, InternalError, InvalidParameter, InvalidReceipt, QueueLimitReached
+from zmqueue.dataplane.storage.staging import Staging
+from zmqueue.errors import InternalError, InvalidReceipt
 
-_ID, _BODY, _ATTRS = attrgetter("message_id"), attrgetter("body"), attrgetter("attributes")
-_DELAY, _GROUP = attrgetter("delay_ms"), attrgetter("group_hash")
-
-
-class PartitionStoreProtocol(Protocol):
-    """What the queue layer codes against (see PartitionStore for semantics)."""
-
-    recovery_report: RecoveryReport
-
-    def append(self, messages: Sequence[NewMessage], now_ms: int, epoch: int = 0) -> list[int]: ...
-    def receive(
-        self, max_messages: int, now_ms: int, visibility_ms: int, *, max_receive_count: int | None = None
-    ) -> tuple[list[Delivered], list[Delivered]]: ...
-    def mark_dead_lettered(self, seqs: Sequence[int], now_ms: int) -> None: ...
-    def delete(self, seq: int, receive_count: int, now_ms: int) -> None: ...
-    def change_visibility(self, seq: int, receive_count: int, visibility_ms: int, now_ms: int) -> int: ...
-    def purge(self, now_ms: int) -> int: ...
-    def expire(self, now_ms: int) -> int: ...
-    def compact(self) -> int: ...
-    def next_wakeup_ms(self, now_ms: int) -> int | None: ...
-    def has_visible(self, now_ms: int) -> bool: ...
-    def stats(self, now_ms: int) -> dict[str, int]: ...
-    def commit(self) -> int: ...
-    def read_records(self, from_seq: int, max_records: int) -> list[Record]: ...
-    def close(self) -> None: ...
+__all__ = ["PartitionStore", "PartitionStoreProtocol"]
 
 
 class PartitionStore:
@@ -75,7 +50,7 @@ class PartitionStore:
     def __init__(self, directory: Path, config: StorageConfig, now_ms: int) -> None:
         self.directory, self.config = directory, config
         self.ring = Ring(config.ring_slots, config.arena_bytes)
-        self._lock_fd = _lock_directory(directory)
+        self._lock_fd = lock_directory(directory)
         self._now = now_ms
         self._space_short = False
         self._closed = False
@@ -97,9 +72,7 @@ class PartitionStore:
         self.ring.clear()
         self.backlog = Backlog()
         self._next_seq, self._last_written = 1, 0
-        self._pending: list[Table] = []
-        self._pending_heaps: list[bytes] = []
-        self._pending_heap_len = 0
+        self.staged = Staging()
         self.index = BlockIndex()
         report, segments = recover_directory(self.directory, self._replay_block)
         if restart:
@@ -129,45 +102,48 @@ class PartitionStore:
 
     # -- writes -------------------------------------------------------------
     def append(self, messages: Sequence[NewMessage], now_ms: int, epoch: int = 0) -> list[int]:
-        """Stage new messages; they are durable (per fsync policy) after commit()."""
+        """Stage new messages (object API); same as :meth:`append_batch` of their columns."""
         self._check_open(now_ms)
-        n = len(messages)
-        if n == 0:
+        if not messages:
             return []
-        ids = b"".join(map(_ID, messages))
-        if len(ids) != MESSAGE_ID_BYTES * n:
-            raise InvalidParameter("every message_id must be exactly 16 bytes", field="message_id")
-        bodies = list(map(_BODY, messages))
-        attrs = list(map(_ATTRS, messages))
-        body_len = np.fromiter(map(len, bodies), np.int64, n)
-        has_attrs = any(attrs)
-        attr_len = np.fromiter(map(len, attrs), np.int64, n) if has_attrs else np.zeros(n, np.int64)
-        size = int(body_len.sum()) + int(attr_len.sum())
-        self._check_limits(n, size)
-        table = new_table(n)
+        return list(self._append(batch.columns_of(messages), now_ms, epoch))
+
+    def append_batch(
+        self,
+        bodies: Sequence[bytes],
+        now_ms: int,
+        epoch: int = 0,
+        *,
+        message_ids: bytes | None = None,
+        attributes: Sequence[bytes] | None = None,
+        group_hashes: npt.ArrayLike | None = None,
+        delay_ms: npt.ArrayLike | int = 0,
+    ) -> range:
+        """Stage ``len(bodies)`` new messages given as columns; return their seqs.
+
+        ``message_ids``: the 16-byte ids concatenated (``16 * len(bodies)``
+        bytes), ``None`` = random ids.  ``attributes``: one opaque blob per
+        body, or ``None``.  ``group_hashes``: u64 per body (FIFO group, 0 =
+        none), or ``None``.  ``delay_ms``: one int for all, or one per body;
+        a message is first visible at ``now_ms + delay``.  Seqs are
+        contiguous.  Durable (per fsync policy) after :meth:`commit`.
+        Raises InvalidParameter (bad column), QueueLimitReached, DiskFull.
+        """
+        self._check_open(now_ms)
+        if not bodies:
+            return range(0)
+        packed = batch.pack(bodies, message_ids, attributes, group_hashes, delay_ms)
+        return self._append(packed, now_ms, epoch)
+
+    def _append(self, packed: batch.Packed, now_ms: int, epoch: int) -> range:
+        n = packed.n
+        self._check_limits(n, len(packed.heap))
         seq0 = self._alloc(n)
-        table["type"] = RecordType.MESSAGE
-        table["epoch"] = epoch
-        table["seq"] = np.arange(seq0, seq0 + n, dtype=np.uint64)
-        table["message_id"] = np.frombuffer(ids, "V16")
-        table["time_ms"] = now_ms
-        delays = list(map(_DELAY, messages))
-        table["visible_at_ms"] = np.array(delays, np.int64) + now_ms if any(delays) else now_ms
-        groups = list(map(_GROUP, messages))
-        if any(groups):
-            table["group_hash"] = np.array(groups, np.uint64)
-        table["body_len"] = body_len
-        table["attr_len"] = attr_len
-        lens = body_len + attr_len
-        table["data_off"][1:] = np.cumsum(lens[:-1])
-        if has_attrs:
-            heap = b"".join([p for m in messages for p in (m.body, m.attributes)])
-        else:
-            heap = b"".join(bodies)
+        table = batch.message_table(packed, seq0, epoch, now_ms)
         self.epoch = max(self.epoch, epoch)
-        replay.place(self.ring, self.backlog, table, np.frombuffer(heap, np.uint8))
-        self._stage(table, heap)
-        return list(range(seq0, seq0 + n))
+        replay.place(self.ring, self.backlog, table, packed.heap, packed=True)
+        self.staged.stage(table, packed.heap)
+        return range(seq0, seq0 + n)
 
     def _check_open(self, now_ms: int) -> None:
         if self._closed:
@@ -176,50 +152,18 @@ class PartitionStore:
 
     def _check_limits(self, n: int, size: int) -> None:
         if self._space_short:
-            st = os.statvfs(self.directory)
-            if st.f_bavail * st.f_frsize < 2 * size + (64 << 10):
-                raise DiskFull(
-                    f"disk holding {self.directory} is full; free space on it",
-                    path=str(self.directory),
-                )
+            require_space(self.directory, size)
             self._space_short = False
-        limit = self.config.max_messages
-        if limit is not None and self._total() + n > limit:
-            raise QueueLimitReached(
-                f"queue limit max_messages={limit} reached ({self._total()} stored)",
-                limit="max_messages",
-                value=limit,
-            )
-        limit = self.config.max_bytes
-        if limit is not None and self._bytes() + size > limit:
-            raise QueueLimitReached(
-                f"queue limit max_bytes={limit} reached ({self._bytes()} bytes stored)",
-                limit="max_bytes",
-                value=limit,
-            )
-        if self._pending_heap_len + size > MAX_BLOCK_RAW // 2:
-            raise InvalidParameter("too much uncommitted data: commit() first", size=size)
+        check_limits(self.config, self._total(), self._bytes(), self.staged.heap_len, n, size)
 
     def _alloc(self, n: int) -> int:
         seq = self._next_seq
         self._next_seq += n
         return seq
 
-    def _stage(self, table: Table, heap: bytes) -> None:
-        if heap:
-            if self._pending_heap_len:
-                table["data_off"] += self._pending_heap_len
-            self._pending_heaps.append(heap)
-            self._pending_heap_len += len(heap)
-        self._pending.append(table)
-
     def _log_refs(self, rtype: RecordType, slots: IntArray, now_ms: int) -> Table:
-        meta = self.ring.meta
-        table = ref_table(rtype, meta["seq"][slots], self._alloc(len(slots)), self.epoch, now_ms)
-        table["message_id"] = meta["message_id"][slots]
-        table["receive_count"] = meta["receive_count"][slots]
-        self._stage(table, b"")
-        return table
+        first = self._alloc(len(slots))
+        return self.staged.stage_refs(rtype, self.ring, slots, first, self.epoch, now_ms)
 
     def commit(self) -> int:
         """Write everything staged as one block; fsync if policy is ``always``.
@@ -228,16 +172,14 @@ class PartitionStore:
         (the in-memory state is rebuilt from the log) and DiskFull is raised for
         ENOSPC/EFBIG/EDQUOT; committed data is untouched.
         """
-        if not self._pending:
+        if not self.staged:
             return self._last_written
-        table = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
-        heap = b"".join(self._pending_heaps)
+        table, heap = self.staged.take()
         first, last = int(table["seq"][0]), int(table["seq"][-1])
         try:
             self.log.append_block(encode_block(table, heap), first, last)
         except OSError as exc:
             self._rollback(exc)
-        self._pending, self._pending_heaps, self._pending_heap_len = [], [], 0
         self._last_written = last
         self._page_in(self._now)
         return last
@@ -256,43 +198,13 @@ class PartitionStore:
         if max_messages <= 0:
             return [], []
         self._page_in(now_ms)
-        ring = self.ring
-        if self.config.fifo:
-            idx = select.pick_fifo(ring, now_ms, max_messages)
-        else:
-            idx = select.pick_standard(ring, now_ms, max_messages)
-        deliver, dead = select.split_dead(ring, idx, max_receive_count)
-        meta = ring.meta
-        if len(dead):
-            meta["state"][dead] = MOVING
-        if len(deliver):
+        deliver, dead = receive.pick(self.ring, self.config.fifo, now_ms, max_messages, max_receive_count)
+        if len(deliver) or len(dead):
             deadline = now_ms + visibility_ms
-            meta["receive_count"][deliver] += 1
-            meta["visible_at_ms"][deliver] = deadline
-            meta["state"][deliver] = IN_FLIGHT
-            ring.note_deadline(deadline)
-            table = self._log_refs(RecordType.VISIBILITY, deliver, now_ms)
-            table["visible_at_ms"] = deadline
-        return self._delivered(deliver), self._delivered(dead)
-
-    def _delivered(self, slots: IntArray) -> list[Delivered]:
-        out = []
-        for i in slots.tolist():
-            row = self.ring.meta[i]
-            body, attrs = self.ring.payload(i)
-            out.append(
-                Delivered(
-                    seq=int(row["seq"]),
-                    message_id=bytes(row["message_id"]),
-                    body=body,
-                    attributes=attrs,
-                    group_hash=int(row["group_hash"]),
-                    enqueue_ms=int(row["enqueue_ms"]),
-                    receive_count=int(row["receive_count"]),
-                    visible_at_ms=int(row["visible_at_ms"]),
-                )
-            )
-        return out
+            receive.mark(self.ring, deliver, dead, deadline)
+            if len(deliver):
+                self._log_refs(RecordType.VISIBILITY, deliver, now_ms)["visible_at_ms"] = deadline
+        return receive.delivered(self.ring, deliver), receive.delivered(self.ring, dead)
 
     def _receipt_slot(self, seq: int, receive_count: int) -> int:
         i = self.ring.index_of(seq)
@@ -346,7 +258,7 @@ class PartitionStore:
         self._check_open(now_ms)
         count = self._total()
         seq = self._alloc(1)
-        self._stage(ref_table(RecordType.PURGE, [seq - 1], seq, self.epoch, now_ms), b"")
+        self.staged.stage(ref_table(RecordType.PURGE, [seq - 1], seq, self.epoch, now_ms), b"")
         self.ring.clear()
         self.backlog.reset()
         return count
@@ -434,30 +346,7 @@ class PartitionStore:
 
     def read_records(self, from_seq: int, max_records: int) -> list[Record]:
         """Committed records with seq >= from_seq, in order (replication catch-up)."""
-        out: list[Record] = []
-        i = self.index.find(from_seq)
-        while i < self.index.count and len(out) < max_records:
-            _, base, offset = self.index.entry(i)
-            _, table, heap = self.reader.read(base, offset)
-            for row in table[table["seq"] >= from_seq][: max_records - len(out)]:
-                off, blen = int(row["data_off"]), int(row["body_len"])
-                out.append(
-                    Record(
-                        type=int(row["type"]),
-                        epoch=int(row["epoch"]),
-                        seq=int(row["seq"]),
-                        target_seq=int(row["target_seq"]),
-                        message_id=bytes(row["message_id"]),
-                        time_ms=int(row["time_ms"]),
-                        visible_at_ms=int(row["visible_at_ms"]),
-                        group_hash=int(row["group_hash"]),
-                        receive_count=int(row["receive_count"]),
-                        body=heap[off : off + blen],
-                        attributes=heap[off + blen : off + blen + int(row["attr_len"])],
-                    )
-                )
-            i += 1
-        return out
+        return readback.read_records(self.reader, self.index, from_seq, max_records)
 
     @property
     def last_seq(self) -> int:
@@ -481,15 +370,3 @@ class PartitionStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _lock_directory(directory: Path) -> int:
-    fd = os.open(directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        raise InternalError(
-            f"partition directory {directory} is already open by another store", path=str(directory)
-        ) from exc
-    return fd

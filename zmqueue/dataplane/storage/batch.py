@@ -1,0 +1,172 @@
+"""The append path: new messages as columns -> one MESSAGE record table + heap.
+
+Pure functions, no I/O.  The record table (layout in :mod:`records`) is built
+with a handful of whole-column numpy operations, never per message: a cached
+template holds the constant bytes (type, version, zeros), the 88-byte records
+are viewed as rows of 22 little-endian u32 / 11 u64 words and each varying
+field is written as one strided column.  The heap is one ``b"".join``: bodies
+back to back, or ``body, attributes`` pairs when any message has attributes.
+
+The per-message Python work left is ``len()`` of each body (and attribute
+blob) and the join; everything else is O(1) numpy calls per batch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from zmqueue.dataplane.storage.model import MESSAGE_ID_BYTES, NewMessage
+from zmqueue.dataplane.storage.records import RECORD_DTYPE, RecordType, Table, new_table
+from zmqueue.errors import InvalidParameter
+
+U32Array = npt.NDArray[np.uint32]
+U64Array = npt.NDArray[np.uint64]
+
+# word positions of the record fields (records.py layout; asserted below)
+_W32_BODY_LEN, _W32_ATTR_LEN, _W32_DATA_OFF = 1, 19, 20
+_W64_EPOCH, _W64_SEQ, _W64_ID, _W64_TIME, _W64_VISIBLE, _W64_GROUP = 1, 2, 4, 6, 7, 8
+assert RECORD_DTYPE.fields is not None
+for _name, _word, _size in (
+    ("body_len", _W32_BODY_LEN, 4),
+    ("attr_len", _W32_ATTR_LEN, 4),
+    ("data_off", _W32_DATA_OFF, 4),
+    ("epoch", _W64_EPOCH, 8),
+    ("seq", _W64_SEQ, 8),
+    ("message_id", _W64_ID, 8),
+    ("time_ms", _W64_TIME, 8),
+    ("visible_at_ms", _W64_VISIBLE, 8),
+    ("group_hash", _W64_GROUP, 8),
+):
+    assert RECORD_DTYPE.fields[_name][1] == _word * _size, _name
+
+_ID, _BODY, _ATTRS = attrgetter("message_id"), attrgetter("body"), attrgetter("attributes")
+_DELAY, _GROUP = attrgetter("delay_ms"), attrgetter("group_hash")
+
+
+class Packed(NamedTuple):
+    """Validated columns of one batch, ready for :func:`message_table`."""
+
+    n: int
+    message_ids: bytes  # 16 * count
+    body_len: U32Array
+    attr_len: U32Array | None  # None: no message has attributes
+    heap: bytes
+    group_hashes: U64Array | None  # None: all 0
+    delay_ms: npt.NDArray[np.int64] | int
+
+
+class _Template:
+    """Words of a zeroed MESSAGE table of the largest size seen, copied per batch
+    (a plain u64 copy is a memcpy; copying the structured dtype is not)."""
+
+    words: U64Array = np.zeros((0, 11), np.uint64)
+    arange: U64Array = np.zeros(0, np.uint64)
+
+    @classmethod
+    def take(cls, n: int) -> tuple[U64Array, U64Array]:
+        if n > len(cls.words):
+            size = max(n, 2 * len(cls.words), 256)
+            table = new_table(size)
+            table["type"] = RecordType.MESSAGE
+            cls.words = table.view(np.uint64).reshape(size, 11)
+            cls.arange = np.arange(size, dtype=np.uint64)
+        return cls.words[:n].copy(), cls.arange[:n]
+
+
+def pack(
+    bodies: Sequence[bytes],
+    message_ids: bytes | None,
+    attributes: Sequence[bytes] | None,
+    group_hashes: npt.ArrayLike | None,
+    delay_ms: npt.ArrayLike | int,
+) -> Packed:
+    """Validate the columns and join the heap; raise :class:`InvalidParameter`."""
+    n = len(bodies)
+    if message_ids is None:
+        message_ids = os.urandom(MESSAGE_ID_BYTES * n)
+    elif len(message_ids) != MESSAGE_ID_BYTES * n:
+        raise InvalidParameter(
+            f"message_ids must be {MESSAGE_ID_BYTES} bytes per body ({MESSAGE_ID_BYTES * n}), "
+            f"got {len(message_ids)}",
+            field="message_id",
+        )
+    body_len = np.fromiter(map(len, bodies), np.uint32, n)
+    attr_len: U32Array | None = None
+    heap: bytes
+    if attributes is not None and any(attributes):
+        _check_column("attributes", len(attributes), n)
+        attr_len = np.fromiter(map(len, attributes), np.uint32, n)
+        pairs: list[bytes] = [b""] * (2 * n)
+        pairs[0::2], pairs[1::2] = bodies, attributes
+        heap = b"".join(pairs)
+    else:
+        heap = b"".join(bodies)
+    groups, delays = _groups(group_hashes, n), _delays(delay_ms, n)
+    return Packed(n, bytes(message_ids), body_len, attr_len, heap, groups, delays)
+
+
+def _check_column(name: str, got: int, n: int) -> None:
+    if got != n:
+        raise InvalidParameter(f"{name} must have one entry per body ({n}), got {got}", field=name)
+
+
+def _groups(group_hashes: npt.ArrayLike | None, n: int) -> U64Array | None:
+    if group_hashes is None:
+        return None
+    groups = np.asarray(group_hashes, np.uint64).reshape(-1)
+    _check_column("group_hashes", len(groups), n)
+    return groups if groups.any() else None
+
+
+def _delays(delay_ms: npt.ArrayLike | int, n: int) -> npt.NDArray[np.int64] | int:
+    if isinstance(delay_ms, int):
+        return delay_ms
+    delays = np.asarray(delay_ms, np.int64).reshape(-1)
+    _check_column("delay_ms", len(delays), n)
+    return delays if delays.any() else 0
+
+
+def columns_of(messages: Sequence[NewMessage]) -> Packed:
+    """The object API (:class:`NewMessage` list) as columns."""
+    groups = list(map(_GROUP, messages))
+    delays = list(map(_DELAY, messages))
+    return pack(
+        list(map(_BODY, messages)),
+        b"".join(map(_ID, messages)),
+        list(map(_ATTRS, messages)),
+        groups if any(groups) else None,
+        delays if any(delays) else 0,
+    )
+
+
+def message_table(batch: Packed, seq0: int, epoch: int, now_ms: int) -> Table:
+    """The MESSAGE records of ``batch`` with seqs ``seq0 ..``; data_off from 0."""
+    n = batch.n
+    w64, arange = _Template.take(n)
+    w32 = w64.view(np.uint32)
+    table: Table = w64.view(RECORD_DTYPE).reshape(n)
+    w32[:, _W32_BODY_LEN] = batch.body_len
+    lens = batch.body_len
+    if batch.attr_len is not None:
+        w32[:, _W32_ATTR_LEN] = batch.attr_len
+        lens = lens + batch.attr_len
+    np.cumsum(lens[:-1], out=w32[1:, _W32_DATA_OFF])
+    if epoch:
+        w64[:, _W64_EPOCH] = epoch
+    np.add(arange, seq0, out=w64[:, _W64_SEQ])
+    w64[:, _W64_ID : _W64_ID + 2] = np.frombuffer(batch.message_ids, np.uint64).reshape(n, 2)
+    times = w64.view(np.int64)
+    if isinstance(batch.delay_ms, int):
+        times[:, _W64_TIME : _W64_VISIBLE + 1] = (now_ms, now_ms + batch.delay_ms)
+    else:
+        times[:, _W64_TIME] = now_ms
+        times[:, _W64_VISIBLE] = batch.delay_ms + now_ms
+    if batch.group_hashes is not None:
+        w64[:, _W64_GROUP] = batch.group_hashes
+    return table
