@@ -16,8 +16,13 @@ class HostInfo:
     version: str
     client_endpoint: str
     status: str
-    """Worst check status: ``passing`` | ``warning`` | ``critical``."""
+    """Worst status of the host's health checks (heartbeat, HTTP probe, the
+    agent's serfHealth): ``passing`` | ``warning`` | ``critical``."""
     meta: dict[str, str] = field(default_factory=dict)
+    kv_status: str = "passing"
+    """Status of the ``kv:`` check: ``warning`` while the host sees bad values
+    in Consul KV. It says nothing about the host's own health, so it is kept
+    out of :attr:`status`."""
 
     @property
     def passing(self) -> bool:
@@ -27,10 +32,16 @@ class HostInfo:
 _RANK = {"passing": 0, "warning": 1, "critical": 2}
 
 
-def _worst(checks: list[dict[str, Any]], service_id: str) -> str:
+KV_CHECK_PREFIX = "kv:"
+"""Check ids starting with this report bad KV values, not host health."""
+
+
+def _worst(checks: list[dict[str, Any]], service_id: str, kv: bool = False) -> str:
     worst = "passing"
     for chk in checks:
         if chk.get("ServiceID") not in (service_id, "") and chk.get("CheckID") != "serfHealth":
+            continue
+        if str(chk.get("CheckID", "")).startswith(KV_CHECK_PREFIX) != kv:
             continue
         status = str(chk.get("Status", "critical"))
         if _RANK.get(status, 2) > _RANK[worst]:
@@ -49,6 +60,7 @@ def list_hosts(client: ConsulClient, cluster: str | None = None) -> list[HostInf
             node=meta.get("node", svc.get("ID", "?")), cluster=meta.get("cluster", "?"),
             version=meta.get("version", "?"), client_endpoint=meta.get("client_endpoint", ""),
             status=_worst(entry.get("Checks") or [], str(svc.get("ID", ""))), meta=meta,
+            kv_status=_worst(entry.get("Checks") or [], str(svc.get("ID", "")), kv=True),
         )
         if cluster is None or info.cluster == cluster:
             hosts.append(info)

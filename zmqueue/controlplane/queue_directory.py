@@ -11,7 +11,7 @@ clusters by :func:`assignment.assign_queue` and to hosts by
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from zmqueue.config import QueueConfig, validate_queue_name
@@ -31,6 +31,8 @@ class Snapshot:
     state: kv.ClusterState
     problems: list[kv.Malformed]
     hosts: list[HostInfo]
+    sessions: dict[str, str] = field(default_factory=dict)
+    """Lock key -> the session holding it (only held locks)."""
 
     def endpoint_of(self, node: str) -> str | None:
         for h in self.hosts:
@@ -69,7 +71,9 @@ class QueueDirectory:
 
         idx, items = self.client.call(get)
         state, problems = kv.parse_tree(items)
-        return Snapshot(int(idx), state, problems, list_hosts(self.client))
+        sessions = {str(i["Key"]): str(i["Session"]) for i in items or []
+                    if isinstance(i, dict) and i.get("Session") and i.get("Key")}
+        return Snapshot(int(idx), state, problems, list_hosts(self.client), sessions)
 
     def create(self, cfg: QueueConfig) -> dict[str, Any]:
         cfg = cfg.validate()

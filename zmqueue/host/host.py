@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from zmqueue.config import HostConfig
 from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.managers import ManagerRoles, RolesConfig
 from zmqueue.controlplane.queue_directory import Snapshot
 from zmqueue.controlplane.registry import Heartbeat, Registrar, Registration
 from zmqueue.dataplane.dispatch import Dispatcher, Request
@@ -101,6 +102,7 @@ class Host:
         self.loop: RequestLoop | None = None
         self.heartbeat: Heartbeat | None = None
         self.registrar: Registrar | None = None
+        self.roles: ManagerRoles | None = None
         self.health: Any = None
 
     # --- handlers -------------------------------------------------------
@@ -154,7 +156,11 @@ class Host:
         self.heartbeat = Heartbeat(hb_registrar, cfg.heartbeat_interval_ms, self.healthy)
         self.heartbeat.start()
         self._write_info(endpoints)
+        cache.service_id = reg.service_id
         cache.start()
+        self.roles = ManagerRoles(RolesConfig(cfg.node, cfg.cluster, reg.service_id, cfg.consul,
+                                              cfg.consul_timeout_ms / 1000))
+        self.roles.start()
         log.info("host %s (cluster %s) serving on %s", cfg.node, cfg.cluster, endpoints)
 
     def _apply_snapshot(self, snap: Snapshot, forward: bool) -> None:
@@ -187,6 +193,8 @@ class Host:
         self.close()
 
     def close(self) -> None:
+        if self.roles is not None:
+            self.roles.stop()
         if self.heartbeat is not None:
             self.heartbeat.stop()
         if self.registrar is not None:

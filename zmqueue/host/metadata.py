@@ -16,6 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.kvhealth import KvProblemReporter, keep_last_good
 from zmqueue.controlplane.queue_directory import QueueDirectory, Snapshot
 from zmqueue.dataplane.service import Metadata, Route
 from zmqueue.errors import ConsulUnavailable
@@ -46,6 +47,8 @@ class MetadataCache:
         self.worker_dir: QueueDirectory | None = None
         self.watcher = threading.Thread(target=self._watch, name="consul-watch", daemon=True)
         self.last: Snapshot | None = None
+        self.service_id: str | None = None
+        """The host's service id: bad KV values are reported in its ``kv:`` check."""
         self.max_index = 0
         self.problems_reported: set[str] = set()
         self._refresh_pending = threading.Event()
@@ -94,7 +97,7 @@ class MetadataCache:
         def work() -> None:
             self._refresh_pending.clear()
             try:
-                self._publish(self.directory().snapshot())
+                self._publish(self._last_good(self.directory().snapshot()))
             except ConsulUnavailable as exc:
                 log.warning("metadata refresh failed: %s", exc)
                 self.post(self.unavailable)
@@ -105,6 +108,7 @@ class MetadataCache:
         d = QueueDirectory(ConsulClient(self.addresses, self.timeout_s + WATCH_WAIT_S))
         index: int | None = None
         failures = 0
+        reporter = KvProblemReporter(d.client, self.service_id) if self.service_id else None
         while not self.stopped.is_set():
             try:
                 snap = d.snapshot(index, WATCH_WAIT_S) if index else d.snapshot()
@@ -117,7 +121,17 @@ class MetadataCache:
                 continue
             failures = 0
             index = snap.index if snap.index > 0 else None
-            self._publish(snap)
+            if reporter is not None:
+                reporter.report(snap.problems)
+            self._publish(self._last_good(snap))
+
+    def _last_good(self, snap: Snapshot) -> Snapshot:
+        """``snap`` with the last good value of each malformed key kept."""
+        prev = self.last
+        if prev is None or not snap.problems:
+            return snap
+        state = keep_last_good(prev.state, snap.state, snap.problems)
+        return Snapshot(snap.index, state, snap.problems, snap.hosts, snap.sessions)
 
     def stop(self) -> None:
         self.stopped.set()

@@ -1,0 +1,105 @@
+"""Bad values in Consul KV: keep the last good value, report the bad key.
+
+An operator edits JSON in the Consul UI; a typo must not stop a queue. The
+metadata cache therefore:
+
+1. carries the last good value of every malformed key into the new snapshot
+   (:func:`keep_last_good`): a bad queue-config edit leaves the queue running
+   with its previous config, a bad assignment leaves the partition where it
+   was, a bad drain flag changes nothing;
+2. reports the bad keys in a Consul **warning** check ``kv:zmqueue-<node>``
+   on the host's service (:class:`KvProblemReporter`). The check exists only
+   while there are problems: it is registered on the first one and removed
+   once every key is good again, so a clean host shows just its two health
+   checks. Discovery keeps ``kv:`` checks out of a host's health.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+
+import consul
+
+from zmqueue.controlplane import kvlayout as kv
+from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.discovery import KV_CHECK_PREFIX
+from zmqueue.errors import ConsulUnavailable
+
+log = logging.getLogger(__name__)
+
+NOTES_CHARS_MAX = 2000
+REPORT_EVERY_S = 15.0
+"""A standing warning is re-sent this often (Consul may have forgotten it)."""
+
+
+def kv_check_id(service_id: str) -> str:
+    return f"{KV_CHECK_PREFIX}{service_id}"
+
+
+def keep_last_good(prev: kv.ClusterState | None, state: kv.ClusterState,
+                   problems: list[kv.Malformed]) -> kv.ClusterState:
+    """``state`` with the previous value of every key in ``problems`` put back."""
+    if prev is None or not problems:
+        return state
+    configs = dict(state.configs)
+    assignments = dict(state.assignments)
+    drains = dict(state.drains)
+    for p in problems:
+        parts = p.key[len(kv.PREFIX):].split("/") if p.key.startswith(kv.PREFIX) else []
+        match parts:
+            case ["queues", q, "config"] if q in prev.configs:
+                configs.setdefault(q, prev.configs[q])
+            case ["queues", q, "partitions", n] if n.isdigit():
+                pid = kv.PartitionId(q, int(n))
+                if pid in prev.assignments:
+                    assignments.setdefault(pid, prev.assignments[pid])
+            case ["hosts", node, "drain"] if node in prev.drains:
+                drains.setdefault(node, prev.drains[node])
+            case _:
+                pass
+    return replace(state, configs=configs, assignments=assignments, drains=drains)
+
+
+def describe(problems: list[kv.Malformed]) -> str:
+    text = "; ".join(f"{p.key}: {p.reason}" for p in problems)
+    return f"bad values in Consul KV (last good value kept): {text}"[:NOTES_CHARS_MAX]
+
+
+class KvProblemReporter:
+    """Keeps the ``kv:`` warning check of one host in line with the problems
+    seen. Call :meth:`report` from one thread only (it uses ``client``)."""
+
+    def __init__(self, client: ConsulClient, service_id: str) -> None:
+        self.client = client
+        self.service_id = service_id
+        self.check_id = kv_check_id(service_id)
+        self._last: str | None = None
+        self._sent_at = 0.0
+
+    def report(self, problems: list[kv.Malformed]) -> None:
+        notes = describe(problems) if problems else ""
+        now = time.monotonic()
+        if notes == (self._last or "") and (not notes or now - self._sent_at < REPORT_EVERY_S):
+            return
+        try:
+            if notes:
+                self._warn(notes)
+            elif self._last:
+                self.client.call(lambda c: c.agent.check.deregister(self.check_id))
+        except (consul.ConsulException, ConsulUnavailable) as exc:
+            log.warning("could not update check %s: %s", self.check_id, exc)
+            return
+        self._last, self._sent_at = notes, now
+
+    def _warn(self, notes: str) -> None:
+        def put(c: consul.Consul) -> None:
+            c.agent.check.register(
+                "zmqueue KV values", check=consul.Check.ttl("24h"), check_id=self.check_id,
+                service_id=self.service_id, notes="bad JSON in zmqueue/ KV keys")
+            c.agent.check.ttl_warn(self.check_id, notes)
+
+        self.client.call(put)
+        if notes != self._last:
+            log.warning("%s", notes)

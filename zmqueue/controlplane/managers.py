@@ -1,0 +1,163 @@
+"""Manager roles held by an ordinary host: the external cluster manager (one
+per system) and the internal cluster manager of the host's cluster.
+
+Every host runs one :class:`ManagerRoles` thread with its own ConsulClient.
+Each round it
+
+1. keeps its Consul session alive (tied to its checks, see ``roles.py``);
+2. tries to take each role lock that is free (``kv.put(acquire=session)``);
+3. reads the ``zmqueue/`` tree with a blocking query (``wait`` always set),
+   plus the service catalog, and judges host health with a grace period;
+4. for each role it holds, plans with the pure modules (``assignment.py``
+   via ``external_manager.py``, ``placement.py`` via ``internal_manager.py``)
+   and writes each changed assignment in a transaction that checks the
+   manager lock is still held by its session and does a check-and-set on the
+   assignment's ModifyIndex. A holder that lost the role, or a plan made on a
+   stale read, writes nothing; the next round re-reads and re-plans.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import consul
+
+from zmqueue.controlplane import kvlayout as kv
+from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.external_manager import plan_external
+from zmqueue.controlplane.fleetview import AssignmentWrite, HealthGrace
+from zmqueue.controlplane.internal_manager import plan_internal
+from zmqueue.controlplane.kvhealth import keep_last_good
+from zmqueue.controlplane.queue_directory import QueueDirectory, Snapshot
+from zmqueue.controlplane.roles import Session, try_acquire
+from zmqueue.errors import ConsulUnavailable
+
+log = logging.getLogger(__name__)
+
+WATCH_WAIT_S = 1.0
+"""Blocking-query wait: also the longest a health change goes unnoticed."""
+
+
+@dataclass(frozen=True)
+class RolesConfig:
+    node: str
+    cluster: str
+    service_id: str
+    consul: tuple[str, ...]
+    timeout_s: float = 2.0
+    failover_grace_s: float = 3.0
+
+
+def txn_ops(w: AssignmentWrite, lock_key: str, sid: str) -> list[dict[str, Any]]:
+    """check-session on the manager lock, then CAS the assignment."""
+    value = base64.b64encode(kv.encode_assignment(w.assignment)).decode()
+    return [{"KV": {"Verb": "check-session", "Key": lock_key, "Session": sid}},
+            {"KV": {"Verb": "cas", "Key": w.key, "Value": value, "Index": w.index}}]
+
+
+class ManagerRoles(threading.Thread):
+    def __init__(self, cfg: RolesConfig) -> None:
+        super().__init__(name="manager-roles", daemon=True)
+        self.cfg = cfg
+        self.client = ConsulClient(cfg.consul, cfg.timeout_s + WATCH_WAIT_S)
+        self.directory = QueueDirectory(self.client)
+        self.session = Session(self.client, cfg.node, cfg.service_id)
+        self.grace = HealthGrace(cfg.failover_grace_s)
+        self.locks = {"external": kv.external_manager_key(),
+                      "cluster": kv.cluster_manager_key(cfg.cluster)}
+        self.held: set[str] = set()
+        self.stopped = threading.Event()
+        self._snap: Snapshot | None = None
+        self._notes: set[str] = set()
+        self._failed: set[str] = set()
+
+    def run(self) -> None:
+        failures = 0
+        while not self.stopped.is_set():
+            try:
+                self._round()
+                failures = 0
+            except ConsulUnavailable as exc:
+                failures += 1
+                if failures in (1, 10) or failures % 60 == 0:
+                    log.warning("manager roles: Consul unreachable (%d): %s", failures, exc)
+                self._snap = None
+                self.stopped.wait(min(2.0, 0.2 * failures))
+            except Exception:  # a bug: log it, keep the host up, try again
+                log.exception("manager round failed")
+                self._snap = None
+                self.stopped.wait(1.0)
+        self._release()
+
+    def _round(self) -> None:
+        sid = self.session.ensure()
+        if sid is None:
+            self._set_held(set())
+            self.stopped.wait(0.5)
+            return
+        prev = self._snap
+        for key in self.locks.values():
+            if prev is None or key not in prev.sessions:
+                try_acquire(self.client, key, sid, self.cfg.node)
+        index = prev.index if prev is not None else None
+        snap = self.directory.snapshot(index, WATCH_WAIT_S) if index else self.directory.snapshot()
+        if prev is not None:
+            snap = Snapshot(snap.index, keep_last_good(prev.state, snap.state, snap.problems),
+                            snap.problems, snap.hosts, snap.sessions)
+        self._snap = snap
+        self._set_held({role for role, key in self.locks.items() if snap.sessions.get(key) == sid})
+        healthy = self.grace.view(snap, time.monotonic())
+        self._log_failed(snap, healthy)
+        if "external" in self.held:
+            writes, notes = plan_external(snap, healthy)
+            self._report(notes)
+            self._write(writes, self.locks["external"], sid)
+        if "cluster" in self.held:
+            self._write(plan_internal(snap, self.cfg.cluster, healthy), self.locks["cluster"], sid)
+
+    def _set_held(self, held: set[str]) -> None:
+        for role in sorted(held - self.held):
+            log.info("%s now holds the %s manager role (%s)", self.cfg.node, role, self.locks[role])
+        for role in sorted(self.held - held):
+            log.info("%s no longer holds the %s manager role", self.cfg.node, role)
+        self.held = held
+
+    def _write(self, writes: list[AssignmentWrite], lock_key: str, sid: str) -> None:
+        for w in writes:
+            ops = txn_ops(w, lock_key, sid)
+            try:
+                self.client.call(lambda c: c.txn.put(ops))  # noqa: B023
+            except consul.ConsulException as exc:
+                log.info("assignment %s not written (lost the race or the role): %s", w.key, exc)
+                self._snap = None  # re-read at once
+                return
+            log.info("%s: %s (version %d)", w.key, w.reason, w.assignment.version)
+
+    def _log_failed(self, snap: Snapshot, healthy: dict[str, bool]) -> None:
+        failed = {h.node: h.status for h in snap.hosts if not healthy.get(h.node)}
+        if set(failed) != self._failed:
+            log.info("hosts counted as failed: %s", failed or "none")
+        self._failed = set(failed)
+
+    def _report(self, notes: list[str]) -> None:
+        for n in notes:
+            if n not in self._notes:
+                log.warning("external manager: %s", n)
+        self._notes = set(notes)
+
+    def _release(self) -> None:
+        try:
+            self.session.destroy()
+        except (ConsulUnavailable, consul.ConsulException) as exc:
+            log.info("could not destroy the session (it expires by itself): %s", exc)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the thread; it destroys the session, which frees its locks."""
+        self.stopped.set()
+        if self.is_alive():
+            self.join(timeout_s)
