@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+import zmqueue.cli.analytics_cmds as analytics_cmds
 import zmqueue.cli.bench_cmds as bench_cmds
 from zmqueue.cli import cluster_cmds, demo, queue_cmds
 from zmqueue.cli.common import OneLineParser, err_console
@@ -20,6 +21,7 @@ def build_parser() -> OneLineParser:
     cluster_cmds.add_parsers(sub)
     demo.add_parser(sub)
     queue_cmds.add_parsers(sub)
+    analytics_cmds.add_parsers(sub)
     bench_cmds.add_parsers(sub)
     return parser
 

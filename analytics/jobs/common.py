@@ -1,0 +1,69 @@
+"""Loading the records DataFrame the jobs share, and small helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from analytics.layout import find_host_dirs
+from analytics.schema import ddl
+
+# the columns the jobs read (the source reads only what the schema names)
+JOB_COLUMNS = ["host", "queue", "partition", "record_type", "seq", "target_seq", "epoch", "message_id",
+               "time", "receive_count", "payload_size", "client_id", "dlq_source", "carried_receive_count",
+               "segment", "block_offset", "corrupt"]
+
+
+def load_records(spark: Any, paths: Sequence[str], columns: Sequence[str] = JOB_COLUMNS,
+                 **options: str) -> DataFrame:
+    """The log records under ``paths`` (host data dirs, or parents of them)."""
+    reader = spark.read.format("zmqueue").schema(ddl(list(columns)))
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    df: DataFrame = reader.load(list(paths))
+    return df
+
+
+def host_count(paths: Sequence[str]) -> int:
+    return len(find_host_dirs(paths))
+
+
+def good(df: DataFrame) -> DataFrame:
+    """Records of sound blocks (corrupt-block rows dropped)."""
+    return df.where(F.col("corrupt").isNull()) if "corrupt" in df.columns else df
+
+
+def one_replica(df: DataFrame) -> DataFrame:
+    """For each partition, only the log of its most advanced replica (highest seq; ties: host name).
+
+    When several replicas' logs are read together, every record appears once
+    per replica; counting jobs run on this view so each is counted once.
+    """
+    from pyspark.sql.window import Window
+
+    per = good(df).groupBy("queue", "partition", "host").agg(F.max("seq").alias("top"))
+    w = Window.partitionBy("queue", "partition").orderBy(F.col("top").desc(), "host")
+    best = per.withColumn("r", F.row_number().over(w)).where(F.col("r") == 1).select(
+        "queue", "partition", "host")
+    return good(df).join(F.broadcast(best), ["queue", "partition", "host"], "left_semi")
+
+
+def minute(col: str = "time") -> Column:
+    return F.date_trunc("minute", F.col(col)).alias("minute")
+
+
+def is_type(name: str) -> Column:
+    return F.col("record_type") == F.lit(name)
+
+
+def receives(df: DataFrame) -> DataFrame:
+    """One row per receive: the first VISIBILITY record of each receive count of a message.
+
+    (A receive raises the count; a visibility change repeats it.)
+    """
+    return (good(df).where(is_type("VISIBILITY") & (F.col("receive_count") > 0))
+            .groupBy("queue", "partition", "target_seq", "receive_count")
+            .agg(F.min("time").alias("time")))
