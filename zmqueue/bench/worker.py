@@ -26,6 +26,9 @@ HEADER = struct.Struct(">IQq")
 assert HEADER.size == HEADER_BYTES
 SEQ_BITS = 40
 RECEIVE_WAIT_S = 0.5
+MIN_RECEIVE_BATCH = 10
+"""Consumers take up to max(batch, 10) messages per receive, for every system
+alike (RabbitMQ's prefetch, a NATS fetch, XREADGROUP COUNT, zmqueue receive)."""
 READY_TIMEOUT_S = 120.0
 
 
@@ -108,7 +111,7 @@ def run_consumer(spec: str, backend_args: dict[str, Any], target: Target, cfg: B
         shared.ready[slot] = 1
         shared.go.wait(READY_TIMEOUT_S)
         while not shared.stop_consumers.is_set():
-            got = consumer.receive(cfg.batch, RECEIVE_WAIT_S)
+            got = consumer.receive(max(cfg.batch, MIN_RECEIVE_BATCH), RECEIVE_WAIT_S)
             if not got:
                 continue
             now = time.monotonic_ns()

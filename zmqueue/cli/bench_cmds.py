@@ -99,6 +99,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from zmqueue.bench.live import LiveProgress
     from zmqueue.bench.report import json_line, results_table, summarize
     from zmqueue.bench.runner import run
+    from zmqueue.bench.signals import signals_raise
     from zmqueue.bench.zmq_backend import SPEC
 
     cfgs = configs(args)
@@ -106,7 +107,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise SystemExit("zmqueue bench: error: --runs must be 1 to 50")
     rows: list[dict[str, Any]] = []
     clean = True
-    with cluster_address(args) as consul:
+    with signals_raise(), cluster_address(args) as consul:
         for cfg in cfgs:
             runs = []
             for i in range(args.runs):

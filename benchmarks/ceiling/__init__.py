@@ -1,0 +1,1 @@
+"""Raw pyzmq on loopback: the machine's ceiling for any ZeroMQ design."""

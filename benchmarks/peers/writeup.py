@@ -1,0 +1,204 @@
+"""Turn the JSON lines of ``python -m benchmarks.peers`` into docs/perf/peers.md,
+the summary of docs/PERFORMANCE.md and the charts under docs/img/perf/."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from zmqueue.bench.machine import machine_summary
+from zmqueue.bench.report import summarize
+from zmqueue.bench.stats import median
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+DOCS = ROOT / "docs"
+PEERS = ("rabbitmq", "nats", "redis")
+PROVISIONAL = ("W5", "W5b", "W5-half")
+Key = tuple[str, str, int]
+
+
+def group(results: Iterable[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
+    by: dict[Key, list[dict[str, Any]]] = {}
+    for r in results:
+        if "send_msgs_per_s" in r:
+            by.setdefault((r["workload"], r["system"], r["message_bytes"]), []).append(r)
+    return {k: summarize(v) for k, v in by.items()}
+
+
+def ceilings(results: Iterable[dict[str, Any]]) -> dict[int, dict[str, float]]:
+    by: dict[int, list[dict[str, Any]]] = {}
+    for r in results:
+        if r.get("system") == "raw-pyzmq":
+            by.setdefault(r["message_bytes"], []).append(r)
+    return {size: {k: median(float(x[k]) for x in rs) for k in rs[0] if k.startswith(("dealer", "push"))}
+            for size, rs in by.items()}
+
+
+def _best_peer(g: dict[Key, dict[str, Any]], w: str, size: int, key: str, low: bool) -> tuple[str, float]:
+    cands = [(s, g[(w, s, size)][key]) for s in PEERS if (w, s, size) in g]
+    cands = [c for c in cands if c[1] == c[1]]
+    if not cands:
+        return "-", float("nan")
+    return (min if low else max)(cands, key=lambda c: c[1])
+
+
+def summary_rows(g: dict[Key, dict[str, Any]], ceil: dict[int, dict[str, float]],
+                 sizes: list[int]) -> list[list[str]]:
+    rows: list[list[str]] = []
+
+    def status(ok: bool, w: str) -> str:
+        s = "met" if ok else "**missed**"
+        return s + " (provisional)" if w in PROVISIONAL else s
+
+    for size in sizes:
+        for w, target in (("W1", 2.0), ("W3", 2.0)):
+            z = g.get((w, "zmqueue", size))
+            if z is None:
+                continue
+            peer, pv = _best_peer(g, w, size, "e2e_msgs_per_s", low=False)
+            ratio = z["e2e_msgs_per_s"] / pv
+            rows.append([f"{w} end-to-end msg/s, {size} B", f"{z['e2e_msgs_per_s']:,.0f}",
+                         f"{peer} {pv:,.0f}", f"{ratio:.2f}x", f"≥ {target:g}x best peer",
+                         status(ratio >= target, w)])
+        z = g.get(("W1", "zmqueue", size))
+        if z is not None:
+            peer, pv = _best_peer(g, "W1", size, "send_p99_ms", low=True)
+            rows.append([f"W2 send p99 (one at a time), {size} B", f"{z['send_p99_ms']:.2f} ms",
+                         f"{peer} {pv:.2f} ms", f"{z['send_p99_ms'] / pv:.2f}x", "≤ best peer's p99",
+                         status(z["send_p99_ms"] <= pv, "W2")])
+        z = g.get(("W3", "zmqueue", size))
+        if z is not None and size in ceil:
+            raw = ceil[size]["dealer_router_batched_sync_payloads_per_s"]
+            ratio = z["e2e_msgs_per_s"] / raw
+            rows.append([f"W3 vs raw pyzmq batched round trip, {size} B", f"{z['e2e_msgs_per_s']:,.0f}",
+                         f"raw {raw:,.0f}", f"{100 * ratio:.1f}%", "≥ 25%", status(ratio >= 0.25, "W3")])
+        z = g.get(("W4", "zmqueue", size))
+        if z is not None:
+            peer, pv = _best_peer(g, "W4", size, "e2e_msgs_per_s", low=False)
+            rows.append([f"W4 (4 producers, 4 consumers) e2e msg/s, {size} B", f"{z['e2e_msgs_per_s']:,.0f}",
+                         f"{peer} {pv:,.0f}", f"{z['e2e_msgs_per_s'] / pv:.2f}x", "-", "-"])
+        for w in ("W5", "W5b"):
+            z, n = g.get((w, "zmqueue-r3", size)), g.get((w, "nats-r3", size))
+            if z is None or n is None:
+                continue
+            ratio = z["e2e_msgs_per_s"] / n["e2e_msgs_per_s"]
+            rows.append([f"{w} R=3 sync e2e msg/s, {size} B", f"{z['e2e_msgs_per_s']:,.0f}",
+                         f"nats-r3 {n['e2e_msgs_per_s']:,.0f}", f"{ratio:.2f}x", "≥ 1.5x NATS R=3",
+                         status(ratio >= 1.5, w)])
+    half = g.get(("W5-half", "zmqueue-r3", 100))
+    if half is not None:
+        rows.append(["R=3 sync send p99 at half the max W5 rate, 100 B", f"{half['send_p99_ms']:.2f} ms",
+                     f"paced at {half['send_msgs_per_s']:,.0f} msg/s", "-", "< 10 ms",
+                     status(half["send_p99_ms"] < 10, "W5-half")])
+    lost = sum(int(v["lost"]) for v in g.values())
+    dup = sum(int(v["duplicates"]) for v in g.values())
+    sent = sum(int(v["sent"]) for v in g.values())
+    rows.append(["losses / duplicates, every run of every system", f"{lost} / {dup}",
+                 f"of {sent:,} confirmed sends", "-", "0 / 0", status(lost == 0 and dup == 0, "")])
+    return rows
+
+
+def md_table(header: list[str], rows: list[list[str]], right: int = 1) -> str:
+    out = ["| " + " | ".join(header) + " |",
+           "|" + "|".join("---" if i < right else "---:" for i in range(len(header))) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def full_table(g: dict[Key, dict[str, Any]], size: int) -> str:
+    header = ["workload", "system", "send msg/s", "e2e msg/s", "send p50 ms", "send p99 ms",
+              "send p99.9 ms", "e2e p50 ms", "e2e p99 ms", "sent", "lost", "dup"]
+    rows = []
+    for (w, s, sz), v in sorted(g.items()):
+        if sz != size:
+            continue
+        rows.append([w, s, f"{v['send_msgs_per_s']:,.0f}", f"{v['e2e_msgs_per_s']:,.0f}",
+                     f"{v['send_p50_ms']:.2f}", f"{v['send_p99_ms']:.2f}", f"{v['send_p99.9_ms']:.2f}",
+                     f"{v['e2e_p50_ms']:.1f}", f"{v['e2e_p99_ms']:.1f}", f"{int(v['sent']):,}",
+                     str(v["lost"]), str(v["duplicates"])])
+    return md_table(header, rows, right=2)
+
+
+def chart(g: dict[Key, dict[str, Any]], path: Path, size: int = 100) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = ["zmqueue", "rabbitmq", "nats", "redis", "zmqueue-r3", "nats-r3"]
+    workloads = ["W1", "W3", "W4", "W5", "W5b"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6), dpi=90)
+    width = 0.14
+    for i, s in enumerate(systems):
+        vals = [g[(w, s, size)]["e2e_msgs_per_s"] if (w, s, size) in g else 0 for w in workloads]
+        ax1.bar([x + i * width for x in range(len(workloads))], vals, width, label=s)
+    ax1.set_xticks([x + 2.5 * width for x in range(len(workloads))], workloads)
+    ax1.set_yscale("log")
+    ax1.set_ylabel("end-to-end msg/s (log)")
+    ax1.set_title(f"throughput, {size} B messages")
+    ax1.legend(fontsize=7)
+    lat_sys = [s for s in systems if ("W1", s, size) in g or ("W5", s, size) in g]
+    for j, pct in enumerate(("send_p50_ms", "send_p99_ms")):
+        vals = [(g.get(("W1", s, size)) or g[("W5", s, size)])[pct] for s in lat_sys]
+        ax2.bar([x + j * 0.4 for x in range(len(lat_sys))], vals, 0.4, label=pct.split("_")[1])
+    ax2.set_xticks([x + 0.2 for x in range(len(lat_sys))], lat_sys, fontsize=7)
+    ax2.set_yscale("log")
+    ax2.set_ylabel("send latency ms (log)")
+    ax2.set_title("W2 one send at a time (R=3: W5)")
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def storage_summary() -> str:
+    path = DOCS / "perf" / "storage.md"
+    if not path.exists():
+        return "_(docs/perf/storage.md is not written yet)_"
+    m = re.search(r"(^\|.*\|\n)+", path.read_text(), re.M)
+    return m.group(0).rstrip() if m else "_(no table found in docs/perf/storage.md)_"
+
+
+def write_all(results: list[dict[str, Any]], command: str) -> None:
+    g = group(results)
+    ceil = ceilings(results)
+    sizes = sorted({k[2] for k in g})
+    runs = max((int(v["runs"]) for v in g.values()), default=0)
+    chart(g, DOCS / "img" / "perf" / "peers.png")
+    from benchmarks.peers import prose
+
+    summary = md_table(["target", "zmqueue", "reference (same invocation)", "ratio", "target", "status"],
+                       summary_rows(g, ceil, sizes))
+    ceiling_rows = [[f"{s} B", f"{c['dealer_router_batched_sync_payloads_per_s']:,.0f}",
+                     f"{c['dealer_router_batched_window8_payloads_per_s']:,.0f}",
+                     f"{c['push_pull_batched_payloads_per_s']:,.0f}",
+                     f"{c['dealer_router_single_p50_ms']:.3f}",
+                     f"{c['dealer_router_single_p99_ms']:.3f}"] for s, c in sorted(ceil.items())]
+    ctx = {
+        "date": time.strftime("%Y-%m-%d"), "machine": machine_summary(), "command": command, "runs": runs,
+        "summary": summary, "full": "\n\n".join(f"### {s} B messages\n\n{full_table(g, s)}" for s in sizes),
+        "ceiling": md_table(["size", "DEALER/ROUTER batch 100, 1 in flight (payloads/s)",
+                             "same, 8 in flight", "PUSH/PULL batch 100", "req/rep p50 ms", "req/rep p99 ms"],
+                            ceiling_rows),
+        "storage": storage_summary(), "queues": _queues_table(),
+        "analytics": ("See [docs/perf/analytics.md](perf/analytics.md)."
+                      if (DOCS / "perf" / "analytics.md").exists() else "_(not measured yet)_"),
+        "promises": prose.PROMISES, "method": prose.METHOD.format(runs=runs),
+        "jsonl": "\n".join(json.dumps(r, sort_keys=True, default=str) for r in results),
+    }
+    ctx["analysis"] = prose.ANALYSIS.format(**ctx)
+    (DOCS / "perf" / "peers.md").write_text(prose.PEERS_MD.format(**ctx))
+    (DOCS / "PERFORMANCE.md").write_text(prose.PERFORMANCE_MD.format(**ctx))
+
+
+def _queues_table() -> str:
+    path = DOCS / "perf" / "queues.md"
+    if not path.exists():
+        return "_(run `python -m benchmarks.queues --runs 3 --write`)_"
+    m = re.search(r"(^\|.*\|\n)+", path.read_text(), re.M)
+    return m.group(0).rstrip() if m else ""
