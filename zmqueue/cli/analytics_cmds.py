@@ -81,6 +81,6 @@ def cmd_job(args: argparse.Namespace) -> int:
     if args.out:
         out.coalesce(1).write.mode("overwrite").parquet(args.out)
         err_console.print(f"wrote {args.out}")
-    pdf = out.limit(args.rows).toPandas()
+    pdf: Any = out.limit(args.rows).toPandas()
     console.print(pdf.to_string(index=False) if len(pdf) else "(no rows)", markup=False, soft_wrap=True)
     return 0
