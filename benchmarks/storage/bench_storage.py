@@ -1,7 +1,7 @@
 """Storage engine benchmarks, each beside a ceiling measured in the same run.
 
 Run: ``python -m benchmarks.storage.bench_storage [--backlog 10000000] [--out docs/perf/storage.md]``
-Prints a markdown table (medians of 3 runs) and writes it with the machine
+Prints a markdown table (medians of RUNS interleaved rounds) and writes it with the machine
 description to ``--out``.  Bounded to a few minutes.
 """
 
@@ -23,80 +23,103 @@ import numpy as np
 from zmqueue.dataplane.storage import NewMessage, PartitionStore, StorageConfig
 from zmqueue.dataplane.storage.ring import META_DTYPE
 
-RUNS = 3
+RUNS = 5  # interleaved rounds; every figure is the median over rounds
 BATCH = 100
 BODY = 100
 
+Batch = tuple[list[bytes], bytes]  # bodies, concatenated 16-byte ids
 
-def _batches(count: int, body: int = BODY) -> list[list[NewMessage]]:
+
+def _batches(count: int, body: int = BODY) -> list[Batch]:
     rng = np.random.default_rng(1)
     out = []
     for b in range(count):
         raw = rng.integers(0, 64, size=BATCH * body, dtype=np.uint8).tobytes()  # ~6 bits/byte
-        out.append(
-            [
-                NewMessage((b * BATCH + i).to_bytes(16, "big"), raw[i * body : (i + 1) * body])
-                for i in range(BATCH)
-            ]
-        )
+        bodies = [raw[i * body : (i + 1) * body] for i in range(BATCH)]
+        ids = b"".join((b * BATCH + i).to_bytes(16, "big") for i in range(BATCH))
+        out.append((bodies, ids))
     return out
 
 
-def _median(fn: Callable[[], float]) -> float:
-    return statistics.median(fn() for _ in range(RUNS))
+def _objects(batches: list[Batch]) -> list[list[NewMessage]]:
+    return [
+        [NewMessage(ids[i * 16 : (i + 1) * 16], body) for i, body in enumerate(bodies)]
+        for bodies, ids in batches
+    ]
 
 
-def bench_append(tmp: Path, batches: list[list[NewMessage]], total: int) -> float:
-    def once() -> float:
-        d = Path(tempfile.mkdtemp(dir=tmp))
-        store = PartitionStore.open(d, StorageConfig(fsync="interval"), now_ms=0)
-        start = time.perf_counter()
-        for i in range(total // BATCH):
-            store.append(batches[i % len(batches)], 0)
-            store.commit()
-        elapsed = time.perf_counter() - start
-        store.close()
-        shutil.rmtree(d)
-        return total / elapsed
-
-    return _median(once)
+def _interleaved(*fns: Callable[[], float]) -> list[list[float]]:
+    """Run the measures round-robin RUNS times; one list of results per measure."""
+    out: list[list[float]] = [[] for _ in fns]
+    for _ in range(RUNS):
+        for i, fn in enumerate(fns):
+            out[i].append(fn())
+    return out
 
 
-def bench_bare(batches: list[list[NewMessage]], total: int) -> float:
-    arena = np.zeros(32 << 20, np.uint8)
+def append_rate(tmp: Path, batches: list[Batch], total: int) -> float:
+    """append_batch + commit per batch of 100, fsync=interval; msgs/s."""
+    d = Path(tempfile.mkdtemp(dir=tmp))
+    store = PartitionStore.open(d, StorageConfig(fsync="interval"), now_ms=0)
+    start = time.perf_counter()
+    for i in range(total // BATCH):
+        bodies, ids = batches[i % len(batches)]
+        store.append_batch(bodies, 0, message_ids=ids)
+        store.commit()
+    elapsed = time.perf_counter() - start
+    store.close()
+    shutil.rmtree(d)
+    return total / elapsed
 
-    def once() -> float:
-        start = time.perf_counter()
-        top = 0
-        for i in range(total // BATCH):
-            raw = b"".join([m.body for m in batches[i % len(batches)]])
-            if top + len(raw) > len(arena):
-                top = 0
-            arena[top : top + len(raw)] = np.frombuffer(raw, np.uint8)
-            top += len(raw)
-            lz4.block.compress(raw, store_size=False)
-        return total / (time.perf_counter() - start)
 
-    return _median(once)
+def append_objects_rate(tmp: Path, batches: list[list[NewMessage]], total: int) -> float:
+    """The object API (append of NewMessage lists) + commit, for comparison."""
+    d = Path(tempfile.mkdtemp(dir=tmp))
+    store = PartitionStore.open(d, StorageConfig(fsync="interval"), now_ms=0)
+    start = time.perf_counter()
+    for i in range(total // BATCH):
+        store.append(batches[i % len(batches)], 0)
+        store.commit()
+    elapsed = time.perf_counter() - start
+    store.close()
+    shutil.rmtree(d)
+    return total / elapsed
+
+
+_ARENA = np.zeros(32 << 20, np.uint8)
+
+
+def bare_rate(batches: list[Batch], total: int) -> float:
+    """Ceiling: join the same bodies, copy them into a numpy arena, LZ4 them."""
+    start = time.perf_counter()
+    top = 0
+    for i in range(total // BATCH):
+        raw = b"".join(batches[i % len(batches)][0])
+        if top + len(raw) > len(_ARENA):
+            top = 0
+        _ARENA[top : top + len(raw)] = np.frombuffer(raw, np.uint8)
+        top += len(raw)
+        lz4.block.compress(raw, store_size=False)
+    return total / (time.perf_counter() - start)
 
 
 def build_backlog(d: Path, count: int, config: StorageConfig) -> None:
-    batch = [m for b in _batches(10) for m in b]  # 1000 x 100-byte bodies
+    batches = _batches(10)
+    bodies = [b for bs, _ in batches for b in bs]  # 1000 x 100-byte bodies
+    ids = b"".join(i for _, i in batches)
     with PartitionStore.open(d, config, now_ms=0) as store:
         for _ in range(count // 1000):
-            store.append(batch, 0)
+            store.append_batch(bodies, 0, message_ids=ids)
             store.commit()
 
 
-def receive_cost_us(store: PartitionStore, calls: int = 900) -> float:
-    def once() -> float:
-        start = time.perf_counter()
-        for _ in range(calls // RUNS):
-            got, _ = store.receive(10, 1, 3_600_000)
-            assert len(got) == 10
-        return (time.perf_counter() - start) / (calls // RUNS) * 1e6
-
-    return _median(once)
+def receive_cost_us(store: PartitionStore, calls: int = 150) -> float:
+    """Mean cost of receive(10) (mark in flight, log VISIBILITY, build Delivered)."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        got, _ = store.receive(10, 1, 3_600_000)
+        assert len(got) == 10
+    return (time.perf_counter() - start) / calls * 1e6
 
 
 def rss_bytes() -> int:
@@ -117,6 +140,69 @@ def machine() -> str:
     return f"nproc={os.cpu_count()}, CPU: {cpu}, Python {platform.python_version()}"
 
 
+def bench_append(tmp: Path, total: int) -> list[tuple[str, str, str, str]]:
+    batches = _batches(50)
+    objects = _objects(batches)
+    ours, bare, objs = _interleaved(
+        lambda: append_rate(tmp, batches, total),
+        lambda: bare_rate(batches, total),
+        lambda: append_objects_rate(tmp, objects, total),
+    )
+    ratio = statistics.median(o / b for o, b in zip(ours, bare, strict=True))
+    return [
+        (
+            "append_batch 100 B x batch 100 + commit, fsync=interval",
+            f"{statistics.median(ours):,.0f} msg/s",
+            f"bare join+copy+LZ4 loop {statistics.median(bare):,.0f} msg/s ({ratio:.0%})",
+            ">= 1,000,000 msg/s and >= 30% of bare",
+        ),
+        ("(object API) append of NewMessage lists + commit", f"{statistics.median(objs):,.0f} msg/s", "", ""),
+    ]
+
+
+def bench_backlog(tmp: Path, backlog: int) -> list[tuple[str, str, str, str]]:
+    ring = StorageConfig(ring_slots=65536, arena_bytes=8 << 20, fsync="never")
+    small, big = tmp / "small", tmp / "big"
+    build_backlog(small, 10_000, ring)
+    t0 = time.perf_counter()
+    build_backlog(big, backlog, ring)
+    build_s = time.perf_counter() - t0
+    seg_bytes = sum(p.stat().st_size for p in big.glob("*.seg"))
+    os.sync()  # write back the 1.2 GB now, not while we time
+    base_rss = rss_bytes()  # after building, so only the open store is counted
+    t0 = time.perf_counter()
+    store = PartitionStore.open(big, ring, now_ms=1)
+    open_s = time.perf_counter() - t0
+    rss = rss_bytes() - base_rss
+    with PartitionStore.open(small, ring, now_ms=1) as small_store:
+        small_us, big_us = _interleaved(lambda: receive_cost_us(small_store), lambda: receive_cost_us(store))
+    stats = store.stats(1)
+    store.close()
+    ratio = statistics.median(b / s for b, s in zip(big_us, small_us, strict=True))
+    ring_bytes = ring.ring_slots * META_DTYPE.itemsize + ring.arena_bytes
+    return [
+        (
+            f"receive 10 + mark in flight, {backlog:,} backlog",
+            f"{statistics.median(big_us):.1f} us/call",
+            f"10,000 backlog {statistics.median(small_us):.1f} us/call ({ratio:.2f}x)",
+            "<= 1.5x",
+        ),
+        (
+            "recovery scan (open) of that log",
+            f"{seg_bytes / open_s / 1e6:,.0f} MB/s",
+            f"{seg_bytes / 1e6:,.0f} MB in {open_s:.2f} s; {backlog / open_s / 1e6:.2f} M records/s",
+            ">= 200 MB/s",
+        ),
+        (
+            f"RSS growth with {stats['backlog_on_disk']:,} msgs on disk",
+            f"{rss / 2**20:.1f} MiB",
+            f"configured ring {ring_bytes / 2**20:.1f} MiB",
+            "<= 1.3x ring + fixed",
+        ),
+        ("(setup) build the backlog", f"{backlog / build_s:,.0f} msg/s", "", ""),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backlog", type=int, default=10_000_000)
@@ -126,60 +212,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="zmq-bench-"))
     rows: list[tuple[str, str, str, str]] = []
     try:
-        batches = _batches(50)
-        ours = bench_append(tmp, batches, args.append_messages)
-        bare = bench_bare(batches, args.append_messages)
-        rows.append(
-            (
-                "append 100 B x batch 100 + commit, fsync=interval",
-                f"{ours:,.0f} msg/s",
-                f"bare copy+LZ4 loop {bare:,.0f} msg/s ({ours / bare:.0%})",
-                ">= 1,000,000 msg/s and >= 30% of bare",
-            )
-        )
-        ring = StorageConfig(ring_slots=65536, arena_bytes=8 << 20, fsync="never")
-        small, big = tmp / "small", tmp / "big"
-        build_backlog(small, 10_000, ring)
-        t0 = time.perf_counter()
-        build_backlog(big, args.backlog, ring)
-        build_s = time.perf_counter() - t0
-        seg_bytes = sum(p.stat().st_size for p in big.glob("*.seg"))
-        with PartitionStore.open(small, ring, now_ms=1) as s:
-            small_us = receive_cost_us(s)
-        base_rss = rss_bytes()  # after building, so only the open store is counted
-        t0 = time.perf_counter()
-        store = PartitionStore.open(big, ring, now_ms=1)
-        open_s = time.perf_counter() - t0
-        rss = rss_bytes() - base_rss
-        big_us = receive_cost_us(store)
-        stats = store.stats(1)
-        store.close()
-        rows.append(
-            (
-                f"receive 10 + mark in flight, {args.backlog:,} backlog",
-                f"{big_us:.1f} us/call",
-                f"10,000 backlog {small_us:.1f} us/call ({big_us / small_us:.2f}x)",
-                "<= 1.5x",
-            )
-        )
-        rows.append(
-            (
-                "recovery scan (open) of that log",
-                f"{seg_bytes / open_s / 1e6:,.0f} MB/s",
-                f"{seg_bytes / 1e6:,.0f} MB in {open_s:.2f} s; {args.backlog / open_s / 1e6:.2f} M records/s",
-                ">= 200 MB/s",
-            )
-        )
-        ring_bytes = ring.ring_slots * META_DTYPE.itemsize + ring.arena_bytes
-        rows.append(
-            (
-                f"RSS growth with {stats['backlog_on_disk']:,} msgs on disk",
-                f"{rss / 2**20:.1f} MiB",
-                f"configured ring {ring_bytes / 2**20:.1f} MiB",
-                "<= 1.3x ring + fixed",
-            )
-        )
-        rows.append(("(setup) build the backlog", f"{args.backlog / build_s:,.0f} msg/s", "", ""))
+        rows += bench_append(tmp, args.append_messages)
+        rows += bench_backlog(tmp, args.backlog)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     table = "| measure | result | ceiling / reference (same run) | target |\n|---|---|---|---|\n"

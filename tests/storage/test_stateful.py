@@ -6,6 +6,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -26,6 +27,7 @@ class Msg:
     visible_at: int
     receive_count: int = 0
     state: str = "available"  # available | in_flight | moving
+    attributes: bytes = b""
 
 
 class StoreMachine(RuleBasedStateMachine):
@@ -89,6 +91,46 @@ class StoreMachine(RuleBasedStateMachine):
             self.model[seq] = Msg(m.body, group, self.now, self.now + delay)
 
     @rule(
+        sizes=st.lists(st.integers(0, 700), min_size=1, max_size=6),
+        attr_sizes=st.one_of(st.none(), st.lists(st.integers(0, 40), min_size=6, max_size=6)),
+        delays=st.one_of(
+            st.sampled_from([0, 30]), st.lists(st.sampled_from([0, 0, 30]), min_size=6, max_size=6)
+        ),
+        groups=st.one_of(st.none(), st.lists(st.integers(0, 2), min_size=6, max_size=6)),
+        random_ids=st.booleans(),
+    )
+    def append_batch_of_columns(
+        self,
+        sizes: list[int],
+        attr_sizes: list[int] | None,
+        delays: int | list[int],
+        groups: list[int] | None,
+        random_ids: bool,
+    ) -> None:
+        n = len(sizes)
+        first = self.counter + 1
+        self.counter += n
+        bodies = [(first + i).to_bytes(4, "big") * (size // 4 + 1) for i, size in enumerate(sizes)]
+        attrs = None if attr_sizes is None else [b"a" * size for size in attr_sizes[:n]]
+        delay = delays if isinstance(delays, int) else np.array(delays[:n], np.int64)
+        ids = None if random_ids else b"".join((first + i).to_bytes(16, "big") for i in range(n))
+        seqs = self.store.append_batch(
+            bodies,
+            self.now,
+            message_ids=ids,
+            attributes=attrs,
+            group_hashes=None if groups is None else np.array(groups[:n], np.uint64),
+            delay_ms=delay,
+        )
+        assert len(seqs) == n
+        for i, seq in enumerate(seqs):
+            assert seq not in self.model
+            d = delays if isinstance(delays, int) else delays[i]
+            group = 0 if groups is None else groups[i]
+            attr = b"" if attrs is None else attrs[i]
+            self.model[seq] = Msg(bodies[i], group, self.now, self.now + d, attributes=attr)
+
+    @rule(
         k=st.integers(1, 4),
         visibility=st.sampled_from([10, 50, 200]),
         max_rc=st.sampled_from([None, None, 2]),
@@ -104,6 +146,7 @@ class StoreMachine(RuleBasedStateMachine):
             m = self.model[d.seq]
             assert max_rc is None or m.receive_count < max_rc
             assert d.body == m.body and d.receive_count == m.receive_count + 1
+            assert d.attributes == m.attributes and d.group_hash == m.group
             m.receive_count += 1
             m.state, m.visible_at = "in_flight", self.now + visibility
         for d in dead:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from zmqueue.dataplane.storage import select
 from zmqueue.dataplane.storage.model import Delivered
-from zmqueue.dataplane.storage.ring import IN_FLIGHT, MOVING, IntArray, Ring
+from zmqueue.dataplane.storage.ring import IN_FLIGHT, MOVING, IntArray, MetaRows, Ring
 
 SPAN_SLACK_BYTES = 64 << 10  # copy one span if it wastes at most this much
 
@@ -35,16 +35,15 @@ def mark(ring: Ring, deliver: IntArray, dead: IntArray, deadline: int) -> None:
         ring.note_deadline(deadline)
 
 
-def delivered(ring: Ring, slots: IntArray) -> list[Delivered]:
-    """One :class:`Delivered` per slot, in slot order."""
-    if not len(slots):
+def delivered(ring: Ring, rows: MetaRows) -> list[Delivered]:
+    """One :class:`Delivered` per ring row (``ring.meta[slots]``), in order."""
+    if not len(rows):
         return []
-    rows = ring.meta[slots]
     offs = rows["off"].tolist()
     blens = rows["body_len"].tolist()
     ends = (rows["off"] + rows["body_len"] + rows["attr_len"]).tolist()
     lo, hi = min(offs), max(ends)
-    if hi - lo <= sum(e - o for o, e in zip(offs, ends, strict=True)) + SPAN_SLACK_BYTES:
+    if hi - lo <= sum(ends) - sum(offs) + SPAN_SLACK_BYTES:
         span = ring.arena[lo:hi].tobytes()
         raws = [span[o - lo : e - lo] for o, e in zip(offs, ends, strict=True)]
     else:

@@ -113,16 +113,35 @@ def new_table(count: int) -> Table:
     return table
 
 
+_REF_TEMPLATES: dict[int, npt.NDArray[np.uint64]] = {}
+_REF_ARANGE = np.arange(1024, dtype=np.uint64)
+
+
 def ref_table(rtype: RecordType, targets: npt.ArrayLike, first_seq: int, epoch: int, now_ms: int) -> Table:
-    """Records of a non-message type, one per target, seqs from ``first_seq``."""
+    """Records of a non-message type, one per target, seqs from ``first_seq``.
+
+    Built from a cached template (type and version preset) with whole-column
+    writes on the u64 words of the records: the receive path calls this per call.
+    """
     target_arr = np.asarray(targets, dtype=np.uint64)
-    table = new_table(len(target_arr))
-    table["type"] = rtype
-    table["epoch"] = epoch
-    table["seq"] = np.arange(first_seq, first_seq + len(target_arr), dtype=np.uint64)
-    table["target_seq"] = target_arr
-    table["time_ms"] = now_ms
-    return table
+    n = len(target_arr)
+    template = _REF_TEMPLATES.get(rtype)
+    if template is None or len(template) < n:
+        size = max(n, 64)
+        table = new_table(size)
+        table["type"] = rtype
+        template = _REF_TEMPLATES[rtype] = table.view(np.uint64).reshape(size, 11)
+    words = template[:n].copy()
+    if epoch:
+        words[:, 1] = epoch
+    if n <= len(_REF_ARANGE):
+        np.add(_REF_ARANGE[:n], first_seq, out=words[:, 2])
+    else:
+        words[:, 2] = np.arange(first_seq, first_seq + n, dtype=np.uint64)
+    words[:, 3] = target_arr
+    words.view(np.int64)[:, 6] = now_ms
+    table_out: Table = words.view(RECORD_DTYPE).reshape(n)
+    return table_out
 
 
 def encode_block(table: Table, heap: bytes) -> bytes:

@@ -24,6 +24,7 @@ from zmqueue.dataplane.storage.records import Table
 FREE, AVAILABLE, IN_FLIGHT, MOVING, DELETED = 0, 1, 2, 3, 4
 NEVER = 1 << 62
 IntArray = npt.NDArray[np.int64]
+MetaRows = npt.NDArray[np.void]  # rows of META_DTYPE
 
 META_DTYPE = np.dtype(
     [
@@ -72,8 +73,8 @@ class Ring:
         self.n = self.top = self.live = self.live_bytes = 0
         self.hint, self.hint_deadline = 0, NEVER
         self._seq = self.meta["seq"]
-        self._state = self.meta["state"]
-        self._vis = self.meta["visible_at_ms"]
+        self.state = self._state = self.meta["state"]  # column views, cached
+        self.visible_at = self._vis = self.meta["visible_at_ms"]
 
     # -- space -------------------------------------------------------------
     def fit_count(self, lens: IntArray) -> int:

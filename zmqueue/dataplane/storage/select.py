@@ -30,23 +30,25 @@ def pick_standard(ring: Ring, now: int, k: int) -> IntArray:
     """Slots of up to ``k`` receivable messages, oldest first; advances the hint."""
     if now >= ring.hint_deadline:
         ring.hint, ring.hint_deadline = 0, NEVER
-    state, vis = ring.meta["state"], ring.meta["visible_at_ms"]
+    state, vis = ring.state, ring.visible_at
     start, chunk, got = ring.hint, FIRST_CHUNK, []
     need, scanned_to = k, ring.hint
     while start < ring.n and need > 0:
         end = min(ring.n, start + chunk)
-        s, v = state[start:end], vis[start:end]
-        live = (s == AVAILABLE) | (s == IN_FLIGHT)
+        v = vis[start:end]
+        live = (state[start:end] - AVAILABLE) <= (IN_FLIGHT - AVAILABLE)  # u8: FREE wraps to 255
         ok = live & (v <= now)
         hits = np.flatnonzero(ok)[:need]
         scanned_to = int(hits[-1]) + 1 + start if len(hits) == need else end
-        waiting = live[: scanned_to - start] & ~ok[: scanned_to - start]
-        if waiting.any():
-            ring.note_deadline(int(v[: scanned_to - start][waiting].min()))
+        stop = scanned_to - start
+        if np.count_nonzero(live[:stop]) > np.count_nonzero(ok[:stop]):
+            ring.note_deadline(int(v[:stop][live[:stop] & ~ok[:stop]].min()))
         got.append(hits + start)
         need -= len(hits)
         start, chunk = end, chunk * 2
     ring.hint = scanned_to
+    if len(got) == 1:
+        return got[0]
     return np.concatenate(got) if got else np.zeros(0, np.int64)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from zmqueue.dataplane.storage.records import RecordType, Table, ref_table
-from zmqueue.dataplane.storage.ring import IntArray, Ring
+from zmqueue.dataplane.storage.ring import MetaRows
 
 
 class Staging:
@@ -31,11 +31,8 @@ class Staging:
             self.heap_len += len(heap)
         self.tables.append(table)
 
-    def stage_refs(
-        self, rtype: RecordType, ring: Ring, slots: IntArray, first_seq: int, epoch: int, now_ms: int
-    ) -> Table:
-        """Stage one ``rtype`` record per ring slot (target, id and count copied)."""
-        meta = ring.meta[slots]
+    def stage_refs(self, rtype: RecordType, meta: MetaRows, first_seq: int, epoch: int, now_ms: int) -> Table:
+        """Stage one ``rtype`` record per ring row (target, id and count copied)."""
         table = ref_table(rtype, meta["seq"], first_seq, epoch, now_ms)
         table["message_id"] = meta["message_id"]
         table["receive_count"] = meta["receive_count"]

@@ -29,7 +29,7 @@ from zmqueue.dataplane.storage.model import Delivered, NewMessage, Record
 from zmqueue.dataplane.storage.protocol import PartitionStoreProtocol
 from zmqueue.dataplane.storage.records import RecordType, Table, encode_block, ref_table
 from zmqueue.dataplane.storage.recovery import RecoveryReport, recover_directory
-from zmqueue.dataplane.storage.ring import AVAILABLE, IN_FLIGHT, MOVING, IntArray, Ring
+from zmqueue.dataplane.storage.ring import AVAILABLE, IN_FLIGHT, MOVING, MetaRows, Ring
 from zmqueue.dataplane.storage.segment import (
     SPACE_ERRNOS,
     BlockIndex,
@@ -161,9 +161,10 @@ class PartitionStore:
         self._next_seq += n
         return seq
 
-    def _log_refs(self, rtype: RecordType, slots: IntArray, now_ms: int) -> Table:
-        first = self._alloc(len(slots))
-        return self.staged.stage_refs(rtype, self.ring, slots, first, self.epoch, now_ms)
+    def _log_refs(self, rtype: RecordType, rows: MetaRows, now_ms: int) -> Table:
+        """Stage one ``rtype`` record per ring row (gathered with ``ring.meta[slots]``)."""
+        first = self._alloc(len(rows))
+        return self.staged.stage_refs(rtype, rows, first, self.epoch, now_ms)
 
     def commit(self) -> int:
         """Write everything staged as one block; fsync if policy is ``always``.
@@ -199,12 +200,16 @@ class PartitionStore:
             return [], []
         self._page_in(now_ms)
         deliver, dead = receive.pick(self.ring, self.config.fifo, now_ms, max_messages, max_receive_count)
-        if len(deliver) or len(dead):
-            deadline = now_ms + visibility_ms
-            receive.mark(self.ring, deliver, dead, deadline)
-            if len(deliver):
-                self._log_refs(RecordType.VISIBILITY, deliver, now_ms)["visible_at_ms"] = deadline
-        return receive.delivered(self.ring, deliver), receive.delivered(self.ring, dead)
+        if not len(deliver) and not len(dead):
+            return [], []
+        deadline = now_ms + visibility_ms
+        receive.mark(self.ring, deliver, dead, deadline)
+        got: list[Delivered] = []
+        if len(deliver):
+            rows = self.ring.meta[deliver]
+            self._log_refs(RecordType.VISIBILITY, rows, now_ms)["visible_at_ms"] = deadline
+            got = receive.delivered(self.ring, rows)
+        return got, receive.delivered(self.ring, self.ring.meta[dead]) if len(dead) else []
 
     def _receipt_slot(self, seq: int, receive_count: int) -> int:
         i = self.ring.index_of(seq)
@@ -230,7 +235,7 @@ class PartitionStore:
         i = self._receipt_slot(seq, receive_count)
         slots = np.array([i], np.int64)
         self.ring.remove(slots)
-        self._log_refs(RecordType.DELETE, slots, now_ms)
+        self._log_refs(RecordType.DELETE, self.ring.meta[slots], now_ms)
 
     def change_visibility(self, seq: int, receive_count: int, visibility_ms: int, now_ms: int) -> int:
         """Set a new deadline (0 = visible now) for an in-flight message; return it."""
@@ -239,7 +244,7 @@ class PartitionStore:
         deadline = 0 if visibility_ms <= 0 else now_ms + visibility_ms
         self.ring.meta["visible_at_ms"][i] = deadline
         self.ring.note_deadline(deadline)
-        table = self._log_refs(RecordType.VISIBILITY, np.array([i], np.int64), now_ms)
+        table = self._log_refs(RecordType.VISIBILITY, self.ring.meta[i : i + 1], now_ms)
         table["visible_at_ms"] = deadline
         return deadline
 
@@ -251,7 +256,7 @@ class PartitionStore:
         slots = slots[self.ring.meta["state"][slots] == MOVING]
         if len(slots):
             self.ring.remove(slots)
-            self._log_refs(RecordType.DLQ_MOVE, slots, now_ms)
+            self._log_refs(RecordType.DLQ_MOVE, self.ring.meta[slots], now_ms)
 
     def purge(self, now_ms: int) -> int:
         """Delete every message (one PURGE record); return how many there were."""
