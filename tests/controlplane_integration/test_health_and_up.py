@@ -1,0 +1,51 @@
+"""Health checks catch a hung host, and ``zmqueue up`` starts C clusters of H hosts."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import HostFactory, wait_for
+from tests.controlplane_integration.conftest import all_passing
+from tests.helpers import check_statuses, consul_for
+from zmqueue.localcluster import ConsulAgent
+
+
+def test_a_sigstopped_host_goes_critical_on_both_its_heartbeat_and_its_http_check(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    h = hosts.start("n1")
+    wait_for(lambda: all_passing(consul_agent, h.node), 15, "host passing")
+    h.freeze()
+    try:
+        want = {f"service:zmqueue-{h.node}": "critical", f"http:zmqueue-{h.node}": "critical"}
+        wait_for(lambda: check_statuses(consul_agent, h.node) == want, 15, "both checks critical")
+    finally:
+        h.thaw()
+    wait_for(lambda: all_passing(consul_agent, h.node), 15, "host passing again after SIGCONT")
+
+
+def test_zmqueue_up_brings_up_c_clusters_of_h_hosts(consul_agent: ConsulAgent, tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "zmqueue", "up", "--clusters", "2", "--hosts", "2",
+           "--consul", consul_agent.http_addr, "--data-dir", str(tmp_path / "up"), "--duration", "60"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    c = consul_for(consul_agent)
+
+    def up_hosts() -> dict[str, str]:
+        _, entries = c.health.service("zmqueue")
+        return {e["Service"]["Meta"]["node"]: e["Service"]["Meta"]["cluster"] for e in entries
+                if e["Service"]["Meta"]["node"] in {"c1-h1", "c1-h2", "c2-h1", "c2-h2"}
+                and all(ch["Status"] == "passing" for ch in e["Checks"])}
+
+    try:
+        got = wait_for(lambda: len(up_hosts()) == 4 and up_hosts(), 40, "4 hosts passing")
+        assert got == {"c1-h1": "c1", "c1-h2": "c1", "c2-h1": "c2", "c2-h2": "c2"}
+    finally:
+        proc.send_signal(signal.SIGINT)  # `zmqueue up` stops what it started on Ctrl-C
+        out, _ = proc.communicate(timeout=40)
+    assert proc.returncode == 0, out.decode(errors="replace")
+    assert b"stopped every process" in out
+    _, entries = c.health.service("zmqueue")
+    assert not {e["Service"]["Meta"]["node"] for e in entries} & {"c1-h1", "c2-h2"}

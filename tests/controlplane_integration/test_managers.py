@@ -1,0 +1,124 @@
+"""Manager roles on real hosts: they move when their holder dies, the internal
+manager drains a host, and operators steer through KV (config edits, bad JSON)."""
+
+from __future__ import annotations
+
+import json
+
+import zmqueue
+from tests.conftest import HostFactory, wait_for
+from tests.controlplane_integration.conftest import all_passing, assignment, kv_client, lock_holder
+from tests.helpers import check_statuses
+from zmqueue.localcluster import ConsulAgent, HostProcess
+
+
+def start_cluster(hosts: HostFactory, agent: ConsulAgent, n: int) -> list[HostProcess]:
+    started = [hosts.start(f"n{i + 1}") for i in range(n)]
+    for h in started:
+        wait_for(lambda: all_passing(agent, h.node), 20, f"{h.node} passing")  # noqa: B023
+    return started
+
+
+def test_manager_roles_move_to_another_host_when_their_holder_is_killed(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    addr = consul_agent.http_addr
+    started = start_cluster(hosts, consul_agent, 2)
+    cluster_key = f"zmqueue/managers/cluster/{started[0].cluster}"
+    holder = wait_for(lambda: lock_holder(addr, cluster_key), 15, "a cluster manager")
+    wait_for(lambda: lock_holder(addr, "zmqueue/managers/external"), 15, "an external manager")
+    victim = next(h for h in started if h.node == holder)
+    other = next(h for h in started if h.node != holder)
+    ext_before = lock_holder(addr, "zmqueue/managers/external")
+    victim.kill9()
+    wait_for(lambda: lock_holder(addr, cluster_key) == other.node, 15, "cluster role moved")
+    if ext_before == victim.node:
+        wait_for(lambda: lock_holder(addr, "zmqueue/managers/external") == other.node, 15,
+                 "external role moved")
+
+
+def test_draining_a_host_moves_its_replicas_away_and_undrain_keeps_placement(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    addr = consul_agent.http_addr
+    start_cluster(hosts, consul_agent, 3)
+    client = zmqueue.connect(addr, request_timeout=10)
+    try:
+        q = client.create_queue(f"drain-{hosts.uid}", replication_factor=2, partitions=2)
+        wait_for(lambda: all(assignment(addr, q.name, p) for p in (0, 1)), 10, "assignments")
+        before = {p: assignment(addr, q.name, p) for p in (0, 1)}
+        assert all(a and len(a["replicas"]) == 2 for a in before.values()), before
+        victim = before[0]["replicas"][0]  # type: ignore[index]
+        kv_client(addr).kv.put(f"zmqueue/hosts/{victim}/drain", "true")
+
+        def drained() -> bool:
+            now = [assignment(addr, q.name, p) for p in (0, 1)]
+            return all(a and victim not in a["replicas"] and len(a["replicas"]) == 2 for a in now)
+
+        wait_for(drained, 15, f"replicas moved off {victim}")
+        a0 = assignment(addr, q.name, 0)
+        assert a0 is not None and a0["version"] > before[0]["version"]  # type: ignore[index]
+        client.close()
+        client = zmqueue.connect(addr, request_timeout=10)  # fresh routes (see the report)
+        q = client.get_queue(q.name)
+        q.send_batch([b"a", b"b", b"c", b"d"])
+        got: list[bytes] = []
+
+        def receive_all() -> bool:
+            got.extend(m.body for m in q.receive(max_messages=10, wait_time=1))
+            return len(got) >= 4
+
+        wait_for(receive_all, 15, "every message received after the drain")
+        assert sorted(got) == [b"a", b"b", b"c", b"d"]
+    finally:
+        client.close()
+
+
+def test_a_queue_config_edited_in_kv_takes_effect_within_seconds(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    addr = consul_agent.http_addr
+    start_cluster(hosts, consul_agent, 1)
+    client = zmqueue.connect(addr, request_timeout=10)
+    try:
+        q = client.create_queue(f"edit-{hosts.uid}", visibility_timeout=60)
+        key = f"zmqueue/queues/{q.name}/config"
+        _, item = kv_client(addr).kv.get(key)
+        cfg = json.loads(item["Value"])
+        cfg["visibility_timeout_s"] = 1
+        assert kv_client(addr).kv.put(key, json.dumps(cfg), cas=item["ModifyIndex"])
+
+        def edited_config_applies() -> bool:
+            q.send(b"m")
+            [m] = q.receive(wait_time=5)
+            again = q.receive(wait_time=4)  # visible again after the edited 1 s, not 60 s
+            for x in again:
+                q.delete(x.receipt)
+            return bool(again) and again[0].id == m.id
+
+        wait_for(edited_config_applies, 20, "visibility timeout of 1 s in effect", interval_s=0.5)
+    finally:
+        client.close()
+
+
+def test_bad_json_in_kv_raises_a_warning_check_and_the_queue_keeps_serving(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    addr = consul_agent.http_addr
+    [h] = start_cluster(hosts, consul_agent, 1)
+    client = zmqueue.connect(addr, request_timeout=10)
+    try:
+        q = client.create_queue(f"bad-{hosts.uid}", visibility_timeout=60)
+        key = f"zmqueue/queues/{q.name}/config"
+        good = kv_client(addr).kv.get(key)[1]["Value"]
+        kv_client(addr).kv.put(key, '{"visibility_timeout_s": oops')
+        kv_check = f"kv:zmqueue-{h.node}"
+        wait_for(lambda: check_statuses(consul_agent, h.node).get(kv_check) == "warning", 15,
+                 "kv warning check")
+        entry = [c for c in kv_client(addr).health.node("zmqueue-dev")[1] if c["CheckID"] == kv_check]
+        assert entry and key in entry[0]["Output"]
+        q.send(b"still served")  # the last good config is kept
+        [m] = q.receive(wait_time=5)
+        assert m.body == b"still served"
+        kv_client(addr).kv.put(key, good)
+        wait_for(lambda: kv_check not in check_statuses(consul_agent, h.node), 15,
+                 "kv check removed once the value is good again")
+        assert all_passing(consul_agent, h.node)
+    finally:
+        client.close()
