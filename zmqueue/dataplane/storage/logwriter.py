@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from zmqueue.dataplane.storage.config import StorageConfig
@@ -79,6 +80,17 @@ class LogWriter:
             self.segments = [s for s in self.segments if s.base != base]
             (self.directory / segment_name(base)).unlink(missing_ok=True)
             self.index.drop_segment(base)
+
+    def remove_segments_below(self, floor: int, max_files: int, forget: Callable[[int], None]) -> int:
+        """Delete up to ``max_files`` oldest closed segments whose last seq < ``floor``."""
+        removed = 0
+        for seg in list(self.segments[:-1]):
+            if seg.last_seq >= floor or removed >= max_files:
+                break
+            forget(seg.base)
+            self.remove_segment(seg.base)
+            removed += 1
+        return removed
 
     def _flusher(self) -> None:
         interval = self.config.fsync_interval_ms / 1000

@@ -1,4 +1,5 @@
-"""The receive path: pick receivable slots, mark them, hand out :class:`Delivered`.
+"""The receive path: pick receivable slots, mark them, hand out :class:`Delivered`;
+and the receipt checks of delete / change_visibility / dead-letter moves.
 
 Per call the work is a few vectorised numpy operations over the picked slots
 (never over the ring or the backlog) plus one :class:`Delivered` per message:
@@ -10,9 +11,15 @@ consecutive messages touches one contiguous span).
 
 from __future__ import annotations
 
-from zmqueue.dataplane.storage import select
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from zmqueue.dataplane.storage import replay, select
 from zmqueue.dataplane.storage.model import Delivered
-from zmqueue.dataplane.storage.ring import IN_FLIGHT, MOVING, IntArray, MetaRows, Ring
+from zmqueue.dataplane.storage.records import RecordType, Table
+from zmqueue.dataplane.storage.ring import AVAILABLE, IN_FLIGHT, MOVING, IntArray, MetaRows, Ring
+from zmqueue.errors import InvalidReceipt
 
 SPAN_SLACK_BYTES = 64 << 10  # copy one span if it wastes at most this much
 
@@ -62,3 +69,59 @@ def delivered(ring: Ring, rows: MetaRows) -> list[Delivered]:
             strict=True,
         )
     ]
+
+
+LogRefs = Callable[[RecordType, MetaRows, int], Table]
+
+
+def receive(
+    ring: Ring, fifo: bool, now_ms: int, k: int, visibility_ms: int, max_rc: int | None, log: LogRefs
+) -> tuple[list[Delivered], list[Delivered]]:
+    """Pick, mark, log one VISIBILITY record per delivery (``log``), build the values."""
+    deliver, dead = pick(ring, fifo, now_ms, k, max_rc)
+    if not len(deliver) and not len(dead):
+        return [], []
+    deadline = now_ms + visibility_ms
+    mark(ring, deliver, dead, deadline)
+    got: list[Delivered] = []
+    if len(deliver):
+        rows = ring.meta[deliver]
+        log(RecordType.VISIBILITY, rows, now_ms)["visible_at_ms"] = deadline
+        got = delivered(ring, rows)
+    return got, delivered(ring, ring.meta[dead]) if len(dead) else []
+
+
+def receipt_slot(ring: Ring, seq: int, receive_count: int) -> int:
+    """Slot of the in-flight message a receipt (seq, receive count) names; else InvalidReceipt."""
+    i = ring.index_of(seq)
+    state = int(ring.state[i]) if i >= 0 else -1
+    if state not in (AVAILABLE, IN_FLIGHT, MOVING):
+        raise InvalidReceipt(f"message {seq} is unknown or already deleted", seq=seq)
+    if state != IN_FLIGHT:
+        raise InvalidReceipt(f"message {seq} is not in flight; the receipt is stale", seq=seq)
+    current = int(ring.meta["receive_count"][i])
+    if current != receive_count:
+        raise InvalidReceipt(
+            f"stale receipt for message {seq}: it carries receive count {receive_count}, "
+            f"the message was received {current} times since",
+            seq=seq,
+            receive_count=receive_count,
+            current=current,
+        )
+    return i
+
+
+def set_deadline(ring: Ring, i: int, visibility_ms: int, now_ms: int) -> int:
+    """New visibility deadline of slot ``i`` (``visibility_ms <= 0``: visible now)."""
+    deadline = 0 if visibility_ms <= 0 else now_ms + visibility_ms
+    ring.visible_at[i] = deadline
+    ring.note_deadline(deadline)
+    return deadline
+
+
+def moving_slots(ring: Ring, seqs: Sequence[int]) -> IntArray:
+    """Slots of those ``seqs`` that are MOVING (handed out as dead letters)."""
+    slots = replay.lookup(ring, np.asarray(seqs, np.int64))
+    slots = slots[slots >= 0]
+    moving: IntArray = slots[ring.state[slots] == MOVING]
+    return moving

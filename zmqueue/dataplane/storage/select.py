@@ -98,3 +98,34 @@ def ring_counts(ring: Ring, now: int) -> dict[str, int]:
         "delayed": delayed,
         "in_flight": ring.live - visible - delayed,
     }
+
+
+def probe(ring: Ring, now: int, fifo: bool) -> bool:
+    """Whether a receive at ``now`` would pick something; leaves the scan hint as it was
+    (pick_standard may reset and advance it, which would hide slots from the next receive)."""
+    if fifo:
+        return len(pick_fifo(ring, now, 1)) > 0
+    saved = ring.hint, ring.hint_deadline
+    found = len(pick_standard(ring, now, 1)) > 0
+    ring.hint, ring.hint_deadline = saved
+    return found
+
+
+def _live(ring: Ring) -> np.ndarray[tuple[int], np.dtype[np.bool_]]:
+    state = ring.state[: ring.n]
+    live: np.ndarray[tuple[int], np.dtype[np.bool_]] = (state >= AVAILABLE) & (state <= MOVING)
+    return live
+
+
+def remove_enqueued_by(ring: Ring, cutoff: int) -> int:
+    """Remove live messages enqueued at or before ``cutoff`` (retention); return how many."""
+    old = np.flatnonzero(_live(ring) & (ring.meta["enqueue_ms"][: ring.n] <= cutoff))
+    if len(old):
+        ring.remove(old)
+    return len(old)
+
+
+def lowest_live_seq(ring: Ring) -> int | None:
+    """Seq of the oldest live message in the ring, None if there is none."""
+    live = np.flatnonzero(_live(ring))
+    return int(ring.meta["seq"][live[0]]) if len(live) else None

@@ -29,7 +29,7 @@ from zmqueue.dataplane.storage.model import Delivered, NewMessage, Record
 from zmqueue.dataplane.storage.protocol import PartitionStoreProtocol
 from zmqueue.dataplane.storage.records import RecordType, Table, encode_block, ref_table
 from zmqueue.dataplane.storage.recovery import RecoveryReport, recover_directory
-from zmqueue.dataplane.storage.ring import AVAILABLE, IN_FLIGHT, MOVING, MetaRows, Ring
+from zmqueue.dataplane.storage.ring import MetaRows, Ring
 from zmqueue.dataplane.storage.segment import (
     SPACE_ERRNOS,
     BlockIndex,
@@ -39,7 +39,7 @@ from zmqueue.dataplane.storage.segment import (
     lock_directory,
 )
 from zmqueue.dataplane.storage.staging import Staging
-from zmqueue.errors import InternalError, InvalidReceipt
+from zmqueue.errors import InternalError
 
 __all__ = ["PartitionStore", "PartitionStoreProtocol"]
 
@@ -119,15 +119,11 @@ class PartitionStore:
         group_hashes: npt.ArrayLike | None = None,
         delay_ms: npt.ArrayLike | int = 0,
     ) -> range:
-        """Stage ``len(bodies)`` new messages given as columns; return their seqs.
+        """Stage ``len(bodies)`` new messages given as columns; return their (contiguous) seqs.
 
-        ``message_ids``: the 16-byte ids concatenated (``16 * len(bodies)``
-        bytes), ``None`` = random ids.  ``attributes``: one opaque blob per
-        body, or ``None``.  ``group_hashes``: u64 per body (FIFO group, 0 =
-        none), or ``None``.  ``delay_ms``: one int for all, or one per body;
-        a message is first visible at ``now_ms + delay``.  Seqs are
-        contiguous.  Durable (per fsync policy) after :meth:`commit`.
-        Raises InvalidParameter (bad column), QueueLimitReached, DiskFull.
+        Columns are described in :func:`batch.pack` (ids ``None`` = random).
+        Durable (per fsync policy) after :meth:`commit`.  Raises
+        InvalidParameter (bad column), QueueLimitReached, DiskFull.
         """
         self._check_open(now_ms)
         if not bodies:
@@ -199,61 +195,28 @@ class PartitionStore:
         if max_messages <= 0:
             return [], []
         self._page_in(now_ms)
-        deliver, dead = receive.pick(self.ring, self.config.fifo, now_ms, max_messages, max_receive_count)
-        if not len(deliver) and not len(dead):
-            return [], []
-        deadline = now_ms + visibility_ms
-        receive.mark(self.ring, deliver, dead, deadline)
-        got: list[Delivered] = []
-        if len(deliver):
-            rows = self.ring.meta[deliver]
-            self._log_refs(RecordType.VISIBILITY, rows, now_ms)["visible_at_ms"] = deadline
-            got = receive.delivered(self.ring, rows)
-        return got, receive.delivered(self.ring, self.ring.meta[dead]) if len(dead) else []
-
-    def _receipt_slot(self, seq: int, receive_count: int) -> int:
-        i = self.ring.index_of(seq)
-        state = int(self.ring.meta["state"][i]) if i >= 0 else -1
-        if state not in (AVAILABLE, IN_FLIGHT, MOVING):
-            raise InvalidReceipt(f"message {seq} is unknown or already deleted", seq=seq)
-        if state != IN_FLIGHT:
-            raise InvalidReceipt(f"message {seq} is not in flight; the receipt is stale", seq=seq)
-        current = int(self.ring.meta["receive_count"][i])
-        if current != receive_count:
-            raise InvalidReceipt(
-                f"stale receipt for message {seq}: it carries receive count {receive_count}, "
-                f"the message was received {current} times since",
-                seq=seq,
-                receive_count=receive_count,
-                current=current,
-            )
-        return i
+        ring, fifo, log = self.ring, self.config.fifo, self._log_refs
+        return receive.receive(ring, fifo, now_ms, max_messages, visibility_ms, max_receive_count, log)
 
     def delete(self, seq: int, receive_count: int, now_ms: int) -> None:
         """Delete an in-flight message by its receipt (seq, receive count)."""
         self._check_open(now_ms)
-        i = self._receipt_slot(seq, receive_count)
-        slots = np.array([i], np.int64)
-        self.ring.remove(slots)
-        self._log_refs(RecordType.DELETE, self.ring.meta[slots], now_ms)
+        i = receive.receipt_slot(self.ring, seq, receive_count)
+        self.ring.remove(i)
+        self._log_refs(RecordType.DELETE, self.ring.meta[i : i + 1], now_ms)
 
     def change_visibility(self, seq: int, receive_count: int, visibility_ms: int, now_ms: int) -> int:
         """Set a new deadline (0 = visible now) for an in-flight message; return it."""
         self._check_open(now_ms)
-        i = self._receipt_slot(seq, receive_count)
-        deadline = 0 if visibility_ms <= 0 else now_ms + visibility_ms
-        self.ring.meta["visible_at_ms"][i] = deadline
-        self.ring.note_deadline(deadline)
-        table = self._log_refs(RecordType.VISIBILITY, self.ring.meta[i : i + 1], now_ms)
-        table["visible_at_ms"] = deadline
+        i = receive.receipt_slot(self.ring, seq, receive_count)
+        deadline = receive.set_deadline(self.ring, i, visibility_ms, now_ms)
+        self._log_refs(RecordType.VISIBILITY, self.ring.meta[i : i + 1], now_ms)["visible_at_ms"] = deadline
         return deadline
 
     def mark_dead_lettered(self, seqs: Sequence[int], now_ms: int) -> None:
         """Remove messages handed out as dead letters (ignores seqs not MOVING)."""
         self._check_open(now_ms)
-        slots = replay.lookup(self.ring, np.asarray(seqs, np.int64))
-        slots = slots[slots >= 0]
-        slots = slots[self.ring.meta["state"][slots] == MOVING]
+        slots = receive.moving_slots(self.ring, seqs)
         if len(slots):
             self.ring.remove(slots)
             self._log_refs(RecordType.DLQ_MOVE, self.ring.meta[slots], now_ms)
@@ -276,18 +239,11 @@ class PartitionStore:
         """
         self._check_open(now_ms)
         cutoff = now_ms - self.config.retention_ms
-        total = 0
-        while True:
-            n = self.ring.n
-            meta = self.ring.meta[:n]
-            live = (meta["state"] >= AVAILABLE) & (meta["state"] <= MOVING)
-            old = np.flatnonzero(live & (meta["enqueue_ms"] <= cutoff))
-            if len(old):
-                self.ring.remove(old)
-            skipped = self._page_in(now_ms)
-            total += len(old) + skipped
-            if not len(old) and not skipped:
-                return total
+        total, removed = 0, -1
+        while removed:
+            removed = select.remove_enqueued_by(self.ring, cutoff) + self._page_in(now_ms)
+            total += removed
+        return total
 
     def _page_in(self, now_ms: int) -> int:
         if self.backlog.cursor is None:
@@ -298,25 +254,10 @@ class PartitionStore:
     # -- maintenance and introspection ----------------------------------------
     def compact(self, max_files: int = 16) -> int:
         """Delete up to ``max_files`` closed segments holding no live message."""
-        floor = self._lowest_live_seq()
-        removed = 0
-        for seg in list(self.log.segments[:-1]):
-            if seg.last_seq >= floor or removed >= max_files:
-                break
-            self.reader.forget(seg.base)
-            self.log.remove_segment(seg.base)
-            removed += 1
-        return removed
-
-    def _lowest_live_seq(self) -> int:
-        n = self.ring.n
-        state = self.ring.meta["state"][:n]
-        live = np.flatnonzero((state >= AVAILABLE) & (state <= MOVING))
-        if len(live):
-            return int(self.ring.meta["seq"][live[0]])
-        if self.backlog.cursor is not None:
-            return self.backlog.cursor
-        return self._next_seq
+        floor = select.lowest_live_seq(self.ring)
+        if floor is None:
+            floor = self._next_seq if self.backlog.cursor is None else self.backlog.cursor
+        return self.log.remove_segments_below(floor, max_files, self.reader.forget)
 
     def next_wakeup_ms(self, now_ms: int) -> int | None:
         """Earliest future time a ring message becomes visible, None if none."""
@@ -326,14 +267,7 @@ class PartitionStore:
         """Whether receive(now_ms) would return something (dead letters included)."""
         self._check_open(now_ms)
         self._page_in(now_ms)
-        if self.config.fifo:
-            return len(select.pick_fifo(self.ring, now_ms, 1)) > 0
-        # a probe must leave the scan hint exactly as it was: pick_standard may
-        # reset and advance it, which would hide slots from the next receive
-        saved = self.ring.hint, self.ring.hint_deadline
-        found = len(select.pick_standard(self.ring, now_ms, 1)) > 0
-        self.ring.hint, self.ring.hint_deadline = saved
-        return found
+        return select.probe(self.ring, now_ms, self.config.fifo)
 
     def _total(self) -> int:
         return self.ring.live + self.backlog.count - len(self.backlog.gone)
