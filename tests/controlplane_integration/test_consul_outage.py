@@ -1,0 +1,111 @@
+"""Consul failures: a 10 s outage of a persistent agent, and the loss of one
+server of a 3-server cluster, do not stop queue traffic."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import zmqueue
+from tests.conftest import wait_for
+from tests.controlplane_integration.conftest import lock_holder
+from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.discovery import list_hosts
+from zmqueue.localcluster import ConsulAgent, ConsulCluster, HostProcess
+from zmqueue.localcluster.consul_agent import has_leader
+
+
+def persistent_agent(work: Path, agent: ConsulAgent | None = None) -> ConsulAgent:
+    args = ["-server", "-bootstrap-expect=1", "-ui", "-bind=127.0.0.1", "-client=127.0.0.1",
+            "-node=outage", f"-data-dir={work / 'data'}", "-log-level=warn"]
+    return ConsulAgent(work, ports=agent.ports if agent else None, node="outage", extra_args=args)
+
+
+def passing_nodes(addrs: list[str]) -> set[str]:
+    try:
+        return {h.node for h in list_hosts(ConsulClient(addrs, 2.0)) if h.passing}
+    except zmqueue.ZmqueueError:
+        return set()
+
+
+def round_trip(q: zmqueue.Queue, body: bytes) -> None:
+    q.send(body)
+    [m] = q.receive(wait_time=5)
+    assert m.body == body
+    q.delete(m.receipt)
+
+
+def first_round_trip(q: zmqueue.Queue) -> None:
+    """A new queue reaches every host's cache within moments (a follower
+    server may answer a blocking query a little behind the leader)."""
+
+    def ok() -> bool:
+        try:
+            round_trip(q, b"first")
+        except zmqueue.QueueNotFound:
+            return False
+        return True
+
+    wait_for(ok, 10, f"queue {q.name} served", interval_s=0.2)
+
+
+def test_hosts_keep_serving_through_a_consul_outage_and_re_register(tmp_path: Path) -> None:
+    agent = persistent_agent(tmp_path / "consul").start()
+    hosts = [HostProcess("oc", f"o{i}", tmp_path / f"d{i}", agent.http_addr, tmp_path / "logs")
+             for i in (1, 2)]
+    client = None
+    try:
+        for h in hosts:
+            h.start()
+        wait_for(lambda: passing_nodes([agent.http_addr]) == {"o1", "o2"}, 30, "hosts passing")
+        client = zmqueue.connect(agent.http_addr, request_timeout=5)
+        q = client.create_queue("outage")
+        first_round_trip(q)
+        agent.stop()
+        stopped_at = time.monotonic()
+        while time.monotonic() - stopped_at < 10:  # Consul is down for 10 s
+            round_trip(q, b"during")
+            time.sleep(0.5)
+        agent = persistent_agent(tmp_path / "consul", agent).start()
+        wait_for(lambda: passing_nodes([agent.http_addr]) == {"o1", "o2"}, 30, "hosts re-registered")
+        round_trip(q, b"after")
+        assert all(h.alive() for h in hosts)
+    finally:
+        if client is not None:
+            client.close()
+        for h in hosts:
+            h.stop()
+        agent.stop()
+
+
+def test_killing_one_of_three_consul_servers_does_not_disturb_queue_traffic(tmp_path: Path) -> None:
+    cluster = ConsulCluster(tmp_path / "consul")
+    addrs = cluster.http_addrs
+    hosts = [HostProcess("tc", f"t{i}", tmp_path / f"d{i}", ",".join(addrs), tmp_path / "logs")
+             for i in (1, 2)]
+    client = None
+    try:
+        cluster.start()
+        for h in hosts:
+            h.start()
+        wait_for(lambda: passing_nodes(addrs) == {"t1", "t2"}, 30, "hosts passing")
+        wait_for(lambda: lock_holder(addrs[1], "zmqueue/managers/cluster/tc"), 15, "a manager")
+        client = zmqueue.connect(addrs, request_timeout=5)
+        q = client.create_queue("three-servers")
+        first_round_trip(q)
+        cluster.agents[0].kill9()  # the first address every host and client tries
+        deadline = time.monotonic() + 8
+        n = 0
+        while time.monotonic() < deadline:
+            round_trip(q, b"m%d" % n)
+            n += 1
+        wait_for(lambda: has_leader(addrs[1]), 15, "the two remaining servers have a leader")
+        wait_for(lambda: passing_nodes(addrs[1:]) == {"t1", "t2"}, 20, "hosts still passing")
+        q2 = client.create_queue("three-servers-after")
+        first_round_trip(q2)
+    finally:
+        if client is not None:
+            client.close()
+        for h in hosts:
+            h.stop()
+        cluster.stop()
