@@ -144,5 +144,58 @@ Machine: {machine}.
 """
 
 ANALYSIS = """\
-(filled in after the profile)
+Profiled with py-spy (`py-spy record -r 200 -f raw`) on the host process and
+on the client during 8 s of `send_batch(100 x 100 B)` and 8 s of single
+`send`, one host, on this machine (percentages are of the host's busy
+samples). The misses above are the host's and the client's Python per-message
+work and the one-request-in-flight client; the fixes belong to the dataplane
+and client owners, and are listed here so the numbers can be fixed at their
+cause rather than in the benchmark.
+
+**Batched send (host).** 27% in `PartitionRuntime._prepare`, the per-message
+Python path of a SEND: of it, 14% is `new_message_id()` = `uuid.uuid4()` per
+message (an `os.urandom` system call and a UUID object for each of the 100
+messages), the rest building one `NewMessage` dataclass, an attribute blob
+and a size check per message. 23% is `Socket.send_multipart` of the reply in
+`RequestLoop._send_all`; a 20-byte reply costs microseconds in raw pyzmq, so
+most of this is the main thread waiting to get the GIL back after the send
+releases it, while the fsync flusher thread, the Consul heartbeat thread and
+the HTTP health thread run (CPython's default switch interval is 5 ms).
+`LogWriter` (flush + fdatasync) is 8-14%, the segment append and LZ4 5%.
+**Fix:** ids from one random prefix per batch plus a counter (one syscall per
+batch, not per message); a columnar append entry point (bodies list plus a
+lengths array, as docs/perf/storage.md also proposes) so a batch never becomes
+100 Python objects; a shorter `sys.setswitchinterval` in the host or fewer
+GIL-holding background threads.
+
+**Batched send (client).** 45% waiting in `poll` for the reply (the one
+request in flight), 21% turning each body into an `OutgoingMessage`
+dataclass and back into a wire list (`send_batch` list comprehension and
+`to_wire`), 14% in `Socket.send`. **Fix:** send plain bytes bodies straight
+to the wire list, and let a client keep a window of requests in flight: raw
+pyzmq moves 2-4x more with 8 batches in flight than with 1 (ceiling table).
+
+**Single send p99.** The p50 is about 0.3 ms (about 3x raw pyzmq's
+request/reply); the p99 is set by the tail of the host's loop: the GIL
+hand-over above and the group-commit flush that runs in the same loop
+iteration as replies. An experiment with `sys.setswitchinterval(0.0002)` in
+the host (not committed: not our file) brought the single-send p99 from
+several ms to 1.0-1.7 ms in three runs, under the same noisy load; raw pyzmq's
+own p99 also moves between 0.2 and 2 ms on this shared machine, so the p99
+ratio is the least stable number here.
+
+**Receive + delete.** Profiled the same way while one client drained a
+60,000-message backlog with `receive(100)` + `delete_batch`: the client spent
+twice as long in `delete_batch` as in `receive`. On the host, 27% of all busy
+samples (80% of the DELETE handler) are `numpy.sum` inside `Ring.remove`
+(zmqueue/dataplane/storage/ring.py), called once per receipt with a single
+slot index, where summing a one-row structured-array view costs several
+microseconds of numpy dispatch per call. The rest is per-message Python work
+on both sides (receipts encoded and decoded one by one, one VISIBILITY and
+one DELETE record per message). So a consumer moves a fraction of what a
+producer does; in W3 this limits end-to-end throughput and builds a backlog
+(end-to-end p50 of seconds). **Fix:** in `Ring.remove`, plain `int()`
+arithmetic for a scalar index and one vectorised `remove` per DELETE batch;
+then a receive that carries the previous batch's receipts (one round trip
+instead of two).
 """

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -42,6 +43,7 @@ def run(spec: str, backend_args: dict[str, Any], cfg: BenchConfig,
             backend.teardown(target)
     result["system"] = backend.name
     result["notes"] = backend.notes
+    result["loadavg_1m"] = os.getloadavg()[0]
     return result
 
 
