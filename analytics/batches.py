@@ -82,6 +82,7 @@ def block_batch(unit: ReadUnit, block: Block, opts: ReadOptions) -> pa.RecordBat
         "host": lambda: const_strings(unit.host, n),
         "queue": lambda: const_strings(unit.queue, n),
         "partition": lambda: pa.array(np.full(n, unit.partition, np.int32)),
+        "origin": lambda: const_strings(unit.origin, n),
         "record_type": lambda: _TYPE_NAMES.take(pa.array(table["type"])),
         "seq": lambda: pa.array(table["seq"].astype(np.int64)),
         "target_seq": lambda: pa.array(table["target_seq"].astype(np.int64)),
@@ -111,8 +112,8 @@ def _payloads(table: np.ndarray, heap: bytes) -> pa.Array:
 
 def bad_block_batch(unit: ReadUnit, bad: BadBlock, columns: list[str]) -> pa.RecordBatch:
     values: dict[str, Any] = {"host": unit.host, "queue": unit.queue, "partition": unit.partition,
-                              "segment": os.path.basename(unit.path), "block_offset": bad.offset,
-                              "corrupt": bad.reason}
+                              "origin": unit.origin, "segment": os.path.basename(unit.path),
+                              "block_offset": bad.offset, "corrupt": bad.reason}
     arrays = [pa.array([values.get(c)], type=arrow_schema([c]).field(0).type) for c in columns]
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(columns))
 

@@ -26,12 +26,6 @@ from analytics.schema import ddl, default_columns
 FORMAT = "zmqueue"
 
 
-class UnitPartition(InputPartition):
-    def __init__(self, unit: ReadUnit) -> None:
-        super().__init__(unit)
-        self.unit = unit
-
-
 class ZmqueueDataSource(DataSource):
     """Rows of the zmqueue segment logs (schema: analytics.schema.COLUMNS)."""
 
@@ -54,8 +48,10 @@ class ZmqueueReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         units = units_for(parse_options(self.options))
-        return [UnitPartition(u) for u in units]
+        return [InputPartition(u) for u in units]
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
         ropts = read_options(parse_options(self.options), self.columns)
-        yield from read_unit(partition.unit, ropts)
+        unit = partition.value
+        assert isinstance(unit, ReadUnit), f"unexpected partition {partition!r}"
+        yield from read_unit(unit, ropts)

@@ -1,7 +1,10 @@
 """Finding segment files in host data directories and cutting them into read units.
 
 A host data directory holds ``host.json`` (``{"node": ...}``) and
-``queues/<queue>/<partition>/NNNNNNNNNNNNNNNNNNNN.seg``. A path given to the
+``queues/<queue>/<partition>/NNNNNNNNNNNNNNNNNNNN.seg`` or, with one log
+stream per origin host, ``queues/<queue>/<partition>/<origin>/NNNNNNNNNNNNNNNNNNNN.seg``
+(each stream has its own seq space; the ``origin`` column names it, "" in
+the flat layout). A path given to the
 reader may be one host directory, or a directory whose children (at any depth
 up to ``MAX_DEPTH``) are host directories — e.g. a LocalCluster's ``data/``.
 
@@ -31,6 +34,7 @@ class ReadUnit:
     host: str
     queue: str
     partition: int
+    origin: str
     path: str
     start: int = 0
     end: int | None = None
@@ -66,8 +70,8 @@ def find_host_dirs(paths: Iterable[str | Path]) -> list[Path]:
     return sorted(found)
 
 
-def segment_files(host_dir: Path) -> Iterable[tuple[str, int, Path]]:
-    """(queue, partition, path) of every segment file of a host, in seq order per partition."""
+def segment_files(host_dir: Path) -> Iterable[tuple[str, int, str, Path]]:
+    """(queue, partition, origin, path) of every segment file of a host, in seq order per stream."""
     qroot = host_dir / "queues"
     for qdir in sorted(qroot.iterdir()):
         if not qdir.is_dir():
@@ -76,7 +80,11 @@ def segment_files(host_dir: Path) -> Iterable[tuple[str, int, Path]]:
             if not (pdir.is_dir() and pdir.name.isdigit()):
                 continue
             for seg in sorted(pdir.glob("*.seg")):
-                yield qdir.name, int(pdir.name), seg
+                yield qdir.name, int(pdir.name), "", seg
+            for odir in sorted(pdir.iterdir()):
+                if odir.is_dir():
+                    for seg in sorted(odir.glob("*.seg")):
+                        yield qdir.name, int(pdir.name), odir.name, seg
 
 
 def plan_units(paths: Iterable[str | Path], split_bytes: int = DEFAULT_SPLIT_BYTES,
@@ -85,21 +93,21 @@ def plan_units(paths: Iterable[str | Path], split_bytes: int = DEFAULT_SPLIT_BYT
     units: list[ReadUnit] = []
     for host_dir in find_host_dirs(paths):
         host = host_name(host_dir)
-        for queue, part, seg in segment_files(host_dir):
+        for queue, part, origin, seg in segment_files(host_dir):
             if queues is not None and queue not in queues:
                 continue
-            units.extend(_split(host, queue, part, seg, split_bytes))
+            units.extend(_split(host, queue, part, origin, seg, split_bytes))
     return units
 
 
-def _split(host: str, queue: str, part: int, seg: Path, split_bytes: int) -> list[ReadUnit]:
+def _split(host: str, queue: str, part: int, origin: str, seg: Path, split_bytes: int) -> list[ReadUnit]:
     size = os.path.getsize(seg)
     if size <= split_bytes:
-        return [ReadUnit(host, queue, part, str(seg))]
+        return [ReadUnit(host, queue, part, origin, str(seg))]
     cuts = [0]
     for off in block_offsets(seg):
         if off - cuts[-1] >= split_bytes:
             cuts.append(off)
     bounds = [*cuts, None]
-    return [ReadUnit(host, queue, part, str(seg), s, e) for s, e in itertools.pairwise(bounds)
+    return [ReadUnit(host, queue, part, origin, str(seg), s, e) for s, e in itertools.pairwise(bounds)
             if s is not None]

@@ -15,6 +15,7 @@ COLUMNS: list[tuple[str, pa.DataType, str, str]] = [
     ("host", pa.string(), "STRING", "node name of the host whose log this is (host.json, else dir name)"),
     ("queue", pa.string(), "STRING", "queue name"),
     ("partition", pa.int32(), "INT", "partition number"),
+    ("origin", pa.string(), "STRING", "log stream of the partition (origin host); '' in the flat layout"),
     ("record_type", pa.string(), "STRING", "MESSAGE, DELETE, VISIBILITY, DLQ_MOVE, PURGE; null if corrupt"),
     ("seq", pa.int64(), "BIGINT", "record sequence number in the partition"),
     ("target_seq", pa.int64(), "BIGINT", "seq of the message acted on (PURGE: highest seq purged)"),

@@ -12,9 +12,9 @@ from analytics.layout import find_host_dirs
 from analytics.schema import ddl
 
 # the columns the jobs read (the source reads only what the schema names)
-JOB_COLUMNS = ["host", "queue", "partition", "record_type", "seq", "target_seq", "epoch", "message_id",
-               "time", "receive_count", "payload_size", "client_id", "dlq_source", "carried_receive_count",
-               "segment", "block_offset", "corrupt"]
+JOB_COLUMNS = ["host", "queue", "partition", "origin", "record_type", "seq", "target_seq", "epoch",
+               "message_id", "time", "receive_count", "payload_size", "client_id", "dlq_source",
+               "carried_receive_count", "segment", "block_offset", "corrupt"]
 
 
 def load_records(spark: Any, paths: Sequence[str], columns: Sequence[str] = JOB_COLUMNS,
@@ -27,6 +27,9 @@ def load_records(spark: Any, paths: Sequence[str], columns: Sequence[str] = JOB_
     return df
 
 
+STREAM = ["queue", "partition", "origin"]  # one log stream: its seqs are unique per replica
+
+
 def host_count(paths: Sequence[str]) -> int:
     return len(find_host_dirs(paths))
 
@@ -37,18 +40,17 @@ def good(df: DataFrame) -> DataFrame:
 
 
 def one_replica(df: DataFrame) -> DataFrame:
-    """For each partition, only the log of its most advanced replica (highest seq; ties: host name).
+    """For each stream, only the log of its most advanced replica (highest seq; ties: host name).
 
     When several replicas' logs are read together, every record appears once
     per replica; counting jobs run on this view so each is counted once.
     """
     from pyspark.sql.window import Window
 
-    per = good(df).groupBy("queue", "partition", "host").agg(F.max("seq").alias("top"))
-    w = Window.partitionBy("queue", "partition").orderBy(F.col("top").desc(), "host")
-    best = per.withColumn("r", F.row_number().over(w)).where(F.col("r") == 1).select(
-        "queue", "partition", "host")
-    return good(df).join(F.broadcast(best), ["queue", "partition", "host"], "left_semi")
+    per = good(df).groupBy(*STREAM, "host").agg(F.max("seq").alias("top"))
+    w = Window.partitionBy(*STREAM).orderBy(F.col("top").desc(), "host")
+    best = per.withColumn("r", F.row_number().over(w)).where(F.col("r") == 1).select(*STREAM, "host")
+    return good(df).join(F.broadcast(best), [*STREAM, "host"], "left_semi")
 
 
 def minute(col: str = "time") -> Column:
@@ -65,5 +67,5 @@ def receives(df: DataFrame) -> DataFrame:
     (A receive raises the count; a visibility change repeats it.)
     """
     return (good(df).where(is_type("VISIBILITY") & (F.col("receive_count") > 0))
-            .groupBy("queue", "partition", "target_seq", "receive_count")
+            .groupBy(*STREAM, "target_seq", "receive_count")
             .agg(F.min("time").alias("time")))

@@ -7,7 +7,8 @@ from pyspark.sql import functions as F
 
 
 def corrupt_blocks(df: DataFrame) -> DataFrame:
-    """host, queue, partition, segment, block_offset, reason."""
+    """host, queue, partition, origin, segment, block_offset, reason."""
     return (df.where(F.col("corrupt").isNotNull())
-            .select("host", "queue", "partition", "segment", "block_offset", F.col("corrupt").alias("reason"))
-            .orderBy("host", "queue", "partition", "segment", "block_offset"))
+            .select("host", "queue", "partition", "origin", "segment", "block_offset",
+                    F.col("corrupt").alias("reason"))
+            .orderBy("host", "queue", "partition", "origin", "segment", "block_offset"))

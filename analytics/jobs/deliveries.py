@@ -20,7 +20,7 @@ def deliveries(df: DataFrame) -> DataFrame:
     recv = receives(df).groupBy("queue").agg(
         F.count(F.lit(1)).alias("receives"),
         F.count(F.when(F.col("receive_count") > 1, 1)).alias("redeliveries"),
-        F.countDistinct("partition", "target_seq").alias("received_messages"),
+        F.countDistinct("partition", "origin", "target_seq").alias("received_messages"),
         F.max("receive_count").alias("max_receive_count"))
     out = per_type.join(recv, "queue", "left").fillna(0)
     return out.select("queue", "sent", "received_messages", "receives", "redeliveries", "max_receive_count",

@@ -8,11 +8,12 @@ from pyspark.sql import functions as F
 from analytics.jobs.common import good, is_type
 
 PERCENTILES = (0.5, 0.9, 0.99)
-KEY = ["host", "queue", "partition"]
+KEY = ["host", "queue", "partition", "origin"]
 
 
 def message_latencies(df: DataFrame) -> DataFrame:
-    """queue, partition, seq, message_id, sent, deleted, latency_ms, receive_count of deleted messages."""
+    """Deleted messages: queue, partition, origin, seq, message_id, sent, deleted, latency_ms,
+    receive_count."""
     df = good(df)
     sent = df.where(is_type("MESSAGE")).select(*KEY, "seq", "message_id", F.col("time").alias("sent"))
     dels = (df.where(is_type("DELETE"))

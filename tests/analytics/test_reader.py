@@ -1,0 +1,129 @@
+"""The segment reader without Spark, on logs written by the storage engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from analytics.blob import decode_blob
+from analytics.layout import find_host_dirs, plan_units
+from analytics.reader import read_table
+from analytics.segments import HEADER_BYTES, iter_blocks
+from zmqueue.dataplane.storage import NewMessage, PartitionStore, StorageConfig
+
+T0 = 1_767_225_600_000
+
+
+def write_log(host_dir: Path, queue: str = "q", blocks: int = 4, per_block: int = 5,
+              node: str | None = "node-a") -> list[bytes]:
+    host_dir.mkdir(parents=True, exist_ok=True)
+    if node:
+        (host_dir / "host.json").write_text(json.dumps({"node": node, "cluster": "c", "pid": 1}))
+    store = PartitionStore.open(host_dir / "queues" / queue / "0", StorageConfig(fsync="never"), now_ms=T0)
+    ids = []
+    for b in range(blocks):
+        msgs = []
+        for k in range(per_block):
+            mid = uuid.uuid4().bytes
+            ids.append(mid)
+            blob = msgpack.packb({"a": {"k": k, "b": b"\x01"}, "g": "grp", "cid": "alice"}) if k == 0 else b""
+            msgs.append(NewMessage(mid, b"x" * (k + 1), blob))
+        store.append(msgs, T0 + b * 1000)
+        store.commit()
+    store.close()
+    return ids
+
+
+def segment_of(host_dir: Path, queue: str = "q") -> Path:
+    [seg] = sorted((host_dir / "queues" / queue / "0").glob("*.seg"))
+    return seg
+
+
+def test_every_record_is_read_with_host_queue_ids_and_times(tmp_path: Path) -> None:
+    ids = write_log(tmp_path / "h1")
+    t = read_table([tmp_path]).to_pylist()
+    assert [r["seq"] for r in t] == list(range(1, 21))
+    assert {r["host"] for r in t} == {"node-a"} and {r["queue"] for r in t} == {"q"}
+    assert [r["message_id"] for r in t] == [i.hex() for i in ids]
+    assert int(t[5]["time"].timestamp() * 1000) == T0 + 1000
+    assert [r["payload_size"] for r in t[:5]] == [1, 2, 3, 4, 5]
+    first = t[0]
+    assert (first["group_id"], first["client_id"], dict(first["attributes"])) == ("grp", "alice",
+                                                                                  {"k": "0", "b": "01"})
+    assert t[1]["client_id"] is None and t[1]["attributes"] is None
+    assert all(r["corrupt"] is None for r in t)
+
+
+def test_a_host_without_host_json_is_named_after_its_directory(tmp_path: Path) -> None:
+    write_log(tmp_path / "hostdir", node=None)
+    assert find_host_dirs([tmp_path]) == [(tmp_path / "hostdir").resolve()]
+    assert set(read_table([tmp_path], ["host"]).column("host").to_pylist()) == {"hostdir"}
+
+
+def test_options_select_columns_time_range_types_and_payload(tmp_path: Path) -> None:
+    write_log(tmp_path / "h1")
+    t = read_table([tmp_path], ["seq"], since=str(T0 + 1000), until=str(T0 + 3000))
+    assert t.column("seq").to_pylist() == list(range(6, 16))
+    assert read_table([tmp_path], ["seq"], types="DELETE").num_rows == 0
+    p = read_table([tmp_path], ["seq", "payload"], payload="true")
+    assert p.column("payload").to_pylist()[:2] == [b"x", b"xx"]
+
+
+def test_block_range_splits_read_the_same_records_as_whole_files(tmp_path: Path) -> None:
+    write_log(tmp_path / "h1")
+    units = plan_units([tmp_path], split_bytes=1)
+    assert len(units) == 4 and units[0].start == 0 and units[-1].end is None
+    from analytics.batches import ReadOptions, read_unit
+
+    seqs = [s for u in units for b in read_unit(u, ReadOptions(["seq"])) for s in b.column("seq").to_pylist()]
+    assert seqs == list(range(1, 21))
+
+
+def test_a_corrupt_block_is_reported_and_skipped_and_the_rest_is_read(tmp_path: Path) -> None:
+    write_log(tmp_path / "h1")
+    seg = segment_of(tmp_path / "h1")
+    offsets = [b.header.offset for b in iter_blocks(seg)]  # type: ignore[union-attr]
+    with open(seg, "r+b") as f:
+        f.seek(offsets[1] + HEADER_BYTES + 3)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    t = read_table([tmp_path], ["seq", "block_offset", "corrupt"]).to_pylist()
+    bad = [r for r in t if r["corrupt"]]
+    assert bad == [{"seq": None, "block_offset": offsets[1], "corrupt": "payload checksum mismatch"}]
+    assert [r["seq"] for r in t if not r["corrupt"]] == [*range(1, 6), *range(11, 21)]
+
+
+def test_a_truncated_tail_and_a_bad_header_end_the_file_with_a_report(tmp_path: Path) -> None:
+    write_log(tmp_path / "h1")
+    seg = segment_of(tmp_path / "h1")
+    os.truncate(seg, os.path.getsize(seg) - 7)
+    t = read_table([tmp_path], ["seq", "corrupt"]).to_pylist()
+    assert [r["seq"] for r in t if not r["corrupt"]] == list(range(1, 16))
+    [reason] = [r["corrupt"] for r in t if r["corrupt"]]
+    assert reason.startswith("truncated payload")
+    with open(seg, "r+b") as f:
+        f.write(b"XXXX")
+    t = read_table([tmp_path], ["seq", "corrupt"]).to_pylist()
+    assert t == [{"seq": None, "corrupt": "header checksum mismatch"}]
+
+
+def test_a_foreign_blob_decodes_to_nothing_known() -> None:
+    assert decode_blob(b"\xc1not msgpack").group_id is None
+    assert decode_blob(msgpack.packb([1, 2])).attributes is None
+    assert decode_blob(msgpack.packb({"src": "q", "rc": 3})).carried_receive_count == 3
+
+
+def test_an_unknown_column_or_record_type_is_refused(tmp_path: Path) -> None:
+    write_log(tmp_path / "h1")
+    with pytest.raises(ValueError, match="unknown record types"):
+        read_table([tmp_path], ["seq"], types="NOPE")
+    with pytest.raises(KeyError):
+        read_table([tmp_path], ["nope"])
+    with pytest.raises(FileNotFoundError):
+        read_table([tmp_path / "missing"], ["seq"])
