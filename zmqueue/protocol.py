@@ -71,6 +71,7 @@ class Command(IntEnum):
     RECEIVE = 21
     DELETE = 22
     CHANGE_VISIBILITY = 23
+    CANCEL = 24
     SUBSCRIBE = 30
     CREDIT = 31
     UNSUBSCRIBE = 32
@@ -179,28 +180,33 @@ def group_partition(group_id: str, partitions: int) -> int:
     return int.from_bytes(digest, "big") % partitions
 
 
-RECEIPT_VERSION = 1
+RECEIPT_VERSION = 2
 
 
 @dataclass(frozen=True)
 class Receipt:
+    """A receipt handle: ``base64url(msgpack([1, queue, partition, origin,
+    seq, receive_count, epoch]) + crc32)``.
+
+    Opaque to users; the client library reads the queue, partition and
+    origin (the replication stream: ``fifo``, or the node that accepted a
+    standard message) from it only to route a delete. A handle is stale when
+    the message was received again since (its receive count moved on) or is
+    gone.
+    """
+
     queue: str
     partition: int
+    origin: str
     seq: int
     receive_count: int
     epoch: int = 0
 
     def encode(self) -> str:
-        raw = msgpack.packb([RECEIPT_VERSION, self.queue, self.partition, self.seq,
+        raw = msgpack.packb([RECEIPT_VERSION, self.queue, self.partition, self.origin, self.seq,
                              self.receive_count, self.epoch], use_bin_type=True)
         raw += zlib.crc32(raw).to_bytes(4, "big")
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-    """A receipt handle: ``base64url(msgpack([1, queue, partition, seq,
-    receive_count, epoch]) + crc32)``. Opaque to users; the client library
-    reads the queue and partition from it only to route a delete. A handle is
-    stale when the message was received again since (its receive count moved
-    on) or is gone."""
 
     @classmethod
     def decode(cls, text: Any) -> Receipt:
@@ -212,12 +218,12 @@ class Receipt:
             body, crc = raw[:-4], raw[-4:]
             if zlib.crc32(body).to_bytes(4, "big") != crc:
                 raise bad
-            v, queue, part, seq, rc, epoch = msgpack.unpackb(body, raw=False)
+            v, queue, part, origin, seq, rc, epoch = msgpack.unpackb(body, raw=False)
         except InvalidReceipt:
             raise
         except Exception:
             raise bad from None
-        if v != RECEIPT_VERSION or not isinstance(queue, str) or not all(
+        if v != RECEIPT_VERSION or not isinstance(queue, str) or not isinstance(origin, str) or not all(
                 isinstance(x, int) and x >= 0 for x in (part, seq, rc, epoch)):
             raise bad
-        return cls(queue, part, seq, rc, epoch)
+        return cls(queue, part, origin, seq, rc, epoch)

@@ -77,7 +77,7 @@ def test_a_retried_send_with_the_same_request_id_is_stored_once(
         hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
     start_passing(hosts, consul_agent)
     q = client.create_queue("retry")
-    endpoint = q._routes[0]
+    endpoint = q.routes.for_send(0)[0]
     assert endpoint is not None
     conn = client.connection(endpoint)
     rid = conn.next_request_id()

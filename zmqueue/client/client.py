@@ -65,6 +65,7 @@ class Client:
         self._consul = ConsulClient(consul, timeout_s=3.0)
         self._local = threading.local()
         self._all_conns: list[Connection] = []
+        self._subs: list[Any] = []
         self._hosts: list[HostInfo] = []
         self._hosts_at = 0.0
         self.closed = False
@@ -144,7 +145,18 @@ class Client:
             content_based_dedup=content_based_dedup, fsync=fsync, max_messages=max_messages,
         ).validate()
         info = self.any_host(Command.CREATE_QUEUE, {"config": cfg.to_dict()})["queue"]
-        return Queue(self, info)
+        return Queue(self, self._until_writable(name, info))
+
+    def _until_writable(self, name: str, info: dict[str, Any], timeout_s: float = 5.0) -> dict[str, Any]:
+        """Wait (bounded) until every partition of a new queue has a writer, so
+        the first requests do not race the election; the queue info then."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if all(p.get("writers") for p in info.get("partitions", [])):
+                return info
+            time.sleep(0.05)
+            info = self.queue_info(name)
+        return info
 
     def get_queue(self, name: str) -> Queue:
         """The queue named ``name``; QueueNotFound if there is none."""
@@ -168,7 +180,16 @@ class Client:
         return [self.request(h.client_endpoint, Command.PING, None) for h in self.hosts(True)]
 
     # --- lifecycle -------------------------------------------------------------
+    def track(self, subscription: Any) -> None:
+        """Close this subscription when the client closes."""
+        with self._lock:
+            self._subs.append(subscription)
+
     def close(self) -> None:
+        with self._lock:
+            subs, self._subs = self._subs, []
+        for s in subs:
+            s.close()
         with self._lock:
             if self.closed:
                 return

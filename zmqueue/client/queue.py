@@ -1,22 +1,30 @@
 """A handle on one queue: send, receive, delete, visibility, purge, stats,
-subscribe. Requests go to the host serving each partition; routing follows
-NotLeader replies and is refreshed after timeouts."""
+subscribe. Requests go to the hosts that write each partition's streams
+(:mod:`zmqueue.client.routing`); routing follows NotLeader replies and is
+refreshed after timeouts. Every retry reuses its request id, so a host that
+already applied a request answers from its reply cache."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
 import random
-import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import zmq
+
+from zmqueue import protocol
 from zmqueue.client.models import AttributeValue, Message, OutgoingMessage
+from zmqueue.client.routing import FIFO_ORIGIN, Routes
 from zmqueue.config import QueueConfig
 from zmqueue.errors import (
     InvalidParameter,
     NotLeader,
+    ProtocolError,
     RequestTimeout,
     Unavailable,
     ZmqueueError,
@@ -29,6 +37,9 @@ if TYPE_CHECKING:
     from zmqueue.client.subscription import Subscription
 
 MAX_BATCH = 1000
+CANCEL_GRACE_MS = 2000
+
+Targets = Callable[[], list[str]]
 
 
 class Queue:
@@ -36,50 +47,56 @@ class Queue:
         self.client = client
         self.config = QueueConfig.from_dict(info["config"])
         self.name = self.config.name
-        self._routes: dict[int, str | None] = {}
-        self._route_lock = threading.Lock()
+        self.routes = Routes(self.config.fifo)
+        self.routes.apply(info)
         self._rr = itertools.count(random.randrange(1 << 16))
-        self._apply_info(info)
+        self._buffer: deque[Message] = deque()
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, fifo={self.config.fifo}, partitions={self.config.partitions})"
 
     # --- routing ---------------------------------------------------------------
-    def _apply_info(self, info: dict[str, Any]) -> None:
-        with self._route_lock:
-            for p in info.get("partitions", []):
-                self._routes[int(p["partition"])] = p.get("endpoint")
-
-    def _refresh(self) -> None:
+    def refresh(self) -> None:
         with contextlib.suppress(Unavailable, RequestTimeout):
-            self._apply_info(self.client.queue_info(self.name))
+            self.routes.apply(self.client.queue_info(self.name))
 
-    def call(self, partition: int, command: Command, body: dict[str, Any],
-             extra_timeout_ms: int = 0) -> Any:
-        """One request to the partition's host, retried idempotently."""
+    def call(self, p: int, command: Command, body: dict[str, Any], targets: Targets,
+             origin: str | None = None, extra_timeout_ms: int = 0) -> Any:
+        """One request to the right host of partition ``p``, retried idempotently."""
         rid: int | None = None
         last: ZmqueueError | None = None
-        for attempt in range(self.client.retries + 1):
-            endpoint = self._routes.get(partition)
-            if endpoint is None:
-                self._refresh()
-                endpoint = self._routes.get(partition)
-            if endpoint is None:
-                last = Unavailable(f"partition {partition} of {self.name!r} has no healthy host now")
-                time.sleep(min(1.0, 0.1 * 2**attempt))
+        hint: str | None = None
+        tried = 0
+        for attempt in range(self.client.retries + 2):
+            eps = targets()
+            if hint:
+                eps = [hint, *[e for e in eps if e != hint]]
+            if not eps:
+                last = Unavailable(f"partition {p} of {self.name!r} has no reachable host now")
+                self.refresh()
+                time.sleep(min(1.0, 0.05 * 2**attempt))
                 continue
+            endpoint = eps[tried % len(eps)] if not hint else eps[0]
+            hint = None
             conn = self.client.connection(endpoint)
             rid = rid or conn.next_request_id()
             try:
                 return self.client.request(endpoint, command, body, rid, extra_timeout_ms)
             except NotLeader as exc:
                 last = exc
-                new = exc.details.get("endpoint")
-                with self._route_lock:
-                    self._routes[partition] = new if isinstance(new, str) else None
+                node, ep = exc.details.get("leader"), exc.details.get("endpoint")
+                if origin is not None:
+                    self.routes.note_writer(p, origin, node if isinstance(node, str) else None,
+                                            ep if isinstance(ep, str) else None)
+                hint = ep if isinstance(ep, str) and ep != endpoint else None
+                tried += 1
+                if hint is None:
+                    self.refresh()
+                    time.sleep(min(1.0, 0.05 * 2**attempt))
             except Unavailable as exc:
                 last = exc
-                self._refresh()
+                tried += 1
+                self.refresh()
                 time.sleep(min(1.0, 0.05 * 2**attempt))
         assert last is not None
         raise last
@@ -109,8 +126,9 @@ class Queue:
             by_part.setdefault(self._partition_for(m), []).append(i)
         ids: list[str] = [""] * len(msgs)
         for p, idxs in by_part.items():
-            reply = self.call(p, Command.SEND, {"q": self.name, "p": p,
-                                                 "m": [msgs[i].to_wire() for i in idxs]})
+            body = {"q": self.name, "p": p, "m": [msgs[i].to_wire() for i in idxs]}
+            origin = FIFO_ORIGIN if self.config.fifo else None
+            reply = self.call(p, Command.SEND, body, partial(self.routes.for_send, p), origin)
             for i, mid in zip(idxs, reply["ids"], strict=True):
                 ids[i] = mid
         return ids
@@ -119,39 +137,120 @@ class Queue:
     def receive(self, max_messages: int = 1, wait_time: float = 0,
                 visibility_timeout: int | None = None) -> list[Message]:
         """Up to ``max_messages`` (1-1000) messages. With ``wait_time`` (0-20 s)
-        a long poll: returns as soon as a message is available, or empty."""
+        a long poll: returns as soon as a message is available anywhere in the
+        queue, or empty after the wait."""
         if not isinstance(max_messages, int) or not 1 <= max_messages <= MAX_BATCH:
             raise InvalidParameter("max_messages must be 1 to 1000", field="max_messages")
         if not 0 <= wait_time <= 20:
             raise InvalidParameter("wait_time must be 0 to 20 seconds", field="wait_time")
+        out: list[Message] = []
+        while self._buffer and len(out) < max_messages:
+            out.append(self._buffer.popleft())
+        if out:
+            return out
+        targets = self._receive_targets()
+        if not targets:
+            self.refresh()
+            targets = self._receive_targets()
+        if not targets:
+            raise Unavailable(f"no host serves {self.name!r} now; retry")
+        body = {"q": self.name, "max": max_messages}
+        if visibility_timeout is not None:
+            body["vis_s"] = visibility_timeout
+        deadline = time.monotonic() + wait_time
+        got = self._sweep(targets, body, max_messages)
+        targets = self._receive_targets() or targets  # the sweep may have re-routed
+        while not got and time.monotonic() < deadline:
+            wait_ms = int((deadline - time.monotonic()) * 1000)
+            got, failed = self._long_poll(targets, body, wait_ms)
+            if got or not failed:
+                break
+            time.sleep(0.05)  # a host refused (not the writer yet): re-route and wait again
+            self.refresh()
+            targets = self._receive_targets() or targets
+        return self._keep(got, max_messages)
+
+    def _receive_targets(self) -> list[tuple[int, str]]:
         n = self.config.partitions
         start = next(self._rr) % n
-        order = [(start + i) % n for i in range(n)]
-        if n > 1:
-            for p in order:
-                got = self._receive_one(p, max_messages, 0, visibility_timeout)
-                if got:
-                    return got
-        wait_ms = int(wait_time * 1000)
-        return self._receive_one(order[0], max_messages, wait_ms, visibility_timeout)
+        pairs = [(p, ep) for i in range(n) for p in [(start + i) % n] for ep in self.routes.for_receive(p)]
+        random.shuffle(pairs)
+        return pairs
 
-    def _receive_one(self, p: int, max_n: int, wait_ms: int, vis: int | None) -> list[Message]:
-        body: dict[str, Any] = {"q": self.name, "p": p, "max": max_n, "wait_ms": wait_ms}
-        if vis is not None:
-            body["vis_s"] = vis
-        reply = self.call(p, Command.RECEIVE, body, extra_timeout_ms=wait_ms)
-        return [Message.from_wire(self.name, m) for m in reply["m"]]
+    def _keep(self, msgs: list[Message], max_n: int) -> list[Message]:
+        self._buffer.extend(msgs[max_n:])
+        return msgs[:max_n]
 
-    # --- delete / visibility ---------------------------------------------------------
-    def _by_partition(self, receipts: list[str]) -> dict[int, list[int]]:
-        out: dict[int, list[int]] = {}
-        for i, r in enumerate(receipts):
-            rec = Receipt.decode(r)
-            if rec.queue != self.name:
-                raise InvalidParameter(f"receipt {i} belongs to queue {rec.queue!r}, not {self.name!r}")
-            out.setdefault(rec.partition, []).append(i)
+    def _sweep(self, targets: list[tuple[int, str]], body: dict[str, Any], max_n: int) -> list[Message]:
+        """Ask each target once without waiting, until max_n are collected."""
+        out: list[Message] = []
+        stale = False
+        for p, ep in targets:
+            if len(out) >= max_n:
+                break
+            try:
+                reply = self.client.request(ep, Command.RECEIVE,
+                                            {**body, "p": p, "max": max_n - len(out), "wait_ms": 0})
+            except (NotLeader, Unavailable):
+                stale = True
+                continue
+            out.extend(Message.from_wire(self.name, m) for m in reply["m"])
+        if stale:
+            self.refresh()
         return out
 
+    def _long_poll(self, targets: list[tuple[int, str]], body: dict[str, Any], wait_ms: int
+                   ) -> tuple[list[Message], bool]:
+        """Park a long poll on every target at once; the first answer with
+        messages wins, the others are cancelled and their answers merged.
+        Also says whether any target refused (error reply or no reply)."""
+        pending: dict[zmq.Socket[bytes], tuple[int, str, int]] = {}
+        poller = zmq.Poller()
+        for p, ep in targets:
+            conn = self.client.connection(ep)
+            rid = conn.next_request_id()
+            conn.send(Command.RECEIVE, {**body, "p": p, "wait_ms": wait_ms}, rid)
+            pending[conn.sock] = (p, ep, rid)
+            poller.register(conn.sock, zmq.POLLIN)
+        out: list[Message] = []
+        failed = False
+        deadline = time.monotonic() + (wait_ms + self.client.request_timeout_ms) / 1000
+        cancelled = False
+        while pending and time.monotonic() < deadline:
+            timeout = max(0, int((deadline - time.monotonic()) * 1000))
+            for sock, _ in poller.poll(timeout):
+                got = self._take_reply(sock, pending)
+                if got is None:
+                    continue
+                poller.unregister(sock)
+                if isinstance(got, ZmqueueError):
+                    failed = True
+                    continue
+                out.extend(got)
+            if out and not cancelled:
+                cancelled = True
+                for p, ep, rid in pending.values():
+                    self.client.connection(ep).send(Command.CANCEL, {"q": self.name, "p": p, "rid": rid},
+                                                    self.client.connection(ep).next_request_id())
+                deadline = min(deadline, time.monotonic() + CANCEL_GRACE_MS / 1000)
+        return out, failed or bool(pending and not cancelled)
+
+    def _take_reply(self, sock: zmq.Socket[bytes], pending: dict[zmq.Socket[bytes], tuple[int, str, int]]
+                    ) -> list[Message] | ZmqueueError | None:
+        """The messages (or error) of the awaited reply on ``sock``; None for other frames."""
+        try:
+            frame = protocol.decode(sock.recv())
+        except ProtocolError:
+            return None
+        _, _, rid = pending[sock]
+        if frame.request_id != rid or frame.command != Command.RECEIVE:
+            return None
+        del pending[sock]
+        if frame.is_error:
+            return from_wire(frame.body)
+        return [Message.from_wire(self.name, m) for m in frame.body["m"]]
+
+    # --- delete / visibility ---------------------------------------------------------
     def delete(self, receipt: str) -> None:
         """Delete a received message; InvalidReceipt if the receipt is stale."""
         err = self.delete_batch([receipt])[0]
@@ -171,10 +270,17 @@ class Queue:
     def _batch(self, command: Command, receipts: list[str], timeout: int | None) -> list[ZmqueueError | None]:
         if not 1 <= len(receipts) <= MAX_BATCH:
             raise InvalidParameter(f"1 to {MAX_BATCH} receipts per batch, got {len(receipts)}")
+        groups: dict[tuple[int, str], list[int]] = {}
+        for i, r in enumerate(receipts):
+            rec = Receipt.decode(r)
+            if rec.queue != self.name:
+                raise InvalidParameter(f"receipt {i} belongs to queue {rec.queue!r}, not {self.name!r}")
+            groups.setdefault((rec.partition, rec.origin), []).append(i)
         out: list[ZmqueueError | None] = [None] * len(receipts)
-        for p, idxs in self._by_partition(receipts).items():
+        for (p, origin), idxs in groups.items():
             items: list[Any] = [receipts[i] if timeout is None else [receipts[i], timeout] for i in idxs]
-            reply = self.call(p, command, {"q": self.name, "p": p, "r": items})
+            reply = self.call(p, command, {"q": self.name, "p": p, "r": items},
+                              partial(self.routes.for_stream, p, origin), origin)
             for i, res in zip(idxs, reply["results"], strict=True):
                 out[i] = None if res is None else from_wire(res)
         return out
@@ -182,24 +288,34 @@ class Queue:
     # --- whole queue -----------------------------------------------------------------
     def purge(self) -> int:
         """Delete every message of the queue; returns how many were removed."""
-        return sum(self.call(p, Command.PURGE_QUEUE, {"q": self.name, "p": p})["purged"]
-                   for p in range(self.config.partitions))
+        n = 0
+        for p in range(self.config.partitions):
+            for ep in self.routes.for_receive(p) or self.routes.all_endpoints(p):
+                n += self.call(p, Command.PURGE_QUEUE, {"q": self.name, "p": p},
+                               partial(list, [ep]))["purged"]
+        return n
 
     def stats(self) -> dict[str, int]:
-        """Counters summed over partitions: visible, in_flight, delayed, ..."""
+        """Counters summed over partitions: visible, in_flight, delayed, total, ...
+        (each stream counted by the host that writes it)."""
         total: dict[str, int] = {}
         for p in range(self.config.partitions):
-            for k, v in self.call(p, Command.QUEUE_STATS, {"q": self.name, "p": p}).items():
-                if isinstance(v, int):
-                    total[k] = max(total.get(k, 0), v) if k == "oldest_age_ms" else total.get(k, 0) + v
+            for ep in self.routes.for_receive(p) or self.routes.all_endpoints(p):
+                reply = self.call(p, Command.QUEUE_STATS, {"q": self.name, "p": p, "own": True},
+                                  partial(list, [ep]))
+                for k, v in reply.items():
+                    if isinstance(v, int):
+                        total[k] = max(total.get(k, 0), v) if k == "oldest_age_ms" else total.get(k, 0) + v
         return total
 
     def subscribe(self, handler: Callable[[Message], None], prefetch: int = 10,
                   visibility_timeout: int | None = None, auto_delete: bool = True) -> Subscription:
         """Have hosts push messages to ``handler`` (on a background thread),
-        never more than ``prefetch`` unfinished at a time. With ``auto_delete``
-        a message is deleted when the handler returns; if it raises, the
-        message becomes visible again after its visibility timeout."""
+        never more than ``prefetch`` unfinished per serving host. With
+        ``auto_delete`` a message is deleted when the handler returns; if it
+        raises, the message becomes visible again after its visibility timeout."""
         from zmqueue.client.subscription import Subscription
 
-        return Subscription(self, handler, prefetch, visibility_timeout, auto_delete).start()
+        sub = Subscription(self, handler, prefetch, visibility_timeout, auto_delete).start()
+        self.client.track(sub)
+        return sub

@@ -37,7 +37,7 @@ class Connection:
         self.sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
         self.sock.connect(endpoint)
         self.on_push = on_push
-        self._next_id = new_request_id() & ~(0xFFFFFFFF)
+        self._next_id = new_request_id()
         self.lock = threading.RLock()
         self.closed = False
 

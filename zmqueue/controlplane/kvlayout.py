@@ -110,6 +110,16 @@ def leader_key(pid: PartitionId) -> str:
     return f"{PREFIX}leaders/{pid.queue}/{pid.partition}"
 
 
+def stream_leader_key(pid: PartitionId, origin: str) -> str:
+    """Writer lock of one replication stream of a partition: ``fifo`` for a
+    FIFO partition, the origin host's node id for a standard queue's stream."""
+    return f"{PREFIX}leaders/{pid.queue}/{pid.partition}/{origin}"
+
+
+def stream_position_key(pid: PartitionId, origin: str, node: str) -> str:
+    return f"{PREFIX}positions/{pid.queue}/{pid.partition}/{origin}/{node}"
+
+
 def position_key(pid: PartitionId, node: str) -> str:
     return f"{PREFIX}positions/{pid.queue}/{pid.partition}/{node}"
 
@@ -269,6 +279,9 @@ class ClusterState:
     configs: dict[str, QueueConfig] = field(default_factory=dict)
     assignments: dict[PartitionId, PartitionAssignment] = field(default_factory=dict)
     leaders: dict[PartitionId, LeaderRecord] = field(default_factory=dict)
+    stream_leaders: dict[tuple[PartitionId, str], LeaderRecord] = field(default_factory=dict)
+    """(partition, origin) -> holder of that stream's writer lock."""
+    stream_positions: dict[tuple[PartitionId, str], dict[str, Position]] = field(default_factory=dict)
     positions: dict[PartitionId, dict[str, Position]] = field(default_factory=dict)
     external_manager: ManagerRecord | None = None
     cluster_managers: dict[str, ManagerRecord] = field(default_factory=dict)
@@ -306,6 +319,18 @@ def _apply(
                 if isinstance(lock_index, int) and lock_index > 0:
                     value = LeaderRecord(value.node, value.endpoint, lock_index, value.extra)
                 state.leaders[PartitionId(q, _partition(p))] = value
+        case ["leaders", q, p, origin]:
+            value = decode_leader(key, raw) if held else None
+            if isinstance(value, LeaderRecord):
+                lock_index = item.get("LockIndex")
+                if isinstance(lock_index, int) and lock_index > 0:
+                    value = LeaderRecord(value.node, value.endpoint, lock_index, value.extra)
+                state.stream_leaders[(PartitionId(q, _partition(p)), origin)] = value
+        case ["positions", q, p, origin, node]:
+            value = decode_position(key, raw)
+            if isinstance(value, Position):
+                sp = state.stream_positions.setdefault((PartitionId(q, _partition(p)), origin), {})
+                sp[node] = value
         case ["positions", q, p, node]:
             value = decode_position(key, raw)
             if isinstance(value, Position):

@@ -46,11 +46,14 @@ class Snapshot:
             raise QueueNotFound(f"queue {name!r} does not exist; create it first", queue=name)
         parts = []
         for p in range(cfg.partitions):
-            a = self.state.assignments.get(kv.PartitionId(name, p))
-            owner = a.replicas[0] if a and a.replicas else None
+            pid = kv.PartitionId(name, p)
+            a = self.state.assignments.get(pid)
+            replicas = list(a.replicas) if a else []
+            writers = {origin: rec.node for (q, origin), rec in self.state.stream_leaders.items()
+                       if q == pid}
             parts.append({"partition": p, "cluster": a.cluster if a else None,
-                          "replicas": list(a.replicas) if a else [], "owner": owner,
-                          "endpoint": self.endpoint_of(owner) if owner else None})
+                          "replicas": replicas, "writers": writers,
+                          "endpoints": {n: ep for n in replicas if (ep := self.endpoint_of(n))}})
         return {"config": cfg.to_dict(), "partitions": parts}
 
 

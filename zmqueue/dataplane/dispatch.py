@@ -61,6 +61,8 @@ class Request:
     outbox: Outbox
     cache: ReplyCache | None = None
     answered: bool = False
+    also: list[tuple[str, bytes]] = field(default_factory=list)
+    """Retries of this request that arrived while it was being handled."""
 
     @property
     def body(self) -> Any:
@@ -78,12 +80,21 @@ class Request:
             return
         self.answered = True
         payload = protocol.encode_error(self.frame.command, self.frame.request_id, exc)
-        self._send(payload)
+        self._send(payload, cache=False)
 
-    def _send(self, payload: bytes) -> None:
+    def _send(self, payload: bytes, cache: bool = True) -> None:
+        """Send to the requester (and to retries of it that arrived meanwhile).
+
+        Only successes are cached: a retry after an error (not the writer, not
+        found yet, unavailable) must be tried again, not answered the same way.
+        """
         if self.cache is not None:
-            self.cache.put(int(self.frame.command), self.frame.request_id, payload, now_ms())
+            if cache:
+                self.cache.put(int(self.frame.command), self.frame.request_id, payload, now_ms())
+            self.cache.done(int(self.frame.command), self.frame.request_id)
         self.outbox.put(self.sock, self.identity, payload)
+        for sock, identity in self.also:
+            self.outbox.put(sock, identity, payload)
 
 
 Handler = Callable[[Request], Any]
@@ -125,8 +136,16 @@ class Dispatcher:
                 self.counters["retries_answered_from_cache"] += 1
                 self.outbox.put(sock, identity, cached)
                 return
+            original = self.reply_cache.in_progress(int(frame.command), frame.request_id)
+            if original is not None:
+                self.counters["retries_joined_in_progress"] += 1
+                original.also.append((sock, identity))
+                return
             cache = self.reply_cache
-        self.dispatch(Request(sock, identity, frame, self.outbox, cache))
+        req = Request(sock, identity, frame, self.outbox, cache)
+        if cache is not None:
+            cache.start(int(frame.command), frame.request_id, req)
+        self.dispatch(req)
 
     def dispatch(self, req: Request) -> None:
         handler = self.handlers.get(req.frame.command)

@@ -4,44 +4,57 @@ A subscriber starts with ``prefetch`` credits. Each pushed message costs one
 credit; the client returns credits (CREDIT) as it finishes messages, so a slow
 consumer never holds more than ``prefetch`` messages it has not finished.
 Pushed messages are ordinary receives: under their visibility timeout, and
-deleted by receipt.
+deleted by receipt. A host pushes from the streams it writes.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from zmqueue import protocol
 from zmqueue.dataplane.dispatch import Outbox
-from zmqueue.dataplane.partition import PartitionRuntime, Subscriber
+from zmqueue.dataplane.topology import PartKey
 from zmqueue.errors import InvalidParameter
 from zmqueue.protocol import Command
+
+if TYPE_CHECKING:
+    from zmqueue.dataplane.service import QueueService
 
 PUSH_BATCH_MAX = 100
 MAX_SUBSCRIBERS = 10_000
 
-Take = Callable[[PartitionRuntime, int, int, int], list[list[Any]]]
+
+@dataclass
+class Subscriber:
+    sub_id: int
+    part: PartKey
+    identity: bytes
+    prefetch: int
+    visibility_s: int | None
+    credit: int = 0
+    delivered: int = 0
+
+    def __post_init__(self) -> None:
+        self.credit = self.prefetch
 
 
 class Pusher:
     def __init__(self) -> None:
         self.outbox: Outbox | None = None
-        self.subs: dict[int, PartitionRuntime] = {}
+        self.subs: dict[int, Subscriber] = {}
         self._ids = itertools.count(1)
 
-    def subscribe(self, rt: PartitionRuntime, identity: bytes, prefetch: int, vis_ms: int) -> int:
+    def subscribe(self, part: PartKey, identity: bytes, prefetch: int, vis_s: int | None) -> int:
         if len(self.subs) >= MAX_SUBSCRIBERS:
             raise InvalidParameter(f"this host has {MAX_SUBSCRIBERS} subscribers already")
         sub_id = next(self._ids)
-        rt.subscribers[sub_id] = Subscriber(sub_id, identity, prefetch, vis_ms)
-        self.subs[sub_id] = rt
+        self.subs[sub_id] = Subscriber(sub_id, part, identity, prefetch, vis_s)
         return sub_id
 
     def _get(self, sub_id: int, identity: bytes) -> Subscriber:
-        rt = self.subs.get(sub_id)
-        sub = rt.subscribers.get(sub_id) if rt else None
+        sub = self.subs.get(sub_id)
         if sub is None or sub.identity != identity:
             raise InvalidParameter(f"no subscription {sub_id} on this connection", field="subscription")
         return sub
@@ -53,23 +66,24 @@ class Pusher:
 
     def unsubscribe(self, sub_id: int, identity: bytes) -> None:
         self._get(sub_id, identity)
-        rt = self.subs.pop(sub_id)
-        rt.subscribers.pop(sub_id, None)
+        del self.subs[sub_id]
 
-    def drop_partition(self, rt: PartitionRuntime) -> None:
-        for sub_id in list(rt.subscribers):
-            self.subs.pop(sub_id, None)
-        rt.subscribers.clear()
+    def drop_partition(self, part: PartKey) -> None:
+        for sub_id in [i for i, s in self.subs.items() if s.part == part]:
+            del self.subs[sub_id]
 
-    def push(self, rt: PartitionRuntime, now_ms: int, take: Take) -> None:
+    def push_all(self, svc: QueueService, now: int) -> None:
         assert self.outbox is not None, "register() the service first"
-        for sub in list(rt.subscribers.values()):
-            if sub.credit <= 0 or not rt.store.has_visible(now_ms):
+        for sub in self.subs.values():
+            if sub.credit <= 0:
                 continue
-            msgs = take(rt, min(sub.credit, PUSH_BATCH_MAX), sub.visibility_ms, now_ms)
+            streams = svc.set.led_streams(sub.part)
+            if not any(st.store.has_visible(now) for st in streams):
+                continue
+            msgs = svc.take(streams, min(sub.credit, PUSH_BATCH_MAX), sub.visibility_s, now)
             if not msgs:
-                return
+                continue
             sub.credit -= len(msgs)
             sub.delivered += len(msgs)
-            body = {"sub": sub.sub_id, "q": rt.queue, "p": rt.partition, "m": msgs}
+            body = {"sub": sub.sub_id, "q": sub.part[0], "p": sub.part[1], "m": msgs}
             self.outbox.put("client", sub.identity, protocol.encode_push(Command.DELIVER, body))

@@ -7,6 +7,7 @@ Bounded by count and age: ``max_entries`` replies for at most ``ttl_ms``.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Any
 
 
 class ReplyCache:
@@ -14,7 +15,19 @@ class ReplyCache:
         self.max_entries = max_entries
         self.ttl_ms = ttl_ms
         self._items: OrderedDict[tuple[int, int], tuple[int, bytes]] = OrderedDict()
+        self._running: dict[tuple[int, int], Any] = {}
         self.hits = 0
+
+    def start(self, command: int, request_id: int, request: Any) -> None:
+        """``request`` is being handled (a retry arriving now joins it)."""
+        if len(self._running) < self.max_entries:
+            self._running[(command, request_id)] = request
+
+    def in_progress(self, command: int, request_id: int) -> Any:
+        return self._running.get((command, request_id))
+
+    def done(self, command: int, request_id: int) -> None:
+        self._running.pop((command, request_id), None)
 
     def get(self, command: int, request_id: int, now_ms: int) -> bytes | None:
         item = self._items.get((command, request_id))

@@ -1,31 +1,39 @@
 """The queue service: the data-plane handlers for messages, on one host.
 
-It serves the partitions the control plane assigns to this host (it is told
-through :meth:`QueueService.apply_metadata`; it never reads Consul). A
-request for a partition another host serves gets NotLeader naming that
-host; a request for a queue this host has not heard of is parked while the
-host refreshes its metadata, then served or refused with QueueNotFound.
+The host keeps a copy of every stream of every partition it is a replica of
+(:mod:`zmqueue.dataplane.stream`). It serves sends, receives, deletes and
+visibility changes only for the streams it currently writes (it holds their
+Consul lock, within its lease); a request for a stream another host writes
+gets NotLeader naming that host. A request for a queue this host has not heard
+of is parked while the host refreshes its metadata, then served or refused
+with QueueNotFound.
 
 Group commit: handlers append to stores; :meth:`flush` commits every store
-touched in this loop iteration, and only then are the replies sent.
+touched in this loop iteration, publishes the new records to the replicas,
+and acknowledges a request once its records are on a quorum of replicas
+(synchronous replication) or committed locally (asynchronous). It never
+reads Consul: the host hands it metadata and leadership events.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zmqueue.config import QueueConfig
 from zmqueue.dataplane import fields as F
-from zmqueue.dataplane.dispatch import DEFERRED, Dispatcher, Request
+from zmqueue.dataplane.deadletters import DeadLetterMover
+from zmqueue.dataplane.dispatch import DEFERRED, Dispatcher, Request, now_ms
 from zmqueue.dataplane.forwarder import Forwarder
-from zmqueue.dataplane.partition import PartitionRuntime
 from zmqueue.dataplane.pushing import Pusher
-from zmqueue.dataplane.storage import Delivered, PartitionStore, StorageConfig
+from zmqueue.dataplane.replication import Replicator
+from zmqueue.dataplane.storage import StorageConfig
+from zmqueue.dataplane.stream import PendingAck, Role, Stream
+from zmqueue.dataplane.streamset import StreamSet
+from zmqueue.dataplane.topology import FIFO_ORIGIN, Metadata, PartKey, StreamKey
+from zmqueue.dataplane.waiting import Waiters
 from zmqueue.errors import (
     InvalidParameter,
     NotLeader,
@@ -38,57 +46,36 @@ from zmqueue.protocol import Command, Receipt
 
 log = logging.getLogger(__name__)
 
-PartKey = tuple[str, int]
 MAX_BATCH = 1000
 MAX_WAIT_MS = 20_000
 PARK_TIMEOUT_MS = 3000
 HOUSEKEEPING_MS = 1000
-
-
-@dataclass(frozen=True)
-class Route:
-    owner: str
-    endpoint: str | None
-
-
-@dataclass(frozen=True)
-class Metadata:
-    """What the control plane tells the data plane (plain values only)."""
-
-    configs: dict[str, QueueConfig] = field(default_factory=dict)
-    routes: dict[PartKey, Route] = field(default_factory=dict)
-
-
-@dataclass
-class Parked:
-    request: Request
-    deadline_ms: int
-
-
-def storage_config(cfg: QueueConfig, defaults: StorageConfig) -> StorageConfig:
-    from dataclasses import replace
-
-    return replace(defaults, fsync=cfg.fsync, retention_ms=cfg.retention_s * 1000,
-                   max_messages=cfg.max_messages, fifo=cfg.fifo)
+ACK_TIMEOUT_S = 5.0
+RECOVERY_S = 1.5
 
 
 class QueueService:
-    def __init__(self, node: str, data_dir: Path, forwarder: Forwarder,
+    def __init__(self, node: str, data_dir: Path, forwarder: Forwarder, pub: Any,
                  request_refresh: Callable[[], None],
                  storage_defaults: StorageConfig | None = None) -> None:
         self.node = node
-        self.data_dir = data_dir / "queues"
         self.forwarder = forwarder
         self.request_refresh = request_refresh
-        self.storage_defaults = storage_defaults or StorageConfig()
         self.meta = Metadata()
-        self.parts: dict[PartKey, PartitionRuntime] = {}
-        self.parked: list[Parked] = []
-        self.dirty: set[PartKey] = set()
-        self.acks: dict[PartKey, list[tuple[Request, Any]]] = {}
+        self.set = StreamSet(node, data_dir / "queues", storage_defaults or StorageConfig())
+        self.parked: list[tuple[Request, int]] = []
+        self.dirty: set[StreamKey] = set()
+        self.new_acks: dict[StreamKey, list[PendingAck]] = {}
+        self.waiters = Waiters()
         self.pusher = Pusher()
         self.next_housekeeping_ms = 0
-        self.pending_dead: dict[PartKey, list[Delivered]] = {}
+        self.recovering: dict[StreamKey, tuple[float, set[str]]] = {}
+        self.replicator = Replicator(forwarder.ctx, node, pub, forwarder, lambda: self.set.streams,
+                                     self.meta_peer_endpoint, self.dirty.add, self._resync)
+        self.dlq = DeadLetterMover(self)
+
+    def meta_peer_endpoint(self, node: str) -> str | None:
+        return self.meta.peer_endpoint(node)
 
     def register(self, d: Dispatcher) -> None:
         self.pusher.outbox = d.outbox
@@ -97,75 +84,141 @@ class QueueService:
                         (Command.CHANGE_VISIBILITY, self.h_change_visibility),
                         (Command.PURGE_QUEUE, self.h_purge), (Command.QUEUE_STATS, self.h_stats),
                         (Command.SUBSCRIBE, self.h_subscribe), (Command.CREDIT, self.h_credit),
-                        (Command.UNSUBSCRIBE, self.h_unsubscribe)):
+                        (Command.UNSUBSCRIBE, self.h_unsubscribe), (Command.CANCEL, self.h_cancel)):
             d.register(cmd, self._guard(fn))
+        d.register(Command.CATCH_UP, lambda req: self.replicator.h_catch_up(F.body_map(req.body)))
+        d.register(Command.POSITION, self._h_position)
 
-    # --- metadata -----------------------------------------------------------
-    def apply_metadata(self, meta: Metadata, now_ms: int, allow_removals: bool = True) -> None:
-        """Serve what ``meta`` assigns to this node.
-
-        With ``allow_removals`` False (the control plane's state went back in
-        time, e.g. a Consul agent that lost its data), queues missing from
-        ``meta`` are kept and served as before: data is only ever removed
-        after a queue deletion seen in a newer state.
-        """
+    # --- metadata and leadership --------------------------------------------------
+    def apply_metadata(self, meta: Metadata, now: int, allow_removals: bool = True) -> None:
+        """Hold the streams ``meta`` gives this node. With ``allow_removals``
+        False (the control plane's state went back in time), nothing known is
+        dropped: data is only removed after a deletion seen in a newer state."""
         if not allow_removals:
-            meta = Metadata({**self.meta.configs, **meta.configs}, {**self.meta.routes, **meta.routes})
+            meta = meta.merged_with(self.meta)
         self.meta = meta
-        want = {k for k, r in meta.routes.items() if r.owner == self.node and k[0] in meta.configs}
-        for key in list(self.parts):
-            if key not in want:
-                self._close_partition(key, remove=key[0] not in meta.configs)
-        for key in want:
-            rt = self.parts.get(key)
-            if rt is None:
-                self._open_partition(key, meta.configs[key[0]], now_ms)
-            else:
-                rt.config = meta.configs[key[0]]
+        for key in self.set.reconcile(meta, now):
+            self._closed(key)
+        writers = {}
+        for (q, p), info in meta.partitions.items():
+            for origin, node in info.writers.items():
+                writers[(q, p, origin)] = node
+        pubs = [pe.pub for pe in meta.peers.values() if pe.pub and pe.node != self.node]
+        self.replicator.set_topology(pubs, writers)
         parked, self.parked = self.parked, []
-        for p in parked:
-            self._redispatch(p.request)
+        for req, _ in parked:
+            self._redispatch(req)
+
+    def _closed(self, key: StreamKey) -> None:
+        st_acks = self.new_acks.pop(key, [])
+        for a in st_acks:
+            a.request.fail(QueueNotFound(f"queue {key[0]!r} was deleted"))
+        if not self.set.led_streams((key[0], key[1])):
+            self.waiters.fail_partition((key[0], key[1]), QueueNotFound(f"queue {key[0]!r} was deleted"))
+            self.pusher.drop_partition((key[0], key[1]))
 
     def metadata_unavailable(self) -> None:
         parked, self.parked = self.parked, []
-        for p in parked:
-            p.request.fail(Unavailable("queue metadata is unavailable (Consul unreachable); retry"))
+        for req, _ in parked:
+            req.fail(Unavailable("queue metadata is unavailable (Consul unreachable); retry"))
 
-    def _open_partition(self, key: PartKey, cfg: QueueConfig, now_ms: int) -> None:
-        path = self.data_dir / key[0] / str(key[1])
-        store = PartitionStore.open(path, storage_config(cfg, self.storage_defaults), now_ms=now_ms)
-        rep = store.recovery_report
-        log.info("opened %s/%d: %s", key[0], key[1], rep)
-        self.parts[key] = PartitionRuntime(key[0], key[1], cfg, store)
+    def on_elected(self, key: StreamKey, epoch: int) -> None:
+        st = self.set.streams.get(key)
+        if st is None:
+            return
+        st.role, st.epoch = Role.RECOVERING, epoch
+        st.lease_until = time.monotonic() + 1.0
+        peers = {n for n in st.replicas if n != self.node and n in self.meta.passing()}
+        self.recovering[key] = (time.monotonic() + RECOVERY_S, set(peers))
+        for n in peers:
+            self._ask_position(st, n)
 
-    def _close_partition(self, key: PartKey, remove: bool) -> None:
-        rt = self.parts.pop(key)
-        self.pusher.drop_partition(rt)
-        for w in rt.waiters:
-            w.request.fail(QueueNotFound(f"queue {key[0]!r} was deleted"))
-        rt.store.close()
-        if remove:
-            shutil.rmtree(self.data_dir / key[0] / str(key[1]), ignore_errors=True)
-            log.info("queue %s deleted: removed partition %d", key[0], key[1])
+    def _ask_position(self, st: Stream, node: str) -> None:
+        endpoint = self.meta.peer_endpoint(node)
+        key = st.key
+        if endpoint is None:
+            self.recovering.get(key, (0.0, set()))[1].discard(node)
+            return
+        body = {"s": f"{key[0]}/{key[1]}/{key[2]}", "node": self.node, "e": -1, "seq": -1}
 
-    # --- request plumbing ----------------------------------------------------
+        def done(reply: Any, err: ZmqueueError | None) -> None:
+            cur = self.set.streams.get(key)
+            rec = self.recovering.get(key)
+            if rec is not None:
+                rec[1].discard(node)
+            if cur is None or err is not None or not isinstance(reply, dict):
+                return
+            last = reply.get("last")
+            if cur.role is Role.RECOVERING and isinstance(last, int) and last > cur.store.last_seq:
+                log.info("new writer of %s fetches %d records from %s", key, last - cur.store.last_seq, node)
+                self.replicator.catch_up(cur, now_ms(), source=node)
+
+        self.forwarder.request(endpoint, Command.POSITION, body, done, now_ms(), timeout_ms=1000)
+
+    def _finish_recovery(self) -> None:
+        now = time.monotonic()
+        for key, (deadline, pending) in list(self.recovering.items()):
+            st = self.set.streams.get(key)
+            if st is None or st.role is not Role.RECOVERING:
+                self.recovering.pop(key, None)
+                continue
+            if now < deadline and (pending or key in self.replicator.catching_up):
+                continue
+            self.recovering.pop(key)
+            st.role = Role.WRITER
+            st.store.epoch = st.epoch
+            st.published_seq = st.store.last_seq
+            st.follower_pos = {}
+            log.info("writing stream %s at epoch %d from seq %d", key, st.epoch, st.store.last_seq)
+
+    def on_deposed(self, key: StreamKey) -> None:
+        st = self.set.streams.get(key)
+        if st is None:
+            return
+        st.role = Role.REPLICA
+        self.recovering.pop(key, None)
+        err = NotLeader(f"this host stopped writing {key[0]!r}/{key[1]}; retry", leader=None,
+                        endpoint=None)
+        for a in list(st.acks) + self.new_acks.pop(key, []):
+            a.request.fail(err)
+        st.acks.clear()
+        part = (key[0], key[1])
+        if not self.set.led_streams(part):
+            self.waiters.answer_all(part)
+
+    def on_confirmed(self, streams: frozenset[StreamKey], at: float) -> None:
+        for key in streams:
+            st = self.set.streams.get(key)
+            if st is not None and st.role is not Role.REPLICA:
+                st.lease_until = max(st.lease_until, at + 2.0)
+
+    def candidacies(self) -> dict[StreamKey, tuple[tuple[str, ...], str | None]]:
+        return {k: (st.replicas, None if k[2] == FIFO_ORIGIN else k[2])
+                for k, st in self.set.streams.items()}
+
+    def positions(self) -> dict[StreamKey, tuple[int, int]]:
+        return {k: (st.store.last_epoch, st.store.last_seq) for k, st in self.set.streams.items()}
+
+    def _resync(self, key: StreamKey) -> None:
+        st = self.set.streams.get(key)
+        if st is None or st.role is not Role.REPLICA:
+            return
+        self.set.wipe(key, now_ms())
+        fresh = self.set.streams.get(key)
+        if fresh is not None:
+            self.replicator.catch_up(fresh, now_ms())
+
+    # --- request plumbing -------------------------------------------------------------
     def _guard(self, fn: Callable[[Request, dict[str, Any], int], Any]) -> Callable[[Request], Any]:
         def handler(req: Request) -> Any:
-            from zmqueue.dataplane.dispatch import now_ms
-
-            body = F.body_map(req.body)
-            return fn(req, body, now_ms())
-        handler.__name__ = fn.__name__
+            return fn(req, F.body_map(req.body), now_ms())
         return handler
 
     def _redispatch(self, req: Request) -> None:
-        from zmqueue.dataplane.dispatch import now_ms
-
         handler = {Command.SEND: self.h_send, Command.RECEIVE: self.h_receive,
                    Command.DELETE: self.h_delete, Command.CHANGE_VISIBILITY: self.h_change_visibility,
                    Command.PURGE_QUEUE: self.h_purge, Command.QUEUE_STATS: self.h_stats,
                    Command.SUBSCRIBE: self.h_subscribe}[req.frame.command]
-        req.answered = False
         try:
             result = handler(req, F.body_map(req.body), now_ms())
         except ZmqueueError as exc:
@@ -174,101 +227,129 @@ class QueueService:
         if result is not DEFERRED:
             req.reply(result)
 
-    def partition(self, req: Request, queue: str, p: int, now_ms: int) -> PartitionRuntime | None:
-        """The local partition, or None after parking the request (unknown queue)."""
-        rt = self.parts.get((queue, p))
-        if rt is not None:
-            return rt
+    def known(self, req: Request, queue: str, p: int, now: int) -> bool:
+        """Whether this host knows the partition; False after parking the request."""
         cfg = self.meta.configs.get(queue)
         if cfg is not None:
             if not 0 <= p < cfg.partitions:
                 raise InvalidParameter(f"queue {queue!r} has partitions 0..{cfg.partitions - 1}",
                                        field="partition")
-            route = self.meta.routes.get((queue, p))
-            if route is not None:
-                raise NotLeader(f"partition {p} of {queue!r} is served by {route.owner}",
-                                leader=route.owner, endpoint=route.endpoint)
+            return True
         if getattr(req, "_parked_once", False):
             raise QueueNotFound(f"queue {queue!r} does not exist; create it first", queue=queue)
         req._parked_once = True  # type: ignore[attr-defined]
-        self.parked.append(Parked(req, now_ms + PARK_TIMEOUT_MS))
+        self.parked.append((req, now + PARK_TIMEOUT_MS))
         self.request_refresh()
-        return None
+        return False
 
-    def _part_of(self, req: Request, body: dict[str, Any], now_ms: int) -> PartitionRuntime | None:
+    def not_writer(self, queue: str, p: int, origin: str) -> NotLeader:
+        info = self.meta.partitions.get((queue, p))
+        writer = info.writers.get(origin) if info else None
+        if writer == self.node:
+            writer = None
+        if writer is None and info is not None and origin != FIFO_ORIGIN:
+            # standard queues: any replica that writes its own stream takes sends
+            for n in info.replicas:
+                if n != self.node and info.writers.get(n) == n:
+                    writer = n
+                    break
+        return NotLeader(f"{queue!r} partition {p} ({origin}) is written by "
+                         f"{writer or 'no host yet (election in progress)'}; retry there",
+                         leader=writer, endpoint=self.meta.client_endpoint(writer))
+
+    def writer_stream(self, queue: str, p: int, origin: str) -> Stream:
+        st = self.set.streams.get((queue, p, origin))
+        if st is None or not st.writable:
+            raise self.not_writer(queue, p, origin)
+        return st
+
+    def _part(self, req: Request, body: dict[str, Any], now: int) -> tuple[str, int] | None:
         queue = F.get_queue(body)
         p = F.get_int(body, "p", 0, 63, default=0, name="partition")
-        return self.partition(req, queue, p, now_ms)
+        return (queue, p) if self.known(req, queue, p, now) else None
 
-    def _after_commit(self, rt: PartitionRuntime, req: Request, result: Any) -> Any:
-        """Reply ``result`` once this iteration's commit of ``rt`` succeeded."""
-        key = (rt.queue, rt.partition)
-        self.dirty.add(key)
-        self.acks.setdefault(key, []).append((req, result))
+    def after_commit(self, st: Stream, req: Request, result: Any) -> Any:
+        """Reply ``result`` once this iteration's records of ``st`` are replicated."""
+        self.dirty.add(st.key)
+        self.new_acks.setdefault(st.key, []).append(PendingAck(0, req, result))
         return DEFERRED
 
-    # --- handlers --------------------------------------------------------------
-    def h_send(self, req: Request, body: dict[str, Any], now_ms: int) -> Any:
-        rt = self._part_of(req, body, now_ms)
-        if rt is None:
+    # --- handlers -------------------------------------------------------------------------
+    def h_send(self, req: Request, body: dict[str, Any], now: int) -> Any:
+        part = self._part(req, body, now)
+        if part is None:
             return DEFERRED
+        fifo = self.meta.configs[part[0]].fifo
+        st = self.writer_stream(part[0], part[1], FIFO_ORIGIN if fifo else self.node)
         if body.get("dl") is not None:
             items = F.get_list(body, "dl", MAX_BATCH)
-            rt.append_dead_letters([(bytes.fromhex(i[0]), i[1], i[2], i[3], i[4]) for i in items],
-                                   now_ms)
-            return self._after_commit(rt, req, {"n": len(items)})
-        ids = rt.send(F.get_list(body, "m", MAX_BATCH, name="messages"), now_ms)
-        return self._after_commit(rt, req, {"ids": ids})
+            st.append_dead_letters([(bytes.fromhex(i[0]), i[1], i[2], i[3], i[4]) for i in items], now)
+            return self.after_commit(st, req, {"n": len(items)})
+        ids = st.send(F.get_list(body, "m", MAX_BATCH, name="messages"), now)
+        return self.after_commit(st, req, {"ids": ids})
 
-    def h_receive(self, req: Request, body: dict[str, Any], now_ms: int) -> Any:
-        rt = self._part_of(req, body, now_ms)
-        if rt is None:
+    def readable_streams(self, part: PartKey) -> list[Stream]:
+        led = self.set.led_streams(part)
+        if not led:
+            fifo = self.meta.configs[part[0]].fifo
+            raise self.not_writer(part[0], part[1], FIFO_ORIGIN if fifo else self.node)
+        return led
+
+    def h_receive(self, req: Request, body: dict[str, Any], now: int) -> Any:
+        part = self._part(req, body, now)
+        if part is None:
             return DEFERRED
         max_n = F.get_int(body, "max", 1, MAX_BATCH, default=1, name="max_messages")
         wait_ms = F.get_int(body, "wait_ms", 0, MAX_WAIT_MS, default=0, name="wait_time")
         vis_s = F.get_opt_int(body, "vis_s", 0, 43200, name="visibility_timeout")
-        vis_ms = rt.visibility_ms(vis_s)
-        msgs = self._take(rt, max_n, vis_ms, now_ms)
+        streams = self.readable_streams(part)
+        msgs = self.take(streams, max_n, vis_s, now)
         if msgs or wait_ms == 0:
             return {"m": msgs}
-        from zmqueue.dataplane.partition import Waiter
-
-        rt.waiters.append(Waiter(req, max_n, vis_ms, now_ms + wait_ms))
+        self.waiters.park(part, req, max_n, vis_s, now + wait_ms)
         return DEFERRED
 
-    def _take(self, rt: PartitionRuntime, max_n: int, vis_ms: int, now_ms: int) -> list[list[Any]]:
-        msgs, dead = rt.receive(max_n, vis_ms, now_ms)
-        if msgs or dead:
-            self.dirty.add((rt.queue, rt.partition))
-        if dead:
-            self.pending_dead.setdefault((rt.queue, rt.partition), []).extend(dead)
-        return msgs
+    def take(self, streams: list[Stream], max_n: int, vis_s: int | None, now: int) -> list[list[Any]]:
+        out: list[list[Any]] = []
+        for st in streams:
+            if len(out) >= max_n:
+                break
+            msgs, dead = st.receive(max_n - len(out), st.visibility_ms(vis_s), now)
+            if msgs or dead:
+                self.dirty.add(st.key)
+            if dead:
+                self.dlq.add(st, dead)
+            out.extend(msgs)
+        return out
 
-    def _receipts(self, body: dict[str, Any], key: str) -> list[Any]:
-        return F.get_list(body, key, MAX_BATCH, name="receipts")
+    def _receipts(self, body: dict[str, Any]) -> list[Any]:
+        return F.get_list(body, "r", MAX_BATCH, name="receipts")
 
-    def h_delete(self, req: Request, body: dict[str, Any], now_ms: int) -> Any:
-        items = self._receipts(body, "r")
-        first = Receipt.decode(items[0])
-        rt = self.partition(req, first.queue, first.partition, now_ms)
-        if rt is None:
+    def _receipt_stream(self, req: Request, first: Receipt, now: int) -> Stream | None:
+        if not self.known(req, first.queue, first.partition, now):
+            return None
+        return self.writer_stream(first.queue, first.partition, first.origin)
+
+    def h_delete(self, req: Request, body: dict[str, Any], now: int) -> Any:
+        items = self._receipts(body)
+        st = self._receipt_stream(req, Receipt.decode(items[0]), now)
+        if st is None:
             return DEFERRED
         results: list[Any] = []
         for text in items:
             try:
-                rt.delete(Receipt.decode(text), now_ms)
+                st.delete(Receipt.decode(text), now)
                 results.append(None)
             except ZmqueueError as exc:
                 results.append(to_wire(exc))
-        return self._after_commit(rt, req, {"results": results})
+        return self.after_commit(st, req, {"results": results})
 
-    def h_change_visibility(self, req: Request, body: dict[str, Any], now_ms: int) -> Any:
-        items = self._receipts(body, "r")
+    def h_change_visibility(self, req: Request, body: dict[str, Any], now: int) -> Any:
+        items = self._receipts(body)
         if not all(isinstance(i, list) and len(i) == 2 for i in items):
             raise InvalidParameter("change_visibility items must be [receipt, timeout_s]")
-        first = Receipt.decode(items[0][0])
-        rt = self.partition(req, first.queue, first.partition, now_ms)
-        if rt is None:
+        st = self._receipt_stream(req, Receipt.decode(items[0][0]), now)
+        if st is None:
             return DEFERRED
         results: list[Any] = []
         for text, timeout_s in items:
@@ -276,146 +357,138 @@ class QueueService:
                 if not isinstance(timeout_s, int) or not 0 <= timeout_s <= 43200:
                     raise InvalidParameter("visibility timeout must be 0-43200 seconds",
                                            field="visibility_timeout")
-                rt.change_visibility(Receipt.decode(text), timeout_s, now_ms)
+                st.change_visibility(Receipt.decode(text), timeout_s, now)
                 results.append(None)
             except ZmqueueError as exc:
                 results.append(to_wire(exc))
-        return self._after_commit(rt, req, {"results": results})
+        return self.after_commit(st, req, {"results": results})
 
-    def h_purge(self, req: Request, body: dict[str, Any], now_ms: int) -> Any:
-        rt = self._part_of(req, body, now_ms)
-        if rt is None:
+    def h_purge(self, req: Request, body: dict[str, Any], now: int) -> Any:
+        part = self._part(req, body, now)
+        if part is None:
             return DEFERRED
-        n = rt.store.purge(now_ms)
-        return self._after_commit(rt, req, {"purged": n})
+        streams = self.readable_streams(part)
+        n = 0
+        for st in streams:
+            n += st.store.purge(now)
+            self.dirty.add(st.key)
+        return self.after_commit(streams[0], req, {"purged": n})
 
-    def h_stats(self, req: Request, body: dict[str, Any], now_ms: int) -> Any:
-        rt = self._part_of(req, body, now_ms)
-        if rt is None:
+    def h_stats(self, req: Request, body: dict[str, Any], now: int) -> Any:
+        part = self._part(req, body, now)
+        if part is None:
             return DEFERRED
-        stats = dict(rt.store.stats(now_ms))
-        stats["waiters"] = len(rt.waiters)
-        stats["subscribers"] = len(rt.subscribers)
-        return stats
+        total: dict[str, int] = {}
+        own = bool(body.get("own"))
+        streams = self.readable_streams(part) if own else self.set.partition_streams(part)
+        for st in streams:
+            for k, v in st.store.stats(now).items():
+                total[k] = max(total.get(k, 0), v) if k == "oldest_age_ms" else total.get(k, 0) + v
+        total["waiters"] = self.waiters.count(part)
+        total["writer_streams"] = len(self.set.led_streams(part))
+        return total
 
-    def h_subscribe(self, req: Request, body: dict[str, Any], now_ms: int) -> Any:
-        rt = self._part_of(req, body, now_ms)
-        if rt is None:
+    def h_subscribe(self, req: Request, body: dict[str, Any], now: int) -> Any:
+        part = self._part(req, body, now)
+        if part is None:
             return DEFERRED
+        self.readable_streams(part)
         prefetch = F.get_int(body, "prefetch", 1, 1000, default=10)
         vis_s = F.get_opt_int(body, "vis_s", 0, 43200, name="visibility_timeout")
-        sub_id = self.pusher.subscribe(rt, req.identity, prefetch, rt.visibility_ms(vis_s))
-        return {"sub": sub_id}
+        return {"sub": self.pusher.subscribe(part, req.identity, prefetch, vis_s)}
 
-    def h_credit(self, req: Request, body: dict[str, Any], now_ms: int) -> Any:
+    def h_credit(self, req: Request, body: dict[str, Any], now: int) -> Any:
         sub = F.get_int(body, "sub", 0, 2**62, name="subscription")
         n = F.get_int(body, "n", 1, 1000, name="credit")
         return {"credit": self.pusher.add_credit(sub, req.identity, n)}
 
-    def h_unsubscribe(self, req: Request, body: dict[str, Any], now_ms: int) -> Any:
-        sub = F.get_int(body, "sub", 0, 2**62, name="subscription")
-        self.pusher.unsubscribe(sub, req.identity)
+    def h_unsubscribe(self, req: Request, body: dict[str, Any], now: int) -> Any:
+        self.pusher.unsubscribe(F.get_int(body, "sub", 0, 2**62, name="subscription"), req.identity)
         return {}
 
-    # --- loop hooks -----------------------------------------------------------
-    def tick(self, now_ms: int) -> int | None:
-        self.forwarder.poll(now_ms)
-        if self.parked and self.parked[0].deadline_ms <= now_ms:
+    def h_cancel(self, req: Request, body: dict[str, Any], now: int) -> Any:
+        rid = F.get_int(body, "rid", 0, 2**64 - 1, name="request id")
+        return {"cancelled": self.waiters.cancel(req.identity, rid)}
+
+    def _h_position(self, req: Request) -> Any:
+        reply = self.replicator.h_position(F.body_map(req.body))
+        st = self.set.streams.get(self.replicator_key(req.body))
+        if st is not None:
+            self._release(st)
+        return reply
+
+    @staticmethod
+    def replicator_key(body: Any) -> StreamKey:
+        from zmqueue.dataplane.replication import parse_stream_id
+
+        return parse_stream_id(body.get("s") if isinstance(body, dict) else None)
+
+    # --- loop hooks ----------------------------------------------------------------------
+    def tick(self, now: int) -> int | None:
+        self.forwarder.poll(now)
+        self.replicator.poll(now)
+        if self.recovering:
+            self._finish_recovery()
+        if self.parked and self.parked[0][1] <= now:
             self.metadata_unavailable()
-        wake: int | None = None
-        for key, rt in self.parts.items():
-            if rt.waiters:
-                self._serve_waiters(rt, now_ms)
-            if rt.subscribers:
-                self.pusher.push(rt, now_ms, self._take)
-            if rt.waiters or rt.subscribers:
-                nxt = rt.store.next_wakeup_ms(now_ms)
-                if nxt is not None:
-                    wake = nxt - now_ms if wake is None else min(wake, nxt - now_ms)
-            if self.pending_dead.get(key):
-                self._move_dead(rt, now_ms)
-        if now_ms >= self.next_housekeeping_ms:
-            self.next_housekeeping_ms = now_ms + HOUSEKEEPING_MS
-            for key, rt in self.parts.items():
-                if rt.store.expire(now_ms):
+        wake = self.waiters.serve(self, now)
+        self.pusher.push_all(self, now)
+        self.dlq.move(now)
+        self._expire_acks()
+        if now >= self.next_housekeeping_ms:
+            self.next_housekeeping_ms = now + HOUSEKEEPING_MS
+            for key, st in self.set.streams.items():
+                if st.store.expire(now):
                     self.dirty.add(key)
-                rt.store.compact()
+                st.store.compact()
         return wake
 
-    def _serve_waiters(self, rt: PartitionRuntime, now_ms: int) -> None:
-        while rt.waiters:
-            w = rt.waiters[0]
-            if w.request.answered:
-                rt.waiters.popleft()
-                continue
-            if rt.store.has_visible(now_ms):
-                msgs = self._take(rt, w.max_messages, w.visibility_ms, now_ms)
-                if msgs:
-                    rt.waiters.popleft()
-                    w.request.reply({"m": msgs})
-                    continue
-            break
-        for w in list(rt.waiters):
-            if w.deadline_ms <= now_ms:
-                rt.waiters.remove(w)
-                w.request.reply({"m": []})
+    def _expire_acks(self) -> None:
+        limit = time.monotonic() - ACK_TIMEOUT_S
+        for st in self.set.streams.values():
+            while st.acks and st.acks[0].at < limit:
+                a = st.acks.popleft()
+                have = 1 + sum(1 for v in st.follower_pos.values() if v >= a.seq)
+                a.request.fail(Unavailable(
+                    f"only {have} of {len(st.replicas)} replicas acknowledged within "
+                    f"{ACK_TIMEOUT_S:.0f} s; synchronous replication needs {st.quorum()}",
+                    replicas=len(st.replicas), acknowledged=have))
 
-    def _move_dead(self, rt: PartitionRuntime, now_ms: int) -> None:
-        """Copy dead letters to the DLQ, then drop them from the source."""
-        key = (rt.queue, rt.partition)
-        dead = self.pending_dead.pop(key)
-        dlq = rt.config.dead_letter_queue
-        dlq_cfg = self.meta.configs.get(dlq or "")
-        if dlq is None or dlq_cfg is None:
-            log.warning("dead-letter queue %r of %s is unknown; keeping %d messages", dlq,
-                        rt.queue, len(dead))
-            self.pending_dead[key] = dead
-            self.request_refresh()
-            return
-        items = [(d.message_id, d.body, d.attributes, d.receive_count, rt.queue) for d in dead]
-        target = (dlq, 0)
-        local = self.parts.get(target)
-        if local is not None:
-            local.append_dead_letters(items, now_ms)
-            rt.store.mark_dead_lettered([d.seq for d in dead], now_ms)
-            self.dirty.update({key, target})
-            return
-        route = self.meta.routes.get(target)
-        if route is None or route.endpoint is None:
-            self.pending_dead[key] = dead
-            return
-        wire = [[m.hex(), b, blob, rc, src] for m, b, blob, rc, src in items]
-
-        def done(result: Any, err: ZmqueueError | None) -> None:
-            from zmqueue.dataplane.dispatch import now_ms as now
-
-            if err is not None or key not in self.parts:
-                log.warning("moving %d dead letters to %s failed: %s", len(dead), dlq, err)
-                self.pending_dead.setdefault(key, []).extend(dead)
-                return
-            self.parts[key].store.mark_dead_lettered([d.seq for d in dead], now())
-            self.dirty.add(key)
-
-        self.forwarder.request(route.endpoint, Command.SEND, {"q": dlq, "p": 0, "dl": wire}, done,
-                               now_ms)
+    def _release(self, st: Stream) -> None:
+        done = st.replicated_seq()
+        while st.acks and st.acks[0].seq <= done:
+            a = st.acks.popleft()
+            a.request.reply(a.result)
 
     def flush(self) -> None:
+        reported: set[StreamKey] = set()
         for key in self.dirty:
-            rt = self.parts.get(key)
-            acks = self.acks.pop(key, [])
-            try:
-                if rt is not None:
-                    rt.store.commit()
-            except ZmqueueError as exc:
-                log.warning("commit of %s/%d failed: %s", key[0], key[1], exc)
-                for req, _ in acks:
-                    req.fail(exc)
+            st = self.set.streams.get(key)
+            acks = self.new_acks.pop(key, [])
+            if st is None:
                 continue
-            for req, result in acks:
-                req.reply(result)
+            try:
+                st.store.commit()
+            except ZmqueueError as exc:
+                log.warning("commit of %s failed: %s", key, exc)
+                for a in acks:
+                    a.request.fail(exc)
+                continue
+            if st.role is Role.WRITER:
+                self.replicator.publish(st)
+                stamp = time.monotonic()
+                for a in acks:
+                    a.seq, a.at = st.store.last_seq, stamp
+                    st.acks.append(a)
+                self._release(st)
+            else:
+                for a in acks:
+                    a.request.reply(a.result)
+                reported.add(key)
         self.dirty.clear()
+        self.replicator.report_positions(now_ms(), reported)
 
     def close(self) -> None:
-        for key in list(self.parts):
-            self._close_partition(key, remove=False)
+        self.set.close()
+        self.replicator.close()
         self.forwarder.close()

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from zmqueue.config import HostConfig
 from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.leadership import Candidacy, Confirmed, Deposed, Elected, Leadership
 from zmqueue.controlplane.managers import ManagerRoles, RolesConfig
 from zmqueue.controlplane.queue_directory import Snapshot
 from zmqueue.controlplane.registry import Heartbeat, Registrar, Registration
@@ -67,20 +68,32 @@ def lock_data_dir(path: Path) -> TextIO:
 
 
 class HostHooks:
-    """Loop hooks: run what other threads posted, then the queue service."""
+    """Loop hooks: run what other threads posted, then the queue service;
+    every few ticks, tell the leadership thread what to campaign for."""
 
     def __init__(self, cache: MetadataCache, service: QueueService) -> None:
         self.cache = cache
         self.service = service
+        self.leadership: Leadership | None = None
+        self.next_update = 0.0
 
     def tick(self, now_ms: int) -> int | None:
         self.cache.run_posted()
-        return self.service.tick(now_ms)
+        wake = self.service.tick(now_ms)
+        if self.leadership is not None and time.monotonic() >= self.next_update:
+            self.next_update = time.monotonic() + 0.1
+            svc = self.service
+            cands = {k: Candidacy(r, pref) for k, (r, pref) in svc.candidacies().items()}
+            self.leadership.update(cands, svc.positions(), svc.meta.passing())
+        return wake
 
     def flush(self) -> None:
         self.service.flush()
 
     def close(self) -> None:
+        if self.leadership is not None:
+            self.leadership.stop()
+            self.leadership.join(timeout=5)
         self.cache.stop()
         self.service.close()
 
@@ -103,6 +116,7 @@ class Host:
         self.heartbeat: Heartbeat | None = None
         self.registrar: Registrar | None = None
         self.roles: ManagerRoles | None = None
+        self.leadership: Leadership | None = None
         self.health: Any = None
 
     # --- handlers -------------------------------------------------------
@@ -131,7 +145,8 @@ class Host:
         self.sockets = Sockets(self._ctx, cfg.bind_host, cfg.client_port, cfg.pub_port, cfg.peer_port)
         cache = MetadataCache(cfg.consul, cfg.consul_timeout_ms / 1000, self._apply_snapshot,
                               self._metadata_unavailable)
-        service = QueueService(cfg.node, self.data_dir, Forwarder(self._ctx), cache.refresh)
+        service = QueueService(cfg.node, self.data_dir, Forwarder(self._ctx), self.sockets.pub,
+                               cache.refresh)
         service.register(self.dispatcher)
         AdminHandlers(cache).register(self.dispatcher)
         self.hooks = HostHooks(cache, service)
@@ -158,6 +173,13 @@ class Host:
         self._write_info(endpoints)
         cache.service_id = reg.service_id
         cache.start()
+        self.leadership = Leadership(
+            cfg.consul, cfg.consul_timeout_ms / 1000, cfg.node,
+            ["serfHealth", reg.check_id, f"http:{reg.service_id}"],
+            {"node": cfg.node, "endpoint": self.sockets.endpoints.client, "epoch": 0},
+            lambda ev: cache.post(lambda: self._on_leadership(ev)))
+        self.hooks.leadership = self.leadership
+        self.leadership.start()
         self.roles = ManagerRoles(RolesConfig(cfg.node, cfg.cluster, reg.service_id, cfg.consul,
                                               cfg.consul_timeout_ms / 1000))
         self.roles.start()
@@ -166,6 +188,16 @@ class Host:
     def _apply_snapshot(self, snap: Snapshot, forward: bool) -> None:
         assert self.hooks is not None
         self.hooks.service.apply_metadata(to_metadata(snap), int(time.time() * 1000), forward)
+
+    def _on_leadership(self, ev: Elected | Deposed | Confirmed) -> None:
+        assert self.hooks is not None
+        svc = self.hooks.service
+        if isinstance(ev, Elected):
+            svc.on_elected(ev.stream, ev.epoch)
+        elif isinstance(ev, Deposed):
+            svc.on_deposed(ev.stream)
+        else:
+            svc.on_confirmed(ev.streams, ev.at)
 
     def _metadata_unavailable(self) -> None:
         assert self.hooks is not None

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.kvhealth import KvProblemReporter, keep_last_good
 from zmqueue.controlplane.queue_directory import QueueDirectory, Snapshot
-from zmqueue.dataplane.service import Metadata, Route
+from zmqueue.dataplane.topology import Metadata, PartitionInfo, PartKey, Peer
 from zmqueue.errors import ConsulUnavailable
 
 log = logging.getLogger(__name__)
@@ -27,11 +27,17 @@ WATCH_WAIT_S = 2.0
 
 
 def to_metadata(snap: Snapshot) -> Metadata:
-    routes = {}
-    for pid, a in snap.state.assignments.items():
-        if a.replicas:
-            routes[(pid.queue, pid.partition)] = Route(a.replicas[0], snap.endpoint_of(a.replicas[0]))
-    return Metadata(configs=dict(snap.state.configs), routes=routes)
+    """The snapshot as the data plane needs it: configs, replicas, stream
+    writers and peers' endpoints."""
+    peers = {h.node: Peer(h.node, h.client_endpoint or None, h.meta.get("pub_endpoint"),
+                          h.meta.get("peer_endpoint"), h.passing) for h in snap.hosts}
+    writers: dict[PartKey, dict[str, str]] = {}
+    for (pid, origin), rec in snap.state.stream_leaders.items():
+        writers.setdefault((pid.queue, pid.partition), {})[origin] = rec.node
+    parts = {(pid.queue, pid.partition): PartitionInfo(tuple(a.replicas),
+                                                        writers.get((pid.queue, pid.partition), {}))
+             for pid, a in snap.state.assignments.items()}
+    return Metadata(dict(snap.state.configs), parts, peers)
 
 
 class MetadataCache:

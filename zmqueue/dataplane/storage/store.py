@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from zmqueue.dataplane.storage import batch, readback, receive, replay, select
+from zmqueue.dataplane.storage import batch, readback, receive, replay, replica, select
 from zmqueue.dataplane.storage.backlog import Backlog
 from zmqueue.dataplane.storage.config import StorageConfig
 from zmqueue.dataplane.storage.limits import check_limits, require_space
@@ -72,6 +72,7 @@ class PartitionStore:
         self.ring.clear()
         self.backlog = Backlog()
         self._next_seq, self._last_written = 1, 0
+        self._last_epoch = 0
         self.staged = Staging()
         self.index = BlockIndex()
         report, segments = recover_directory(self.directory, self._replay_block)
@@ -87,6 +88,7 @@ class PartitionStore:
         replay.apply_block(self.ring, self.backlog, block.table, np.frombuffer(block.heap, np.uint8))
         self._next_seq = block.header.last_seq + 1
         self._last_written = block.header.last_seq
+        self._last_epoch = int(block.table["epoch"][-1])
         self.epoch = max(self.epoch, int(block.table["epoch"].max()))
 
     def _rollback(self, exc: OSError) -> None:
@@ -137,6 +139,7 @@ class PartitionStore:
         seq0 = self._alloc(n)
         table = batch.message_table(packed, seq0, epoch, now_ms)
         self.epoch = max(self.epoch, epoch)
+        self._last_epoch = epoch
         replay.place(self.ring, self.backlog, table, packed.heap, packed=True)
         self.staged.stage(table, packed.heap)
         return range(seq0, seq0 + n)
@@ -160,6 +163,8 @@ class PartitionStore:
     def _log_refs(self, rtype: RecordType, rows: MetaRows, now_ms: int) -> Table:
         """Stage one ``rtype`` record per ring row (gathered with ``ring.meta[slots]``)."""
         first = self._alloc(len(rows))
+        if len(rows):
+            self._last_epoch = self.epoch
         return self.staged.stage_refs(rtype, rows, first, self.epoch, now_ms)
 
     def commit(self) -> int:
@@ -291,6 +296,19 @@ class PartitionStore:
     def last_seq(self) -> int:
         """The last seq handed out (committed or staged)."""
         return self._next_seq - 1
+
+    @property
+    def last_epoch(self) -> int:
+        """Epoch of the last record (committed or staged); 0 when empty."""
+        return self._last_epoch
+
+    def read_chunks(self, from_seq: int, max_records: int) -> list[replica.Chunk]:
+        """Committed rows with seq >= from_seq as raw (table, heap) chunks."""
+        return replica.read_chunks(self, from_seq, max_records)
+
+    def apply_chunk(self, table: Table, heap: bytes) -> int:
+        """Replica side: stage a writer's records verbatim (see replica.py)."""
+        return replica.apply_chunk(self, table, heap)
 
     def close(self) -> None:
         """Commit, fsync, stop the flusher, release the directory lock."""

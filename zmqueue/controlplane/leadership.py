@@ -1,0 +1,293 @@
+"""Stream writer election on Consul locks, with leases and fencing epochs.
+
+Every replicated stream (one per FIFO partition, one per origin host of a
+standard partition) has exactly one writer: the holder of the lock
+``zmqueue/leaders/<queue>/<p>/<origin>``. Its epoch is the lock's LockIndex,
+which grows with every acquisition, so records written in an older term
+carry a smaller epoch and are refused by replicas.
+
+One thread per host:
+
+- holds one Consul session tied to the host's health checks (a dead or
+  frozen host loses its locks within the TTL check's 3 s), renewed well
+  within its TTL;
+- campaigns for the streams the host is a candidate for, under the rules of
+  :func:`may_campaign` (the preferred writer first; otherwise only a replica
+  at least as far along as every healthy replica);
+- confirms, every cycle, which locks it still holds, and hands the request
+  loop a lease (:class:`Confirmed`): the loop serves as writer only until the
+  lease runs out, so a host that was frozen stops writing on its own before
+  another writer can be elected (while Consul is unreachable altogether the
+  lease is extended for up to ``OUTAGE_GRACE_S``);
+- hands a stream back to its preferred writer once that host is healthy and
+  caught up;
+- publishes the host's replica positions (rate limited) for the rule above.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import consul
+
+from zmqueue.controlplane import kvlayout as kv
+from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.errors import ConsulUnavailable
+
+log = logging.getLogger(__name__)
+
+StreamKey = tuple[str, int, str]
+"""(queue, partition, origin); origin is ``fifo`` for a FIFO partition."""
+
+CYCLE_S = 0.25
+SESSION_TTL_S = 10
+POSITIONS_EVERY_S = 0.5
+OUTAGE_GRACE_S = 60.0
+"""While every Consul address is unreachable, a writer keeps its streams this
+long: no other host can acquire a lock from a Consul that is down, so
+availability wins over waiting. A definite loss (session gone, lock held by
+another session) deposes at once. See docs/REPLICATION.md."""
+
+
+@dataclass(frozen=True)
+class Candidacy:
+    replicas: tuple[str, ...]
+    preferred: str | None
+    """Node that should write when healthy (a standard stream's origin), or None."""
+
+
+@dataclass(frozen=True)
+class Elected:
+    stream: StreamKey
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Deposed:
+    stream: StreamKey
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """These streams' locks were held by this host's session at ``at``
+    (time.monotonic() when the confirming read was sent)."""
+
+    streams: frozenset[StreamKey]
+    at: float
+
+
+Event = Elected | Deposed | Confirmed
+
+
+def lock_key(s: StreamKey) -> str:
+    return kv.stream_leader_key(kv.PartitionId(s[0], s[1]), s[2])
+
+
+def parse_lock_key(key: str) -> StreamKey | None:
+    parts = key[len(kv.PREFIX):].split("/")
+    if len(parts) != 4 or parts[0] != "leaders" or not parts[2].isdigit():
+        return None
+    return parts[1], int(parts[2]), parts[3]
+
+
+def may_campaign(me: str, cand: Candidacy, passing: set[str], my_seq: int,
+                 positions: dict[str, int]) -> bool:
+    """Whether ``me`` may try to take a free stream lock.
+
+    The preferred writer may whenever it is healthy. Anyone else only while
+    the preferred writer is not healthy, and only if no healthy replica is
+    known to be further along (so a new writer has every committed record;
+    it also fetches what its peers have before it writes, see replication).
+    """
+    if cand.preferred is not None and cand.preferred in passing and cand.preferred != me:
+        return False
+    if cand.preferred == me:
+        return True
+    best = max((positions.get(n, 0) for n in cand.replicas if n in passing and n != me), default=0)
+    return my_seq >= best
+
+
+class Leadership(threading.Thread):
+    def __init__(self, addresses: tuple[str, ...], timeout_s: float, node: str,
+                 checks: list[str], value: dict[str, Any], post: Callable[[Event], None]) -> None:
+        super().__init__(name="leadership", daemon=True)
+        self.client = ConsulClient(addresses, timeout_s)
+        self.node = node
+        self.checks = checks
+        self.value = json.dumps(value).encode()
+        self.post = post
+        self.stopped = threading.Event()
+        self._lock = threading.Lock()
+        self._cands: dict[StreamKey, Candidacy] = {}
+        self._positions: dict[StreamKey, tuple[int, int]] = {}
+        self._passing: set[str] = set()
+        self.session: str | None = None
+        self.held: dict[StreamKey, int] = {}
+        self._renewed_at = 0.0
+        self._published_at = 0.0
+        self._published: dict[StreamKey, tuple[int, int]] = {}
+
+    # --- inputs from the request loop (thread safe) -------------------------
+    def update(self, cands: dict[StreamKey, Candidacy], positions: dict[StreamKey, tuple[int, int]],
+               passing: set[str]) -> None:
+        with self._lock:
+            self._cands, self._positions, self._passing = dict(cands), dict(positions), set(passing)
+
+    # --- the thread ----------------------------------------------------------
+    def run(self) -> None:
+        outage_since: float | None = None
+        while not self.stopped.is_set():
+            try:
+                self._cycle()
+                outage_since = None
+            except ConsulUnavailable as exc:
+                now = time.monotonic()
+                if outage_since is None:
+                    outage_since = now
+                    log.warning("Consul unreachable: writers keep their streams for up to %.0f s "
+                                "(%s)", OUTAGE_GRACE_S, exc)
+                if self.held and now - outage_since < OUTAGE_GRACE_S:
+                    # nobody can take a lock while Consul is down: keep serving
+                    self.post(Confirmed(frozenset(self.held), now))
+            except consul.ConsulException as exc:
+                log.warning("leadership cycle: %s", exc)
+            self.stopped.wait(CYCLE_S)
+        self._release_all()
+
+    def _ensure_session(self) -> str:
+        now = time.monotonic()
+        if self.session is not None and now - self._renewed_at < SESSION_TTL_S / 3:
+            return self.session
+        if self.session is not None:
+            try:
+                sid = self.session
+                self.client.call(lambda c: c.session.renew(sid))
+                self._renewed_at = now
+                return self.session
+            except consul.NotFound:
+                log.warning("session %s expired; every lock it held is lost", self.session)
+                self._lose_all()
+        sid = self.client.call(lambda c: c.session.create(
+            name=f"zmqueue-{self.node}", behavior="release", lock_delay=0, ttl=SESSION_TTL_S,
+            checks=self.checks))
+        self.session, self._renewed_at = str(sid), now
+        return str(sid)
+
+    def _lose_all(self) -> None:
+        for s in list(self.held):
+            self.post(Deposed(s))
+        self.held.clear()
+        self.session = None
+
+    def _cycle(self) -> None:
+        sid = self._ensure_session()
+        with self._lock:
+            cands, positions, passing = self._cands, self._positions, self._passing
+        sent_at = time.monotonic()
+        _, items = self.client.call(lambda c: c.kv.get(f"{kv.PREFIX}leaders/", recurse=True,
+                                                      consistency="consistent"))
+        holders: dict[StreamKey, tuple[str | None, int]] = {}
+        for it in items or []:
+            s = parse_lock_key(str(it.get("Key", "")))
+            if s is not None:
+                holders[s] = (it.get("Session"), int(it.get("LockIndex") or 0))
+        state = self._positions_of_others()
+        mine = {s for s, (h, _) in holders.items() if h == sid}
+        for s in list(self.held):
+            if s not in mine:
+                log.warning("lost the writer lock of %s", s)
+                del self.held[s]
+                self.post(Deposed(s))
+        for s in mine - set(self.held):
+            self.held[s] = holders[s][1]
+            self.post(Elected(s, holders[s][1]))
+        for s in list(mine):
+            if s not in cands or self._should_hand_back(s, cands[s], passing, positions, state):
+                self._release(s)
+                mine.discard(s)
+        self.post(Confirmed(frozenset(mine), sent_at))
+        for s, cand in cands.items():
+            holder = holders.get(s, (None, 0))[0]
+            if holder is None and may_campaign(self.node, cand, passing,
+                                                positions.get(s, (0, 0))[1], state.get(s, {})):
+                self._acquire(s, sid)
+        self._publish_positions(positions)
+
+    def _positions_of_others(self) -> dict[StreamKey, dict[str, int]]:
+        _, items = self.client.call(lambda c: c.kv.get(f"{kv.PREFIX}positions/", recurse=True))
+        out: dict[StreamKey, dict[str, int]] = {}
+        for it in items or []:
+            parts = str(it.get("Key", ""))[len(kv.PREFIX):].split("/")
+            if len(parts) != 5 or not parts[2].isdigit():
+                continue
+            pos = kv.decode_position(str(it["Key"]), it.get("Value"))
+            if isinstance(pos, kv.Position):
+                out.setdefault((parts[1], int(parts[2]), parts[3]), {})[parts[4]] = pos.seq
+        return out
+
+    def _should_hand_back(self, s: StreamKey, cand: Candidacy, passing: set[str],
+                          positions: dict[StreamKey, tuple[int, int]],
+                          state: dict[StreamKey, dict[str, int]]) -> bool:
+        pref = cand.preferred
+        if pref is None or pref == self.node or pref not in passing:
+            return False
+        return state.get(s, {}).get(pref, -1) >= positions.get(s, (0, 0))[1]
+
+    def _acquire(self, s: StreamKey, sid: str) -> None:
+        key = lock_key(s)
+        ok = self.client.call(lambda c: c.kv.put(key, self.value, acquire=sid))
+        if not ok:
+            return
+        _, item = self.client.call(lambda c: c.kv.get(key, consistency="consistent"))
+        if item is None or item.get("Session") != sid:
+            return
+        epoch = int(item.get("LockIndex") or 0)
+        self.held[s] = epoch
+        log.info("became writer of %s at epoch %d", s, epoch)
+        self.post(Elected(s, epoch))
+
+    def _release(self, s: StreamKey) -> None:
+        sid = self.session
+        if sid is None:
+            return
+        self.client.call(lambda c: c.kv.put(lock_key(s), self.value, release=sid))
+        if self.held.pop(s, None) is not None:
+            log.info("released the writer lock of %s", s)
+            self.post(Deposed(s))
+
+    def _publish_positions(self, positions: dict[StreamKey, tuple[int, int]]) -> None:
+        now = time.monotonic()
+        if now - self._published_at < POSITIONS_EVERY_S:
+            return
+        changed = {s: p for s, p in positions.items() if self._published.get(s) != p}
+        ops = [{"KV": {"Verb": "set", "Key": kv.stream_position_key(
+            kv.PartitionId(s[0], s[1]), s[2], self.node),
+            "Value": base64.b64encode(kv.encode_position(kv.Position(*p))).decode()}}
+            for s, p in changed.items()]
+        for i in range(0, len(ops), 64):  # Consul caps a transaction at 64 operations
+            self._txn(ops[i:i + 64])
+        self._published.update(changed)
+        self._published_at = now
+
+    def _txn(self, ops: list[dict[str, Any]]) -> None:
+        self.client.call(lambda c: c.txn.put(ops))
+
+    def _release_all(self) -> None:
+        try:
+            for s in list(self.held):
+                self._release(s)
+            if self.session is not None:
+                sid = self.session
+                self.client.call(lambda c: c.session.destroy(sid))
+        except (ConsulUnavailable, consul.ConsulException) as exc:
+            log.warning("could not release locks on stop: %s", exc)
+
+    def stop(self) -> None:
+        self.stopped.set()

@@ -1,0 +1,94 @@
+"""Moving dead letters to the dead-letter queue.
+
+A message received more than ``max_receive_count`` times is taken out of
+delivery by the store (state MOVING), copied to partition 0 of the DLQ
+(locally when this host writes a DLQ stream, else forwarded to a host that
+does), and only then marked moved in its source stream. A crash in between
+redelivers it to the DLQ again later: a possible duplicate there, never a
+loss.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from zmqueue.dataplane.storage import Delivered
+from zmqueue.dataplane.stream import Stream
+from zmqueue.dataplane.topology import FIFO_ORIGIN, StreamKey
+from zmqueue.errors import ZmqueueError
+from zmqueue.protocol import Command
+
+if TYPE_CHECKING:
+    from zmqueue.dataplane.service import QueueService
+
+log = logging.getLogger(__name__)
+RETRY_MS = 1000
+
+
+class DeadLetterMover:
+    def __init__(self, svc: QueueService) -> None:
+        self.svc = svc
+        self.pending: dict[StreamKey, list[Delivered]] = {}
+        self.in_flight: set[StreamKey] = set()
+        self.next_try_ms: dict[StreamKey, int] = {}
+
+    def add(self, st: Stream, dead: list[Delivered]) -> None:
+        self.pending.setdefault(st.key, []).extend(dead)
+
+    def move(self, now: int) -> None:
+        for key in list(self.pending):
+            if key in self.in_flight or self.next_try_ms.get(key, 0) > now:
+                continue
+            st = self.svc.set.streams.get(key)
+            if st is None:
+                self.pending.pop(key)
+                continue
+            self._move(st, self.pending.pop(key), now)
+
+    def _retry(self, key: StreamKey, dead: list[Delivered], now: int) -> None:
+        self.pending.setdefault(key, []).extend(dead)
+        self.next_try_ms[key] = now + RETRY_MS
+
+    def _move(self, st: Stream, dead: list[Delivered], now: int) -> None:
+        svc = self.svc
+        dlq = st.config.dead_letter_queue
+        dcfg = svc.meta.configs.get(dlq or "")
+        info = svc.meta.partitions.get((dlq or "", 0))
+        if dlq is None or dcfg is None or info is None:
+            log.warning("dead-letter queue %r of %s is unknown; keeping %d messages", dlq, st.queue,
+                        len(dead))
+            svc.request_refresh()
+            self._retry(st.key, dead, now)
+            return
+        items = [(d.message_id, d.body, d.attributes, d.receive_count, st.queue) for d in dead]
+        origin = FIFO_ORIGIN if dcfg.fifo else svc.node
+        local = svc.set.streams.get((dlq, 0, origin))
+        if local is not None and local.writable:
+            local.append_dead_letters(items, now)
+            st.store.mark_dead_lettered([d.seq for d in dead], now)
+            svc.dirty.update({st.key, local.key})
+            return
+        target = info.writers.get(FIFO_ORIGIN) if dcfg.fifo else next(
+            (n for n in info.replicas if info.writers.get(n) == n), None)
+        endpoint = svc.meta.client_endpoint(target)
+        if endpoint is None:
+            self._retry(st.key, dead, now)
+            return
+        wire = [[m.hex(), b, blob, rc, src] for m, b, blob, rc, src in items]
+        key = st.key
+        self.in_flight.add(key)
+
+        def done(result: Any, err: ZmqueueError | None) -> None:
+            from zmqueue.dataplane.dispatch import now_ms
+
+            self.in_flight.discard(key)
+            cur = svc.set.streams.get(key)
+            if err is not None or cur is None:
+                log.warning("moving %d dead letters to %s failed: %s", len(dead), dlq, err)
+                self._retry(key, dead, now_ms())
+                return
+            cur.store.mark_dead_lettered([d.seq for d in dead], now_ms())
+            svc.dirty.add(key)
+
+        svc.forwarder.request(endpoint, Command.SEND, {"q": dlq, "p": 0, "dl": wire}, done, now)

@@ -1,0 +1,321 @@
+"""Replication between hosts: PUB/SUB records with (epoch, seq), gap repair
+over the peer channel, durable positions, heartbeats.
+
+Writer side: after each group commit the writer publishes the stream's new
+records on its PUB socket (topic = stream key), and a heartbeat with its last
+seq every ``HEARTBEAT_MS``. Replica side: a SUB socket connected to every peer
+applies records that follow its last seq; a gap (PUB/SUB drops under load and
+misses what was sent before a subscriber joined), a heartbeat announcing
+more, or a restart makes it fetch the missing range with CATCH_UP from the
+writer's peer ROUTER. After each commit a replica reports its durable
+position (POSITION), which is what synchronous replication waits for.
+
+Fencing: a replica refuses records whose epoch is below the stream's current
+epoch. A replica whose log diverged from the writer's (it holds records of an
+older term that the writer does not have) is told to resync: it drops its
+copy and fetches the writer's log from the start.
+
+Wire bodies (MessagePack). Records travel as chunks ``[table, heap]``: the
+88-byte record rows and the payload heap exactly as in a segment block
+(docs/SEGMENT_FORMAT.md), validated before use.
+
+- PUB ``[topic, REPLICATE push {"s": key, "e": epoch, "prev": [epoch, seq], "c": [chunk...]}]``
+- PUB ``[topic, HEARTBEAT push {"s": key, "e": epoch, "last": seq}]``
+- peer ``CATCH_UP {"s", "from", "prev": [epoch, seq], "max"}`` ->
+  ``{"e", "c": [chunk...], "last"}`` or ``{"resync": true, "e"}``
+- peer ``POSITION {"s", "node", "e", "seq"}`` -> ``{"e", "last_epoch", "last"}``
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from zmqueue import protocol
+from zmqueue.dataplane.forwarder import Forwarder
+from zmqueue.dataplane.storage.records import Table
+from zmqueue.dataplane.storage.replica import validate
+from zmqueue.dataplane.stream import Role, Stream
+from zmqueue.dataplane.topology import StreamKey
+from zmqueue.errors import InvalidParameter, ProtocolError, StaleEpoch, ZmqueueError
+from zmqueue.protocol import Command
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_MS = 200
+REPORT_EVERY_MS = 1000
+CATCH_UP_MAX = 2000
+PUBLISH_MAX = 2000
+
+
+def stream_topic(key: StreamKey) -> bytes:
+    return f"{key[0]}/{key[1]}/{key[2]}\x00".encode()
+
+
+def stream_id(key: StreamKey) -> str:
+    return f"{key[0]}/{key[1]}/{key[2]}"
+
+
+def parse_stream_id(text: Any) -> StreamKey:
+    if not isinstance(text, str) or text.count("/") != 2:
+        raise InvalidParameter("bad stream id", field="s")
+    q, p, o = text.split("/")
+    if not p.isdigit():
+        raise InvalidParameter("bad stream id", field="s")
+    return q, int(p), o
+
+
+def encode_chunks(chunks: list[tuple[Table, bytes]]) -> list[list[bytes]]:
+    return [[t.tobytes(), h] for t, h in chunks]
+
+
+def decode_chunks(raw: Any) -> list[tuple[Table, bytes]]:
+    if not isinstance(raw, list):
+        raise ProtocolError("replicated chunks must be a list")
+    out = []
+    for item in raw:
+        if not isinstance(item, list) or len(item) != 2 or not all(isinstance(x, bytes) for x in item):
+            raise ProtocolError("a replicated chunk must be [table bytes, heap bytes]")
+        out.append((validate(item[0], item[1]), item[1]))
+    return out
+
+
+class Replicator:
+    """Owns the SUB socket and the peer requests of this host's streams."""
+
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], node: str, pub: zmq.Socket[bytes],
+                 forwarder: Forwarder, streams: Callable[[], dict[StreamKey, Stream]],
+                 peer_endpoint: Callable[[str], str | None], mark_dirty: Callable[[StreamKey], None],
+                 on_resync: Callable[[StreamKey], None]) -> None:
+        self.node = node
+        self.pub = pub
+        self.forwarder = forwarder
+        self.streams = streams
+        self.peer_endpoint = peer_endpoint
+        self.mark_dirty = mark_dirty
+        self.on_resync = on_resync
+        self.sub = ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.LINGER, 0)
+        self.sub.setsockopt(zmq.RCVHWM, 100_000)
+        self.sub.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
+        self.connected: set[str] = set()
+        self.subscribed: set[StreamKey] = set()
+        self.writer_of: dict[StreamKey, str] = {}
+        self.catching_up: dict[StreamKey, float] = {}
+        self.reported: dict[StreamKey, tuple[int, float]] = {}
+        self.next_heartbeat_ms = 0
+        self.counters: dict[str, int] = {"gaps": 0, "stale_refused": 0, "resyncs": 0,
+                                         "published": 0, "applied": 0}
+
+    # --- topology -------------------------------------------------------------------
+    def set_topology(self, pub_endpoints: list[str], writers: dict[StreamKey, str]) -> None:
+        for ep in pub_endpoints:
+            if ep not in self.connected:
+                self.sub.connect(ep)
+                self.connected.add(ep)
+        self.writer_of = dict(writers)
+        want = set(self.streams())
+        for key in want - self.subscribed:
+            self.sub.setsockopt(zmq.SUBSCRIBE, stream_topic(key))
+        for key in self.subscribed - want:
+            self.sub.setsockopt(zmq.UNSUBSCRIBE, stream_topic(key))
+        self.subscribed = want
+
+    # --- writer side ----------------------------------------------------------------
+    def publish(self, st: Stream) -> None:
+        """Publish what this writer committed since the last call."""
+        while st.published_seq < st.store.last_seq:
+            chunks = st.store.read_chunks(st.published_seq + 1, PUBLISH_MAX)
+            if not chunks:
+                return
+            body = {"s": stream_id(st.key), "e": st.epoch,
+                    "prev": [st.published_epoch, st.published_seq], "c": encode_chunks(chunks)}
+            self._send_pub(st.key, protocol.encode_push(Command.REPLICATE, body))
+            last = chunks[-1][0]
+            st.published_seq, st.published_epoch = int(last["seq"][-1]), int(last["epoch"][-1])
+            self.counters["published"] += sum(len(t) for t, _ in chunks)
+
+    def heartbeats(self, now_ms: int) -> None:
+        if now_ms < self.next_heartbeat_ms:
+            return
+        self.next_heartbeat_ms = now_ms + HEARTBEAT_MS
+        for st in self.streams().values():
+            if st.role is Role.WRITER:
+                body = {"s": stream_id(st.key), "e": st.epoch, "last": st.store.last_seq}
+                self._send_pub(st.key, protocol.encode_push(Command.HEARTBEAT, body))
+
+    def _send_pub(self, key: StreamKey, payload: bytes) -> None:
+        try:
+            self.pub.send_multipart([stream_topic(key), payload], zmq.NOBLOCK)
+        except zmq.Again:
+            self.counters["pub_dropped"] = self.counters.get("pub_dropped", 0) + 1
+
+    # --- peer requests served by this host (on the peer ROUTER) ----------------------
+    def h_catch_up(self, body: dict[str, Any]) -> Any:
+        st = self._stream(body.get("s"))
+        start = body.get("from")
+        prev = body.get("prev") or [0, 0]
+        if not isinstance(start, int) or start < 1 or not isinstance(prev, list) or len(prev) != 2:
+            raise InvalidParameter("catch-up needs from >= 1 and prev [epoch, seq]")
+        if prev[1] > st.store.last_seq or (prev[1] > 0 and self._epoch_at(st, prev[1]) != prev[0]):
+            return {"resync": True, "e": st.epoch}
+        chunks = st.store.read_chunks(start, CATCH_UP_MAX)
+        first = int(chunks[0][0]["seq"][0]) if chunks else None
+        if prev[1] > 0 and start <= st.store.last_seq and first != start:
+            return {"resync": True, "e": st.epoch}
+        return {"e": st.epoch, "c": encode_chunks(chunks), "last": st.store.last_seq}
+
+    def _epoch_at(self, st: Stream, seq: int) -> int | None:
+        recs = st.store.read_records(seq, 1)
+        return recs[0].epoch if recs and recs[0].seq == seq else None
+
+    def h_position(self, body: dict[str, Any]) -> Any:
+        st = self._stream(body.get("s"))
+        node, epoch, seq = body.get("node"), body.get("e"), body.get("seq")
+        if isinstance(node, str) and isinstance(seq, int) and epoch == st.epoch and st.role is Role.WRITER:
+            st.follower_pos[node] = seq
+        return {"e": st.epoch, "last_epoch": st.store.last_epoch, "last": st.store.last_seq}
+
+    def _stream(self, sid: Any) -> Stream:
+        st = self.streams().get(parse_stream_id(sid))
+        if st is None:
+            raise InvalidParameter(f"this host has no stream {sid!r}", field="s")
+        return st
+
+    # --- replica side ------------------------------------------------------------------
+    def poll(self, now_ms: int) -> None:
+        for _ in range(1000):
+            try:
+                frames = self.sub.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            if len(frames) != 2:
+                continue
+            try:
+                frame = protocol.decode(frames[1])
+                self._on_pub(frame.command, frame.body, now_ms)
+            except ZmqueueError as exc:
+                log.debug("dropped a replication frame: %s", exc)
+        self.heartbeats(now_ms)
+
+    def _on_pub(self, cmd: Command, body: Any, now_ms: int) -> None:
+        if not isinstance(body, dict):
+            return
+        st = self.streams().get(parse_stream_id(body.get("s")))
+        if st is None or st.role is not Role.REPLICA:
+            return
+        epoch = body.get("e")
+        if not isinstance(epoch, int) or epoch < st.epoch:
+            self.counters["stale_refused"] += 1
+            return
+        st.epoch = epoch
+        if cmd == Command.REPLICATE:
+            prev = body.get("prev")
+            if (isinstance(prev, list) and len(prev) == 2 and prev[1] == st.store.last_seq
+                    and prev[1] > 0 and prev[0] != st.store.last_epoch):
+                self._resync(st)
+                return
+            self.apply(st, decode_chunks(body.get("c")), epoch)
+        elif cmd == Command.HEARTBEAT:
+            last = body.get("last")
+            if isinstance(last, int) and last > st.store.last_seq:
+                self.catch_up(st, now_ms)
+
+    def apply(self, st: Stream, chunks: list[tuple[Table, bytes]], epoch: int) -> bool:
+        """Apply chunks that extend the local log; False on a gap or divergence."""
+        for table, heap in chunks:
+            if int(table["epoch"].max()) > epoch:
+                raise StaleEpoch("a record's epoch is newer than its sender's term")
+            last = st.store.last_seq
+            seqs = table["seq"]
+            if int(seqs[-1]) <= last:
+                continue
+            if int(seqs[0]) <= last:
+                row = table[seqs == last]
+                if len(row) and int(row["epoch"][0]) != st.store.last_epoch:
+                    self._resync(st)  # the writer holds another record at our last seq
+                    return False
+            elif last and int(seqs[0]) != last + 1:
+                self.counters["gaps"] += 1
+                self.catch_up(st, int(time.time() * 1000))
+                return False
+            n = st.store.apply_chunk(table, heap)
+            st.note_table(table[table["seq"] > last], heap)
+            self.counters["applied"] += n
+        self.mark_dirty(st.key)
+        return True
+
+    def _resync(self, st: Stream) -> None:
+        self.counters["resyncs"] += 1
+        log.warning("stream %s diverged from its writer: dropping the local copy to resync",
+                    stream_id(st.key))
+        self.on_resync(st.key)
+
+    def catch_up(self, st: Stream, now_ms: int, source: str | None = None) -> None:
+        """Fetch records after our last seq from ``source`` (default: the writer)."""
+        if self.catching_up.get(st.key, 0) > time.monotonic():
+            return
+        node = source or self.writer_of.get(st.key)
+        endpoint = self.peer_endpoint(node) if node else None
+        if endpoint is None or node == self.node:
+            return
+        self.catching_up[st.key] = time.monotonic() + 3.0
+        key = st.key
+        body = {"s": stream_id(key), "from": st.store.last_seq + 1, "max": CATCH_UP_MAX,
+                "prev": [st.store.last_epoch, st.store.last_seq]}
+
+        def done(reply: Any, err: ZmqueueError | None) -> None:
+            self.catching_up.pop(key, None)
+            cur = self.streams().get(key)
+            if err is not None or cur is None or not isinstance(reply, dict):
+                return
+            if reply.get("resync"):
+                self._resync(cur)
+                return
+            e = reply.get("e")
+            if not isinstance(e, int) or e < cur.epoch:
+                return
+            cur.epoch = max(cur.epoch, e) if cur.role is Role.REPLICA else cur.epoch
+            ok = self.apply(cur, decode_chunks(reply.get("c") or []), e)
+            last = reply.get("last")
+            if ok and isinstance(last, int) and last > cur.store.last_seq:
+                self.catch_up(cur, int(time.time() * 1000), source)
+
+        self.forwarder.request(endpoint, Command.CATCH_UP, body, done, now_ms, timeout_ms=3000)
+
+    def report_positions(self, now_ms: int, force: set[StreamKey]) -> None:
+        """Tell writers our durable position: after commits, and every second."""
+        for key, st in self.streams().items():
+            if st.role is not Role.REPLICA:
+                continue
+            writer = self.writer_of.get(key)
+            endpoint = self.peer_endpoint(writer) if writer and writer != self.node else None
+            if endpoint is None:
+                continue
+            last = self.reported.get(key, (-1, 0.0))
+            pos = st.store.last_seq
+            if key not in force and pos == last[0] and now_ms - last[1] < REPORT_EVERY_MS:
+                continue
+            self.reported[key] = (pos, now_ms)
+            body = {"s": stream_id(key), "node": self.node, "e": st.epoch, "seq": pos}
+            self.forwarder.request(endpoint, Command.POSITION, body, self._on_position_reply(key),
+                                   now_ms, timeout_ms=2000)
+
+    def _on_position_reply(self, key: StreamKey) -> Callable[[Any, ZmqueueError | None], None]:
+        def done(reply: Any, err: ZmqueueError | None) -> None:
+            st = self.streams().get(key)
+            if err is not None or st is None or not isinstance(reply, dict):
+                return
+            last, e = reply.get("last"), reply.get("e")
+            if st.role is Role.REPLICA and isinstance(e, int) and e >= st.epoch:
+                st.epoch = e
+                if isinstance(last, int) and last > st.store.last_seq:
+                    self.catch_up(st, int(time.time() * 1000))
+        return done
+
+    def close(self) -> None:
+        self.sub.close(linger=0)

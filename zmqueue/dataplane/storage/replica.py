@@ -1,0 +1,80 @@
+"""The storage side of replication: committed records out as raw record
+tables, and a replica's log extended with a writer's records verbatim.
+
+Records travel as (table bytes, heap bytes) pairs: the same 88-byte rows and
+payload heap as inside a block (docs/SEGMENT_FORMAT.md), so a replica stores
+exactly what its writer stored (same seq, epoch and times) without per-record
+Python objects. :func:`validate` checks untrusted tables before they touch a
+store.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from zmqueue.dataplane.storage import replay
+from zmqueue.dataplane.storage.records import RECORD_DTYPE, RecordType, Table
+from zmqueue.errors import InvalidParameter
+
+if TYPE_CHECKING:
+    from zmqueue.dataplane.storage.store import PartitionStore
+
+Chunk = tuple[Table, bytes]
+
+
+def read_chunks(store: PartitionStore, from_seq: int, max_records: int) -> list[Chunk]:
+    """Committed rows with seq >= ``from_seq``, block by block (each with its heap)."""
+    out: list[Chunk] = []
+    n = 0
+    i = store.index.find(from_seq)
+    while i < store.index.count and n < max_records:
+        _, base, offset = store.index.entry(i)
+        _, table, heap = store.reader.read(base, offset)
+        rows = table[table["seq"] >= from_seq][: max_records - n]
+        if len(rows):
+            out.append((rows, heap))
+            n += len(rows)
+        i += 1
+    return out
+
+
+def validate(table_bytes: bytes, heap: bytes) -> Table:
+    """A record table from the wire, checked: whole rows, known types,
+    contiguous seqs, payloads inside the heap."""
+    if len(table_bytes) == 0 or len(table_bytes) % RECORD_DTYPE.itemsize:
+        raise InvalidParameter("replicated table is not whole records")
+    table = np.frombuffer(table_bytes, RECORD_DTYPE).copy()
+    seqs = table["seq"].astype(np.int64)
+    if np.any(np.diff(seqs) != 1):
+        raise InvalidParameter("replicated records are not contiguous")
+    if not np.isin(table["type"], [int(t) for t in RecordType]).all():
+        raise InvalidParameter("replicated record of unknown type")
+    msg = table["type"] == RecordType.MESSAGE
+    ends = table["data_off"][msg].astype(np.int64) + table["body_len"][msg] + table["attr_len"][msg]
+    if len(ends) and int(ends.max()) > len(heap):
+        raise InvalidParameter("replicated payload outside its heap")
+    return table
+
+
+def apply_chunk(store: PartitionStore, table: Table, heap: bytes) -> int:
+    """Append a writer's rows (those after our last seq) to this replica;
+    staged until commit(). Returns how many rows were applied. The first new
+    row must follow our last seq, except in an empty store (a fresh replica
+    may start at the writer's first retained record)."""
+    last = store.last_seq
+    rows = table[table["seq"] > last]
+    if not len(rows):
+        return 0
+    first = int(rows["seq"][0])
+    if last and first != last + 1:
+        raise InvalidParameter(f"replicated records start at {first}, expected {last + 1}")
+    store._check_open(int(rows["time_ms"].max()))
+    rows = rows.copy()
+    replay.apply_block(store.ring, store.backlog, rows, np.frombuffer(heap, np.uint8))
+    store.staged.stage(rows, heap if (rows["type"] == RecordType.MESSAGE).any() else b"")
+    store._next_seq = int(rows["seq"][-1]) + 1
+    store._last_epoch = int(rows["epoch"][-1])
+    store.epoch = max(store.epoch, int(rows["epoch"].max()))
+    return len(rows)

@@ -1,0 +1,251 @@
+"""One replicated stream of a partition on this host: its store, its role,
+and SQS semantics over it.
+
+A FIFO partition has one stream (origin ``fifo``); a standard partition has
+one per replica host (origin = the node that accepts sends into it). Every
+replica host of the partition keeps a copy of every stream. The stream's
+writer (the holder of its Consul lock, at epoch = the lock's LockIndex)
+appends records and serves receives; the other copies apply the writer's
+records in sequence order. Everything runs on the host's request-loop thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from zmqueue.config import QueueConfig
+from zmqueue.dataplane.dispatch import Request
+from zmqueue.dataplane.messages import (
+    check_size,
+    decode_blob,
+    encode_blob,
+    group_hash,
+    new_message_id,
+    validate_attributes,
+)
+from zmqueue.dataplane.storage import Delivered, NewMessage, PartitionStoreProtocol, Record, RecordType
+from zmqueue.dataplane.storage.records import Table
+from zmqueue.dataplane.topology import StreamKey
+from zmqueue.errors import InvalidParameter, InvalidReceipt
+from zmqueue.protocol import Receipt
+
+DEDUP_WINDOW_MS = 5 * 60 * 1000
+DEDUP_MAX_ENTRIES = 1_000_000
+LEASE_S = 2.0
+"""A writer serves this long after its lock was last confirmed (well under
+the 3 s health TTL after which Consul would release the lock)."""
+
+
+class Role(Enum):
+    REPLICA = "replica"
+    RECOVERING = "recovering"
+    WRITER = "writer"
+
+
+@dataclass
+class PendingAck:
+    seq: int
+    request: Request
+    result: Any
+    at: float = 0.0
+    """time.monotonic() when the records were committed locally."""
+
+
+@dataclass
+class DedupWindow:
+    """dedup key -> (message id, expiry), oldest first; bounded."""
+
+    entries: OrderedDict[str, tuple[bytes, int]] = field(default_factory=OrderedDict)
+
+    def get(self, key: str, now_ms: int) -> bytes | None:
+        self.prune(now_ms)
+        item = self.entries.get(key)
+        return item[0] if item else None
+
+    def put(self, key: str, message_id: bytes, sent_ms: int) -> None:
+        self.entries[key] = (message_id, sent_ms + DEDUP_WINDOW_MS)
+        while len(self.entries) > DEDUP_MAX_ENTRIES:
+            self.entries.popitem(last=False)
+
+    def prune(self, now_ms: int) -> None:
+        while self.entries:
+            _, (_, expires) = next(iter(self.entries.items()))
+            if expires > now_ms:
+                return
+            self.entries.popitem(last=False)
+
+
+def dedup_key(cfg: QueueConfig, body: bytes, dedup: str | None) -> str | None:
+    if not cfg.fifo:
+        return None
+    return dedup or (hashlib.sha256(body).hexdigest() if cfg.content_based_dedup else None)
+
+
+class Stream:
+    def __init__(self, key: StreamKey, config: QueueConfig, store: PartitionStoreProtocol,
+                 replicas: tuple[str, ...]) -> None:
+        self.key = key
+        self.queue, self.partition, self.origin = key
+        self.config = config
+        self.store = store
+        self.replicas = replicas
+        self.role = Role.REPLICA
+        self.epoch = 0
+        """The current term as far as this host knows (fences older records)."""
+        self.lease_until = 0.0
+        self.dedup = DedupWindow()
+        self.acks: deque[PendingAck] = deque()
+        self.follower_pos: dict[str, int] = {}
+        self.published_seq = store.last_seq
+        self.published_epoch = store.last_epoch
+        self.rebuild_dedup()
+
+    # --- role ---------------------------------------------------------------
+    @property
+    def writable(self) -> bool:
+        return self.role is Role.WRITER and time.monotonic() < self.lease_until
+
+    def quorum(self) -> int:
+        r = max(1, len(self.replicas))
+        return r // 2 + 1 if self.config.sync_replication else 1
+
+    def replicated_seq(self) -> int:
+        """Highest seq held by a quorum of replicas (this writer included)."""
+        positions = sorted([self.store.last_seq, *self.follower_pos.values()], reverse=True)
+        need = self.quorum()
+        return positions[need - 1] if len(positions) >= need else 0
+
+    # --- dedup ----------------------------------------------------------------
+    def rebuild_dedup(self) -> None:
+        """FIFO: refill the 5-minute dedup window from the log's recent messages."""
+        if not self.config.fifo:
+            return
+        horizon = int(time.time() * 1000) - DEDUP_WINDOW_MS
+        seq = max(1, self.store.last_seq - 200_000)
+        while True:
+            recs = self.store.read_records(seq, 10_000)
+            if not recs:
+                return
+            self.note_messages(recs, horizon)
+            seq = recs[-1].seq + 1
+
+    def note_table(self, table: Table, heap: bytes) -> None:
+        """Replica side: remember the dedup keys of replicated FIFO messages."""
+        if not self.config.fifo:
+            return
+        for row in table[table["type"] == RecordType.MESSAGE]:
+            off, blen, alen = int(row["data_off"]), int(row["body_len"]), int(row["attr_len"])
+            meta = decode_blob(heap[off + blen:off + blen + alen])
+            key = dedup_key(self.config, heap[off:off + blen], meta.get("d"))
+            if key:
+                self.dedup.put(key, bytes(row["message_id"]), int(row["time_ms"]))
+
+    def note_messages(self, recs: list[Record], horizon_ms: int = 0) -> None:
+        for r in recs:
+            if r.type == RecordType.MESSAGE and r.time_ms >= horizon_ms:
+                meta = decode_blob(r.attributes)
+                key = dedup_key(self.config, r.body, meta.get("d"))
+                if key:
+                    self.dedup.put(key, r.message_id, r.time_ms)
+
+    # --- send -------------------------------------------------------------------
+    def send(self, items: list[Any], now_ms: int) -> list[str]:
+        """Validate and append a batch; returns message ids (hex), in order.
+
+        A FIFO duplicate (same dedup key within 5 minutes) is not stored and
+        returns the original id. The whole batch is checked before anything
+        is appended, so a bad item rejects the batch.
+        """
+        prepared: list[tuple[NewMessage | None, bytes]] = []
+        batch_keys: dict[str, bytes] = {}
+        new_keys: list[tuple[str, bytes]] = []
+        for i, item in enumerate(items):
+            msg, key = self._prepare(i, item)
+            known = (self.dedup.get(key, now_ms) or batch_keys.get(key)) if key else None
+            if known is not None:
+                prepared.append((None, known))
+                continue
+            if key:
+                batch_keys[key] = msg.message_id
+                new_keys.append((key, msg.message_id))
+            prepared.append((msg, msg.message_id))
+        new = [m for m, _ in prepared if m is not None]
+        if new:
+            self.store.append(new, now_ms, self.epoch)
+        for key, mid in new_keys:
+            self.dedup.put(key, mid, now_ms)
+        return [mid.hex() for _, mid in prepared]
+
+    def _prepare(self, i: int, item: Any) -> tuple[NewMessage, str | None]:
+        cfg = self.config
+        if not isinstance(item, list) or len(item) != 5:
+            raise InvalidParameter(f"message {i}: expected [body, attributes, delay, group, dedup]")
+        body, attrs, delay, group, dedup = item
+        if not isinstance(body, bytes):
+            raise InvalidParameter(f"message {i}: body must be bytes", field="body")
+        attrs = validate_attributes(attrs)
+        for name, val, limit in (("group_id", group, 128), ("dedup_id", dedup, 128)):
+            if val is not None and (not isinstance(val, str) or not 0 < len(val) <= limit):
+                raise InvalidParameter(f"message {i}: {name} must be 1-{limit} characters", field=name)
+        if delay is None:
+            delay = cfg.delay_s
+        if not isinstance(delay, int) or isinstance(delay, bool) or not 0 <= delay <= 900:
+            raise InvalidParameter(f"message {i}: delay must be 0-900 seconds", field="delay")
+        if cfg.fifo and group is None:
+            raise InvalidParameter(f"message {i}: FIFO queues need a group_id", field="group_id")
+        blob = encode_blob(attrs, group, dedup)
+        check_size(body, blob, cfg.max_message_bytes)
+        msg = NewMessage(new_message_id(), body, blob, group_hash(group) if cfg.fifo else 0,
+                         delay * 1000)
+        return msg, dedup_key(cfg, body, dedup)
+
+    def append_dead_letters(self, items: list[tuple[bytes, bytes, bytes, int, str]], now_ms: int) -> None:
+        """Store messages moved here from another queue:
+        (message id, body, blob, carried receive count, source queue)."""
+        msgs = []
+        for mid, body, blob, rc, source in items:
+            meta = decode_blob(blob)
+            new_blob = encode_blob(meta.get("a") or {}, meta.get("g"), meta.get("d"), rc, source)
+            gh = group_hash(meta.get("g")) if self.config.fifo else 0
+            msgs.append(NewMessage(mid, body, new_blob, gh, 0))
+        self.store.append(msgs, now_ms, self.epoch)
+
+    # --- receive -------------------------------------------------------------------
+    def receive(self, max_messages: int, visibility_ms: int, now_ms: int
+                ) -> tuple[list[list[Any]], list[Delivered]]:
+        """Up to ``max_messages`` wire-encoded messages, and the dead letters
+        the caller must move to the DLQ."""
+        mrc = self.config.max_receive_count if self.config.dead_letter_queue else None
+        delivered, dead = self.store.receive(max_messages, now_ms, visibility_ms,
+                                             max_receive_count=mrc)
+        return [self.encode_delivered(d) for d in delivered], dead
+
+    def encode_delivered(self, d: Delivered) -> list[Any]:
+        meta = decode_blob(d.attributes)
+        receipt = Receipt(self.queue, self.partition, self.origin, d.seq, d.receive_count,
+                          self.epoch).encode()
+        rc = d.receive_count + int(meta.get("rc", 0))
+        return [d.message_id.hex(), d.body, meta.get("a") or {}, receipt, rc, d.enqueue_ms,
+                meta.get("g"), meta.get("src")]
+
+    # --- delete / visibility ---------------------------------------------------------
+    def _own(self, receipt: Receipt) -> None:
+        if (receipt.queue, receipt.partition, receipt.origin) != self.key:
+            raise InvalidReceipt("the receipt belongs to another queue or partition")
+
+    def delete(self, receipt: Receipt, now_ms: int) -> None:
+        self._own(receipt)
+        self.store.delete(receipt.seq, receipt.receive_count, now_ms)
+
+    def change_visibility(self, receipt: Receipt, timeout_s: int, now_ms: int) -> int:
+        self._own(receipt)
+        return self.store.change_visibility(receipt.seq, receipt.receive_count, timeout_s * 1000,
+                                            now_ms)
+
+    def visibility_ms(self, override_s: int | None) -> int:
+        return (self.config.visibility_timeout_s if override_s is None else override_s) * 1000

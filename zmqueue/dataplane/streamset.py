@@ -1,0 +1,98 @@
+"""The streams this host keeps: opened, reconciled with metadata, wiped.
+
+Layout: ``<data dir>/queues/<queue>/<partition>/<origin>/`` holds one
+stream's segment files. A stream is kept while its queue exists and this host
+is a replica of its partition, or while it still holds messages (a standard
+stream whose origin left the replica set keeps its messages deliverable).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from zmqueue.config import QueueConfig
+from zmqueue.dataplane.storage import PartitionStore, StorageConfig
+from zmqueue.dataplane.stream import Stream
+from zmqueue.dataplane.topology import Metadata, PartKey, StreamKey
+
+log = logging.getLogger(__name__)
+
+
+def storage_config(cfg: QueueConfig, defaults: StorageConfig) -> StorageConfig:
+    return replace(defaults, fsync=cfg.fsync, retention_ms=cfg.retention_s * 1000,
+                   max_messages=cfg.max_messages, fifo=cfg.fifo)
+
+
+class StreamSet:
+    def __init__(self, node: str, root: Path, defaults: StorageConfig) -> None:
+        self.node = node
+        self.root = root
+        self.defaults = defaults
+        self.streams: dict[StreamKey, Stream] = {}
+
+    def path(self, key: StreamKey) -> Path:
+        return self.root / key[0] / str(key[1]) / key[2]
+
+    def _local_origins(self, part: PartKey) -> list[str]:
+        d = self.root / part[0] / str(part[1])
+        return sorted(p.name for p in d.iterdir() if p.is_dir()) if d.is_dir() else []
+
+    def reconcile(self, meta: Metadata, now_ms: int) -> list[StreamKey]:
+        """Open what ``meta`` assigns here, close what it no longer does;
+        returns the keys closed."""
+        want: dict[StreamKey, tuple[QueueConfig, tuple[str, ...]]] = {}
+        for part, info in meta.partitions.items():
+            cfg = meta.configs.get(part[0])
+            if cfg is None or self.node not in info.replicas:
+                continue
+            origins = set(meta.origins(part)) | set(self._local_origins(part))
+            for origin in origins:
+                want[(part[0], part[1], origin)] = (cfg, info.replicas)
+        closed = []
+        for key in list(self.streams):
+            if key not in want:
+                self.close_stream(key, remove=key[0] not in meta.configs)
+                closed.append(key)
+        for key, (cfg, replicas) in want.items():
+            st = self.streams.get(key)
+            if st is None:
+                self.open_stream(key, cfg, replicas, now_ms)
+            else:
+                st.config, st.replicas = cfg, replicas
+        return closed
+
+    def open_stream(self, key: StreamKey, cfg: QueueConfig, replicas: tuple[str, ...],
+                    now_ms: int) -> Stream:
+        store = PartitionStore.open(self.path(key), storage_config(cfg, self.defaults), now_ms=now_ms)
+        log.info("opened stream %s: %s", "/".join(map(str, key)), store.recovery_report)
+        st = Stream(key, cfg, store, replicas)
+        self.streams[key] = st
+        return st
+
+    def close_stream(self, key: StreamKey, remove: bool) -> None:
+        st = self.streams.pop(key)
+        st.store.close()
+        if remove:
+            shutil.rmtree(self.path(key), ignore_errors=True)
+            log.info("queue %s deleted: removed stream %s/%s", key[0], key[1], key[2])
+
+    def wipe(self, key: StreamKey, now_ms: int) -> None:
+        """Drop a diverged copy and start it empty (it then catches up)."""
+        st = self.streams[key]
+        self.close_stream(key, remove=False)
+        shutil.rmtree(self.path(key), ignore_errors=True)
+        fresh = self.open_stream(key, st.config, st.replicas, now_ms)
+        fresh.epoch = st.epoch
+
+    def partition_streams(self, part: PartKey) -> list[Stream]:
+        return [st for k, st in self.streams.items() if (k[0], k[1]) == part]
+
+    def led_streams(self, part: PartKey) -> list[Stream]:
+        return [st for st in self.partition_streams(part) if st.writable]
+
+    def close(self) -> None:
+        for key in list(self.streams):
+            self.close_stream(key, remove=False)

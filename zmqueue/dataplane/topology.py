@@ -1,0 +1,59 @@
+"""What the control plane tells the data plane: plain values only (the data
+plane never imports the control plane)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from zmqueue.config import QueueConfig
+
+PartKey = tuple[str, int]
+StreamKey = tuple[str, int, str]
+FIFO_ORIGIN = "fifo"
+
+
+@dataclass(frozen=True)
+class Peer:
+    node: str
+    client: str | None
+    pub: str | None
+    peer: str | None
+    passing: bool
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    replicas: tuple[str, ...]
+    writers: dict[str, str] = field(default_factory=dict)
+    """origin -> node holding that stream's writer lock."""
+
+
+@dataclass(frozen=True)
+class Metadata:
+    configs: dict[str, QueueConfig] = field(default_factory=dict)
+    partitions: dict[PartKey, PartitionInfo] = field(default_factory=dict)
+    peers: dict[str, Peer] = field(default_factory=dict)
+
+    def origins(self, key: PartKey) -> list[str]:
+        """The streams of a partition: one for FIFO, one per replica otherwise."""
+        cfg = self.configs.get(key[0])
+        info = self.partitions.get(key)
+        if cfg is None or info is None:
+            return []
+        return [FIFO_ORIGIN] if cfg.fifo else list(info.replicas)
+
+    def client_endpoint(self, node: str | None) -> str | None:
+        peer = self.peers.get(node or "")
+        return peer.client if peer is not None and peer.passing else None
+
+    def peer_endpoint(self, node: str | None) -> str | None:
+        peer = self.peers.get(node or "")
+        return peer.peer if peer is not None else None
+
+    def passing(self) -> set[str]:
+        return {n for n, p in self.peers.items() if p.passing}
+
+    def merged_with(self, older: Metadata) -> Metadata:
+        """This state plus whatever ``older`` knew that this one lacks."""
+        return Metadata({**older.configs, **self.configs}, {**older.partitions, **self.partitions},
+                        {**older.peers, **self.peers})

@@ -1,0 +1,86 @@
+"""Long polls parked on a partition until a message is receivable, their
+wait time runs out, or the client cancels them."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from zmqueue.dataplane.dispatch import Request
+from zmqueue.dataplane.topology import PartKey
+from zmqueue.errors import ZmqueueError
+
+if TYPE_CHECKING:
+    from zmqueue.dataplane.service import QueueService
+
+MAX_WAITERS = 100_000
+
+
+@dataclass
+class Waiter:
+    request: Request
+    max_messages: int
+    visibility_s: int | None
+    deadline_ms: int
+
+
+class Waiters:
+    def __init__(self) -> None:
+        self.by_part: dict[PartKey, deque[Waiter]] = {}
+        self.total = 0
+
+    def park(self, part: PartKey, req: Request, max_n: int, vis_s: int | None, deadline: int) -> None:
+        if self.total >= MAX_WAITERS:
+            req.reply({"m": []})
+            return
+        self.by_part.setdefault(part, deque()).append(Waiter(req, max_n, vis_s, deadline))
+        self.total += 1
+
+    def count(self, part: PartKey) -> int:
+        return len(self.by_part.get(part, ()))
+
+    def serve(self, svc: QueueService, now: int) -> int | None:
+        """Answer waiters that can be; returns ms until the next due time."""
+        wake: int | None = None
+        for part, q in list(self.by_part.items()):
+            streams = svc.set.led_streams(part)
+            while q:
+                w = q[0]
+                if w.request.answered:
+                    q.popleft()
+                    continue
+                if not any(st.store.has_visible(now) for st in streams):
+                    break
+                msgs = svc.take(streams, w.max_messages, w.visibility_s, now)
+                if not msgs:
+                    break
+                q.popleft()
+                w.request.reply({"m": msgs})
+            for w in [w for w in q if w.deadline_ms <= now or w.request.answered]:
+                q.remove(w)
+                w.request.reply({"m": []})
+            for st in streams:
+                nxt = st.store.next_wakeup_ms(now) if q else None
+                if nxt is not None:
+                    wake = nxt - now if wake is None else min(wake, nxt - now)
+            if not q:
+                del self.by_part[part]
+        self.total = sum(len(q) for q in self.by_part.values())
+        return wake
+
+    def cancel(self, identity: bytes, request_id: int) -> bool:
+        for q in self.by_part.values():
+            for w in q:
+                if w.request.identity == identity and w.request.frame.request_id == request_id:
+                    w.request.reply({"m": []})
+                    return True
+        return False
+
+    def answer_all(self, part: PartKey) -> None:
+        for w in self.by_part.pop(part, deque()):
+            w.request.reply({"m": []})
+
+    def fail_partition(self, part: PartKey, exc: ZmqueueError) -> None:
+        for w in self.by_part.pop(part, deque()):
+            w.request.fail(exc)
