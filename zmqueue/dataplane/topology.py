@@ -35,12 +35,16 @@ class Metadata:
     peers: dict[str, Peer] = field(default_factory=dict)
 
     def origins(self, key: PartKey) -> list[str]:
-        """The streams of a partition: one for FIFO, one per replica otherwise."""
+        """The streams of a partition: one for FIFO; otherwise one per replica,
+        plus the streams of former replicas that still have a writer (their
+        messages stay deliverable and get copied to new replicas)."""
         cfg = self.configs.get(key[0])
         info = self.partitions.get(key)
         if cfg is None or info is None:
             return []
-        return [FIFO_ORIGIN] if cfg.fifo else list(info.replicas)
+        if cfg.fifo:
+            return [FIFO_ORIGIN]
+        return sorted(set(info.replicas) | {o for o in info.writers if o != FIFO_ORIGIN})
 
     def client_endpoint(self, node: str | None) -> str | None:
         peer = self.peers.get(node or "")

@@ -1,0 +1,131 @@
+"""Replication and failover with real hosts: acknowledged sends survive the
+loss of a writer, FIFO writers change with a higher epoch within 5 s, and a
+stale writer's writes are refused."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import zmqueue
+from tests.conftest import HostFactory, all_passing, wait_for
+from tests.helpers import check_statuses, consul_for
+from zmqueue.localcluster import ConsulAgent, HostProcess
+from zmqueue.protocol import Command
+
+
+def three_hosts(hosts: HostFactory, agent: ConsulAgent) -> list[HostProcess]:
+    hs = [hosts.start(f"h{i}") for i in (1, 2, 3)]
+    for h in hs:
+        wait_for(lambda h=h: all_passing(check_statuses(agent, h.node)), 20, f"{h.node} passing")
+    return hs
+
+
+@pytest.fixture
+def client(consul_agent: ConsulAgent) -> Iterator[zmqueue.Client]:
+    with zmqueue.connect(consul_agent.http_addr, request_timeout=2, retries=8) as c:
+        yield c
+
+
+def writer_of(agent: ConsulAgent, queue: str, origin: str) -> tuple[str, int] | None:
+    _, item = consul_for(agent).kv.get(f"zmqueue/leaders/{queue}/0/{origin}")
+    if not item or not item.get("Session"):
+        return None
+    return str(json.loads(item["Value"])["node"]), int(item["LockIndex"])
+
+
+def by_node(hs: list[HostProcess], node: str) -> HostProcess:
+    return next(h for h in hs if h.node == node)
+
+
+def drain(q: zmqueue.Queue, expect: int, timeout_s: float = 30) -> dict[str, bytes]:
+    got: dict[str, bytes] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(got) < expect and time.monotonic() < deadline:
+        msgs = q.receive(max_messages=100, wait_time=1)
+        for m in msgs:
+            got[m.id] = m.body
+        if msgs:
+            q.delete_batch([m.receipt for m in msgs])
+    return got
+
+
+def test_sync_replicated_standard_sends_survive_the_loss_of_the_host_that_took_them(
+        hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
+    hs = three_hosts(hosts, consul_agent)
+    q = client.create_queue("std", replication_factor=3, sync_replication=True)
+    home = q.routes.for_send(0)[0]
+    ids = []
+    for i in range(10):
+        ids += q.send_batch([f"m{i}-{j}".encode() for j in range(20)])
+    taker = next(h for h in hs if h.node in {n for n, ep in q.routes.part(0).endpoints.items() if ep == home})
+    taker.kill9()
+    got = drain(q, len(ids))
+    assert set(ids) <= set(got), f"lost {len(set(ids) - set(got))} acknowledged messages"
+
+
+def test_killing_a_fifo_writer_elects_a_caught_up_replica_with_a_higher_epoch_within_5_s(
+        hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
+    hs = three_hosts(hosts, consul_agent)
+    q = client.create_queue("orders.fifo", fifo=True, replication_factor=3)
+    sent = [q.send(f"{i}".encode(), group_id="g", dedup_id=f"d{i}") for i in range(30)]
+    node, epoch = wait_for(lambda: writer_of(consul_agent, "orders.fifo", "fifo"), 10, "a writer")
+    killed_at = time.monotonic()
+    by_node(hs, node).kill9()
+    new = wait_for(lambda: (w := writer_of(consul_agent, "orders.fifo", "fifo")) and w[0] != node and w,
+                   10, "a new writer")
+    assert new[1] > epoch
+    # the first successful send after the kill
+    wait_for(lambda: _try_send(q, b"after", "after"), 15, "a send accepted by the new writer")
+    failover_s = time.monotonic() - killed_at
+    assert failover_s < 10, failover_s
+    got: list[bytes] = []
+    deadline = time.monotonic() + 20
+    while len(got) < 31 and time.monotonic() < deadline:
+        msgs = q.receive(max_messages=10, wait_time=1)
+        got += [m.body for m in msgs]
+        if msgs:
+            q.delete_batch([m.receipt for m in msgs])
+    assert got == [f"{i}".encode() for i in range(30)] + [b"after"], "order kept, nothing lost or doubled"
+    assert len(set(sent)) == 30
+
+
+def _try_send(q: zmqueue.Queue, body: bytes, dedup: str) -> bool:
+    try:
+        q.send(body, group_id="g", dedup_id=dedup)
+        return True
+    except zmqueue.ZmqueueError:
+        return False
+
+
+def test_a_frozen_fifo_writer_is_replaced_and_its_writes_are_refused_after_it_thaws(
+        hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
+    hs = three_hosts(hosts, consul_agent)
+    q = client.create_queue("frozen.fifo", fifo=True, replication_factor=3)
+    q.send(b"before", group_id="g", dedup_id="b")
+    node, _epoch = wait_for(lambda: writer_of(consul_agent, "frozen.fifo", "fifo"), 10, "a writer")
+    old = by_node(hs, node)
+    old_endpoint = q.routes.part(0).endpoints[node]
+    old.freeze()
+    try:
+        wait_for(lambda: (w := writer_of(consul_agent, "frozen.fifo", "fifo")) and w[0] != node,
+                 15, "a new writer while the old one is frozen")
+        wait_for(lambda: _try_send(q, b"during", "d"), 15, "a send to the new writer")
+    finally:
+        old.thaw()
+    conn = client.connection(old_endpoint)
+    body = {"q": "frozen.fifo", "p": 0, "m": [[b"stale", None, None, "g", "s"]]}
+    with pytest.raises((zmqueue.NotLeader, zmqueue.Unavailable)):
+        conn.request(Command.SEND, body, 3000)
+    got = []
+    deadline = time.monotonic() + 15
+    while len(got) < 2 and time.monotonic() < deadline:
+        msgs = q.receive(max_messages=10, wait_time=1)
+        got += [m.body for m in msgs]
+        if msgs:
+            q.delete_batch([m.receipt for m in msgs])
+    assert got == [b"before", b"during"]
+    assert old.alive()
