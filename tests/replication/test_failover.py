@@ -20,7 +20,8 @@ from zmqueue.protocol import Command
 def three_hosts(hosts: HostFactory, agent: ConsulAgent) -> list[HostProcess]:
     hs = [hosts.start(f"h{i}") for i in (1, 2, 3)]
     for h in hs:
-        wait_for(lambda h=h: all_passing(check_statuses(agent, h.node)), 20, f"{h.node} passing")
+        node = h.node
+        wait_for(lambda: all_passing(check_statuses(agent, node)), 20, f"{node} passing")  # noqa: B023
     return hs
 
 
@@ -120,7 +121,7 @@ def test_a_frozen_fifo_writer_is_replaced_and_its_writes_are_refused_after_it_th
     body = {"q": "frozen.fifo", "p": 0, "m": [[b"stale", None, None, "g", "s"]]}
     with pytest.raises((zmqueue.NotLeader, zmqueue.Unavailable)):
         conn.request(Command.SEND, body, 3000)
-    got = []
+    got: list[bytes] = []
     deadline = time.monotonic() + 15
     while len(got) < 2 and time.monotonic() < deadline:
         msgs = q.receive(max_messages=10, wait_time=1)
