@@ -8,7 +8,6 @@ with what was sent, received and deleted.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from zmqueue.localcluster import ConsulAgent
 @dataclass
 class Workload:
     data_dir: Path
+    node: str
     queues: dict[str, str]  # role -> real queue name
     sent: dict[str, list[str]] = field(default_factory=dict)  # role -> message ids
     # message id -> (enqueue ms from the host, client ms before delete, client ms after delete)
@@ -58,7 +58,7 @@ def run_workload(qc: QueueCluster, data_dir: Path) -> Workload:
     c = qc.client
     names = {r: qc.queue_name(r) for r in ("orders", "retry", "work")}
     names["work-dlq"] = names["work"] + "-dlq"
-    wl = Workload(data_dir, names)
+    wl = Workload(data_dir, qc.factory.hosts[0].node, names)
     orders = c.create_queue(names["orders"], fsync="always")
     wl.sent["orders"] = [i for b in range(3) for i in orders.send_batch(
         [f"order-{b}-{k}".encode() * (k + 1) for k in range(10)])]
@@ -117,6 +117,3 @@ def spark() -> Iterator[Any]:
         session.stop()
 
 
-def copy_logs(wl: Workload, dest: Path) -> Path:
-    shutil.copytree(wl.data_dir, dest)
-    return dest
