@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,13 +108,20 @@ def workload(consul_agent: ConsulAgent, tmp_path_factory: pytest.TempPathFactory
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark_starting() -> Iterator[Future[Any]]:
+    """The SparkSession, started in a thread so the JVM boots while the cluster runs."""
     from analytics.session import get_session
 
-    session = get_session(app_name="zmqueue-analytics-tests")
-    try:
-        yield session
-    finally:
-        session.stop()
+    with ThreadPoolExecutor(1, thread_name_prefix="spark-start") as pool:
+        fut = pool.submit(get_session, app_name="zmqueue-analytics-tests")
+        try:
+            yield fut
+        finally:
+            fut.result().stop()
+
+
+@pytest.fixture(scope="session")
+def spark(spark_starting: Future[Any], workload: Workload) -> Any:
+    return spark_starting.result(timeout=120)
 
 
