@@ -17,7 +17,7 @@ COLUMNS: list[tuple[str, pa.DataType, str, str]] = [
     ("partition", pa.int32(), "INT", "partition number"),
     ("origin", pa.string(), "STRING", "log stream of the partition (origin host); '' in the flat layout"),
     ("record_type", pa.string(), "STRING", "MESSAGE, DELETE, VISIBILITY, DLQ_MOVE, PURGE; null if corrupt"),
-    ("seq", pa.int64(), "BIGINT", "record sequence number in the partition"),
+    ("seq", pa.int64(), "BIGINT", "record sequence number in its stream (queue, partition, origin)"),
     ("target_seq", pa.int64(), "BIGINT", "seq of the message acted on (PURGE: highest seq purged)"),
     ("epoch", pa.int64(), "BIGINT", "leadership term that wrote the record (0 = not replicated)"),
     ("message_id", pa.string(), "STRING", "32 hex digits, as the client shows it"),

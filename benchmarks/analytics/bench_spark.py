@@ -4,7 +4,7 @@
 
 Generates the log with the storage engine (fsync never) in a temporary
 directory, converts the records the aggregation reads to Parquet once, then
-times ``sent_per_minute`` (MESSAGE records per queue per minute) on both,
+times ``messages_per_minute`` (MESSAGE records per queue per minute) on both,
 alternating, and reports medians. Bounded: refuses to start a run past
 ``--budget-s`` seconds of total time.
 """
@@ -24,7 +24,8 @@ from typing import Any
 
 from benchmarks.analytics.generate import dir_bytes, generate
 
-COLUMNS = ["queue", "record_type", "time"]
+COLUMNS = ["queue", "time"]
+OPTIONS = {"types": "MESSAGE"}  # filters are data source options (no pushdown), see docs/ANALYTICS.md
 
 
 def _timed(fn: Any) -> tuple[float, Any]:
@@ -50,30 +51,31 @@ def run(records: int, runs: int, budget_s: float, work: Path) -> dict[str, Any]:
     import pyspark
 
     from analytics.jobs.common import load_records
-    from analytics.jobs.throughput import sent_per_minute
+    from analytics.jobs.throughput import messages_per_minute
     from analytics.session import get_session
 
     t_start = time.perf_counter()
     gen_s, n = _timed(lambda: generate(work / "data" / "bench-host", records))
     spark = get_session()
-    src = load_records(spark, [str(work / "data")], COLUMNS)
+    src = load_records(spark, [str(work / "data")], COLUMNS, **OPTIONS)
     total = src.count()
     pq = str(work / "records.parquet")
     conv_s, _ = _timed(lambda: src.write.mode("overwrite").parquet(pq))
     par = spark.read.parquet(pq)
     assert par.count() == total
-    expect = sorted(sent_per_minute(src).collect())
-    assert sorted(sent_per_minute(par).collect()) == expect, "Parquet and source disagree"
+    expect = sorted(messages_per_minute(src).collect())
+    assert sorted(messages_per_minute(par).collect()) == expect, "Parquet and source disagree"
     times: dict[str, list[float]] = {"source": [], "parquet": []}
     for _ in range(runs):
         if time.perf_counter() - t_start > budget_s:
             break
         for name, df in (("source", src), ("parquet", par)):
-            s, _ = _timed(lambda df=df: sent_per_minute(df).collect())
+            s, _ = _timed(lambda df=df: messages_per_minute(df).collect())
             times[name].append(s)
     spark.stop()
     med = {k: statistics.median(v) for k, v in times.items()}
-    return {"records": total, "messages": n, "generate_s": gen_s, "convert_s": conv_s, "times": times,
+    return {"records": total, "load": os.getloadavg(), "messages": n, "generate_s": gen_s,
+            "convert_s": conv_s, "times": times,
             "median": med, "rate": {k: total / v for k, v in med.items()},
             "log_bytes": dir_bytes(work / "data"), "parquet_bytes": dir_bytes(Path(pq)),
             "minutes": len(expect), "pyspark": pyspark.__version__, "machine": _machine(),
@@ -87,12 +89,13 @@ def render(r: dict[str, Any], command: str) -> str:
         f"{', '.join(f'{t:.2f}' for t in r['times'][name])} |" for name in ("source", "parquet"))
     return f"""# Analytics: the zmqueue Spark data source vs Parquet
 
-Per-minute throughput aggregation (`analytics.jobs.throughput.sent_per_minute`:
-MESSAGE records per queue per minute) over **{r['records']:,} records**
+Per-minute throughput aggregation (`analytics.jobs.throughput.messages_per_minute`:
+MESSAGE records per queue per minute) over **{r['records']:,} MESSAGE records**
 (8 partitions of 4 queues, one host, {r['log_bytes'] / 2**20:.0f} MiB of segments; {r['minutes']}
 queue-minutes in the result), read through `spark.read.format("zmqueue")` with the
-three columns the query uses, beside the same records already converted to
-Parquet ({r['parquet_bytes'] / 2**20:.1f} MiB, conversion {r['convert_s']:.1f} s, not timed below).
+columns the query uses (`.schema("queue STRING, time TIMESTAMP")`, option
+`types=MESSAGE`), beside the same rows already converted to Parquet
+({r['parquet_bytes'] / 2**20:.1f} MiB, conversion {r['convert_s']:.1f} s, not timed below).
 Both produce identical results (checked). Medians of {len(r['times']['source'])} alternating runs,
 `local[2]`, PySpark {r['pyspark']}.
 
@@ -102,8 +105,9 @@ Both produce identical results (checked). Medians of {len(r['times']['source'])}
 
 **Data source / Parquet = {ratio:.0%}** (target ≥ 35%).
 
-Machine: {r['machine']}. Generating the log took {r['generate_s']:.1f} s; the whole benchmark
-{r['wall_s']:.0f} s.
+Machine: {r['machine']}; load average at the end {r['load'][0]:.1f} / {r['load'][1]:.1f} /
+{r['load'][2]:.1f} (1/5/15 min; the machine was shared with other test runs).
+Generating the log took {r['generate_s']:.1f} s; the whole benchmark {r['wall_s']:.0f} s.
 
 Rerun:
 
