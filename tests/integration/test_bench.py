@@ -32,8 +32,8 @@ def test_the_queue_benchmark_receives_and_deletes_every_message_it_sent(qcluster
 def test_zmqueue_bench_checks_every_message_and_prints_a_json_line_per_run(qcluster: QueueCluster) -> None:
     consul = qcluster.client.consul_addresses[0]
     proc = subprocess.run(
-        [sys.executable, "-m", "zmqueue", "bench", "--consul", consul, "--duration", "1",
-         "--max-messages", "300", "--batch", "10", "--producers", "2", "--consumers", "2",
+        [sys.executable, "-m", "zmqueue", "bench", "--consul", consul, "--duration", "0.5",
+         "--max-messages", "200", "--batch", "10", "--producers", "2", "--consumers", "1",
          "--no-progress"],
         capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr + proc.stdout
