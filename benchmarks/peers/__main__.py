@@ -175,7 +175,7 @@ def _print_table(results: list[dict[str, Any]]) -> None:
     for r in results:
         if "send_msgs_per_s" in r:
             groups.setdefault((r["workload"], r["system"], r["message_bytes"]), []).append(r)
-    Console(width=220).print(results_table([summarize(g) for _, g in sorted(groups.items())], "peers"))
+    Console(width=120).print(results_table([summarize(g) for _, g in sorted(groups.items())], "peers"))
     for r in results:
         if r.get("errors"):
             print(f"{r.get('system')} {r.get('workload')}: {r['errors'][0][:300]}", file=sys.stderr)

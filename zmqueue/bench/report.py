@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from rich import box
 from rich.table import Table
 
 from zmqueue.bench.stats import fmt_ms, fmt_rate, median
@@ -40,19 +41,22 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _pcts(r: dict[str, Any], kind: str) -> str:
+    return "/".join(fmt_ms(r[f"{kind}_{p}_ms"]) for p in ("p50", "p99", "p99.9"))
+
+
 def results_table(rows: Sequence[dict[str, Any]], title: str = "zmqueue bench") -> Table:
-    table = Table(title=title)
-    for col in ("system", "workload", "size", "runs", "send msg/s", "e2e msg/s", "send p50 ms",
-                "send p99 ms", "send p99.9 ms", "e2e p50 ms", "e2e p99 ms", "e2e p99.9 ms",
-                "sent", "lost", "dup"):
-        table.add_column(col, justify="left" if col in ("system", "workload") else "right")
+    """Medians per (system, workload, size); latencies as p50 / p99 / p99.9 ms."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                  caption="ms: p50/p99/p99.9; medians over runs; sent, lost, dup: totals")
+    for col in ("system", "load", "bytes", "runs", "send/s", "e2e/s", "send ms", "e2e ms", "sent",
+                "lost", "dup"):
+        table.add_column(col, justify="left" if col in ("system", "load") else "right", no_wrap=True)
     for r in rows:
         lost, dup = int(r.get("lost", 0)), int(r.get("duplicates", 0))
         table.add_row(
             str(r.get("system", "")), str(r.get("workload", "")), str(r.get("message_bytes", "")),
             str(r.get("runs", 1)), fmt_rate(r["send_msgs_per_s"]), fmt_rate(r["e2e_msgs_per_s"]),
-            fmt_ms(r["send_p50_ms"]), fmt_ms(r["send_p99_ms"]), fmt_ms(r["send_p99.9_ms"]),
-            fmt_ms(r["e2e_p50_ms"]), fmt_ms(r["e2e_p99_ms"]), fmt_ms(r["e2e_p99.9_ms"]),
-            f"{int(r.get('sent', 0)):,}", f"[{'red' if lost else 'green'}]{lost}[/]",
-            f"[{'red' if dup else 'green'}]{dup}[/]")
+            _pcts(r, "send"), _pcts(r, "e2e"), f"{int(r.get('sent', 0)):,}",
+            f"[{'red' if lost else 'green'}]{lost}[/]", f"[{'red' if dup else 'green'}]{dup}[/]")
     return table

@@ -42,13 +42,15 @@ def fmt_rate(per_s: float) -> str:
     if per_s != per_s:
         return "-"
     if per_s >= 1e6:
-        return f"{per_s / 1e6:.2f} M/s"
+        return f"{per_s / 1e6:.2f}M"
     if per_s >= 1e3:
-        return f"{per_s / 1e3:.1f} k/s"
-    return f"{per_s:.0f} /s"
+        return f"{per_s / 1e3:.1f}k"
+    return f"{per_s:.0f}"
 
 
 def fmt_ms(ms: float) -> str:
     if ms != ms:
         return "-"
-    return f"{ms:.3f}" if ms < 1 else f"{ms:.2f}"
+    if ms < 1:
+        return f"{ms:.2f}"
+    return f"{ms:.1f}" if ms < 100 else f"{ms:.0f}"

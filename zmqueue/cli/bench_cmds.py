@@ -10,7 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from zmqueue.cli.common import add_consul_flag, console, consul_addresses, err_console
+
+TABLE_WIDTH = 110
 
 EPILOG = """\
 workloads (presets; explicit options override them):
@@ -121,5 +125,5 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 clean = clean and r["lost"] == 0 and r["duplicates"] == 0 and not r["errors"]
                 runs.append(r)
             rows.append(summarize(runs))
-    console.print(results_table(rows))
+    Console(width=max(console.width, TABLE_WIDTH)).print(results_table(rows))
     return 0 if clean else 3
