@@ -69,7 +69,7 @@ def _keep(table: np.ndarray, opts: ReadOptions) -> np.ndarray | None:
 def block_batch(unit: ReadUnit, block: Block, opts: ReadOptions) -> pa.RecordBatch | None:
     table = block.table
     mask = _keep(table, opts)
-    if mask is not None:
+    if mask is not None and not mask.all():
         if not mask.any():
             return None
         table = table[mask]

@@ -120,7 +120,7 @@ Rerun:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=10_000_000)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--budget-s", type=float, default=240.0)
     ap.add_argument("--out", default=None, help="write the markdown report here (docs/perf/analytics.md)")
     ap.add_argument("--work", default=None, help="work directory (default: a temporary one, removed)")
