@@ -341,7 +341,10 @@ class QueueService:
                 st.delete(Receipt.decode(text), now)
                 results.append(None)
             except ZmqueueError as exc:
-                results.append(to_wire(exc))
+                # deleting a message that is already gone succeeds (as in SQS), so a
+                # retried delete is idempotent; a receipt of a message received again
+                # since is still refused
+                results.append(None if exc.details.get("gone") else to_wire(exc))
         return self.after_commit(st, req, {"results": results})
 
     def h_change_visibility(self, req: Request, body: dict[str, Any], now: int) -> Any:

@@ -96,7 +96,7 @@ def receipt_slot(ring: Ring, seq: int, receive_count: int) -> int:
     i = ring.index_of(seq)
     state = int(ring.state[i]) if i >= 0 else -1
     if state not in (AVAILABLE, IN_FLIGHT, MOVING):
-        raise InvalidReceipt(f"message {seq} is unknown or already deleted", seq=seq)
+        raise InvalidReceipt(f"message {seq} is unknown or already deleted", seq=seq, gone=True)
     if state != IN_FLIGHT:
         raise InvalidReceipt(f"message {seq} is not in flight; the receipt is stale", seq=seq)
     current = int(ring.meta["receive_count"][i])

@@ -1,0 +1,291 @@
+"""Chaos harness: sustained send/receive/delete traffic against real host
+processes while seeded faults hit them (SIGKILL, SIGSTOP/SIGCONT, restarts on
+the old data dirs), then invariant checks.
+
+Everything is bounded: message count, scenario wall time, every wait has a
+deadline, and every process is stopped by pid at the end. A scenario is
+replayable from its seed (``ZMQUEUE_CHAOS_SEED`` or the ``seed`` field); the
+seed is printed with the report.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import consul
+
+import zmqueue
+from zmqueue.localcluster import ConsulAgent, HostProcess
+
+FAULTS = ("kill_writer", "kill_follower", "kill_random", "kill_two", "freeze_writer")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    fifo: bool
+    sync: bool
+    fault: str
+    seed: int
+    messages: int = 300
+    groups: int = 4
+    clusters: int = 1
+    hosts_per_cluster: int = 3
+    restart: bool = True
+    freeze_s: float = 5.0
+    time_limit_s: float = 75.0
+
+
+@dataclass
+class Report:
+    scenario: Scenario
+    acked: dict[int, str] = field(default_factory=dict)
+    deliveries: list[tuple[str, int, float]] = field(default_factory=list)
+    deleted_at: dict[str, float] = field(default_factory=dict)
+    send_errors: int = 0
+    faults: list[tuple[float, str, str]] = field(default_factory=list)
+    first_send_after_fault: list[float] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    duplicates: int = 0
+    redelivered_undeleted: int = 0
+    lost: list[int] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    final_writers: dict[str, str] = field(default_factory=dict)
+    delete_unknown: set[str] = field(default_factory=set)
+    delete_errors: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        s = self.scenario
+        return {"scenario": s.name, "seed": s.seed, "fifo": s.fifo, "sync": s.sync, "fault": s.fault,
+                "acked": len(self.acked), "delivered_unique": len({d[0] for d in self.deliveries}),
+                "lost": len(self.lost), "duplicates": self.duplicates,
+                "redelivered_after_unacked_delete": self.redelivered_undeleted,
+                "send_errors": self.send_errors, "faults": [f[1] + ":" + f[2] for f in self.faults],
+                "failover_s": [round(x, 2) for x in self.first_send_after_fault],
+                "undeleted": len({d[0] for d in self.deliveries} - set(self.deleted_at)),
+                "delete_outcome_unknown": len(self.delete_unknown),
+                "delete_errors": self.delete_errors[:5],
+                "final_writers": self.final_writers,
+                "problems": self.problems, "elapsed_s": round(self.elapsed_s, 1)}
+
+
+class ChaosRun:
+    def __init__(self, scenario: Scenario, agent: ConsulAgent, work: Path) -> None:
+        self.s = scenario
+        self.agent = agent
+        self.work = work
+        self.rng = random.Random(scenario.seed)
+        self.hosts: list[HostProcess] = []
+        self.dead: list[HostProcess] = []
+        self.report = Report(scenario)
+        self.queue_name = f"chaos-{scenario.seed}" + (".fifo" if scenario.fifo else "")
+        self.stop = threading.Event()
+        self.producer_done = threading.Event()
+        self.last_ack = 0.0
+        self.lock = threading.Lock()
+
+    # --- cluster ------------------------------------------------------------
+    def start_hosts(self) -> None:
+        uid = f"{self.s.seed}"
+        for c in range(self.s.clusters):
+            for h in range(self.s.hosts_per_cluster):
+                node = f"x{uid}-c{c}h{h}"
+                hp = HostProcess(f"chaos{uid}-c{c}", node, self.work / "data" / node,
+                                 self.agent.http_addr, self.work / "logs")
+                self.hosts.append(hp.start())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if len(self.passing()) == len(self.hosts):
+                return
+            time.sleep(0.1)
+        raise AssertionError("hosts did not all pass their checks within 30 s")
+
+    def kv(self) -> consul.Consul:
+        host, _, port = self.agent.http_addr.rpartition(":")
+        return consul.Consul(host=host, port=int(port), connections_timeout=3)
+
+    def passing(self) -> set[str]:
+        _, entries = self.kv().health.service("zmqueue", passing=True)
+        return {e["Service"]["Meta"].get("node", "") for e in entries}
+
+    def writers(self) -> dict[str, str]:
+        _, items = self.kv().kv.get(f"zmqueue/leaders/{self.queue_name}/0/", recurse=True)
+        return {i["Key"].rsplit("/", 1)[1]: json.loads(i["Value"])["node"]
+                for i in items or [] if i.get("Session") and i.get("Value")}
+
+    def replicas(self) -> list[str]:
+        _, item = self.kv().kv.get(f"zmqueue/queues/{self.queue_name}/partitions/0")
+        return list(json.loads(item["Value"])["replicas"]) if item else []
+
+    def stop_all(self) -> None:
+        for h in self.hosts:
+            h.stop()
+
+    # --- traffic --------------------------------------------------------------
+    def produce(self, q: zmqueue.Queue) -> None:
+        try:
+            for i in range(self.s.messages):
+                if self.stop.is_set():
+                    return
+                group = f"g{i % self.s.groups}" if self.s.fifo else None
+                dedup = f"m{i}" if self.s.fifo else None
+                while not self.stop.is_set():
+                    try:
+                        mid = q.send(f"{i}".encode(), group_id=group, dedup_id=dedup)
+                    except zmqueue.ZmqueueError:
+                        self.report.send_errors += 1
+                        time.sleep(0.05)
+                        continue
+                    with self.lock:
+                        self.report.acked[i] = mid
+                        self.last_ack = time.monotonic()
+                    break
+                time.sleep(0.01)
+        finally:
+            self.producer_done.set()
+
+    def consume(self, q: zmqueue.Queue) -> None:
+        while not self.stop.is_set():
+            try:
+                msgs = q.receive(max_messages=10, wait_time=1)
+            except zmqueue.ZmqueueError:
+                time.sleep(0.05)
+                continue
+            now = time.monotonic()
+            with self.lock:
+                self.report.deliveries += [(m.id, int(m.body), now) for m in msgs]
+            if not msgs:
+                continue
+            try:
+                outcomes = q.delete_batch([m.receipt for m in msgs])
+            except zmqueue.ZmqueueError:
+                # outcome unknown (the writer died mid-request): applied or not,
+                # the message is either gone or comes back after its timeout
+                with self.lock:
+                    self.report.delete_unknown.update(m.id for m in msgs)
+                continue
+            done = time.monotonic()
+            with self.lock:
+                for m, err in zip(msgs, outcomes, strict=True):
+                    if err is None:
+                        self.report.deleted_at.setdefault(m.id, done)
+                    else:
+                        self.report.delete_errors.append(f"{int(m.body)}:{type(err).__name__}:{err}")
+
+    # --- faults ------------------------------------------------------------------
+    def pick(self, kind: str) -> list[HostProcess]:
+        alive = [h for h in self.hosts if h.alive() and h not in self.dead]
+        writers = set(self.writers().values())
+        replicas = set(self.replicas())
+        cand_w = [h for h in alive if h.node in writers] or alive
+        cand_f = [h for h in alive if h.node in replicas and h.node not in writers] or alive
+        if kind in ("kill_writer", "freeze_writer"):
+            return [self.rng.choice(cand_w)]
+        if kind == "kill_follower":
+            return [self.rng.choice(cand_f)]
+        if kind == "kill_two":
+            in_set = [h for h in alive if h.node in replicas] or alive
+            return self.rng.sample(in_set, min(2, len(in_set) - 1)) if len(in_set) > 1 else []
+        return [self.rng.choice([h for h in alive if h.node in replicas] or alive)]
+
+    def inject(self) -> None:
+        time.sleep(self.rng.uniform(1.0, 2.5))
+        kind = self.s.fault
+        victims = self.pick(kind)
+        for n, h in enumerate(victims):
+            at = time.monotonic()
+            if kind == "freeze_writer":
+                self.report.faults.append((at, "freeze", h.node))
+                h.freeze()
+                self.stop.wait(self.s.freeze_s)
+                h.thaw()
+            else:
+                self.report.faults.append((at, "kill", h.node))
+                h.kill9()
+                self.dead.append(h)
+            self.watch_failover(at)
+            if n + 1 < len(victims):
+                time.sleep(self.rng.uniform(2.0, 4.0))
+        if self.s.restart and self.dead:
+            time.sleep(self.rng.uniform(1.0, 3.0))
+            for h in list(self.dead):
+                self.hosts.append(HostProcess(h.cluster, h.node, h.data_dir, h.consul,
+                                              self.work / "logs").start())
+                self.report.faults.append((time.monotonic(), "restart", h.node))
+
+    def watch_failover(self, fault_at: float) -> None:
+        deadline = fault_at + 20
+        while time.monotonic() < deadline and not self.producer_done.is_set():
+            with self.lock:
+                if self.last_ack > fault_at:
+                    self.report.first_send_after_fault.append(self.last_ack - fault_at)
+                    return
+            time.sleep(0.02)
+
+    # --- the run -------------------------------------------------------------------
+    def run(self) -> Report:
+        started = time.monotonic()
+        self.start_hosts()
+        with zmqueue.connect(self.agent.http_addr, request_timeout=1.5, retries=6) as client:
+            q = client.create_queue(self.queue_name, fifo=self.s.fifo, replication_factor=3,
+                                    sync_replication=self.s.sync, visibility_timeout=5)
+            threads = [threading.Thread(target=self.produce, args=(q,), daemon=True),
+                       threading.Thread(target=self.consume, args=(q,), daemon=True)]
+            for t in threads:
+                t.start()
+            self.inject()
+            limit = started + self.s.time_limit_s
+            while time.monotonic() < limit and not self._drained():
+                time.sleep(0.2)
+            self.stop.set()
+            for t in threads:
+                t.join(timeout=15)
+        self.report.elapsed_s = time.monotonic() - started
+        self.report.final_writers = self.writers()
+        check(self.report)
+        return self.report
+
+    def _drained(self) -> bool:
+        if not self.producer_done.is_set():
+            return False
+        with self.lock:
+            delivered = {d[0] for d in self.report.deliveries}
+            settled = set(self.report.deleted_at) | self.report.delete_unknown
+            return set(self.report.acked.values()) <= delivered and delivered <= settled
+
+
+def check(r: Report) -> None:
+    """The invariants; violations go to ``r.problems``."""
+    s = r.scenario
+    by_id: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for mid, num, at in r.deliveries:
+        by_id[mid].append((num, at))
+    r.lost = sorted(i for i, mid in r.acked.items() if mid not in by_id)
+    if r.lost and s.sync:
+        r.problems.append(f"{len(r.lost)} acknowledged sends lost: {r.lost[:10]}")
+    for mid, ds in by_id.items():
+        if len(ds) > 1:
+            r.duplicates += len(ds) - 1
+            deleted = r.deleted_at.get(mid)
+            late = [at for _, at in ds[1:] if deleted is not None and at > deleted + 0.001]
+            if late and s.sync:
+                r.problems.append(f"message {ds[0][0]} delivered again after its delete was acknowledged")
+            if deleted is None or any(at <= deleted for _, at in ds[1:]):
+                r.redelivered_undeleted += 1
+    if s.fifo:
+        firsts: dict[int, list[int]] = defaultdict(list)
+        seen: set[str] = set()
+        for mid, num, _ in r.deliveries:
+            if mid not in seen:
+                seen.add(mid)
+                firsts[num % s.groups].append(num)
+        for g, nums in firsts.items():
+            if nums != sorted(nums):
+                r.problems.append(f"group g{g} first deliveries out of order: {nums[:20]}")
