@@ -34,5 +34,10 @@ test: install lint
 unit: install
 	$(PY) -m pytest -n auto -q tests/unit
 
+# the long chaos soak (bounded; about 30-60 minutes): SEEDS=20 by default
+SEEDS ?= 20
+soak: install
+	$(PY) -m tests.chaos.soak --seeds $(SEEDS)
+
 clean:
 	rm -rf $(VENV) .zmqueue .pytest_cache .mypy_cache .ruff_cache

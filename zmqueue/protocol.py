@@ -15,7 +15,8 @@ offset  size  field
 ```
 
 Batches are packed in one body, never as extra frames (frames are not a
-batching format: see NOTES.md). A reply carries the request's command and
+batching format: one frame of 100 packed payloads moves several times more
+data than 100 frames). A reply carries the request's command and
 request id with the REPLY flag; an error reply also has the ERROR flag and the
 body ``{"code": int, "message": str, "details": map}`` (codes in
 :mod:`zmqueue.errors`). Bodies of each command are documented in

@@ -31,7 +31,11 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--dead-letter-queue", default=None, help="DLQ name (created if missing)")
     p.add_argument("--max-receive-count", type=int, default=5)
     p.add_argument("--partitions", type=int, default=1)
-    p.add_argument("--replication-factor", type=int, default=1)
+    p.add_argument("--replication-factor", type=int, default=1,
+                   help="copies of every message, on that many hosts (1-5)")
+    p.add_argument("--async-replication", action="store_true",
+                   help="acknowledge sends before replicas have them (faster; see docs/REPLICATION.md)")
+    p.add_argument("--max-messages", type=int, default=None, help="cap on stored messages")
     p.add_argument("--content-based-dedup", action="store_true", help="FIFO: dedup by body hash")
     p.add_argument("--fsync", choices=["always", "interval", "never"], default="interval")
     for sp in (p,):
@@ -78,6 +82,7 @@ def cmd_create(args: argparse.Namespace) -> int:
             retention=args.retention, delay=args.delay, max_message_bytes=args.max_message_bytes,
             dead_letter_queue=args.dead_letter_queue, max_receive_count=args.max_receive_count,
             partitions=args.partitions, replication_factor=args.replication_factor,
+            sync_replication=not args.async_replication, max_messages=args.max_messages,
             content_based_dedup=args.content_based_dedup, fsync=args.fsync)
         console.print(f"queue {q.name} ready ({'fifo' if q.config.fifo else 'standard'})")
     return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PUMP_MS = 100
+KEEPALIVE_S = 5.0
 SubKey = tuple[int, str]
 
 
@@ -79,9 +81,17 @@ class Subscription:
         self.conns[key] = (conn, sub_id)
 
     def _run(self) -> None:
+        next_keepalive = time.monotonic() + KEEPALIVE_S
         while not self.stopped.is_set():
             for conn, _ in list(self.conns.values()):
                 conn.pump(max(1, PUMP_MS // max(1, len(self.conns))))
+            if time.monotonic() >= next_keepalive:
+                next_keepalive = time.monotonic() + KEEPALIVE_S
+                for conn, sub_id in list(self.conns.values()):
+                    try:
+                        conn.request(Command.CREDIT, {"sub": sub_id, "n": 0}, 2000)
+                    except ZmqueueError as exc:
+                        log.warning("subscription keepalive failed: %s", exc)
             while self.inbox and not self.stopped.is_set():
                 msg, key = self.inbox.popleft()
                 self._handle(msg, key)

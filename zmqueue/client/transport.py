@@ -24,8 +24,7 @@ PushHandler = Callable[[Frame], None]
 
 
 class Connection:
-    """Not thread safe: one thread uses a connection at a time (the client's
-    lock ensures it)."""
+    """Not thread safe: the client gives each thread its own connections."""
 
     def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str,
                  on_push: PushHandler | None = None) -> None:

@@ -68,6 +68,7 @@ class DeadLetterMover:
             local.append_dead_letters(items, now)
             st.store.mark_dead_lettered([d.seq for d in dead], now)
             svc.dirty.update({st.key, local.key})
+            svc.dlq_targets.add(local.key)
             return
         target = info.writers.get(FIFO_ORIGIN) if dcfg.fifo else next(
             (n for n in info.replicas if info.writers.get(n) == n), None)

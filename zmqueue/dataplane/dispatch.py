@@ -20,7 +20,7 @@ from typing import Any
 
 from zmqueue import protocol
 from zmqueue.dataplane.reqcache import ReplyCache
-from zmqueue.errors import InternalError, ProtocolError, ZmqueueError
+from zmqueue.errors import InternalError, ProtocolError, UnknownCommand, ZmqueueError
 from zmqueue.protocol import Command, Frame
 
 log = logging.getLogger(__name__)
@@ -151,7 +151,8 @@ class Dispatcher:
         handler = self.handlers.get(req.frame.command)
         try:
             if handler is None:
-                raise ProtocolError(f"command {req.frame.command.name} is not served on this socket")
+                raise UnknownCommand(f"command {req.frame.command.name} is not served on this socket",
+                                     command=int(req.frame.command))
             result = handler(req)
         except ZmqueueError as exc:
             self.counters["errors"] += 1

@@ -10,6 +10,7 @@ deleted by receipt. A host pushes from the streams it writes.
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 
 PUSH_BATCH_MAX = 100
 MAX_SUBSCRIBERS = 10_000
+IDLE_EXPIRY_S = 30.0
+"""A subscriber not heard from (CREDIT, keepalives every 5 s) this long is dropped."""
 
 
 @dataclass
@@ -35,9 +38,11 @@ class Subscriber:
     visibility_s: int | None
     credit: int = 0
     delivered: int = 0
+    last_seen: float = 0.0
 
     def __post_init__(self) -> None:
         self.credit = self.prefetch
+        self.last_seen = time.monotonic()
 
 
 class Pusher:
@@ -60,8 +65,10 @@ class Pusher:
         return sub
 
     def add_credit(self, sub_id: int, identity: bytes, n: int) -> int:
+        """Return ``n`` credits (0 = a keepalive)."""
         sub = self._get(sub_id, identity)
         sub.credit = min(sub.credit + n, sub.prefetch)
+        sub.last_seen = time.monotonic()
         return sub.credit
 
     def unsubscribe(self, sub_id: int, identity: bytes) -> None:
@@ -74,6 +81,9 @@ class Pusher:
 
     def push_all(self, svc: QueueService, now: int) -> None:
         assert self.outbox is not None, "register() the service first"
+        idle = time.monotonic() - IDLE_EXPIRY_S
+        for sub_id in [i for i, s in self.subs.items() if s.last_seen < idle]:
+            del self.subs[sub_id]
         for sub in self.subs.values():
             if sub.credit <= 0:
                 continue

@@ -54,6 +54,26 @@ ACK_TIMEOUT_S = 5.0
 RECOVERY_S = 1.5
 
 
+def dead_letter_items(raw: list[Any], limit: int) -> list[tuple[bytes, bytes, bytes, int, str]]:
+    """Validate the items of a dead-letter SEND (host to host):
+    [message id hex, body, attributes blob, receive count, source queue]."""
+    out = []
+    for i, item in enumerate(raw):
+        ok = (isinstance(item, list) and len(item) == 5 and isinstance(item[0], str)
+              and len(item[0]) == 32 and isinstance(item[1], bytes) and isinstance(item[2], bytes)
+              and isinstance(item[3], int) and 0 <= item[3] < 2**31 and isinstance(item[4], str))
+        if not ok:
+            raise InvalidParameter(f"dead letter {i}: expected [id hex, body, blob, count, source]")
+        try:
+            mid = bytes.fromhex(item[0])
+        except ValueError:
+            raise InvalidParameter(f"dead letter {i}: the message id is not hex") from None
+        if len(item[1]) + len(item[2]) > max(limit, 1 << 20):
+            raise InvalidParameter(f"dead letter {i} is larger than the DLQ accepts")
+        out.append((mid, item[1], item[2], item[3], item[4]))
+    return out
+
+
 class QueueService:
     def __init__(self, node: str, data_dir: Path, forwarder: Forwarder, pub: Any,
                  request_refresh: Callable[[], None],
@@ -65,6 +85,9 @@ class QueueService:
         self.set = StreamSet(node, data_dir / "queues", storage_defaults or StorageConfig())
         self.parked: list[tuple[Request, int]] = []
         self.dirty: set[StreamKey] = set()
+        self.dlq_targets: set[StreamKey] = set()
+        """Streams that took dead letters this iteration: committed first, so a
+        source's DLQ_MOVE record is never durable before the copy is."""
         self.new_acks: dict[StreamKey, list[PendingAck]] = {}
         self.waiters = Waiters()
         self.pusher = Pusher()
@@ -282,8 +305,9 @@ class QueueService:
         fifo = self.meta.configs[part[0]].fifo
         st = self.writer_stream(part[0], part[1], FIFO_ORIGIN if fifo else self.node)
         if body.get("dl") is not None:
-            items = F.get_list(body, "dl", MAX_BATCH)
-            st.append_dead_letters([(bytes.fromhex(i[0]), i[1], i[2], i[3], i[4]) for i in items], now)
+            items = dead_letter_items(F.get_list(body, "dl", MAX_BATCH), st.config.max_message_bytes)
+            st.append_dead_letters(items, now)
+            self.dlq_targets.add(st.key)
             return self.after_commit(st, req, {"n": len(items)})
         ids = st.send(F.get_list(body, "m", MAX_BATCH, name="messages"), now)
         return self.after_commit(st, req, {"ids": ids})
@@ -402,7 +426,7 @@ class QueueService:
 
     def h_credit(self, req: Request, body: dict[str, Any], now: int) -> Any:
         sub = F.get_int(body, "sub", 0, 2**62, name="subscription")
-        n = F.get_int(body, "n", 1, 1000, name="credit")
+        n = F.get_int(body, "n", 0, 1000, name="credit")
         return {"credit": self.pusher.add_credit(sub, req.identity, n)}
 
     def h_unsubscribe(self, req: Request, body: dict[str, Any], now: int) -> Any:
@@ -433,7 +457,11 @@ class QueueService:
         if self.recovering:
             self._finish_recovery()
         if self.parked and self.parked[0][1] <= now:
-            self.metadata_unavailable()
+            expired = [r for r, due in self.parked if due <= now]
+            self.parked = [(r, due) for r, due in self.parked if due > now]
+            for req in expired:
+                req.fail(Unavailable("queue metadata did not arrive in time (Consul slow or "
+                                     "unreachable); retry"))
         wake = self.waiters.serve(self, now)
         self.pusher.push_all(self, now)
         self.dlq.move(now)
@@ -465,7 +493,9 @@ class QueueService:
 
     def flush(self) -> None:
         reported: set[StreamKey] = set()
-        for key in self.dirty:
+        order = sorted(self.dirty, key=lambda k: k not in self.dlq_targets)
+        self.dlq_targets.clear()
+        for key in order:
             st = self.set.streams.get(key)
             acks = self.new_acks.pop(key, [])
             if st is None:
