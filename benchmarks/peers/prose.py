@@ -7,7 +7,7 @@ from __future__ import annotations
 PROMISES = """\
 | system | what a confirmed send means here | how the consumer acknowledges |
 |---|---|---|
-| zmqueue | the host wrote it to its segment log (page cache); `fsync=interval` fdatasyncs within 50 ms; R=3 sync is to wait for replicas too (not yet built: see the W5 note) | `delete_batch`, a confirmed request |
+| zmqueue | the host wrote it to its segment log (page cache); `fsync=interval` fdatasyncs within 50 ms; R=3 sync: a majority of replicas (2 of 3) have it | `delete_batch`, a confirmed request |
 | RabbitMQ 3.10.8 quorum queue | publisher confirm, sent after the Raft log is fsynced | `basic.ack multiple`, not confirmed by the server; prefetch max(10, 2×batch) |
 | NATS 2.9.10 JetStream, file storage | publish ack; **NATS 2.9 does not fsync before the ack** | `ack` on each message, then one `flush` round trip |
 | Redis 7.0.15 Streams | XADD reply; AOF `appendfsync everysec`: **a weaker promise**, up to ~1 s of confirmed writes can be lost on a crash | `XACK` + `XDEL` in one pipeline |
@@ -53,14 +53,18 @@ one invocation).
 
 {summary}
 
-W5 rows are **provisional, and not yet a real comparison**: when this was
-measured the data plane did not act on `replication_factor` (no code under
-zmqueue/dataplane or zmqueue/host read it), so "zmqueue R=3 sync" ran as a
-single copy against a real 3-node NATS R=3 stream. The workload already
-creates its queues with `replication_factor=3, sync_replication=True`, so the
-same command measures real replication once it lands; re-run it then.
+**W5 (replicated)** was measured in a second invocation,
+`python -m benchmarks.peers --systems zmqueue-r3,nats-r3 --workloads W5,W5b --runs 3 --duration 5`,
+on the tree of commit e74ee02, right after replication landed (759c5ed): zmqueue R=3 with
+`sync_replication=True` acknowledges once a majority (2 of 3) of the
+partition's replicas hold the record, as a NATS R=3 stream does; both sides
+ran side by side in that invocation. Replication is brand new: treat these
+rows as **provisional** until its chaos tests have settled, and re-run after
+the poll fix described under "Where the time goes".
 
-**Reading the summary.** zmqueue's W2 send p99 at 100 B is below every
+**Reading the summary.** W1-W4 and the raw pyzmq ceiling ran on the tree of
+commit 77390a9 (before replication), the queue-operation rows on b3dc261.
+zmqueue's W2 send p99 at 100 B is below every
 peer's, and no run of any system lost or duplicated a message. zmqueue does
 not reach 2x the best peer in W1/W3: Redis (a C server whose reply is not
 fsynced) answers a single XADD in about 0.1-0.2 ms against zmqueue's
@@ -157,36 +161,33 @@ Machine: {machine}.
 """
 
 ANALYSIS = """\
-Profiled with py-spy (`py-spy record -r 200 -f raw`) on the host process and
-on the client during 8 s of `send_batch(100 x 100 B)` and 8 s of single
-`send`, one host, on this machine (percentages are of the host's busy
-samples). The misses above are the host's and the client's Python per-message
+Profiled with py-spy (`py-spy record -r 200 -f raw --nonblocking`) on the
+host process and on the client during 8 s of `send_batch(100 x 100 B)`, 8 s
+of single `send`, and 6 s of draining a backlog, one host, on this machine;
+percentages are of each process's busy (non-idle) samples. Other teams
+changed the host while this was written, so each finding names its commit. The misses above are the host's and the client's Python per-message
 work and the one-request-in-flight client; the fixes belong to the dataplane
 and client owners, and are listed here so the numbers can be fixed at their
 cause rather than in the benchmark.
 
-**Batched send (host).** 27% in `PartitionRuntime._prepare`, the per-message
-Python path of a SEND: of it, 14% is `new_message_id()` = `uuid.uuid4()` per
-message (an `os.urandom` system call and a UUID object for each of the 100
-messages), the rest building one `NewMessage` dataclass, an attribute blob
-and a size check per message. 23% is `Socket.send_multipart` of the reply in
-`RequestLoop._send_all`; a 20-byte reply costs microseconds in raw pyzmq, so
-most of this is the main thread waiting to get the GIL back after the send
-releases it, while the fsync flusher thread, the Consul heartbeat thread and
-the HTTP health thread run (CPython's default switch interval is 5 ms).
-`LogWriter` (flush + fdatasync) is 8-14%, the segment append and LZ4 5%.
-**Fix:** ids from one random prefix per batch plus a counter (one syscall per
-batch, not per message); a columnar append entry point (bodies list plus a
-lengths array, as docs/perf/storage.md also proposes) so a batch never becomes
-100 Python objects; a shorter `sys.setswitchinterval` in the host or fewer
-GIL-holding background threads.
-
-**Batched send (client).** 45% waiting in `poll` for the reply (the one
-request in flight), 21% turning each body into an `OutgoingMessage`
-dataclass and back into a wire list (`send_batch` list comprehension and
-`to_wire`), 14% in `Socket.send`. **Fix:** send plain bytes bodies straight
-to the wire list, and let a client keep a window of requests in flight: raw
-pyzmq moves 2-4x more with 8 batches in flight than with 1 (ceiling table).
+**Batched send, at commit e74ee02 (the newest).** The client is the limit:
+of its busy samples, 31% build one `OutgoingMessage` dataclass per body
+(`Queue.send_batch` list comprehension) and turn it back into a wire list,
+18% are `Socket.send`, and 27% wait for the reply (one request in flight).
+The host sits in `poll` for 51% of its busy samples; its SEND handler is 20%
+(`Stream._prepare` 15%, of which `new_message_id()` = `uuid.uuid4()` per
+message, an `os.urandom` call and a UUID object each, is 8%); Consul HTTP
+calls from background threads take 6% and the new replication publisher 5%.
+At the older commit 76c11a2 the host was the limit instead (27% in the
+per-message `_prepare`, 14% of it uuid4; 23% in the reply's
+`send_multipart`, mostly the loop thread waiting for the GIL while the fsync
+flusher, Consul heartbeat and HTTP health threads ran); the storage owner's
+columnar `append_batch` has since removed most of that. **Fix (client
+owner):** put plain `bytes` bodies straight into the wire list without a
+dataclass per message, and let a client keep a window of requests in flight:
+raw pyzmq moves 3-4x more with 8 batches in flight than with 1 (ceiling
+table). **Fix (dataplane owner):** ids from one random prefix per batch plus
+a counter.
 
 **Single send p99.** The p50 is 0.3-0.4 ms, about 3x raw pyzmq's
 request/reply (the host's Python request path: decode, dispatch, the
@@ -201,18 +202,40 @@ while the fsync flusher, Consul heartbeat and HTTP health threads run
 runs under the same load, which this noise cannot separate from the default.
 Measure it again on a quiet machine before acting on it.
 
+**Replicated sends (W5).** With replication real, a synchronous R=3 send
+takes a median of 7-9 ms and the p99 is 60-100 ms (NATS R=3: about 1 ms and
+7-19 ms), so W5 runs at about 40 msg/s. The time is spent waiting, not
+computing: in `RequestLoop.run_once` (zmqueue/dataplane/server.py) the loop
+blocks in `poller.poll(timeout)` with a timeout of up to `POLL_MAX_MS` = 50
+ms, and only the client and peer ROUTER sockets are registered in that
+poller. The replication SUB socket (records arriving on a replica) and the
+forwarder's DEALER sockets (the POSITION replies the writer waits for) are
+drained only when the loop wakes for another reason, so each sync ack waits
+for up to one poll timeout on the replica and another on the writer. An
+experiment with `POLL_MAX_MS = 1` (not committed: not our file) raised W5
+from about 40 to 243 msg/s and cut the send p50 from 7-9 ms to 2.4 ms in one
+run. **Fix (dataplane owner):** register the SUB socket and the forwarder
+sockets in the loop's poller (and send POSITION as soon as a record is
+applied), so a replica and the writer wake on the message itself.
+
 **Receive + delete.** Profiled the same way while one client drained a
-60,000-message backlog with `receive(100)` + `delete_batch`: the client spent
-twice as long in `delete_batch` as in `receive`. On the host, 27% of all busy
-samples (80% of the DELETE handler) are `numpy.sum` inside `Ring.remove`
-(zmqueue/dataplane/storage/ring.py), called once per receipt with a single
-slot index, where summing a one-row structured-array view costs several
-microseconds of numpy dispatch per call. The rest is per-message Python work
-on both sides (receipts encoded and decoded one by one, one VISIBILITY and
-one DELETE record per message). So a consumer moves a fraction of what a
-producer does; in W3 this limits end-to-end throughput and builds a backlog
-(end-to-end p50 of seconds). **Fix:** in `Ring.remove`, plain `int()`
-arithmetic for a scalar index and one vectorised `remove` per DELETE batch;
-then a receive that carries the previous batch's receipts (one round trip
-instead of two).
+backlog with `receive(100)` + `delete_batch`; the client spent 2-3x as long
+in `delete_batch` as in `receive`, waiting for the host. At commit 76c11a2
+27% of the host's busy samples (80% of the DELETE handler) were `numpy.sum`
+inside `Ring.remove` (zmqueue/dataplane/storage/ring.py), called once per
+receipt with a single slot index; replacing that with plain `int()`
+arithmetic for a scalar index (an experiment, not committed: not our file)
+took the drain from 10.9 k to 15.7 k msg/s in one side-by-side run. At
+commit b3dc261 (the one docs/perf/queues.md measured) the storage engine had
+changed: the top cost is now `PartitionStore.commit` -> `Staging.take`
+(21% of the host's busy samples), nearly all of it `np.concatenate` of many
+small structured record tables, where numpy's `_promote_fields` (15%)
+re-checks the dtype of every table; the Consul leadership thread's HTTP
+calls take another 8%. **Fix:** build one preallocated record table per
+commit (or concatenate tables of one identical dtype object, which skips the
+promotion), one vectorised `Ring.remove` per DELETE batch, and a receive that
+carries the previous batch's receipts (one round trip instead of two). In W3
+this consumer side is what caps end-to-end throughput near 10 k msg/s while
+the producer sends about 20 k msg/s, so a backlog builds (end-to-end p50 of
+seconds).
 """
