@@ -18,6 +18,7 @@ import pyarrow as pa
 from analytics.blob import Fields, decode_blobs
 from analytics.layout import ReadUnit
 from analytics.schema import TS, arrow_schema
+from analytics.sealed import BODY, OVERHEAD, KeyRing, is_sealed
 from analytics.segments import RECORD_TYPES, BadBlock, Block, iter_blocks
 
 _TYPE_NAMES = pa.array([RECORD_TYPES.get(i, f"UNKNOWN_{i}") for i in range(256)], pa.string())
@@ -32,6 +33,7 @@ class ReadOptions:
     since_ms: int | None = None
     until_ms: int | None = None
     types: frozenset[int] | None = None
+    keys: KeyRing | None = None
     blob_cache: dict[bytes, Fields] = field(default_factory=dict, compare=False)
 
 
@@ -76,7 +78,7 @@ def block_batch(unit: ReadUnit, block: Block, opts: ReadOptions) -> pa.RecordBat
     n = len(table)
     blobs = None
     if _BLOB_COLUMNS.intersection(opts.columns):
-        blobs = decode_blobs(table, block.heap, opts.blob_cache)
+        blobs = decode_blobs(table, block.heap, opts.blob_cache, unit.queue, opts.keys)
     seg = os.path.basename(unit.path)
     makers: dict[str, Callable[[], Any]] = {
         "host": lambda: const_strings(unit.host, n),
@@ -91,23 +93,53 @@ def block_batch(unit: ReadUnit, block: Block, opts: ReadOptions) -> pa.RecordBat
         "time": lambda: _ts(table["time_ms"]),
         "visible_at": lambda: _ts(table["visible_at_ms"], null_zero=True),
         "receive_count": lambda: pa.array(table["receive_count"].astype(np.int32)),
-        "payload_size": lambda: pa.array(table["body_len"].astype(np.int32)),
+        "payload_size": lambda: pa.array(_plain_sizes(table, block.heap)),
+        "encrypted": lambda: pa.array(_sealed_mask(table, block.heap) | (
+            blobs.sealed if blobs is not None else _sealed_blob_mask(table, block.heap))),
         "attributes_size": lambda: pa.array(table["attr_len"].astype(np.int32)),
         "segment": lambda: const_strings(seg, n),
         "block_offset": lambda: pa.array(np.full(n, block.header.offset, np.int64)),
         "corrupt": lambda: pa.nulls(n, pa.string()),
-        "payload": lambda: _payloads(table, block.heap),
+        "payload": lambda: _payloads(table, block.heap, unit.queue, opts.keys),
     }
     arrays = [blobs.column(c) if blobs is not None and c in _BLOB_COLUMNS else makers[c]()
               for c in opts.columns]
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(opts.columns))
 
 
-def _payloads(table: np.ndarray, heap: bytes) -> pa.Array:
+def _first_byte_sealed(table: np.ndarray, heap: bytes, off: np.ndarray, size: np.ndarray) -> np.ndarray:
+    out: np.ndarray = (table["type"] == 1) & (size >= OVERHEAD)
+    if out.any() and len(heap):
+        first = np.frombuffer(heap, np.uint8)[np.minimum(off, len(heap) - 1)]
+        out &= first == 0xE5
+    return out
+
+
+def _sealed_mask(table: np.ndarray, heap: bytes) -> np.ndarray:
+    return _first_byte_sealed(table, heap, table["data_off"].astype(np.int64), table["body_len"])
+
+
+def _sealed_blob_mask(table: np.ndarray, heap: bytes) -> np.ndarray:
+    off = table["data_off"].astype(np.int64) + table["body_len"]
+    return _first_byte_sealed(table, heap, off, table["attr_len"])
+
+
+def _plain_sizes(table: np.ndarray, heap: bytes) -> np.ndarray:
+    sizes = table["body_len"].astype(np.int32)
+    return np.where(_sealed_mask(table, heap), sizes - OVERHEAD, sizes).astype(np.int32)
+
+
+def _payloads(table: np.ndarray, heap: bytes, queue: str, keys: KeyRing | None) -> pa.Array:
     is_msg = table["type"] == 1
     offs, lens = table["data_off"].astype(np.int64), table["body_len"].astype(np.int64)
-    return pa.array([heap[o:o + n] if m else None for o, n, m in zip(offs, lens, is_msg, strict=True)],
-                    pa.binary())
+    out: list[bytes | None] = []
+    for i, (o, n, m) in enumerate(zip(offs.tolist(), lens.tolist(), is_msg.tolist(), strict=True)):
+        body = heap[o:o + n] if m else None
+        if body is not None and is_sealed(body):
+            mid = table["message_id"][i].tobytes()
+            body = keys.open(queue, body, mid, BODY) if keys is not None else None
+        out.append(body)
+    return pa.array(out, pa.binary())
 
 
 def bad_block_batch(unit: ReadUnit, bad: BadBlock, columns: list[str]) -> pa.RecordBatch:

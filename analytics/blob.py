@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from analytics.schema import ARROW_TYPES
+from analytics.sealed import ATTRS, KeyRing, is_sealed
 
 MESSAGE = 1
 MAX_CACHE = 4096
@@ -67,10 +68,11 @@ def decode_blob(blob: bytes) -> Fields:
 
 
 class BlobFields:
-    """Blob-derived columns of one block, built lazily per column."""
+    """Blob-derived columns of one block, built lazily per column; ``sealed``
+    marks blobs sealed at rest (whether or not a key opened them)."""
 
-    def __init__(self, n: int, rows: dict[int, Fields]) -> None:
-        self.n, self.rows = n, rows
+    def __init__(self, n: int, rows: dict[int, Fields], sealed: np.ndarray) -> None:
+        self.n, self.rows, self.sealed = n, rows, sealed
 
     def column(self, name: str) -> pa.Array:
         t = ARROW_TYPES[name]
@@ -82,15 +84,24 @@ class BlobFields:
         return pa.array(values, t)
 
 
-def decode_blobs(table: np.ndarray, heap: bytes, cache: dict[bytes, Fields]) -> BlobFields:
-    """Fields of every MESSAGE record of a block table that has a blob."""
+def decode_blobs(table: np.ndarray, heap: bytes, cache: dict[bytes, Fields], queue: str = "",
+                 keys: KeyRing | None = None) -> BlobFields:
+    """Fields of every MESSAGE record of a block table that has a blob (sealed ones opened
+    with ``keys`` when given, else left unknown)."""
     idx = np.flatnonzero((table["type"] == MESSAGE) & (table["attr_len"] > 0))
     rows: dict[int, Fields] = {}
+    sealed = np.zeros(len(table), dtype=bool)
     if len(idx):
         starts = (table["data_off"][idx].astype(np.int64) + table["body_len"][idx]).tolist()
         lens = table["attr_len"][idx].tolist()
         for i, s, n in zip(idx.tolist(), starts, lens, strict=True):
             blob = heap[s:s + n]
+            if is_sealed(blob):
+                sealed[i] = True
+                opened = keys.open(queue, blob, table["message_id"][i].tobytes(), ATTRS) if keys else None
+                if opened is None:
+                    continue
+                blob = opened
             f = cache.get(blob)
             if f is None:
                 f = decode_blob(blob)
@@ -98,4 +109,4 @@ def decode_blobs(table: np.ndarray, heap: bytes, cache: dict[bytes, Fields]) -> 
                     cache[blob] = f
             if f is not EMPTY:
                 rows[i] = f
-    return BlobFields(len(table), rows)
+    return BlobFields(len(table), rows, sealed)

@@ -7,6 +7,7 @@
 | ``queues`` | comma-separated queue names | all |
 | ``types`` | comma-separated record types (``MESSAGE,DELETE``) | all |
 | ``payload`` | ``true`` adds the ``payload`` column | false |
+| ``keyDir`` | key directory (``<queue>.key`` files) to open payloads sealed at rest | none |
 | ``splitBytes`` | files larger than this are read as several block ranges | 128 MiB |
 
 Filters are passed as options on purpose: Spark's Python data source filter
@@ -35,6 +36,7 @@ class SourceOptions:
     types: frozenset[int] | None = None
     payload: bool = False
     split_bytes: int = DEFAULT_SPLIT_BYTES
+    key_dir: str | None = None
 
 
 def parse_time_ms(value: str) -> int:
@@ -76,4 +78,5 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         types=types,
         payload=opts.get("payload", "false").lower() == "true",
         split_bytes=split,
+        key_dir=opts.get("keydir") or None,
     )

@@ -15,6 +15,7 @@ from analytics.batches import ReadOptions, read_unit
 from analytics.layout import ReadUnit, plan_units
 from analytics.options import SourceOptions, parse_options
 from analytics.schema import arrow_schema, default_columns
+from analytics.sealed import KeyRing
 
 
 def units_for(opts: SourceOptions) -> list[ReadUnit]:
@@ -23,7 +24,8 @@ def units_for(opts: SourceOptions) -> list[ReadUnit]:
 
 def read_options(opts: SourceOptions, columns: list[str] | None = None) -> ReadOptions:
     cols = columns if columns is not None else default_columns(opts.payload)
-    return ReadOptions(cols, opts.since_ms, opts.until_ms, opts.types)
+    keys = KeyRing(opts.key_dir) if opts.key_dir else None
+    return ReadOptions(cols, opts.since_ms, opts.until_ms, opts.types, keys)
 
 
 def iter_batches(paths: Iterable[str | Path], columns: list[str] | None = None,

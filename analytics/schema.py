@@ -26,6 +26,7 @@ COLUMNS: list[tuple[str, pa.DataType, str, str]] = [
     ("receive_count", pa.int32(), "INT", "VISIBILITY: count after it; DELETE/DLQ_MOVE: the receipt's"),
     ("payload_size", pa.int32(), "INT", "MESSAGE: body bytes"),
     ("attributes_size", pa.int32(), "INT", "MESSAGE: attribute blob bytes"),
+    ("encrypted", pa.bool_(), "BOOLEAN", "MESSAGE: body or attributes sealed at rest (see option keyDir)"),
     ("group_id", pa.string(), "STRING", "MESSAGE: FIFO message group id"),
     ("dedup_id", pa.string(), "STRING", "MESSAGE: FIFO deduplication id"),
     ("client_id", pa.string(), "STRING", "MESSAGE: producer identity (blob key cid), if recorded"),

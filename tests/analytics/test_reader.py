@@ -127,3 +127,33 @@ def test_an_unknown_column_or_record_type_is_refused(tmp_path: Path) -> None:
         read_table([tmp_path], ["nope"])
     with pytest.raises(FileNotFoundError):
         read_table([tmp_path / "missing"], ["seq"])
+
+
+def _seal(key: bytes, queue: str, data: bytes, mid: bytes, part: bytes) -> bytes:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    nonce = os.urandom(12)
+    aad = b"zmq-at-rest|" + queue.encode() + b"|" + mid + part
+    return bytes((0xE5, 1)) + nonce + AESGCM(key).encrypt(nonce, data, aad)
+
+
+def test_sealed_payloads_are_read_only_with_the_key(tmp_path: Path) -> None:
+    import base64
+
+    key = os.urandom(32)
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "secret.key").write_text(f"1:{base64.b64encode(key).decode()}\n")
+    host = tmp_path / "data" / "h1"
+    store = PartitionStore.open(host / "queues" / "secret" / "0", StorageConfig(fsync="never"), now_ms=T0)
+    mid = uuid.uuid4().bytes
+    blob = msgpack.packb({"g": "grp", "a": {"k": "v"}})
+    store.append([NewMessage(mid, _seal(key, "secret", b"hello", mid, b"b"),
+                             _seal(key, "secret", blob, mid, b"a"))], T0)
+    store.commit()
+    store.close()
+    cols = ["encrypted", "payload_size", "group_id", "payload"]
+    [locked] = read_table([tmp_path / "data"], cols, payload="true").to_pylist()
+    assert locked == {"encrypted": True, "payload_size": 5, "group_id": None, "payload": None}
+    keys = str(tmp_path / "keys")
+    [opened] = read_table([tmp_path / "data"], cols, payload="true", keyDir=keys).to_pylist()
+    assert opened == {"encrypted": True, "payload_size": 5, "group_id": "grp", "payload": b"hello"}

@@ -33,6 +33,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--since", default=None, help="only records at or after this time (ISO-8601 or Unix ms)")
     p.add_argument("--until", default=None, help="only records before this time (ISO-8601 or Unix ms)")
     p.add_argument("--queues", default=None, help="comma-separated queue names (default: all)")
+    p.add_argument("--key-dir", default=None, metavar="DIR",
+                   help="key directory (<queue>.key) to open payloads sealed at rest")
 
 
 def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
@@ -53,7 +55,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _options(args: argparse.Namespace) -> dict[str, str]:
-    return {k: v for k, v in (("since", args.since), ("until", args.until), ("queues", args.queues)) if v}
+    pairs = (("since", args.since), ("until", args.until), ("queues", args.queues), ("keyDir", args.key_dir))
+    return {k: v for k, v in pairs if v}
 
 
 def cmd_report(args: argparse.Namespace) -> int:
