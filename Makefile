@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml ops/consul/install.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,analytics]'
-	bash ops/consul/install.sh
+	bash ops/install-test-deps.sh
 	touch $(STAMP)
 
 demo: install
