@@ -139,7 +139,7 @@ class QueueCluster:
         agent = self.factory.agent
         for h in self.factory.hosts:
             node = h.node
-            wait_for(lambda: all_passing(check_statuses(agent, node)), 20, f"{node} passing")  # noqa: B023
+            wait_for(lambda: all_passing(check_statuses(agent, node)), 60, f"{node} passing")  # noqa: B023
         self.client = zmqueue.connect(self.factory.agent.http_addr, request_timeout=10)
         return self
 

@@ -100,12 +100,12 @@ class ChaosRun:
                 hp = HostProcess(f"chaos{uid}-c{c}", node, self.work / "data" / node,
                                  self.agent.http_addr, self.work / "logs")
                 self.hosts.append(hp.start())
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if len(self.passing()) == len(self.hosts):
                 return
             time.sleep(0.1)
-        raise AssertionError("hosts did not all pass their checks within 30 s")
+        raise AssertionError("hosts did not all pass their checks within 60 s")
 
     def kv(self) -> consul.Consul:
         host, _, port = self.agent.http_addr.rpartition(":")

@@ -15,7 +15,7 @@ from zmqueue.localcluster import ConsulAgent, HostProcess
 def start_cluster(hosts: HostFactory, agent: ConsulAgent, n: int) -> list[HostProcess]:
     started = [hosts.start(f"n{i + 1}") for i in range(n)]
     for h in started:
-        wait_for(lambda: all_passing(agent, h.node), 20, f"{h.node} passing")  # noqa: B023
+        wait_for(lambda: all_passing(agent, h.node), 60, f"{h.node} passing")  # noqa: B023
     return started
 
 

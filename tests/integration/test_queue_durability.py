@@ -18,7 +18,7 @@ from zmqueue.protocol import Command
 def start_passing(hosts: HostFactory, agent: ConsulAgent, node: str = "h1",
                   old: HostProcess | None = None) -> HostProcess:
     h = hosts.restart(old) if old is not None else hosts.start(node)
-    wait_for(lambda: all_passing(check_statuses(agent, h.node)), 20, f"{h.node} passing")
+    wait_for(lambda: all_passing(check_statuses(agent, h.node)), 60, f"{h.node} passing")
     return h
 
 

@@ -38,7 +38,7 @@ frames = st.one_of(
 def test_random_frames_never_crash_a_host_or_lose_stored_messages(
         hosts: HostFactory, consul_agent: ConsulAgent) -> None:
     h = hosts.start("fuzz")
-    wait_for(lambda: all_passing(check_statuses(consul_agent, h.node)), 20, "host passing")
+    wait_for(lambda: all_passing(check_statuses(consul_agent, h.node)), 60, "host passing")
     with zmqueue.connect(consul_agent.http_addr, request_timeout=5) as client:
         q = client.create_queue("fuzz", fsync="always")
         stored = set(q.send_batch([f"keep-{i}".encode() for i in range(10)]))

@@ -21,7 +21,7 @@ def three_hosts(hosts: HostFactory, agent: ConsulAgent) -> list[HostProcess]:
     hs = [hosts.start(f"h{i}") for i in (1, 2, 3)]
     for h in hs:
         node = h.node
-        wait_for(lambda: all_passing(check_statuses(agent, node)), 20, f"{node} passing")  # noqa: B023
+        wait_for(lambda: all_passing(check_statuses(agent, node)), 60, f"{node} passing")  # noqa: B023
     return hs
 
 
@@ -130,3 +130,33 @@ def test_a_frozen_fifo_writer_is_replaced_and_its_writes_are_refused_after_it_th
             q.delete_batch([m.receipt for m in msgs])
     assert got == [b"before", b"during"]
     assert old.alive()
+
+
+def replica_set(agent: ConsulAgent, queue: str) -> list[str]:
+    _, item = consul_for(agent).kv.get(f"zmqueue/queues/{queue}/partitions/0")
+    return list(json.loads(item["Value"])["replicas"]) if item else []
+
+
+def test_a_replica_lost_for_good_is_replaced_and_the_new_one_catches_up(
+        hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
+    hs = three_hosts(hosts, consul_agent)
+    q = client.create_queue("rerep", replication_factor=3, sync_replication=True)
+    ids = []
+    for i in range(5):
+        ids += q.send_batch([f"r{i}-{j}".encode() for j in range(20)])
+    spare = hosts.start("h4")
+    wait_for(lambda: all_passing(check_statuses(consul_agent, spare.node)), 60, "h4 passing")
+    before = replica_set(consul_agent, "rerep")
+    assert spare.node not in before
+    lost = by_node(hs, before[-1])
+    lost.kill9()
+    after = wait_for(lambda: (r := replica_set(consul_agent, "rerep")) and spare.node in r and r, 30,
+                     "the manager to put the spare host in the replica set")
+    assert lost.node not in after and len(after) == 3
+    # the new replica holds a copy of every stream with every message
+    endpoint = json.loads(json.dumps(client.queue_info("rerep")))["partitions"][0]["endpoints"][spare.node]
+    conn = client.connection(endpoint)
+    wait_for(lambda: conn.request(Command.QUEUE_STATS, {"q": "rerep", "p": 0}, 3000)["total"] == len(ids),
+             30, "the new replica to catch up")
+    got = drain(q, len(ids))
+    assert set(ids) <= set(got)

@@ -59,6 +59,16 @@ class ConsulClient:
             except TRANSPORT_ERRORS as exc:
                 errors.append(f"{addr}: {type(exc).__name__}")
                 continue
+            except consul.ConsulException as exc:
+                text = str(exc).lower()
+                server_gone = text.startswith(("500", "503")) and (
+                    "rpc error" in text or "no leader" in text or "no cluster leader" in text)
+                if not server_gone:
+                    raise
+                # the agent is up but cannot reach a Consul server (one just died,
+                # or an election is running): as good as unreachable
+                errors.append(f"{addr}: {str(exc)[:80]}")
+                continue
             self._current = idx
             return result
         raise ConsulUnavailable(

@@ -232,14 +232,13 @@ class Replicator:
                 raise StaleEpoch("a record's epoch is newer than its sender's term")
             last = st.store.last_seq
             seqs = table["seq"]
+            row = table[seqs == last] if last else table[:0]
+            if len(row) and int(row["epoch"][0]) != st.store.last_epoch:
+                self._resync(st)  # the writer holds another record at our last seq
+                return False
             if int(seqs[-1]) <= last:
                 continue
-            if int(seqs[0]) <= last:
-                row = table[seqs == last]
-                if len(row) and int(row["epoch"][0]) != st.store.last_epoch:
-                    self._resync(st)  # the writer holds another record at our last seq
-                    return False
-            elif last and int(seqs[0]) != last + 1:
+            if int(seqs[0]) > last + 1 and last:
                 self.counters["gaps"] += 1
                 self.catch_up(st, int(time.time() * 1000))
                 return False
@@ -277,7 +276,8 @@ class Replicator:
                 self._resync(cur)
                 return
             e = reply.get("e")
-            if not isinstance(e, int) or e < cur.epoch:
+            # a new writer (RECOVERING) fetches its peers' records of older terms
+            if not isinstance(e, int) or (e < cur.epoch and cur.role is not Role.RECOVERING):
                 return
             cur.epoch = max(cur.epoch, e) if cur.role is Role.REPLICA else cur.epoch
             ok = self.apply(cur, decode_chunks(reply.get("c") or []), e)

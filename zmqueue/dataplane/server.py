@@ -36,6 +36,10 @@ class LoopHooks(Protocol):
     def flush(self) -> None:
         """Make everything appended this iteration durable per policy."""
 
+    def wake_sockets(self) -> list[zmq.Socket[bytes]]:
+        """Sockets the hooks read themselves in tick() (replication SUB,
+        host-to-host DEALERs): their input wakes the loop at once."""
+
 
 @dataclass(frozen=True)
 class Endpoints:
@@ -98,6 +102,7 @@ class RequestLoop:
         for s in sockets.by_name.values():
             self.poller.register(s, zmq.POLLIN)
         self.names = {s: n for n, s in sockets.by_name.items()}
+        self.extra: set[zmq.Socket[bytes]] = set()
         self.last_progress = time.monotonic()
         self.iterations = 0
 
@@ -107,13 +112,23 @@ class RequestLoop:
         timeout = POLL_MAX_MS if wait is None else max(0, min(POLL_MAX_MS, wait))
         if self.dispatcher.outbox.items:
             timeout = 0
+        self._watch_extra()
         for sock, _ in self.poller.poll(timeout):
-            self._drain(sock)
+            if sock in self.names:
+                self._drain(sock)
         self.hooks.tick(int(time.time() * 1000))
         self.hooks.flush()
         self._send_all()
         self.last_progress = time.monotonic()
         self.iterations += 1
+
+    def _watch_extra(self) -> None:
+        current = set(self.hooks.wake_sockets())
+        for s in current - self.extra:
+            self.poller.register(s, zmq.POLLIN)
+        for s in self.extra - current:
+            self.poller.unregister(s)
+        self.extra = current
 
     def _drain(self, sock: zmq.Socket[bytes]) -> None:
         name = self.names[sock]

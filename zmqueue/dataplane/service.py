@@ -30,7 +30,7 @@ from zmqueue.dataplane.forwarder import Forwarder
 from zmqueue.dataplane.pushing import Pusher
 from zmqueue.dataplane.replication import Replicator
 from zmqueue.dataplane.storage import StorageConfig
-from zmqueue.dataplane.stream import PendingAck, Role, Stream
+from zmqueue.dataplane.stream import LEASE_S, PendingAck, Role, Stream
 from zmqueue.dataplane.streamset import StreamSet
 from zmqueue.dataplane.topology import FIFO_ORIGIN, Metadata, PartKey, StreamKey
 from zmqueue.dataplane.waiting import Waiters
@@ -213,7 +213,7 @@ class QueueService:
         for key in streams:
             st = self.set.streams.get(key)
             if st is not None and st.role is not Role.REPLICA:
-                st.lease_until = max(st.lease_until, at + 2.0)
+                st.lease_until = max(st.lease_until, at + LEASE_S)
 
     def candidacies(self) -> dict[StreamKey, tuple[tuple[str, ...], str | None]]:
         return {k: (st.replicas, None if k[2] == FIFO_ORIGIN else k[2])

@@ -87,6 +87,10 @@ class HostHooks:
             self.leadership.update(cands, svc.positions(), svc.meta.passing())
         return wake
 
+    def wake_sockets(self) -> list[zmq.Socket[bytes]]:
+        svc = self.service
+        return [svc.replicator.sub, *svc.forwarder.socks.values()]
+
     def flush(self) -> None:
         self.service.flush()
 
