@@ -78,7 +78,9 @@ def test_killing_a_fifo_writer_elects_a_caught_up_replica_with_a_higher_epoch_wi
     by_node(hs, node).kill9()
     new = wait_for(lambda: (w := writer_of(consul_agent, "orders.fifo", "fifo")) and w[0] != node and w,
                    10, "a new writer")
+    elected_s = time.monotonic() - killed_at
     assert new[1] > epoch
+    assert elected_s <= 5.0, f"a new writer took {elected_s:.1f} s"
     # the first successful send after the kill
     wait_for(lambda: _try_send(q, b"after", "after"), 15, "a send accepted by the new writer")
     failover_s = time.monotonic() - killed_at

@@ -39,6 +39,7 @@ import consul
 
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.discovery import list_hosts
 from zmqueue.errors import ConsulUnavailable
 
 log = logging.getLogger(__name__)
@@ -189,7 +190,8 @@ class Leadership(threading.Thread):
     def _cycle(self) -> None:
         sid = self._ensure_session()
         with self._lock:
-            cands, positions, passing = self._cands, self._positions, self._passing
+            cands, positions = self._cands, self._positions
+        passing = self._passing_now()
         sent_at = time.monotonic()
         _, items = self.client.call(lambda c: c.kv.get(f"{kv.PREFIX}leaders/", recurse=True,
                                                       consistency="consistent"))
@@ -219,6 +221,12 @@ class Leadership(threading.Thread):
                                                 positions.get(s, (0, 0))[1], state.get(s, {})):
                 self._acquire(s, sid)
         self._publish_positions(positions)
+
+    def _passing_now(self) -> set[str]:
+        """Healthy hosts straight from Consul (fresher than the metadata cache,
+        so a dead writer's stream is taken over within a cycle of its check
+        going critical)."""
+        return {h.node for h in list_hosts(self.client) if h.passing}
 
     def _positions_of_others(self) -> dict[StreamKey, dict[str, int]]:
         _, items = self.client.call(lambda c: c.kv.get(f"{kv.PREFIX}positions/", recurse=True))
