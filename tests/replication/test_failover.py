@@ -85,15 +85,21 @@ def test_killing_a_fifo_writer_elects_a_caught_up_replica_with_a_higher_epoch_wi
     wait_for(lambda: _try_send(q, b"after", "after"), 15, "a send accepted by the new writer")
     failover_s = time.monotonic() - killed_at
     assert failover_s < 10, failover_s
+    got = drain_in_order(q, 31, 20)
+    assert got == [f"{i}".encode() for i in range(30)] + [b"after"], "order kept, nothing lost or doubled"
+    assert len(set(sent)) == 30
+
+
+def drain_in_order(q: zmqueue.Queue, expect: int, timeout_s: float) -> list[bytes]:
+    """Bodies in delivery order (each deleted after receipt), until ``expect``."""
     got: list[bytes] = []
-    deadline = time.monotonic() + 20
-    while len(got) < 31 and time.monotonic() < deadline:
+    deadline = time.monotonic() + timeout_s
+    while len(got) < expect and time.monotonic() < deadline:
         msgs = q.receive(max_messages=10, wait_time=1)
         got += [m.body for m in msgs]
         if msgs:
             q.delete_batch([m.receipt for m in msgs])
-    assert got == [f"{i}".encode() for i in range(30)] + [b"after"], "order kept, nothing lost or doubled"
-    assert len(set(sent)) == 30
+    return got
 
 
 def _try_send(q: zmqueue.Queue, body: bytes, dedup: str) -> bool:
@@ -123,14 +129,7 @@ def test_a_frozen_fifo_writer_is_replaced_and_its_writes_are_refused_after_it_th
     body = {"q": "frozen.fifo", "p": 0, "m": [[b"stale", None, None, "g", "s"]]}
     with pytest.raises((zmqueue.NotLeader, zmqueue.Unavailable)):
         conn.request(Command.SEND, body, 3000)
-    got: list[bytes] = []
-    deadline = time.monotonic() + 15
-    while len(got) < 2 and time.monotonic() < deadline:
-        msgs = q.receive(max_messages=10, wait_time=1)
-        got += [m.body for m in msgs]
-        if msgs:
-            q.delete_batch([m.receipt for m in msgs])
-    assert got == [b"before", b"during"]
+    assert drain_in_order(q, 2, 15) == [b"before", b"during"]
     assert old.alive()
 
 
