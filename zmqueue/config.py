@@ -76,6 +76,15 @@ class QueueConfig:
     """Durability policy: ``always`` | ``interval`` | ``never`` (see docs/SEGMENT_FORMAT.md)."""
     max_messages: int | None = None
     """Optional cap on stored messages; sends past it get QueueLimitReached."""
+    encrypted: bool = False
+    """Seal message payloads at rest with the queue's key from each host's
+    ``--key-dir`` (docs/SECURITY.md)."""
+    rate_limit_per_s: float | None = None
+    """Requests per second the whole queue takes on each host (None = unlimited)."""
+    client_rate_limit_per_s: float | None = None
+    """Requests per second one client identity may make on the queue, per host."""
+    rate_burst: int | None = None
+    """Bucket size of both limits (default: one second's worth)."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     """Unknown keys found in KV, kept and reported, never fatal."""
 
@@ -93,6 +102,12 @@ class QueueConfig:
         _check(self.fsync in FSYNC_POLICIES, "fsync", f"must be one of {FSYNC_POLICIES}")
         if self.max_messages is not None:
             _check_range(self.max_messages, "max_messages", 1, 10**12)
+        _check(isinstance(self.encrypted, bool), "encrypted", "must be true or false")
+        for rate in ("rate_limit_per_s", "client_rate_limit_per_s"):
+            if getattr(self, rate) is not None:
+                _check_range(getattr(self, rate), rate, 0.001, 1e7)
+        if self.rate_burst is not None:
+            _check_range(self.rate_burst, "rate_burst", 1, 10**7)
         if self.dead_letter_queue is not None:
             validate_queue_name(self.dead_letter_queue)
             _check(self.dead_letter_queue != self.name, "dead_letter_queue", "must differ from the queue")
@@ -148,6 +163,14 @@ class HostConfig:
     """Consul TTL check: the host goes critical this long after its last heartbeat."""
     consul_timeout_ms: int = 2000
     """HTTP timeout of every Consul call."""
+    curve_secret_file: str | None = None
+    """This host's CURVE key pair (a ``.key_secret`` file). Set: every socket
+    uses CURVE and only keys registered in Consul KV may connect. None (the
+    local demo's default): plaintext and unauthenticated (docs/SECURITY.md)."""
+    key_dir: str | None = None
+    """Directory of per-queue at-rest keys (``<queue>.key``); never the data dir."""
+    usage_flush_interval_ms: int = 10_000
+    """How often usage records are appended to ``<data_dir>/usage.jsonl``."""
 
     def validate(self) -> HostConfig:
         ident = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -164,6 +187,10 @@ class HostConfig:
         _check(self.check_ttl_ms >= 2 * self.heartbeat_interval_ms, "check_ttl_ms",
                "must be at least twice heartbeat_interval_ms")
         _check_range(self.consul_timeout_ms, "consul_timeout_ms", 100, 60000)
+        _check_range(self.usage_flush_interval_ms, "usage_flush_interval_ms", 100, 3_600_000)
+        if self.key_dir is not None:
+            _check(os.path.realpath(self.key_dir) != os.path.realpath(self.data_dir), "key_dir",
+                   "must not be the data directory (keys are never stored beside the data)")
         return self
 
 

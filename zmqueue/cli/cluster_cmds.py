@@ -26,6 +26,13 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--peer-port", type=int, default=0, help="peer ROUTER port (0 = free)")
     p.add_argument("--http-port", type=int, default=0, help="/health and /metrics port (0 = free)")
     p.add_argument("--zone", default="", help="failure-domain tag used to spread replicas")
+    p.add_argument("--curve-secret", default=None, metavar="FILE",
+                   help="this host's CURVE .key_secret file: encrypt and authenticate every socket "
+                        "(default: off, plaintext; see docs/SECURITY.md)")
+    p.add_argument("--key-dir", default=None, metavar="DIR",
+                   help="directory of per-queue at-rest keys <queue>.key (never the data dir)")
+    p.add_argument("--usage-flush-ms", type=int, default=10_000,
+                   help="how often usage records are appended to DATA_DIR/usage.jsonl (default 10000)")
     p.set_defaults(func=cmd_host)
 
     p = sub.add_parser("up", help="start Consul (unless --consul) and a local cluster")
@@ -33,6 +40,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--clusters", type=int, default=1, help="number of clusters (default 1)")
     p.add_argument("--data-dir", default=".zmqueue", help="work dir (default ./.zmqueue)")
     add_consul_flag(p)
+    p.add_argument("--secure", action="store_true",
+                   help="CURVE on every socket with generated, registered keys (docs/SECURITY.md)")
     p.add_argument("--duration", type=float, default=None,
                    help="stop after this many seconds (default: run until Ctrl-C)")
     p.set_defaults(func=cmd_up)
@@ -51,6 +60,8 @@ def cmd_host(args: argparse.Namespace) -> int:
         cluster=args.cluster, node=args.node, data_dir=args.data_dir,
         consul=consul_addresses(args.consul), bind_host=args.bind, client_port=args.client_port,
         pub_port=args.pub_port, peer_port=args.peer_port, http_port=args.http_port, zone=args.zone,
+        curve_secret_file=args.curve_secret, key_dir=args.key_dir,
+        usage_flush_interval_ms=args.usage_flush_ms,
     )
     host = Host(cfg)
     host.install_signal_handlers()
@@ -66,12 +77,14 @@ def cmd_up(args: argparse.Namespace) -> int:
         raise SystemExit("zmqueue up: error: --hosts must be 1..16 and --clusters 1..8")
     consul = consul_addresses(args.consul)[0] if args.consul else None
     cluster = LocalCluster(Path(args.data_dir), hosts=args.hosts, clusters=args.clusters,
-                           consul=consul)
+                           consul=consul, secure=args.secure)
     with console.status("starting Consul and hosts..."):
         cluster.start()
     try:
         console.print(f"Consul UI: [bold]{cluster.ui_url}[/]")
         console.print(hosts_table(cluster.status()))
+        if cluster.client_secret_file is not None:
+            console.print(f"secured: connect with curve_secret_file='{cluster.client_secret_file}'")
         console.print(f"logs and data in {Path(args.data_dir).resolve()}; Ctrl-C stops everything")
         threading.Event().wait(args.duration)
     except KeyboardInterrupt:

@@ -6,6 +6,8 @@ import sys
 
 import zmqueue.cli.analytics_cmds as analytics_cmds
 import zmqueue.cli.bench_cmds as bench_cmds
+import zmqueue.cli.keys_cmds as keys_cmds
+import zmqueue.cli.usage_cmds as usage_cmds
 from zmqueue.cli import cluster_cmds, demo, queue_cmds
 from zmqueue.cli.common import OneLineParser, err_console
 from zmqueue.errors import ZmqueueError
@@ -23,6 +25,8 @@ def build_parser() -> OneLineParser:
     queue_cmds.add_parsers(sub)
     analytics_cmds.add_parsers(sub)
     bench_cmds.add_parsers(sub)
+    keys_cmds.add_parsers(sub)
+    usage_cmds.add_parsers(sub)
     return parser
 
 

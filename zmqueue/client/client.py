@@ -9,6 +9,8 @@ share one client between threads: each thread gets its own connections.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import random
 import threading
 import time
@@ -17,6 +19,7 @@ from typing import Any
 
 import zmq
 
+from zmqueue.client.breaker import Guards
 from zmqueue.client.queue import Queue
 from zmqueue.client.transport import Connection
 from zmqueue.config import QueueConfig, from_env, parse_consul_addresses
@@ -27,16 +30,21 @@ from zmqueue.errors import (
     NotLeader,
     QueueNotFound,
     RequestTimeout,
+    Throttled,
     Unavailable,
     ZmqueueError,
 )
 from zmqueue.protocol import Command
+from zmqueue.security.curve import CurveKeys, check_key
 
 HOSTS_TTL_S = 2.0
+MAX_THROTTLE_WAIT_S = 5.0
 
 
 def connect(consul: str | Sequence[str] | None = None, *, request_timeout: float = 10.0,
-            retries: int = 4) -> Client:
+            retries: int = 4, curve_secret_file: str | None = None,
+            curve_server_keys: str | dict[str, str] | None = None,
+            guards: Guards | None = None, throttle_retries: int = 20) -> Client:
     """Connect to a zmqueue system through Consul.
 
     ``consul``: one ``HOST:PORT`` (or a comma-separated list, or a sequence;
@@ -44,6 +52,14 @@ def connect(consul: str | Sequence[str] | None = None, *, request_timeout: float
     ``127.0.0.1:8500``. ``request_timeout`` (seconds) bounds every request
     (a long poll adds its wait time); ``retries`` is how many times a request
     is retried on another attempt after a timeout or a routing change.
+
+    Security (docs/SECURITY.md): ``curve_secret_file`` (this client's
+    ``.key_secret``, registered with ``zmqueue keys register``) turns on
+    CURVE; hosts' public keys come from their Consul service meta, or from
+    ``curve_server_keys`` (one z85 key for every host, or endpoint -> key).
+    ``guards``: circuit breakers and bulkheads per host (defaults in
+    :mod:`zmqueue.client.breaker`). A Throttled reply is retried after its
+    ``retry_after_ms``, at most ``throttle_retries`` times.
     """
     if consul is None:
         addrs = from_env()["consul"]
@@ -51,7 +67,14 @@ def connect(consul: str | Sequence[str] | None = None, *, request_timeout: float
         addrs = parse_consul_addresses(consul)
     else:
         addrs = tuple(consul)
-    return Client(tuple(addrs), request_timeout, retries)
+    curve = CurveKeys.from_file(curve_secret_file) if curve_secret_file else None
+    if curve is not None and isinstance(curve_server_keys, str):
+        curve.default_server = check_key(curve_server_keys)
+    elif curve is not None and isinstance(curve_server_keys, dict):
+        curve.learn({ep: check_key(k) for ep, k in curve_server_keys.items()})
+    client = Client(tuple(addrs), request_timeout, retries)
+    client.curve, client.guards, client.throttle_retries = curve, guards or Guards(), throttle_retries
+    return client
 
 
 class Client:
@@ -69,6 +92,9 @@ class Client:
         self._hosts: list[HostInfo] = []
         self._hosts_at = 0.0
         self.closed = False
+        self.curve: CurveKeys | None = None
+        self.guards = Guards()
+        self.throttle_retries = 20
 
     # --- plumbing ------------------------------------------------------------
     def hosts(self, refresh: bool = False) -> list[HostInfo]:
@@ -77,6 +103,9 @@ class Client:
                 try:
                     self._hosts = [h for h in list_hosts(self._consul) if h.passing]
                     self._hosts_at = time.monotonic()
+                    if self.curve is not None:
+                        self.curve.learn({h.client_endpoint: h.meta["curve_public"].encode()
+                                          for h in self._hosts if h.meta.get("curve_public")})
                 except ConsulUnavailable:
                     if not self._hosts:
                         raise
@@ -93,15 +122,66 @@ class Client:
             with self._lock:
                 if self.closed:
                     raise Unavailable("the client is closed")
-                conn = Connection(self.ctx, endpoint)
+                conn = Connection(self.ctx, endpoint, curve=self.curve_for(endpoint))
                 self._all_conns.append(conn)
             conns[endpoint] = conn
         return conn
 
+    def drop_connection(self, endpoint: str) -> None:
+        """Close this thread's connection to ``endpoint`` (the next request opens a new one)."""
+        conns: dict[str, Connection] = getattr(self._local, "conns", None) or {}
+        conn = conns.pop(endpoint, None)
+        if conn is not None:
+            with self._lock:
+                if conn in self._all_conns:
+                    self._all_conns.remove(conn)
+            conn.close()
+
+    def curve_for(self, endpoint: str) -> CurveKeys | None:
+        """The CURVE keys for a connection to ``endpoint`` (None without CURVE)."""
+        if self.curve is not None and self.curve.server_key(endpoint) is None:
+            with contextlib.suppress(ConsulUnavailable):
+                self.hosts(refresh=True)
+        return self.curve
+
     def request(self, endpoint: str, command: Command, body: Any, request_id: int | None = None,
                 extra_timeout_ms: int = 0) -> Any:
-        conn = self.connection(endpoint)
-        return conn.request(command, body, self.request_timeout_ms + extra_timeout_ms, request_id)
+        """One request through the host's circuit breaker and bulkhead; a
+        Throttled reply is retried after the wait it names (same request id)."""
+        for attempt in itertools.count():
+            try:
+                return self._request_once(endpoint, command, body, request_id, extra_timeout_ms)
+            except Throttled as exc:
+                if attempt >= self.throttle_retries:
+                    raise
+                wait_ms = exc.details.get("retry_after_ms")
+                wait_s = min(MAX_THROTTLE_WAIT_S, wait_ms / 1000 if isinstance(wait_ms, int) else 0.1)
+                time.sleep(wait_s * random.uniform(1.0, 1.2))
+        raise AssertionError("unreachable")
+
+    def _request_once(self, endpoint: str, command: Command, body: Any, request_id: int | None,
+                      extra_timeout_ms: int) -> Any:
+        breaker, bulkhead = self.guards.for_endpoint(endpoint)
+        breaker.before()
+        with bulkhead.slot():
+            conn = self.connection(endpoint)
+            if request_id is None:
+                request_id = conn.next_request_id()
+            try:
+                result = conn.request(command, body, self.request_timeout_ms + extra_timeout_ms,
+                                      request_id)
+            except RequestTimeout:
+                breaker.failure()
+                if self.curve is not None:
+                    # a CURVE connection refused once (e.g. a key registered after the
+                    # first try) never reconnects by itself: start a fresh one
+                    self.drop_connection(endpoint)
+                raise
+            except ZmqueueError:
+                breaker.success()  # the host answered
+                raise
+            breaker.success()
+            return result
 
     def any_host(self, command: Command, body: Any) -> Any:
         """Send an administrative request to any healthy host, failing over."""
@@ -133,16 +213,22 @@ class Client:
                      dead_letter_queue: str | None = None, max_receive_count: int = 5,
                      partitions: int = 1, replication_factor: int = 1,
                      sync_replication: bool = True, content_based_dedup: bool = False,
-                     fsync: str = "interval", max_messages: int | None = None) -> Queue:
+                     fsync: str = "interval", max_messages: int | None = None,
+                     encrypted: bool = False, rate_limit_per_s: float | None = None,
+                     client_rate_limit_per_s: float | None = None,
+                     rate_burst: int | None = None) -> Queue:
         """Create a queue (idempotent with the same settings; QueueAlreadyExists
         with different ones). Times are in seconds. A named dead-letter queue
-        that does not exist yet is created with default settings."""
+        that does not exist yet is created with default settings. ``encrypted``
+        and the rate limits: see docs/SECURITY.md."""
         cfg = QueueConfig(
             name=name, fifo=fifo, visibility_timeout_s=visibility_timeout, retention_s=retention,
             delay_s=delay, max_message_bytes=max_message_bytes, dead_letter_queue=dead_letter_queue,
             max_receive_count=max_receive_count, partitions=partitions,
             replication_factor=replication_factor, sync_replication=sync_replication,
             content_based_dedup=content_based_dedup, fsync=fsync, max_messages=max_messages,
+            encrypted=encrypted, rate_limit_per_s=rate_limit_per_s,
+            client_rate_limit_per_s=client_rate_limit_per_s, rate_burst=rate_burst,
         ).validate()
         info = self.any_host(Command.CREATE_QUEUE, {"config": cfg.to_dict()})["queue"]
         return Queue(self, self._until_writable(name, info))

@@ -69,7 +69,8 @@ class Subscription:
 
     def _subscribe(self, p: int, endpoint: str) -> None:
         key = (p, endpoint)
-        conn = Connection(self.queue.client.ctx, endpoint, on_push=self._on_push(key))
+        conn = Connection(self.queue.client.ctx, endpoint, on_push=self._on_push(key),
+                          curve=self.queue.client.curve_for(endpoint))
         body: dict[str, Any] = {"q": self.queue.name, "p": p, "prefetch": self.prefetch}
         if self.visibility_timeout is not None:
             body["vis_s"] = self.visibility_timeout

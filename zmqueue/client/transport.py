@@ -27,13 +27,19 @@ class Connection:
     """Not thread safe: the client gives each thread its own connections."""
 
     def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str,
-                 on_push: PushHandler | None = None) -> None:
+                 on_push: PushHandler | None = None, curve: Any = None) -> None:
         self.endpoint = endpoint
         self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.SNDHWM, 10_000)
         self.sock.setsockopt(zmq.RCVHWM, 100_000)
         self.sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
+        if curve is not None:  # zmqueue.security.curve.CurveKeys
+            try:
+                curve.client(self.sock, endpoint)
+            except ZmqueueError:
+                self.sock.close(linger=0)
+                raise
         self.sock.connect(endpoint)
         self.on_push = on_push
         self._next_id = new_request_id()

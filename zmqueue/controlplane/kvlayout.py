@@ -262,6 +262,52 @@ def decode_drain(key: str, raw: bytes | None) -> bool | Malformed:
     return Malformed(key, "drain flag must be JSON true or false")
 
 
+@dataclass(frozen=True)
+class KeyRecord:
+    """``zmqueue/keys/<cluster|global>/<name>``: a CURVE public key allowed in."""
+
+    public: str
+    role: str
+    name: str
+
+
+def key_record_key(scope: str, name: str) -> str:
+    return f"{PREFIX}keys/{scope}/{name}"
+
+
+def policy_key(queue: str) -> str:
+    return f"{PREFIX}policies/{queue}"
+
+
+def encode_key_record(rec: KeyRecord) -> bytes:
+    return _dump({"public": rec.public, "role": rec.role, "name": rec.name})
+
+
+def _build_key_record(d: dict[str, Any]) -> KeyRecord:
+    public, role = _str(d, "public"), _str(d, "role")
+    if len(public) != 40:
+        raise _Bad("public must be a 40-character z85 CURVE key")
+    if role not in ("client", "host"):
+        raise _Bad("role must be 'client' or 'host'")
+    return KeyRecord(public, role, _str(d, "name"))
+
+
+def decode_key_record(key: str, raw: bytes | None) -> KeyRecord | Malformed:
+    return _guard(key, raw, _build_key_record)
+
+
+def decode_policy(key: str, raw: bytes | None) -> dict[str, tuple[str, ...]] | Malformed:
+    from zmqueue.security.authz import parse_policy
+
+    def build(d: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+        try:
+            return parse_policy(d)
+        except ValueError as exc:
+            raise _Bad(str(exc)) from None
+
+    return _guard(key, raw, build)
+
+
 # ---- a whole-tree snapshot ----------------------------------------------------
 
 
@@ -286,6 +332,10 @@ class ClusterState:
     external_manager: ManagerRecord | None = None
     cluster_managers: dict[str, ManagerRecord] = field(default_factory=dict)
     drains: dict[str, bool] = field(default_factory=dict)
+    keys: dict[tuple[str, str], KeyRecord] = field(default_factory=dict)
+    """(scope: a cluster or ``global``, name) -> registered CURVE public key."""
+    policies: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    """queue -> authorization policy (zmqueue.security.authz)."""
     modify_index: dict[str, int] = field(default_factory=dict)
 
 
@@ -347,6 +397,14 @@ def _apply(
             value = decode_drain(key, raw)
             if isinstance(value, bool):
                 state.drains[node] = value
+        case ["keys", scope, name]:
+            value = decode_key_record(key, raw)
+            if isinstance(value, KeyRecord):
+                state.keys[(scope, name)] = value
+        case ["policies", q]:
+            value = decode_policy(key, raw)
+            if isinstance(value, dict):
+                state.policies[q] = value
         case _:
             return Malformed(key, "unknown key under the zmqueue/ prefix")
     return value if isinstance(value, Malformed) else None

@@ -32,6 +32,8 @@ class DeadLetterMover:
         self.pending: dict[StreamKey, list[Delivered]] = {}
         self.in_flight: set[StreamKey] = set()
         self.next_try_ms: dict[StreamKey, int] = {}
+        self.moved: dict[str, int] = {}
+        """Messages moved to a DLQ, by source queue (metrics)."""
 
     def add(self, st: Stream, dead: list[Delivered]) -> None:
         self.pending.setdefault(st.key, []).extend(dead)
@@ -61,12 +63,14 @@ class DeadLetterMover:
             svc.request_refresh()
             self._retry(st.key, dead, now)
             return
-        items = [(d.message_id, d.body, d.attributes, d.receive_count, st.queue) for d in dead]
+        items = [(d.message_id, *st.open(d.message_id, d.body, d.attributes), d.receive_count, st.queue)
+                 for d in dead]
         origin = FIFO_ORIGIN if dcfg.fifo else svc.node
         local = svc.set.streams.get((dlq, 0, origin))
         if local is not None and local.writable:
             local.append_dead_letters(items, now)
             st.store.mark_dead_lettered([d.seq for d in dead], now)
+            self.moved[st.queue] = self.moved.get(st.queue, 0) + len(dead)
             svc.dirty.update({st.key, local.key})
             svc.dlq_targets.add(local.key)
             return
@@ -90,6 +94,7 @@ class DeadLetterMover:
                 self._retry(key, dead, now_ms())
                 return
             cur.store.mark_dead_lettered([d.seq for d in dead], now_ms())
+            self.moved[cur.queue] = self.moved.get(cur.queue, 0) + len(dead)
             svc.dirty.add(key)
 
         svc.forwarder.request(endpoint, Command.SEND, {"q": dlq, "p": 0, "dl": wire}, done, now)

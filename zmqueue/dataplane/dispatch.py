@@ -63,6 +63,11 @@ class Request:
     answered: bool = False
     also: list[tuple[str, bytes]] = field(default_factory=list)
     """Retries of this request that arrived while it was being handled."""
+    user: str | None = None
+    """The authenticated client identity (CURVE/ZAP User-Id), None without CURVE."""
+    started: float = 0.0
+    meter: Any = None
+    """Called as ``meter(request, reply body or error, reply bytes)`` (front door)."""
 
     @property
     def body(self) -> Any:
@@ -73,6 +78,8 @@ class Request:
             return
         self.answered = True
         payload = protocol.encode_reply(self.frame.command, self.frame.request_id, body)
+        if self.meter is not None:
+            self.meter(self, body, len(payload))
         self._send(payload)
 
     def fail(self, exc: ZmqueueError) -> None:
@@ -80,6 +87,8 @@ class Request:
             return
         self.answered = True
         payload = protocol.encode_error(self.frame.command, self.frame.request_id, exc)
+        if self.meter is not None:
+            self.meter(self, exc, len(payload))
         self._send(payload, cache=False)
 
     def _send(self, payload: bytes, cache: bool = True) -> None:
@@ -89,9 +98,10 @@ class Request:
         found yet, unavailable) must be tried again, not answered the same way.
         """
         if self.cache is not None:
+            key = (self.user or "", int(self.frame.command), self.frame.request_id)
             if cache:
-                self.cache.put(int(self.frame.command), self.frame.request_id, payload, now_ms())
-            self.cache.done(int(self.frame.command), self.frame.request_id)
+                self.cache.put(key, payload, now_ms())
+            self.cache.done(key)
         self.outbox.put(self.sock, self.identity, payload)
         for sock, identity in self.also:
             self.outbox.put(sock, identity, payload)
@@ -106,12 +116,16 @@ class Dispatcher:
         self.outbox = Outbox()
         self.counters: Counter[str] = Counter()
         self.reply_cache = ReplyCache()
+        self.guard: Callable[[str, str | None, Frame, int], ZmqueueError | None] | None = None
+        """Front door: refuses a request (the error) before its handler runs."""
+        self.meter: Any = None
 
     def register(self, command: Command, handler: Handler) -> None:
         self.handlers[command] = handler
 
-    def handle(self, sock: str, frames: list[bytes]) -> None:
-        """Handle one multipart message from a ROUTER: [routing id, payload]."""
+    def handle(self, sock: str, frames: list[bytes], user: str | None = None) -> None:
+        """Handle one multipart message from a ROUTER: [routing id, payload];
+        ``user``: the connection's authenticated identity (CURVE), if any."""
         if len(frames) != 2:
             self.counters["malformed"] += 1
             if len(frames) > 2:
@@ -129,22 +143,30 @@ class Dispatcher:
             self.counters["unexpected_reply"] += 1
             return
         self.counters["requests"] += 1
+        if self.guard is not None:
+            refused = self.guard(sock, user, frame, len(payload))
+            if refused is not None:
+                self.outbox.put(sock, identity, protocol.encode_error(frame.command, frame.request_id,
+                                                                      refused))
+                return
         cache = None
+        ckey = (user or "", int(frame.command), frame.request_id)
         if frame.command in MUTATING:
-            cached = self.reply_cache.get(int(frame.command), frame.request_id, now_ms())
+            cached = self.reply_cache.get(ckey, now_ms())
             if cached is not None:
                 self.counters["retries_answered_from_cache"] += 1
                 self.outbox.put(sock, identity, cached)
                 return
-            original = self.reply_cache.in_progress(int(frame.command), frame.request_id)
+            original = self.reply_cache.in_progress(ckey)
             if original is not None:
                 self.counters["retries_joined_in_progress"] += 1
                 original.also.append((sock, identity))
                 return
             cache = self.reply_cache
-        req = Request(sock, identity, frame, self.outbox, cache)
+        req = Request(sock, identity, frame, self.outbox, cache, user=user, meter=self.meter,
+                      started=time.monotonic())
         if cache is not None:
-            cache.start(int(frame.command), frame.request_id, req)
+            cache.start(ckey, req)
         self.dispatch(req)
 
     def dispatch(self, req: Request) -> None:

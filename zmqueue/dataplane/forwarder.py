@@ -33,6 +33,9 @@ class Forwarder:
         self.ctx = ctx
         self.socks: dict[str, zmq.Socket[bytes]] = {}
         self.pending: dict[int, _Pending] = {}
+        self.curve: Any = None
+        """CURVE client keys (zmqueue.security.curve.CurveKeys) when the host is
+        secured: ``curve.client(sock, endpoint)`` before every connect."""
 
     def _sock(self, endpoint: str) -> zmq.Socket[bytes]:
         s = self.socks.get(endpoint)
@@ -40,6 +43,12 @@ class Forwarder:
             s = self.ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
             s.setsockopt(zmq.SNDHWM, 10_000)
+            if self.curve is not None:
+                try:
+                    self.curve.client(s, endpoint)
+                except ZmqueueError:
+                    s.close(linger=0)
+                    raise
             s.connect(endpoint)
             self.socks[endpoint] = s
         return s
@@ -54,6 +63,9 @@ class Forwarder:
             self._sock(endpoint).send(protocol.encode_request(command, rid, body), zmq.NOBLOCK)
         except zmq.ZMQError:
             callback(None, RequestTimeout(f"cannot queue a request to {endpoint}"))
+            return
+        except ZmqueueError as exc:  # no CURVE key known for the endpoint yet
+            callback(None, exc)
             return
         self.pending[rid] = _Pending(endpoint, now_ms + timeout_ms, callback)
 
@@ -75,6 +87,9 @@ class Forwarder:
         expired = [rid for rid, p in self.pending.items() if p.deadline_ms <= now_ms]
         for rid in expired:
             p = self.pending.pop(rid)
+            if self.curve is not None and p.endpoint in self.socks:
+                # a CURVE connection refused once never reconnects by itself
+                self.socks.pop(p.endpoint).close(linger=0)
             p.callback(None, RequestTimeout(f"no reply from {p.endpoint}"))
 
     def close(self) -> None:

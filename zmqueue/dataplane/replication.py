@@ -115,6 +115,11 @@ class Replicator:
     def set_topology(self, pub_endpoints: list[str], writers: dict[StreamKey, str]) -> None:
         for ep in pub_endpoints:
             if ep not in self.connected:
+                if self.forwarder.curve is not None:
+                    try:
+                        self.forwarder.curve.client(self.sub, ep)
+                    except ZmqueueError:
+                        continue  # its key is not known yet: connect on a later update
                 self.sub.connect(ep)
                 self.connected.add(ep)
         self.writer_of = dict(writers)

@@ -2,6 +2,9 @@
 retried request (same id) gets the first reply instead of being applied twice.
 
 Bounded by count and age: ``max_entries`` replies for at most ``ttl_ms``.
+Keys are ``(client identity, command, request id)``: the identity is the
+authenticated (CURVE) name, ``""`` without CURVE, so one client's ids never
+answer another's requests.
 """
 
 from __future__ import annotations
@@ -9,36 +12,39 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+Key = tuple[str, int, int]
+"""(client identity, command, request id)."""
+
 
 class ReplyCache:
     def __init__(self, max_entries: int = 100_000, ttl_ms: int = 5 * 60 * 1000) -> None:
         self.max_entries = max_entries
         self.ttl_ms = ttl_ms
-        self._items: OrderedDict[tuple[int, int], tuple[int, bytes]] = OrderedDict()
-        self._running: dict[tuple[int, int], Any] = {}
+        self._items: OrderedDict[Key, tuple[int, bytes]] = OrderedDict()
+        self._running: dict[Key, Any] = {}
         self.hits = 0
 
-    def start(self, command: int, request_id: int, request: Any) -> None:
+    def start(self, key: Key, request: Any) -> None:
         """``request`` is being handled (a retry arriving now joins it)."""
         if len(self._running) < self.max_entries:
-            self._running[(command, request_id)] = request
+            self._running[key] = request
 
-    def in_progress(self, command: int, request_id: int) -> Any:
-        return self._running.get((command, request_id))
+    def in_progress(self, key: Key) -> Any:
+        return self._running.get(key)
 
-    def done(self, command: int, request_id: int) -> None:
-        self._running.pop((command, request_id), None)
+    def done(self, key: Key) -> None:
+        self._running.pop(key, None)
 
-    def get(self, command: int, request_id: int, now_ms: int) -> bytes | None:
-        item = self._items.get((command, request_id))
+    def get(self, key: Key, now_ms: int) -> bytes | None:
+        item = self._items.get(key)
         if item is None or now_ms - item[0] > self.ttl_ms:
             return None
         self.hits += 1
         return item[1]
 
-    def put(self, command: int, request_id: int, payload: bytes, now_ms: int) -> None:
-        self._items[(command, request_id)] = (now_ms, payload)
-        self._items.move_to_end((command, request_id))
+    def put(self, key: Key, payload: bytes, now_ms: int) -> None:
+        self._items[key] = (now_ms, payload)
+        self._items.move_to_end(key)
         while len(self._items) > self.max_entries:
             self._items.popitem(last=False)
         while self._items:

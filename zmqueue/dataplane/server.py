@@ -6,6 +6,11 @@ Sockets (all bound on the host's bind address):
 - ``peer``: ROUTER for other hosts (catch-up requests, durable positions);
 - ``pub``: PUB for replication records, topic = partition.
 
+With a CURVE key pair every socket is a CURVE server; ZAP (the host's
+handler, zmqueue.security.zap) admits client and host keys on ``client``
+(ZAP domain ``client``) and host keys only on ``peer`` and ``pub`` (domain
+``peer``). Requests then carry the connection's ZAP User-Id as identity.
+
 One loop iteration: poll, drain every readable socket (bounded), let the
 service run its timers, flush (group commit), then send every reply. A
 reply therefore never leaves before the records it acknowledges are written.
@@ -68,7 +73,8 @@ def _bind(sock: zmq.Socket[bytes], host: str, port: int, what: str) -> str:
 
 class Sockets:
     def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], host: str,
-                 client_port: int = 0, pub_port: int = 0, peer_port: int = 0) -> None:
+                 client_port: int = 0, pub_port: int = 0, peer_port: int = 0,
+                 curve: tuple[bytes, bytes] | None = None) -> None:
         self.client = ctx.socket(zmq.ROUTER)
         self.peer = ctx.socket(zmq.ROUTER)
         self.pub = ctx.socket(zmq.PUB)
@@ -77,6 +83,13 @@ class Sockets:
             s.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
             s.setsockopt(zmq.SNDHWM, 100_000)
             s.setsockopt(zmq.RCVHWM, 100_000)
+        self.secure = curve is not None
+        if curve is not None:
+            for s, domain in ((self.client, b"client"), (self.peer, b"peer"), (self.pub, b"peer")):
+                s.setsockopt(zmq.CURVE_SERVER, 1)
+                s.setsockopt(zmq.CURVE_PUBLICKEY, curve[0])
+                s.setsockopt(zmq.CURVE_SECRETKEY, curve[1])
+                s.setsockopt(zmq.ZAP_DOMAIN, domain)
         try:
             self.endpoints = Endpoints(
                 client=_bind(self.client, host, client_port, "client"),
@@ -132,12 +145,29 @@ class RequestLoop:
 
     def _drain(self, sock: zmq.Socket[bytes]) -> None:
         name = self.names[sock]
+        if self.sockets.secure:
+            self._drain_secure(sock, name)
+            return
         for _ in range(DRAIN_MAX):
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
             self.dispatcher.handle(name, frames)
+
+    def _drain_secure(self, sock: zmq.Socket[bytes], name: str) -> None:
+        """Like _drain, with the identity ZAP gave the connection."""
+        for _ in range(DRAIN_MAX):
+            try:
+                parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            try:
+                uid = parts[-1].get("User-Id")
+                user = uid if isinstance(uid, str) and uid else None
+            except zmq.ZMQError:
+                user = None
+            self.dispatcher.handle(name, [p.bytes for p in parts], user)
 
     def _send_all(self) -> None:
         for name, identity, payload in self.dispatcher.outbox.take():

@@ -7,11 +7,16 @@ replica host of the partition keeps a copy of every stream. The stream's
 writer (the holder of its Consul lock, at epoch = the lock's LockIndex)
 appends records and serves receives; the other copies apply the writer's
 records in sequence order. Everything runs on the host's request-loop thread.
+
+An encrypted queue's stream has a ``cipher`` (zmqueue.security.atrest): it
+seals body and attribute blob before they reach the store (so segments and
+replication carry ciphertext) and opens them where this layer reads them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -88,7 +93,7 @@ def dedup_key(cfg: QueueConfig, body: bytes, dedup: str | None) -> str | None:
 
 class Stream:
     def __init__(self, key: StreamKey, config: QueueConfig, store: PartitionStoreProtocol,
-                 replicas: tuple[str, ...]) -> None:
+                 replicas: tuple[str, ...], cipher: Any = None) -> None:
         self.key = key
         self.queue, self.partition, self.origin = key
         self.config = config
@@ -103,7 +108,19 @@ class Stream:
         self.follower_pos: dict[str, int] = {}
         self.published_seq = store.last_seq
         self.published_epoch = store.last_epoch
+        self.cipher = cipher
         self.rebuild_dedup()
+
+    # --- at-rest encryption -------------------------------------------------
+    def seal(self, mid: bytes, body: bytes, blob: bytes) -> tuple[bytes, bytes]:
+        if self.cipher is None:
+            return body, blob
+        return self.cipher.seal(body, mid, b"b"), self.cipher.seal(blob, mid, b"a")
+
+    def open(self, mid: bytes, body: bytes, blob: bytes) -> tuple[bytes, bytes]:
+        if self.cipher is None:
+            return body, blob
+        return self.cipher.open(body, mid, b"b"), self.cipher.open(blob, mid, b"a")
 
     # --- role ---------------------------------------------------------------
     @property
@@ -140,16 +157,19 @@ class Stream:
             return
         for row in table[table["type"] == RecordType.MESSAGE]:
             off, blen, alen = int(row["data_off"]), int(row["body_len"]), int(row["attr_len"])
-            meta = decode_blob(heap[off + blen:off + blen + alen])
-            key = dedup_key(self.config, heap[off:off + blen], meta.get("d"))
+            body, blob = self.open(bytes(row["message_id"]), heap[off:off + blen],
+                                   heap[off + blen:off + blen + alen])
+            meta = decode_blob(blob)
+            key = dedup_key(self.config, body, meta.get("d"))
             if key:
                 self.dedup.put(key, bytes(row["message_id"]), int(row["time_ms"]))
 
     def note_messages(self, recs: list[Record], horizon_ms: int = 0) -> None:
         for r in recs:
             if r.type == RecordType.MESSAGE and r.time_ms >= horizon_ms:
-                meta = decode_blob(r.attributes)
-                key = dedup_key(self.config, r.body, meta.get("d"))
+                body, blob = self.open(r.message_id, r.body, r.attributes)
+                meta = decode_blob(blob)
+                key = dedup_key(self.config, body, meta.get("d"))
                 if key:
                     self.dedup.put(key, r.message_id, r.time_ms)
 
@@ -161,6 +181,9 @@ class Stream:
         returns the original id. The whole batch is checked before anything
         is appended, so a bad item rejects the batch.
         """
+        fast = None if self.config.fifo else self._send_plain(items, now_ms)
+        if fast is not None:
+            return fast
         prepared: list[tuple[NewMessage | None, bytes]] = []
         batch_keys: dict[str, bytes] = {}
         new_keys: list[tuple[str, bytes]] = []
@@ -181,6 +204,26 @@ class Stream:
             self.dedup.put(key, mid, now_ms)
         return [mid.hex() for _, mid in prepared]
 
+    def _send_plain(self, items: list[Any], now_ms: int) -> list[str] | None:
+        """The common standard-queue batch (bodies only, no attributes, no
+        per-message delay), appended as columns; None if the batch is not plain."""
+        if self.cipher is not None:
+            return None  # encrypted queues seal every message on the general path
+        limit = self.config.max_message_bytes
+        bodies = []
+        for item in items:
+            if (not isinstance(item, list) or len(item) != 5 or not isinstance(item[0], bytes)
+                    or item[1] or item[2] is not None or item[3] is not None or item[4] is not None):
+                return None
+            if len(item[0]) > limit:
+                return None  # the general path raises MessageTooLarge with details
+            bodies.append(item[0])
+        ids = os.urandom(16 * len(bodies))
+        self.store.append_batch(bodies, now_ms, self.epoch, message_ids=ids,
+                                delay_ms=self.config.delay_s * 1000)
+        text = ids.hex()
+        return [text[i:i + 32] for i in range(0, len(text), 32)]
+
     def _prepare(self, i: int, item: Any) -> tuple[NewMessage, str | None]:
         cfg = self.config
         if not isinstance(item, list) or len(item) != 5:
@@ -200,8 +243,9 @@ class Stream:
             raise InvalidParameter(f"message {i}: FIFO queues need a group_id", field="group_id")
         blob = encode_blob(attrs, group, dedup)
         check_size(body, blob, cfg.max_message_bytes)
-        msg = NewMessage(new_message_id(), body, blob, group_hash(group) if cfg.fifo else 0,
-                         delay * 1000)
+        mid = new_message_id()
+        sealed, sealed_blob = self.seal(mid, body, blob)
+        msg = NewMessage(mid, sealed, sealed_blob, group_hash(group) if cfg.fifo else 0, delay * 1000)
         return msg, dedup_key(cfg, body, dedup)
 
     def append_dead_letters(self, items: list[tuple[bytes, bytes, bytes, int, str]], now_ms: int) -> None:
@@ -212,7 +256,7 @@ class Stream:
             meta = decode_blob(blob)
             new_blob = encode_blob(meta.get("a") or {}, meta.get("g"), meta.get("d"), rc, source)
             gh = group_hash(meta.get("g")) if self.config.fifo else 0
-            msgs.append(NewMessage(mid, body, new_blob, gh, 0))
+            msgs.append(NewMessage(mid, *self.seal(mid, body, new_blob), gh, 0))
         self.store.append(msgs, now_ms, self.epoch)
 
     # --- receive -------------------------------------------------------------------
@@ -226,11 +270,12 @@ class Stream:
         return [self.encode_delivered(d) for d in delivered], dead
 
     def encode_delivered(self, d: Delivered) -> list[Any]:
-        meta = decode_blob(d.attributes)
+        body, blob = self.open(d.message_id, d.body, d.attributes)
+        meta = decode_blob(blob)
         receipt = Receipt(self.queue, self.partition, self.origin, d.seq, d.receive_count,
                           self.epoch).encode()
         rc = d.receive_count + int(meta.get("rc", 0))
-        return [d.message_id.hex(), d.body, meta.get("a") or {}, receipt, rc, d.enqueue_ms,
+        return [d.message_id.hex(), body, meta.get("a") or {}, receipt, rc, d.enqueue_ms,
                 meta.get("g"), meta.get("src")]
 
     # --- delete / visibility ---------------------------------------------------------

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from zmqueue.config import QueueConfig
 from zmqueue.dataplane.storage import PartitionStore, StorageConfig
@@ -32,6 +34,8 @@ class StreamSet:
         self.root = root
         self.defaults = defaults
         self.streams: dict[StreamKey, Stream] = {}
+        self.cipher_for: Callable[[QueueConfig], Any] | None = None
+        """At-rest cipher of an encrypted queue (set by the host), else None."""
 
     def path(self, key: StreamKey) -> Path:
         return self.root / key[0] / str(key[1]) / key[2]
@@ -68,7 +72,7 @@ class StreamSet:
                     now_ms: int) -> Stream:
         store = PartitionStore.open(self.path(key), storage_config(cfg, self.defaults), now_ms=now_ms)
         log.info("opened stream %s: %s", "/".join(map(str, key)), store.recovery_report)
-        st = Stream(key, cfg, store, replicas)
+        st = Stream(key, cfg, store, replicas, self.cipher_for(cfg) if self.cipher_for else None)
         self.streams[key] = st
         return st
 

@@ -35,6 +35,8 @@ from zmqueue.dataplane.service import QueueService
 from zmqueue.errors import ConsulUnavailable, StartupError
 from zmqueue.host.admin import AdminHandlers
 from zmqueue.host.metadata import MetadataCache, to_metadata
+from zmqueue.host.metrics import HostCollector, on_loop, snapshot
+from zmqueue.host.security import HostSecurity
 from zmqueue.protocol import Command
 from zmqueue.version import __version__
 
@@ -76,10 +78,13 @@ class HostHooks:
         self.service = service
         self.leadership: Leadership | None = None
         self.next_update = 0.0
+        self.security: HostSecurity | None = None
 
     def tick(self, now_ms: int) -> int | None:
         self.cache.run_posted()
         wake = self.service.tick(now_ms)
+        if self.security is not None:
+            self.security.tick()
         if self.leadership is not None and time.monotonic() >= self.next_update:
             self.next_update = time.monotonic() + 0.1
             svc = self.service
@@ -92,7 +97,12 @@ class HostHooks:
         return [svc.replicator.sub, *svc.forwarder.socks.values()]
 
     def flush(self) -> None:
+        busy = bool(self.service.dirty)
+        started = time.monotonic()
         self.service.flush()
+        door = self.security.door if self.security is not None else None
+        if busy and door is not None:
+            door.commit.observe("flush", time.monotonic() - started)
 
     def close(self) -> None:
         if self.leadership is not None:
@@ -122,6 +132,7 @@ class Host:
         self.roles: ManagerRoles | None = None
         self.leadership: Leadership | None = None
         self.health: Any = None
+        self.security = HostSecurity(config, self.data_dir)
 
     # --- handlers -------------------------------------------------------
     def _ping(self, req: Request) -> Any:
@@ -146,20 +157,28 @@ class Host:
         cfg = self.config
         self._lock = lock_data_dir(self.data_dir)
         self._ctx = zmq.Context()
-        self.sockets = Sockets(self._ctx, cfg.bind_host, cfg.client_port, cfg.pub_port, cfg.peer_port)
+        self.security.start_zap(self._ctx, ConsulClient(cfg.consul, cfg.consul_timeout_ms / 1000))
+        self.sockets = Sockets(self._ctx, cfg.bind_host, cfg.client_port, cfg.pub_port, cfg.peer_port,
+                               curve=self.security.curve)
         cache = MetadataCache(cfg.consul, cfg.consul_timeout_ms / 1000, self._apply_snapshot,
                               self._metadata_unavailable)
         service = QueueService(cfg.node, self.data_dir, Forwarder(self._ctx), self.sockets.pub,
                                cache.refresh)
+        door = self.security.wire(self.dispatcher, service)
         service.register(self.dispatcher)
         AdminHandlers(cache).register(self.dispatcher)
         self.hooks = HostHooks(cache, service)
+        self.hooks.security = self.security
+        zap = self.security.zap
+        self.metrics.register(HostCollector(lambda: on_loop(cache.post, lambda: snapshot(
+            service, door, dict(zap.counters) if zap else {}, dict(self.dispatcher.counters)))))
         self.loop = RequestLoop(self.sockets, self.dispatcher, self.hooks)
         self.health = HealthServer(cfg.bind_host, cfg.http_port, self.healthy, self.metrics)
         self.health.start()
         http_url = f"http://{cfg.bind_host}:{self.health.port}/health"
         endpoints = {**self.sockets.endpoints.as_meta(),
-                     "http_endpoint": f"http://{cfg.bind_host}:{self.health.port}"}
+                     "http_endpoint": f"http://{cfg.bind_host}:{self.health.port}",
+                     **self.security.meta()}
         port = int(self.sockets.endpoints.client.rsplit(":", 1)[1])
         reg = Registration(cluster=cfg.cluster, node=cfg.node, version=__version__,
                            address=cfg.bind_host, client_port=port, endpoints=endpoints,
@@ -191,6 +210,7 @@ class Host:
 
     def _apply_snapshot(self, snap: Snapshot, forward: bool) -> None:
         assert self.hooks is not None
+        self.security.on_snapshot(snap)
         self.hooks.service.apply_metadata(to_metadata(snap), int(time.time() * 1000), forward)
 
     def _on_leadership(self, ev: Elected | Deposed | Confirmed) -> None:
@@ -241,6 +261,7 @@ class Host:
         if self.hooks is not None:
             self.hooks.flush()
             self.hooks.close()
+        self.security.close()
         if self.health is not None:
             self.health.stop()
         if self.sockets is not None:

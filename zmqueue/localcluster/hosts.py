@@ -59,7 +59,8 @@ class LocalCluster:
     """A Consul dev agent (unless an address is given) and C clusters of H hosts."""
 
     def __init__(self, work_dir: Path, hosts: int = 3, clusters: int = 1,
-                 consul: str | None = None, host_args: list[str] | None = None) -> None:
+                 consul: str | None = None, host_args: list[str] | None = None,
+                 secure: bool = False) -> None:
         self.work_dir = Path(work_dir)
         self.n_hosts = hosts
         self.n_clusters = clusters
@@ -67,6 +68,30 @@ class LocalCluster:
         self.agent: ConsulAgent | None = None
         self.consul_addr = consul
         self.hosts: list[HostProcess] = []
+        self.secure = secure
+        """Run secured (docs/SECURITY.md): CURVE keys for every host and a
+        client ``admin`` generated in ``<work dir>/keys`` and registered in
+        Consul KV; encrypted queues find their keys in ``<work dir>/atrest``."""
+
+    @property
+    def keys_dir(self) -> Path:
+        return self.work_dir / "keys"
+
+    @property
+    def client_secret_file(self) -> Path | None:
+        """The ``admin`` client's key pair (``zmqueue.connect(curve_secret_file=...)``)."""
+        return self.keys_dir / "admin.key_secret" if self.secure else None
+
+    def _register(self, name: str, role: str) -> Path:
+        from zmqueue.controlplane import keyring
+        from zmqueue.security import curve
+
+        secret = self.keys_dir / f"{name}.key_secret"
+        if not secret.exists():
+            curve.generate(self.keys_dir, name)
+        keyring.register_key(self.consul_client(), keyring.GLOBAL, name,
+                             curve.load_public(secret).decode(), role)
+        return secret
 
     @property
     def ui_url(self) -> str:
@@ -80,6 +105,8 @@ class LocalCluster:
             elif not has_leader(self.consul_addr):
                 raise StartupError(f"no Consul answers at {self.consul_addr}; start one or omit "
                                    "--consul to let zmqueue start a dev agent")
+            if self.secure:
+                self._register("admin", "client")
             for c in range(self.n_clusters):
                 for h in range(self.n_hosts):
                     self.add_host(f"c{c + 1}", f"c{c + 1}-h{h + 1}")
@@ -91,8 +118,12 @@ class LocalCluster:
 
     def add_host(self, cluster: str, node: str) -> HostProcess:
         assert self.consul_addr is not None
+        args = list(self.host_args)
+        if self.secure:
+            args += ["--curve-secret", str(self._register(node, "host")),
+                     "--key-dir", str(self.work_dir / "atrest")]
         hp = HostProcess(cluster, node, self.work_dir / "data" / node, self.consul_addr,
-                         self.work_dir / "logs", self.host_args)
+                         self.work_dir / "logs", args)
         self.hosts.append(hp.start())
         return hp
 

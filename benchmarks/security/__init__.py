@@ -1,0 +1,1 @@
+"""Security benchmarks: the cost of CURVE and of encryption at rest."""

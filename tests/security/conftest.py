@@ -1,0 +1,56 @@
+"""Module-scoped clusters of the front-door tests run on their own Consul
+agent: a function-scoped ``hosts`` test on the same xdist worker wipes the
+shared agent's KV and services at teardown, which would pull registered
+keys, policies and hosts from under a cluster shared by a module."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import QueueCluster
+from tests.security.harness import SecureCluster
+from zmqueue.localcluster import ConsulAgent, find_consul_binary
+from zmqueue.localcluster.consul_agent import INSTALL_HINT
+
+
+@pytest.fixture(scope="module")
+def private_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsulAgent]:
+    try:
+        binary = find_consul_binary()
+    except FileNotFoundError:
+        pytest.fail(f"Consul is not installed: {INSTALL_HINT}", pytrace=False)
+    agent = ConsulAgent(tmp_path_factory.mktemp("consul-private"), binary=binary)
+    agent.start()
+    try:
+        yield agent
+    finally:
+        agent.stop()
+
+
+@pytest.fixture(scope="module")
+def secure(private_agent: ConsulAgent, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]:
+    """Two CURVE-secured hosts (with an at-rest key dir) and clients alice and bob."""
+    sc = SecureCluster(private_agent, tmp_path_factory.mktemp("secure"))
+    try:
+        yield sc.start()
+    except BaseException:
+        print(sc.factory.logs())
+        raise
+    finally:
+        sc.stop()
+
+
+@pytest.fixture(scope="module")
+def plain_cluster(private_agent: ConsulAgent, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[QueueCluster]:
+    """Two plaintext hosts and a client (like ``qcluster``, on the private agent)."""
+    qc = QueueCluster(private_agent, tmp_path_factory.mktemp("plain"), 2)
+    try:
+        yield qc.start()
+    except BaseException:
+        print(qc.factory.logs())
+        raise
+    finally:
+        qc.stop()

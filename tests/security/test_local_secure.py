@@ -1,0 +1,27 @@
+"""``LocalCluster(secure=True)`` (``zmqueue up --secure``): generated keys, registered, used."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import zmqueue
+from tests.conftest import HostFactory
+from zmqueue.errors import RequestTimeout
+from zmqueue.localcluster import LocalCluster
+
+
+def test_a_secured_local_cluster_serves_its_registered_client_only(hosts: HostFactory,
+                                                                   tmp_path: Path) -> None:
+    lc = LocalCluster(tmp_path / "lc", hosts=1, consul=hosts.agent.http_addr, secure=True)
+    with lc:
+        assert lc.client_secret_file is not None and lc.client_secret_file.exists()
+        with zmqueue.connect(lc.consul_addr, request_timeout=5,
+                             curve_secret_file=str(lc.client_secret_file)) as c:
+            q = c.create_queue("secured-demo")
+            q.send(b"hi")
+            assert [m.body for m in q.receive(wait_time=5)] == [b"hi"]
+        with zmqueue.connect(lc.consul_addr, request_timeout=1, retries=0) as plain, \
+                pytest.raises(RequestTimeout):
+            plain.ping()

@@ -1,0 +1,110 @@
+"""Pure pieces of the front door: buckets, policies, ZAP decisions, KV decoding, usage files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import zmq
+
+from zmqueue.config import QueueConfig
+from zmqueue.controlplane import kvlayout as kv
+from zmqueue.errors import AccessDenied, ConfigError, Throttled
+from zmqueue.protocol import Command, Flags, Frame, Receipt
+from zmqueue.security import authz
+from zmqueue.security.frontdoor import FrontDoor, queue_of
+from zmqueue.security.ratelimit import RateLimiter
+from zmqueue.security.usage import UsageBook, aggregate, find_files
+from zmqueue.security.zap import KeyEntry, ZapHandler
+
+
+def test_a_token_bucket_allows_its_burst_then_names_the_wait() -> None:
+    rl = RateLimiter()
+    assert [rl.take(("k",), 2.0, 2.0, 0.0) for _ in range(2)] == [0, 0]
+    assert rl.take(("k",), 2.0, 2.0, 0.0) == 500
+    assert rl.take(("k",), 2.0, 2.0, 0.25) == 250
+    assert rl.take(("k",), 2.0, 2.0, 0.5) == 0
+    with pytest.raises(Throttled) as exc:
+        rl.check(("k",), 2.0, 2, 0.5, "queue 'q'")
+    assert exc.value.details["retry_after_ms"] == 500
+
+
+def test_policies_allow_listed_identities_and_deny_naming_action_and_queue() -> None:
+    pol = authz.parse_policy({"send": ["alice"], "receive": ["*"]})
+    authz.check(pol, "send", "q", "alice")
+    authz.check(pol, "receive", "q", "bob")
+    authz.check(None, "admin", "q", "anyone")
+    with pytest.raises(AccessDenied) as exc:
+        authz.check(pol, "delete", "q", "alice")
+    assert exc.value.details == {"action": "delete", "queue": "q", "identity": "alice"}
+    with pytest.raises(ValueError):
+        authz.parse_policy({"steal": ["x"]})
+
+
+def test_kv_decodes_keys_and_policies_and_reports_bad_ones() -> None:
+    items = [
+        {"Key": "zmqueue/keys/global/alice", "Value": json.dumps(
+            {"public": "x" * 40, "role": "client", "name": "alice"}).encode()},
+        {"Key": "zmqueue/keys/c1/h1", "Value": b'{"public": "short", "role": "host", "name": "h1"}'},
+        {"Key": "zmqueue/policies/q", "Value": b'{"send": ["alice"]}'},
+        {"Key": "zmqueue/policies/bad", "Value": b'{"send": "alice"}'},
+    ]
+    state, problems = kv.parse_tree(items)
+    assert state.keys == {("global", "alice"): kv.KeyRecord("x" * 40, "client", "alice")}
+    assert state.policies == {"q": {"send": ("alice",)}}
+    assert sorted(p.key for p in problems) == ["zmqueue/keys/c1/h1", "zmqueue/policies/bad"]
+
+
+def test_zap_admits_registered_keys_and_host_keys_only_on_the_peer_domain() -> None:
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    zap = ZapHandler(ctx)
+    try:
+        cpub, _ = zmq.curve_keypair()
+        hpub, _ = zmq.curve_keypair()
+        zap.set_keys({cpub: KeyEntry("alice", "client"), hpub: KeyEntry("h1", "host")})
+        raw = zmq.utils.z85.decode
+        assert zap.decide("client", b"CURVE", raw(cpub))[:2] == (True, "alice")
+        assert zap.decide("peer", b"CURVE", raw(cpub))[0] is False
+        assert zap.decide("peer", b"CURVE", raw(hpub))[:2] == (True, "h1")
+        assert zap.decide("client", b"CURVE", bytes(32))[0] is False
+        assert zap.decide("client", b"NULL", b"")[0] is False
+    finally:
+        zap.stop()
+        ctx.term()
+
+
+def test_the_front_door_reads_the_queue_a_receipt_names() -> None:
+    r = Receipt("secret-q", 0, "h1", 5, 1, 1).encode()
+    f = Frame(Command.DELETE, Flags.NONE, 1, {"q": "public-q", "p": 0, "r": [r]})
+    assert queue_of(f) == "secret-q"
+    cfg = QueueConfig("q", rate_limit_per_s=1, rate_burst=1).validate()
+    door = FrontDoor(lambda: {"q": cfg}, lambda: {}, lambda u: None, None)
+    send = Frame(Command.SEND, Flags.NONE, 1, {"q": "q", "m": []})
+    assert door.check("client", "alice", send, 10) is None
+    assert isinstance(door.check("client", "alice", send, 10), Throttled)
+    assert door.check("peer", None, send, 10) is None  # host traffic is not limited
+    assert door.queues["q"].throttled == 1
+
+
+def test_queue_configs_validate_the_new_fields() -> None:
+    assert QueueConfig.from_dict({"name": "q", "encrypted": True, "rate_limit_per_s": 5}).encrypted
+    with pytest.raises(ConfigError):
+        QueueConfig("q", rate_limit_per_s=0).validate()
+    with pytest.raises(ConfigError):
+        QueueConfig("q", rate_burst=0).validate()
+
+
+def test_usage_records_append_and_aggregate(tmp_path: Path) -> None:
+    for node in ("h1", "h2"):
+        book = UsageBook(tmp_path / node, node)
+        (tmp_path / node).mkdir()
+        book.add("alice", "q", 2, 100, 10)
+        book.add("bob", "q", 1, 5, 1)
+        book.flush(10**13)
+        book.add("alice", "q", 1, 1, 1)
+        book.flush(10**13 + 1)
+    (tmp_path / "h1" / "usage.jsonl").open("a").write('{"torn')
+    rows = aggregate(find_files([tmp_path]))
+    assert rows == [{"identity": "alice", "queue": "q", "requests": 6, "bytes_in": 202, "bytes_out": 22},
+                    {"identity": "bob", "queue": "q", "requests": 2, "bytes_in": 10, "bytes_out": 2}]

@@ -1,0 +1,126 @@
+"""Client-side resilience: a circuit breaker and a bulkhead per host.
+
+:class:`CircuitBreaker` (one per endpoint): after ``failure_threshold``
+consecutive failures (timeouts, unreachable host) it *opens*: requests to
+that host fail at once with :class:`CircuitOpen` (an Unavailable, so the
+client routes to another replica) instead of waiting out a timeout each.
+After ``reset_timeout_s`` it lets one probe through (*half-open*); a
+success closes it, a failure opens it again. Errors that prove the host is
+alive (NotLeader, Throttled, AccessDenied, ...) count as successes.
+
+:class:`Bulkhead` (one per endpoint): at most ``max_concurrent`` requests in
+flight to one host from this client; a thread that cannot get a slot within
+``wait_s`` gets :class:`BulkheadFull`. A slow host therefore holds at most
+that many of the client's threads and sockets, never all of them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from zmqueue.errors import Unavailable
+
+FAILURE_THRESHOLD = 5
+RESET_TIMEOUT_S = 2.0
+MAX_CONCURRENT = 64
+BULKHEAD_WAIT_S = 1.0
+
+
+class CircuitOpen(Unavailable):
+    """The client stopped sending to a failing host for a while; details:
+    ``endpoint``, ``retry_after_ms``."""
+
+
+class BulkheadFull(Unavailable):
+    """Too many requests in flight to one host from this client; details: ``endpoint``, ``limit``."""
+
+
+class CircuitBreaker:
+    CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+
+    def __init__(self, endpoint: str, failure_threshold: int = FAILURE_THRESHOLD,
+                 reset_timeout_s: float = RESET_TIMEOUT_S) -> None:
+        self.endpoint = endpoint
+        self.failure_threshold = failure_threshold
+        self.reset_timeout_s = reset_timeout_s
+        self.state = self.CLOSED
+        self.failures = 0
+        self.opened_at = 0.0
+        self.probing = False
+        self.lock = threading.Lock()
+        self.transitions: list[str] = []
+
+    def _set(self, state: str) -> None:
+        if state != self.state:
+            self.state = state
+            self.transitions.append(state)
+
+    def before(self) -> None:
+        """Raise CircuitOpen unless a request may go now."""
+        with self.lock:
+            if self.state == self.CLOSED:
+                return
+            waited = time.monotonic() - self.opened_at
+            if self.state == self.OPEN and waited >= self.reset_timeout_s:
+                self._set(self.HALF_OPEN)
+            if self.state == self.HALF_OPEN and not self.probing:
+                self.probing = True
+                return
+            retry = max(1, int((self.reset_timeout_s - waited) * 1000))
+            raise CircuitOpen(f"circuit to {self.endpoint} is open after {self.failures} failures; "
+                              f"probing again in {retry} ms", endpoint=self.endpoint, retry_after_ms=retry)
+
+    def success(self) -> None:
+        with self.lock:
+            self.failures = 0
+            self.probing = False
+            self._set(self.CLOSED)
+
+    def failure(self) -> None:
+        with self.lock:
+            self.failures += 1
+            self.probing = False
+            if self.state == self.HALF_OPEN or self.failures >= self.failure_threshold:
+                self.opened_at = time.monotonic()
+                self._set(self.OPEN)
+
+
+class Bulkhead:
+    def __init__(self, endpoint: str, max_concurrent: int = MAX_CONCURRENT,
+                 wait_s: float = BULKHEAD_WAIT_S) -> None:
+        self.endpoint = endpoint
+        self.limit = max_concurrent
+        self.wait_s = wait_s
+        self.sem = threading.BoundedSemaphore(max_concurrent)
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        if not self.sem.acquire(timeout=self.wait_s):
+            raise BulkheadFull(f"{self.limit} requests to {self.endpoint} are already in flight from "
+                               "this client", endpoint=self.endpoint, limit=self.limit)
+        try:
+            yield
+        finally:
+            self.sem.release()
+
+
+class Guards:
+    """The breakers and bulkheads of one client, by endpoint."""
+
+    def __init__(self, failure_threshold: int = FAILURE_THRESHOLD, reset_timeout_s: float = RESET_TIMEOUT_S,
+                 max_concurrent: int = MAX_CONCURRENT, wait_s: float = BULKHEAD_WAIT_S) -> None:
+        self.args = (failure_threshold, reset_timeout_s, max_concurrent, wait_s)
+        self.breakers: dict[str, CircuitBreaker] = {}
+        self.bulkheads: dict[str, Bulkhead] = {}
+        self.lock = threading.Lock()
+
+    def for_endpoint(self, endpoint: str) -> tuple[CircuitBreaker, Bulkhead]:
+        with self.lock:
+            b = self.breakers.get(endpoint)
+            if b is None:
+                b = self.breakers[endpoint] = CircuitBreaker(endpoint, self.args[0], self.args[1])
+                self.bulkheads[endpoint] = Bulkhead(endpoint, self.args[2], self.args[3])
+            return b, self.bulkheads[endpoint]

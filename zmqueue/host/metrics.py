@@ -1,0 +1,131 @@
+"""Prometheus metrics of one host, collected at scrape time.
+
+The data plane keeps plain counters (the front door's per-queue counters and
+latency buckets, the dispatcher's and replicator's counters, the DLQ mover's
+moves); :class:`HostCollector` copies them, with per-queue gauges read from
+the stores, on the request-loop thread (``run_on_loop``) so a scrape never
+races the loop, then turns them into metric families. Gauges count the
+streams this host writes (each stream is written by one host, so summing a
+queue's gauges over hosts gives the queue's totals).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from zmqueue.dataplane.service import QueueService
+from zmqueue.dataplane.stream import Role
+from zmqueue.security.frontdoor import LATENCY_BUCKETS_S, FrontDoor, Latency
+
+GAUGES = (("visible", "messages visible"), ("in_flight", "messages received and not yet deleted"),
+          ("delayed", "messages not yet visible (delay)"), ("total", "messages stored"))
+QUEUE_COUNTERS = (("sends", "messages sent"), ("receives", "messages delivered by receive"),
+                  ("deletes", "messages deleted"), ("redeliveries", "deliveries with receive count > 1"),
+                  ("bytes_in", "request bytes"), ("bytes_out", "reply bytes"),
+                  ("throttled", "requests refused with Throttled"),
+                  ("denied", "requests refused with AccessDenied"))
+
+
+def snapshot(svc: QueueService, door: FrontDoor, zap_counters: dict[str, int],
+             dispatcher_counters: dict[str, int]) -> dict[str, Any]:
+    """Everything a scrape needs; call on the loop thread."""
+    now = int(time.time() * 1000)
+    queues: dict[str, dict[str, int]] = {}
+    lag: dict[str, int] = {}
+    for key, st in svc.set.streams.items():
+        if st.role is not Role.WRITER:
+            continue
+        q = queues.setdefault(key[0], {})
+        for k, v in st.store.stats(now).items():
+            q[k] = max(q.get(k, 0), v) if k == "oldest_age_ms" else q.get(k, 0) + v
+        behind = [st.store.last_seq - p for n, p in st.follower_pos.items() if n in st.replicas]
+        lag["/".join(map(str, key))] = max(behind) if behind else 0
+    return {"queues": queues, "lag": lag,
+            "counters": {q: c.as_dict() for q, c in door.queues.items()},
+            "latency": _copy(door.latency), "commit": _copy(door.commit),
+            "dlq": dict(svc.dlq.moved), "zap": dict(zap_counters),
+            "dispatcher": dict(dispatcher_counters), "replication": dict(svc.replicator.counters)}
+
+
+def _copy(h: Latency) -> dict[str, tuple[list[int], float]]:
+    return {k: (list(v), h.sums[k]) for k, v in h.counts.items()}
+
+
+def _histogram(name: str, doc: str, data: dict[str, tuple[list[int], float]], label: str
+               ) -> HistogramMetricFamily:
+    fam = HistogramMetricFamily(name, doc, labels=[label])
+    for key, (counts, total) in sorted(data.items()):
+        buckets, acc = [], 0
+        for bound, n in zip([*map(str, LATENCY_BUCKETS_S), "+Inf"], counts, strict=True):
+            acc += n
+            buckets.append((bound, acc))
+        fam.add_metric([key], buckets, total)
+    return fam
+
+
+class HostCollector(Collector):
+    def __init__(self, run_on_loop: Callable[[], dict[str, Any] | None]) -> None:
+        self.run_on_loop = run_on_loop
+
+    def collect(self) -> Iterator[Any]:
+        snap = self.run_on_loop()
+        if snap is None:
+            return
+        for name, doc in GAUGES:
+            g = GaugeMetricFamily(f"zmqueue_queue_{name}", doc, labels=["queue"])
+            for q, vals in sorted(snap["queues"].items()):
+                g.add_metric([q], vals.get(name, 0))
+            yield g
+        g = GaugeMetricFamily("zmqueue_queue_oldest_age_seconds", "age of the oldest message",
+                              labels=["queue"])
+        for q, vals in sorted(snap["queues"].items()):
+            g.add_metric([q], vals.get("oldest_age_ms", 0) / 1000)
+        yield g
+        for name, doc in QUEUE_COUNTERS:
+            c = CounterMetricFamily(f"zmqueue_queue_{name}", doc, labels=["queue"])
+            for q, vals in sorted(snap["counters"].items()):
+                c.add_metric([q], vals[name])
+            yield c
+        c = CounterMetricFamily("zmqueue_queue_dlq_moves", "messages moved to the dead-letter queue",
+                                labels=["queue"])
+        for q, n in sorted(snap["dlq"].items()):
+            c.add_metric([q], n)
+        yield c
+        g = GaugeMetricFamily("zmqueue_replication_lag_records",
+                              "records the slowest replica is behind the writer", labels=["stream"])
+        for s, n in sorted(snap["lag"].items()):
+            g.add_metric([s], n)
+        yield g
+        yield _histogram("zmqueue_request_latency_seconds", "request latency on the host (receipt "
+                         "to reply, including long-poll waits)", snap["latency"], "command")
+        yield _histogram("zmqueue_commit_seconds", "group commit duration (write + fsync per policy)",
+                         snap["commit"], "phase")
+        for group in ("zap", "dispatcher", "replication"):
+            c = CounterMetricFamily(f"zmqueue_{group}_events", f"{group} event counters", labels=["event"])
+            for k, n in sorted(snap[group].items()):
+                c.add_metric([k], n)
+            yield c
+
+
+def on_loop(post: Callable[[Callable[[], None]], None], build: Callable[[], dict[str, Any]],
+            timeout_s: float = 2.0) -> dict[str, Any] | None:
+    """Run ``build`` on the loop thread (through ``post``); None if the loop
+    does not get to it within ``timeout_s`` (a stalled loop: /health says so)."""
+    import threading
+
+    box: dict[str, dict[str, Any]] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            box["s"] = build()
+        finally:
+            done.set()
+
+    post(work)
+    return box.get("s") if done.wait(timeout_s) else None

@@ -1,0 +1,165 @@
+"""The host's front door: checks every client request before its handler
+runs (authorization, rate limits) and meters what passes (usage records,
+per-queue counters, latency histograms).
+
+It runs on the request-loop thread, consulted by the dispatcher through two
+hooks: :meth:`FrontDoor.check` (refuse with AccessDenied or Throttled) and
+:meth:`FrontDoor.on_reply` (count the outcome). It reads queue configs and
+policies through callables the host gives it, so it never touches Consul.
+Requests on the peer socket come from hosts (CURVE host keys when secured)
+and are neither checked nor metered.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from zmqueue.config import QueueConfig
+from zmqueue.errors import AccessDenied, Throttled, ZmqueueError
+from zmqueue.protocol import Command, Frame, Receipt
+from zmqueue.security import authz
+from zmqueue.security.ratelimit import RateLimiter
+from zmqueue.security.usage import UsageBook
+
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                     10.0, 25.0)
+RATE_LIMITED = frozenset({Command.SEND, Command.RECEIVE, Command.DELETE, Command.CHANGE_VISIBILITY,
+                          Command.PURGE_QUEUE, Command.QUEUE_STATS, Command.SUBSCRIBE})
+
+
+def queue_of(frame: Frame) -> str:
+    """The queue a request acts on ('' when none). For receipts, the queue
+    the receipt names (the one the handler acts on), not the ``q`` field."""
+    body = frame.body if isinstance(frame.body, dict) else {}
+    cmd = frame.command
+    try:
+        if cmd in (Command.DELETE, Command.CHANGE_VISIBILITY):
+            items = body.get("r")
+            if isinstance(items, list) and items:
+                first = items[0][0] if cmd == Command.CHANGE_VISIBILITY and isinstance(items[0], list) \
+                    else items[0]
+                return Receipt.decode(first).queue
+        if cmd == Command.CREATE_QUEUE:
+            cfg = body.get("config")
+            return str(cfg.get("name", "")) if isinstance(cfg, dict) else ""
+        if cmd in (Command.DELETE_QUEUE, Command.GET_QUEUE):
+            return str(body.get("name", ""))
+    except (ZmqueueError, IndexError, TypeError):
+        return ""
+    q = body.get("q")
+    return q if isinstance(q, str) else ""
+
+
+class QueueCounters:
+    __slots__ = ("bytes_in", "bytes_out", "deletes", "denied", "receives", "redeliveries", "sends",
+                 "throttled")
+
+    def __init__(self) -> None:
+        self.sends = self.receives = self.deletes = self.redeliveries = 0
+        self.bytes_in = self.bytes_out = self.throttled = self.denied = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+class Latency:
+    """A fixed-bucket histogram (seconds) per command name."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, list[int]] = {}
+        self.sums: dict[str, float] = {}
+
+    def observe(self, command: str, seconds: float) -> None:
+        c = self.counts.get(command)
+        if c is None:
+            c = self.counts[command] = [0] * (len(LATENCY_BUCKETS_S) + 1)
+            self.sums[command] = 0.0
+        c[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
+        self.sums[command] += seconds
+
+
+class FrontDoor:
+    def __init__(self, configs: Callable[[], Mapping[str, QueueConfig]],
+                 policies: Callable[[], Mapping[str, authz.Policy]],
+                 role_of: Callable[[str | None], str | None], usage: UsageBook | None) -> None:
+        self.configs = configs
+        self.policies = policies
+        self.role_of = role_of
+        self.usage = usage
+        self.limiter = RateLimiter()
+        self.queues: dict[str, QueueCounters] = {}
+        self.latency = Latency()
+        self.counters: Counter[str] = Counter()
+        self.commit = Latency()
+        """Group-commit (flush + fsync) durations, under the name ``flush``."""
+
+    def _q(self, queue: str) -> QueueCounters:
+        c = self.queues.get(queue)
+        if c is None:
+            c = self.queues[queue] = QueueCounters()
+        return c
+
+    def check(self, sock: str, user: str | None, frame: Frame, size: int) -> ZmqueueError | None:
+        """None to let the request through, else the error to answer."""
+        if sock != "client":
+            return None
+        identity = user or authz.ANONYMOUS
+        queue = queue_of(frame)
+        if self.usage is not None and queue:
+            self.usage.add(identity, queue, 1, size, 0)
+        if queue:
+            self._q(queue).bytes_in += size
+        if self.role_of(user) == "host":
+            return None
+        try:
+            action = authz.ACTION_OF.get(frame.command)
+            if action is not None and queue:
+                authz.check(self.policies().get(queue), action, queue, identity)
+            cfg = self.configs().get(queue) if queue else None
+            if cfg is not None and frame.command in RATE_LIMITED:
+                self._limit(cfg, identity, time.monotonic())
+        except AccessDenied as exc:
+            self.counters["denied"] += 1
+            self._q(queue).denied += 1
+            return exc
+        except Throttled as exc:
+            self.counters["throttled"] += 1
+            self._q(queue).throttled += 1
+            return exc
+        return None
+
+    def _limit(self, cfg: QueueConfig, identity: str, now_s: float) -> None:
+        self.limiter.check(("q", cfg.name), cfg.rate_limit_per_s, cfg.rate_burst, now_s,
+                           f"queue {cfg.name!r}")
+        self.limiter.check(("c", identity, cfg.name), cfg.client_rate_limit_per_s, cfg.rate_burst, now_s,
+                           f"client {identity} on queue {cfg.name!r}")
+
+    def on_reply(self, sock: str, user: str | None, frame: Frame, started: float, result: Any,
+                 size: int) -> None:
+        """Count a reply (``result`` is the reply body, or the error)."""
+        if sock != "client":
+            return
+        self.latency.observe(frame.command.name, time.monotonic() - started)
+        queue = queue_of(frame)
+        if not queue:
+            return
+        c = self._q(queue)
+        c.bytes_out += size
+        if self.usage is not None:
+            self.usage.add(user or authz.ANONYMOUS, queue, 0, 0, size)
+        if isinstance(result, ZmqueueError) or not isinstance(result, dict):
+            return
+        if frame.command == Command.SEND:
+            c.sends += len(result.get("ids") or ()) or int(result.get("n", 0))
+        elif frame.command == Command.RECEIVE:
+            msgs = result.get("m") or ()
+            c.receives += len(msgs)
+            c.redeliveries += sum(1 for m in msgs if isinstance(m, list) and len(m) > 4
+                                  and isinstance(m[4], int) and m[4] > 1)
+        elif frame.command == Command.DELETE:
+            c.deletes += sum(1 for r in result.get("results") or () if r is None)
+
