@@ -17,7 +17,7 @@ import numpy as np
 
 from zmqueue.dataplane.storage import replay, select
 from zmqueue.dataplane.storage.model import Delivered
-from zmqueue.dataplane.storage.records import RecordType, Table
+from zmqueue.dataplane.storage.records import RecordType
 from zmqueue.dataplane.storage.ring import AVAILABLE, IN_FLIGHT, MOVING, IntArray, MetaRows, Ring
 from zmqueue.errors import InvalidReceipt
 
@@ -71,7 +71,7 @@ def delivered(ring: Ring, rows: MetaRows) -> list[Delivered]:
     ]
 
 
-LogRefs = Callable[[RecordType, MetaRows, int], Table]
+LogRefs = Callable[[RecordType, MetaRows, int, int], None]  # (type, rows, now_ms, visible_at_ms)
 
 
 def receive(
@@ -86,7 +86,7 @@ def receive(
     got: list[Delivered] = []
     if len(deliver):
         rows = ring.meta[deliver]
-        log(RecordType.VISIBILITY, rows, now_ms)["visible_at_ms"] = deadline
+        log(RecordType.VISIBILITY, rows, now_ms, deadline)
         got = delivered(ring, rows)
     return got, delivered(ring, ring.meta[dead]) if len(dead) else []
 
@@ -99,7 +99,7 @@ def receipt_slot(ring: Ring, seq: int, receive_count: int) -> int:
         raise InvalidReceipt(f"message {seq} is unknown or already deleted", seq=seq, gone=True)
     if state != IN_FLIGHT:
         raise InvalidReceipt(f"message {seq} is not in flight; the receipt is stale", seq=seq)
-    current = int(ring.meta["receive_count"][i])
+    current = int(ring.receive_count[i])
     if current != receive_count:
         raise InvalidReceipt(
             f"stale receipt for message {seq}: it carries receive count {receive_count}, "

@@ -75,6 +75,9 @@ class Ring:
         self._seq = self.meta["seq"]
         self.state = self._state = self.meta["state"]  # column views, cached
         self.visible_at = self._vis = self.meta["visible_at_ms"]
+        self.receive_count = self.meta["receive_count"]
+        self._blen, self._alen = self.meta["body_len"], self.meta["attr_len"]
+        self._ids = self.meta["message_id"]
 
     # -- space -------------------------------------------------------------
     def fit_count(self, lens: IntArray) -> int:
@@ -156,14 +159,23 @@ class Ring:
         return i if i < self.n and int(self._seq[i]) == seq else -1
 
     def remove(self, idx: IntArray | int) -> None:
-        """Mark slots DELETED (they must be live)."""
-        rows = self.meta[idx]
+        """Mark slots DELETED (they must be live).
+
+        A single slot (``int``) costs a few scalar reads; an array of slots one
+        gather and sum per length column (no per-call reduction over the ring).
+        """
         self._state[idx] = DELETED
-        count = np.size(rows)
-        self.live -= count
-        self.live_bytes -= int(np.sum(rows["body_len"], dtype=np.int64)) + int(
-            np.sum(rows["attr_len"], dtype=np.int64)
-        )
+        if isinstance(idx, int):
+            self.live -= 1
+            self.live_bytes -= int(self._blen[idx]) + int(self._alen[idx])
+            return
+        self.live -= int(np.size(idx))
+        self.live_bytes -= int(self._blen[idx].sum(dtype=np.int64)) + int(self._alen[idx].sum(dtype=np.int64))
+
+    def message_id(self, i: int) -> bytes:
+        """The 16-byte message id of slot ``i``."""
+        mid: bytes = self._ids[i].tobytes()
+        return mid
 
     def note_deadline(self, deadline: int) -> None:
         """A slot may become receivable at ``deadline``: keep the scan hint honest."""

@@ -27,7 +27,7 @@ from zmqueue.dataplane.storage.limits import check_limits, require_space
 from zmqueue.dataplane.storage.logwriter import LogWriter
 from zmqueue.dataplane.storage.model import Delivered, NewMessage, Record
 from zmqueue.dataplane.storage.protocol import PartitionStoreProtocol
-from zmqueue.dataplane.storage.records import RecordType, Table, encode_block, ref_table
+from zmqueue.dataplane.storage.records import RecordType, Table, encode_block
 from zmqueue.dataplane.storage.recovery import RecoveryReport, recover_directory
 from zmqueue.dataplane.storage.ring import MetaRows, Ring
 from zmqueue.dataplane.storage.segment import (
@@ -160,12 +160,21 @@ class PartitionStore:
         self._next_seq += n
         return seq
 
-    def _log_refs(self, rtype: RecordType, rows: MetaRows, now_ms: int) -> Table:
+    def _log_refs(self, rtype: RecordType, rows: MetaRows, now_ms: int, visible_at_ms: int = 0) -> None:
         """Stage one ``rtype`` record per ring row (gathered with ``ring.meta[slots]``)."""
         first = self._alloc(len(rows))
         if len(rows):
             self._last_epoch = self.epoch
-        return self.staged.stage_refs(rtype, rows, first, self.epoch, now_ms)
+        self.staged.stage_refs(rtype, rows, first, self.epoch, now_ms, visible_at_ms)
+
+    def _log_ref(
+        self, rtype: RecordType, slot: int, target: int, count: int, now_ms: int, visible_at_ms: int = 0
+    ) -> None:
+        """Stage one ``rtype`` record for message ``target`` in ring ``slot``, from scalars."""
+        seq = self._alloc(1)
+        self._last_epoch = epoch = self.epoch
+        mid = self.ring.message_id(slot)
+        self.staged.stage_ref(rtype, seq, target, mid, count, epoch, now_ms, visible_at_ms)
 
     def commit(self) -> int:
         """Write everything staged as one block; fsync if policy is ``always``.
@@ -208,14 +217,14 @@ class PartitionStore:
         self._check_open(now_ms)
         i = receive.receipt_slot(self.ring, seq, receive_count)
         self.ring.remove(i)
-        self._log_refs(RecordType.DELETE, self.ring.meta[i : i + 1], now_ms)
+        self._log_ref(RecordType.DELETE, i, seq, receive_count, now_ms)
 
     def change_visibility(self, seq: int, receive_count: int, visibility_ms: int, now_ms: int) -> int:
         """Set a new deadline (0 = visible now) for an in-flight message; return it."""
         self._check_open(now_ms)
         i = receive.receipt_slot(self.ring, seq, receive_count)
         deadline = receive.set_deadline(self.ring, i, visibility_ms, now_ms)
-        self._log_refs(RecordType.VISIBILITY, self.ring.meta[i : i + 1], now_ms)["visible_at_ms"] = deadline
+        self._log_ref(RecordType.VISIBILITY, i, seq, receive_count, now_ms, deadline)
         return deadline
 
     def mark_dead_lettered(self, seqs: Sequence[int], now_ms: int) -> None:
@@ -231,7 +240,7 @@ class PartitionStore:
         self._check_open(now_ms)
         count = self._total()
         seq = self._alloc(1)
-        self.staged.stage(ref_table(RecordType.PURGE, [seq - 1], seq, self.epoch, now_ms), b"")
+        self.staged.stage_ref(RecordType.PURGE, seq, seq - 1, b"", 0, self.epoch, now_ms)
         self.ring.clear()
         self.backlog.reset()
         return count
