@@ -187,6 +187,19 @@ class StoreMachine(RuleBasedStateMachine):
         assert deadline == (0 if visibility == 0 else self.now + visibility)
         m.visible_at = deadline
 
+    @rule()
+    def has_visible_agrees_with_the_model(self) -> None:
+        """The long-poll probe (cached per ring change): True only if a receive would
+        find something; False only if every candidate is still on disk only."""
+        expected = self.candidates()
+        if self.store.has_visible(self.now):
+            assert expected
+        else:
+            ring = self.store.ring
+            meta = ring.meta[: ring.n]
+            in_ring = {int(s) for s in meta["seq"][(meta["state"] >= 1) & (meta["state"] <= 3)]}
+            assert not in_ring & set(expected), (expected, in_ring)
+
     @rule(step=st.integers(1, 120))
     def time_passes(self, step: int) -> None:
         self.now += step

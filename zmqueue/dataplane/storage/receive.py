@@ -33,6 +33,7 @@ def pick(ring: Ring, fifo: bool, now_ms: int, k: int, max_rc: int | None) -> tup
 def mark(ring: Ring, deliver: IntArray, dead: IntArray, deadline: int) -> None:
     """Delivered slots go IN_FLIGHT until ``deadline``; dead letters go MOVING."""
     meta = ring.meta
+    ring.version += 1
     if len(dead):
         meta["state"][dead] = MOVING
     if len(deliver):
@@ -115,6 +116,7 @@ def set_deadline(ring: Ring, i: int, visibility_ms: int, now_ms: int) -> int:
     """New visibility deadline of slot ``i`` (``visibility_ms <= 0``: visible now)."""
     deadline = 0 if visibility_ms <= 0 else now_ms + visibility_ms
     ring.visible_at[i] = deadline
+    ring.version += 1
     ring.note_deadline(deadline)
     return deadline
 

@@ -88,6 +88,7 @@ def _apply_visibility(ring: Ring, backlog: Backlog, rows: Table) -> None:
     ring.meta["visible_at_ms"][hit] = rows["visible_at_ms"][live]
     ring.meta["state"][hit] = IN_FLIGHT
     ring.hint, ring.hint_deadline = 0, -1
+    ring.version += 1
     for seq, count in zip(targets[~live].tolist(), rows["receive_count"][~live].tolist(), strict=True):
         if backlog.beyond(seq):
             backlog.receive_counts[seq] = count
@@ -111,3 +112,4 @@ def release_in_flight(ring: Ring) -> None:
     state[held] = AVAILABLE
     ring.meta["visible_at_ms"][: ring.n][held] = 0
     ring.hint, ring.hint_deadline = 0, -1
+    ring.version += 1

@@ -72,6 +72,11 @@ class Ring:
         self.slots, self.arena_bytes = slots, arena_bytes
         self.n = self.top = self.live = self.live_bytes = 0
         self.hint, self.hint_deadline = 0, NEVER
+        # bumped by every change of a slot's state or deadline (and by insert,
+        # remove, clear, compact): a cached has_visible answer is valid while
+        # it is unchanged (see select.has_visible)
+        self.version = 0
+        self.probe: tuple[int, int, int, bool] = (-1, 0, 0, False)  # version, since, until, answer
         self._seq = self.meta["seq"]
         self.state = self._state = self.meta["state"]  # column views, cached
         self.visible_at = self._vis = self.meta["visible_at_ms"]
@@ -112,11 +117,13 @@ class Ring:
         self.meta[k:n] = np.zeros(1, META_DTYPE)
         self.n, self.top = k, int(lens.sum())
         self.hint, self.hint_deadline = 0, NEVER
+        self.version += 1
 
     def clear(self) -> None:
         self.meta[: self.n] = np.zeros(1, META_DTYPE)
         self.n = self.top = self.live = self.live_bytes = 0
         self.hint, self.hint_deadline = 0, NEVER
+        self.version += 1
 
     # -- insert / lookup ---------------------------------------------------
     def insert(self, rows: Table, heap: npt.NDArray[np.uint8] | bytes, packed: bool = False) -> None:
@@ -152,6 +159,7 @@ class Ring:
         self.n, self.top = b, self.top + total
         self.live += k
         self.live_bytes += total
+        self.version += 1
 
     def index_of(self, seq: int) -> int:
         """Slot of ``seq`` if it is in the ring (any state), else -1."""
@@ -165,6 +173,7 @@ class Ring:
         gather and sum per length column (no per-call reduction over the ring).
         """
         self._state[idx] = DELETED
+        self.version += 1
         if isinstance(idx, int):
             self.live -= 1
             self.live_bytes -= int(self._blen[idx]) + int(self._alen[idx])

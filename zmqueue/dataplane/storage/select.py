@@ -101,14 +101,42 @@ def ring_counts(ring: Ring, now: int) -> dict[str, int]:
 
 
 def probe(ring: Ring, now: int, fifo: bool) -> bool:
-    """Whether a receive at ``now`` would pick something; leaves the scan hint as it was
-    (pick_standard may reset and advance it, which would hide slots from the next receive)."""
+    """Whether a receive at ``now`` would pick something.
+
+    Standard queues: the scan hint may advance up to, not past, the first
+    receivable slot (past it would hide that slot from the next receive), so
+    repeated probes do not rescan delayed or in-flight slots.
+    """
     if fifo:
         return len(pick_fifo(ring, now, 1)) > 0
-    saved = ring.hint, ring.hint_deadline
-    found = len(pick_standard(ring, now, 1)) > 0
-    ring.hint, ring.hint_deadline = saved
-    return found
+    hits = pick_standard(ring, now, 1)
+    if len(hits):
+        ring.hint = int(hits[0])
+        return True
+    return False
+
+
+def has_visible(ring: Ring, now: int, fifo: bool) -> bool:
+    """:func:`probe`, answered from the last probe while the ring is unchanged.
+
+    Receivability only grows with time while no slot changes: a True answer
+    holds for any later ``now``, a False one until the earliest deadline of a
+    waiting slot (standard: ``hint_deadline``, everything past the hint was
+    scanned; FIFO: :func:`next_wakeup`, computed once per change).
+    """
+    version, since, until, answer = ring.probe
+    if version == ring.version and since <= now and (answer or now < until):
+        return answer
+    answer = probe(ring, now, fifo)
+    if answer:
+        until = NEVER
+    elif fifo:
+        wake = next_wakeup(ring, now)
+        until = NEVER if wake is None else wake
+    else:
+        until = ring.hint_deadline
+    ring.probe = (ring.version, now, until, answer)
+    return answer
 
 
 def _live(ring: Ring) -> np.ndarray[tuple[int], np.dtype[np.bool_]]:

@@ -281,7 +281,7 @@ class PartitionStore:
         """Whether receive(now_ms) would return something (dead letters included)."""
         self._check_open(now_ms)
         self._page_in(now_ms)
-        return select.probe(self.ring, now_ms, self.config.fifo)
+        return select.has_visible(self.ring, now_ms, self.config.fifo)
 
     def _total(self) -> int:
         return self.ring.live + self.backlog.count - len(self.backlog.gone)
