@@ -144,8 +144,11 @@ queues, over CURVE), alternating which goes first; medians over rounds.
 - **CURVE** costs the per-frame Curve25519/XSalsa20-Poly1305 work in libzmq's I/O threads plus
   reading the ZAP User-Id per request on the host; with 100 messages per frame it is amortised
   (target: at most 30 % of throughput).
-- **At rest** costs two AES-256-GCM seals per message on the host's loop thread (body and
-  attribute blob; an empty blob is not sealed) and 30 bytes per sealed field on disk.
+- **At rest** costs one AES-256-GCM seal per body on the host's loop thread (nonces drawn
+  for the whole batch; an empty attribute blob is not sealed, a non-empty one is sealed too),
+  30 bytes per sealed field on disk, and the loss of compression: the benchmark's
+  `b"x" * 100` bodies compress to almost nothing with LZ4 in plaintext, never as ciphertext
+  (real payloads compress less, so the real difference is smaller).
 - Machine: {r['machine']}
 """
 

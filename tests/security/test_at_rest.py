@@ -66,3 +66,7 @@ def test_a_cipher_opens_what_older_keys_sealed_and_refuses_tampering(tmp_path: P
         new.open(tampered, b"m" * 16, b"b")
     with pytest.raises(Unavailable):
         atrest.KeyDir(tmp_path / "none").cipher("q").seal(b"x", b"m" * 16, b"b")
+    ids = b"a" * 16 + b"b" * 16 + b"c" * 16
+    many = new.seal_many([b"one", b"", b"three"], ids, b"b")
+    assert many[1] == b"" and len({m[2:14] for m in (many[0], many[2])}) == 2  # fresh nonces
+    assert [new.open(m, ids[16 * i:16 * i + 16], b"b") for i, m in enumerate(many)] == [b"one", b"", b"three"]

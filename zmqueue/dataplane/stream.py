@@ -207,8 +207,6 @@ class Stream:
     def _send_plain(self, items: list[Any], now_ms: int) -> list[str] | None:
         """The common standard-queue batch (bodies only, no attributes, no
         per-message delay), appended as columns; None if the batch is not plain."""
-        if self.cipher is not None:
-            return None  # encrypted queues seal every message on the general path
         limit = self.config.max_message_bytes
         bodies = []
         for item in items:
@@ -219,6 +217,8 @@ class Stream:
                 return None  # the general path raises MessageTooLarge with details
             bodies.append(item[0])
         ids = os.urandom(16 * len(bodies))
+        if self.cipher is not None:  # an encrypted queue: seal each body (AAD binds its id)
+            bodies = self.cipher.seal_many(bodies, ids, b"b")
         self.store.append_batch(bodies, now_ms, self.epoch, message_ids=ids,
                                 delay_ms=self.config.delay_s * 1000)
         text = ids.hex()

@@ -94,6 +94,22 @@ class PayloadCipher:
         ct = self.aeads[self.current].encrypt(nonce, data, self._aad(message_id, part))
         return bytes((MAGIC, self.current)) + nonce + ct
 
+    def seal_many(self, items: list[bytes], ids: bytes, part: bytes) -> list[bytes]:
+        """Seal a batch; ``ids`` is the 16-byte message ids concatenated."""
+        if self.current is None:
+            return [self.seal(x, ids[16 * i:16 * i + 16], part) for i, x in enumerate(items)]
+        encrypt = self.aeads[self.current].encrypt
+        head, prefix = bytes((MAGIC, self.current)), self.prefix
+        nonces = os.urandom(12 * len(items))
+        out: list[bytes] = []
+        for i, data in enumerate(items):
+            if not data:
+                out.append(data)
+                continue
+            nonce = nonces[12 * i:12 * i + 12]
+            out.append(head + nonce + encrypt(nonce, data, prefix + ids[16 * i:16 * i + 16] + part))
+        return out
+
     def open(self, data: bytes, message_id: bytes, part: bytes) -> bytes:
         if not data:
             return data
