@@ -62,6 +62,10 @@ def test_stage_rebases_only_message_rows_and_reuses_the_buffer() -> None:
     assert heap == b"abcdefgxyz"
     assert table["data_off"].tolist() == [0, 3, 7, 0, 9]  # the DELETE keeps data_off 0
     assert table["seq"].tolist() == [1, 2, 3, 4, 5]
+    strided = new_table(4)
+    strided["seq"] = [6, 60, 7, 70]
+    s.stage(strided[::2], b"")  # not contiguous: the structured copy
+    assert s.take()[0]["seq"].tolist() == [6, 7]
     big = new_table(KEEP_ROWS + 1)
     big["seq"] = np.arange(1, KEEP_ROWS + 2)
     s.stage(big, b"")

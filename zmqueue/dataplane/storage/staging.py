@@ -90,7 +90,10 @@ class Staging:
         if not k:
             return
         n = self._reserve(k)
-        self._buf[n : n + k] = table  # same dtype: a plain copy
+        if table.flags.c_contiguous:  # copy as u64 words: a memcpy (structured copies are 5x slower)
+            self._w64[n : n + k] = table.view(np.uint64).reshape(k, WORDS)
+        else:
+            self._buf[n : n + k] = table
         if heap:
             if self.heap_len:
                 off = self._w32[n : n + k, _W32_DATA_OFF]
