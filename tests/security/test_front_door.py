@@ -251,3 +251,50 @@ def test_encrypted_segments_hold_no_plaintext(secure: SecureCluster) -> None:
     time.sleep(0.5)
     blobs = on_disk()
     assert all(secret not in b and b"4111-SECRET-ATTR" not in b for b in blobs)
+
+
+def test_keys_cli_registers_lists_and_revokes(secure: SecureCluster, tmp_path, capsys) -> None:
+    from zmqueue.cli.main import main
+
+    addr = secure.agent.http_addr
+    assert main(["keys", "generate", "--out", str(tmp_path), "--name", "carol"]) == 0
+    assert main(["keys", "register", "--public", str(tmp_path / "carol.key"), "--role", "client",
+                 "--name", "carol", "--consul", addr]) == 0
+    assert main(["keys", "list", "--consul", addr]) == 0
+    assert "carol" in capsys.readouterr().out
+    sec = str(tmp_path / "carol.key_secret")
+
+    def carol_pings() -> bool:
+        import zmqueue
+
+        with zmqueue.connect(addr, request_timeout=1, retries=0, curve_secret_file=sec) as c:
+            try:
+                return bool(c.ping())
+            except RequestTimeout:
+                return False
+
+    assert wait_for(carol_pings, 10, "carol admitted")
+    assert main(["keys", "revoke", "--name", "carol", "--consul", addr]) == 0
+    assert wait_for(lambda: not carol_pings(), 10, "carol refused after the revocation")
+    assert main(["keys", "revoke", "--name", "carol", "--consul", addr]) == 1
+
+
+def test_metrics_count_dead_letter_moves_and_replication_lag(secure: SecureCluster) -> None:
+    alice = secure.clients["alice"]
+    name, dlq = qname("src"), qname("dlq")
+    q = alice.create_queue(name, dead_letter_queue=dlq, max_receive_count=1)
+    q.send(b"poison")
+    assert q.receive(wait_time=2, visibility_timeout=0)
+    assert q.receive(wait_time=1, visibility_timeout=0) == []  # received once too often: moved
+    d = alice.get_queue(dlq)
+    assert wait_for(lambda: d.receive(wait_time=1), 10, "the message in the DLQ")
+    assert wait_for(lambda: _sum("zmqueue_queue_dlq_moves_total", secure, queue=name) == 1, 5, "one move")
+    repl = alice.create_queue(qname("lag"), replication_factor=2)
+    repl.send_batch([b"r"] * 50)
+
+    def lags() -> list[float]:
+        text = "\n".join(scrape(h) for h in secure.hosts)
+        return [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                if line.startswith("zmqueue_replication_lag_records{") and f"{repl.name}/0/" in line]
+
+    assert wait_for(lambda: (got := lags()) and all(v == 0 for v in got), 10, "replicas caught up")

@@ -106,6 +106,8 @@ class Client:
                     if self.curve is not None:
                         self.curve.learn({h.client_endpoint: h.meta["curve_public"].encode()
                                           for h in self._hosts if h.meta.get("curve_public")})
+                        # a plaintext host cannot serve a CURVE client
+                        self._hosts = [h for h in self._hosts if self.curve.server_key(h.client_endpoint)]
                 except ConsulUnavailable:
                     if not self._hosts:
                         raise
