@@ -52,7 +52,7 @@ def test_kv_decodes_keys_and_policies_and_reports_bad_ones() -> None:
     ]
     state, problems = kv.parse_tree(items)
     assert state.keys == {("global", "alice"): kv.KeyRecord("x" * 40, "client", "alice")}
-    assert state.policies == {"q": {"send": ("alice",)}}
+    assert state.policies == {"q": {"send": ("alice",)}, "bad": {}}  # a bad policy denies all
     assert sorted(p.key for p in problems) == ["zmqueue/keys/c1/h1", "zmqueue/policies/bad"]
 
 

@@ -403,8 +403,8 @@ def _apply(
                 state.keys[(scope, name)] = value
         case ["policies", q]:
             value = decode_policy(key, raw)
-            if isinstance(value, dict):
-                state.policies[q] = value
+            # a malformed policy fails closed: nobody but hosts until it is fixed
+            state.policies[q] = value if isinstance(value, dict) else {}
         case _:
             return Malformed(key, "unknown key under the zmqueue/ prefix")
     return value if isinstance(value, Malformed) else None
