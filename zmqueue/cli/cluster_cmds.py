@@ -78,8 +78,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     consul = consul_addresses(args.consul)[0] if args.consul else None
     cluster = LocalCluster(Path(args.data_dir), hosts=args.hosts, clusters=args.clusters,
                            consul=consul, secure=args.secure)
-    with console.status("starting Consul and hosts..."):
-        cluster.start()
+    try:
+        with console.status("starting Consul and hosts..."):
+            cluster.start()  # on failure or Ctrl-C it stops what it started
+    except KeyboardInterrupt:
+        console.print("interrupted during start-up; stopped every process this command started")
+        return 0
     try:
         console.print(f"Consul UI: [bold]{cluster.ui_url}[/]")
         console.print(hosts_table(cluster.status()))

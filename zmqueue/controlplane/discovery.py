@@ -50,9 +50,12 @@ def _worst(checks: list[dict[str, Any]], service_id: str, kv: bool = False) -> s
 
 
 def list_hosts(client: ConsulClient, cluster: str | None = None) -> list[HostInfo]:
-    """Every registered zmqueue host with its worst check status."""
+    """Every registered zmqueue host with its worst check status.
+
+    A host registered on two Consul agents (it failed over from a dead one) is
+    listed once, with its healthiest registration."""
     _, entries = client.call(lambda c: c.health.service(SERVICE_NAME))
-    hosts = []
+    best: dict[str, HostInfo] = {}
     for entry in entries:
         svc = entry.get("Service") or {}
         meta = {str(k): str(v) for k, v in (svc.get("Meta") or {}).items()}
@@ -62,6 +65,9 @@ def list_hosts(client: ConsulClient, cluster: str | None = None) -> list[HostInf
             status=_worst(entry.get("Checks") or [], str(svc.get("ID", ""))), meta=meta,
             kv_status=_worst(entry.get("Checks") or [], str(svc.get("ID", "")), kv=True),
         )
-        if cluster is None or info.cluster == cluster:
-            hosts.append(info)
-    return sorted(hosts, key=lambda h: (h.cluster, h.node))
+        if cluster is not None and info.cluster != cluster:
+            continue
+        old = best.get(info.node)
+        if old is None or _RANK.get(info.status, 2) < _RANK.get(old.status, 2):
+            best[info.node] = info
+    return sorted(best.values(), key=lambda h: (h.cluster, h.node))

@@ -198,7 +198,10 @@ class Host:
         cache.start()
         self.leadership = Leadership(
             cfg.consul, cfg.consul_timeout_ms / 1000, cfg.node,
-            ["serfHealth", reg.check_id, f"http:{reg.service_id}"],
+            # the host's own checks only: hosts talk to shared Consul agents, and
+            # a session tied to that agent's serfHealth would drop every writer
+            # lock when that one Consul server dies (see docs/REPLICATION.md)
+            [reg.check_id, f"http:{reg.service_id}"],
             {"node": cfg.node, "endpoint": self.sockets.endpoints.client, "epoch": 0},
             lambda ev: cache.post(lambda: self._on_leadership(ev)))
         self.hooks.leadership = self.leadership

@@ -87,6 +87,7 @@ class ConsulAgent:
     def __init__(self, work_dir: Path, *, ports: AgentPorts | None = None, binary: str | None = None,
                  node: str = "zmqueue-dev", extra_args: list[str] | None = None) -> None:
         self.work_dir = Path(work_dir)
+        self._own_ports = ports is None
         self.ports = ports or AgentPorts.free()
         self.binary = binary or find_consul_binary()
         self.node = node
@@ -116,10 +117,20 @@ class ConsulAgent:
 
     def start(self, timeout_s: float = 30.0, wait: bool = True) -> ConsulAgent:
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self._proc = ManagedProcess(self.argv(), self.work_dir / f"consul-{self.node}.log")
-        self._proc.start()
-        if wait:
-            self.wait_ready(timeout_s)
+        for attempt in range(3):
+            self._proc = ManagedProcess(self.argv(), self.work_dir / f"consul-{self.node}.log")
+            self._proc.start()
+            if not wait:
+                return self
+            try:
+                self.wait_ready(timeout_s)
+                return self
+            except ConsulUnavailable:
+                lost_race = "address already in use" in self.log_tail()
+                if not (lost_race and self._own_ports and attempt < 2):
+                    raise
+                self.stop()  # another process took a port between our check and its bind
+                self.ports = AgentPorts.free()
         return self
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
