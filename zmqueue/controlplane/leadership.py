@@ -128,7 +128,6 @@ class Leadership(threading.Thread):
         self._lock = threading.Lock()
         self._cands: dict[StreamKey, Candidacy] = {}
         self._positions: dict[StreamKey, tuple[int, int]] = {}
-        self._passing: set[str] = set()
         self.session: str | None = None
         self.held: dict[StreamKey, int] = {}
         self._renewed_at = 0.0
@@ -136,10 +135,10 @@ class Leadership(threading.Thread):
         self._published: dict[StreamKey, tuple[int, int]] = {}
 
     # --- inputs from the request loop (thread safe) -------------------------
-    def update(self, cands: dict[StreamKey, Candidacy], positions: dict[StreamKey, tuple[int, int]],
-               passing: set[str]) -> None:
+    def update(self, cands: dict[StreamKey, Candidacy],
+               positions: dict[StreamKey, tuple[int, int]]) -> None:
         with self._lock:
-            self._cands, self._positions, self._passing = dict(cands), dict(positions), set(passing)
+            self._cands, self._positions = dict(cands), dict(positions)
 
     # --- the thread ----------------------------------------------------------
     def run(self) -> None:

@@ -89,7 +89,7 @@ class HostHooks:
             self.next_update = time.monotonic() + 0.1
             svc = self.service
             cands = {k: Candidacy(r, pref) for k, (r, pref) in svc.candidacies().items()}
-            self.leadership.update(cands, svc.positions(), svc.meta.passing())
+            self.leadership.update(cands, svc.positions())
         return wake
 
     def wake_sockets(self) -> list[zmq.Socket[bytes]]:
