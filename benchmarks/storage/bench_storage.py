@@ -1,6 +1,7 @@
 """Storage engine benchmarks, each beside a ceiling measured in the same run.
 
-Run: ``python -m benchmarks.storage.bench_storage [--backlog 10000000] [--out docs/perf/storage.md]``
+Run: ``python -m benchmarks.storage.bench_storage [--backlog 10000000] [--out docs/perf/storage.md]
+[--only append|drain|probe|backlog ...]``
 Prints a markdown table (medians of RUNS interleaved rounds) and writes it with the machine
 description to ``--out``.  Bounded to a few minutes.
 """
@@ -163,6 +164,37 @@ def bench_drain(tmp: Path) -> list[tuple[str, str, str, str]]:
     ]
 
 
+def probe_cost_us(tmp: Path, fifo: bool, calls: int = 2000) -> float:
+    """has_visible() per loop tick, 20,000 messages in the ring all delayed (the
+    long-poll case: nothing to hand out, time moves on by 1 ms per call)."""
+    d = Path(tempfile.mkdtemp(dir=tmp))
+    store = PartitionStore.open(d, StorageConfig(fsync="never", fifo=fifo), now_ms=1)
+    bodies = [b for bs, _ in _batches(10) for b in bs]
+    groups = np.arange(len(bodies), dtype=np.uint64) % 50 + 1 if fifo else None
+    for _ in range(20):
+        store.append_batch(bodies, 1, delay_ms=3_600_000, group_hashes=groups)
+        store.commit()
+    start = time.perf_counter()
+    for i in range(calls):
+        assert not store.has_visible(2 + i)
+    elapsed = time.perf_counter() - start
+    store.close()
+    shutil.rmtree(d)
+    return elapsed / calls * 1e6
+
+
+def bench_probe(tmp: Path) -> list[tuple[str, str, str, str]]:
+    std, fifo = _interleaved(lambda: probe_cost_us(tmp, False), lambda: probe_cost_us(tmp, True))
+    return [
+        (
+            "has_visible per tick, 20,000 delayed msgs in the ring (standard / FIFO)",
+            f"{statistics.median(std):.1f} / {statistics.median(fifo):.1f} us/call",
+            "",
+            "",
+        )
+    ]
+
+
 def rss_bytes() -> int:
     with open("/proc/self/status") as f:
         for line in f:
@@ -251,16 +283,18 @@ def main() -> None:
     parser.add_argument("--backlog", type=int, default=10_000_000)
     parser.add_argument("--append-messages", type=int, default=300_000)
     parser.add_argument("--out", default="")
-    parser.add_argument("--only", choices=["append", "drain", "backlog"], action="append")
+    parser.add_argument("--only", choices=["append", "drain", "probe", "backlog"], action="append")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="zmq-bench-"))
     rows: list[tuple[str, str, str, str]] = []
     try:
-        only = set(args.only or ["append", "drain", "backlog"])
+        only = set(args.only or ["append", "drain", "probe", "backlog"])
         if "append" in only:
             rows += bench_append(tmp, args.append_messages)
         if "drain" in only:
             rows += bench_drain(tmp)
+        if "probe" in only:
+            rows += bench_probe(tmp)
         if "backlog" in only:
             rows += bench_backlog(tmp, args.backlog)
     finally:
