@@ -186,7 +186,7 @@ RECEIPT_VERSION = 2
 
 @dataclass(frozen=True)
 class Receipt:
-    """A receipt handle: ``base64url(msgpack([1, queue, partition, origin,
+    """A receipt handle: ``base64url(msgpack([2, queue, partition, origin,
     seq, receive_count, epoch]) + crc32)``.
 
     Opaque to users; the client library reads the queue, partition and

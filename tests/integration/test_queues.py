@@ -229,3 +229,19 @@ def test_push_subscribers_never_hold_more_than_their_prefetch_and_share_with_pul
     assert peak[0] <= 3 + 5  # the subscriber's credit plus the pull consumer's batch
     assert sorted(seen + [m.body for m in pulled]) == sorted(f"m{i}".encode() for i in range(40))
     wait_for(lambda: q.stats()["total"] == 0, 10, "auto-deletes")
+
+
+def test_a_long_poll_over_several_partitions_returns_the_first_message_and_strands_none(
+        qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name(), partitions=4, visibility_timeout=60)
+    for round_ in range(3):
+        sender = threading.Timer(0.3, lambda r=round_: q.send(f"late-{r}".encode()))
+        t0 = time.monotonic()
+        sender.start()
+        got = q.receive(max_messages=10, wait_time=10)
+        assert [m.body for m in got] == [f"late-{round_}".encode()]
+        assert time.monotonic() - t0 < 5
+        q.delete(got[0].receipt)
+    # every parked poll was cancelled: nothing sits in flight or was lost
+    st = q.stats()
+    assert st["in_flight"] == 0 and st["total"] == 0

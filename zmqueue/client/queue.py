@@ -219,15 +219,20 @@ class Queue:
                    ) -> tuple[list[Message], bool]:
         """Park a long poll on every target at once; the first answer with
         messages wins, the others are cancelled and their answers merged.
-        Also says whether any target refused (error reply or no reply)."""
-        pending: dict[zmq.Socket[bytes], tuple[int, str, int]] = {}
+        Also says whether any target refused (error reply or no reply).
+        Several targets may share a connection (one host writing streams of
+        several partitions): requests are matched by request id."""
+        pending: dict[int, tuple[int, str]] = {}
+        socks: dict[zmq.Socket[bytes], str] = {}
         poller = zmq.Poller()
         for p, ep in targets:
             conn = self.client.connection(ep)
             rid = conn.next_request_id()
             conn.send(Command.RECEIVE, {**body, "p": p, "wait_ms": wait_ms}, rid)
-            pending[conn.sock] = (p, ep, rid)
-            poller.register(conn.sock, zmq.POLLIN)
+            pending[rid] = (p, ep)
+            if conn.sock not in socks:
+                socks[conn.sock] = ep
+                poller.register(conn.sock, zmq.POLLIN)
         out: list[Message] = []
         failed = False
         deadline = time.monotonic() + (wait_ms + self.client.request_timeout_ms) / 1000
@@ -238,30 +243,28 @@ class Queue:
                 got = self._take_reply(sock, pending)
                 if got is None:
                     continue
-                poller.unregister(sock)
                 if isinstance(got, ZmqueueError):
                     failed = True
                     continue
                 out.extend(got)
             if out and not cancelled:
                 cancelled = True
-                for p, ep, rid in pending.values():
-                    self.client.connection(ep).send(Command.CANCEL, {"q": self.name, "p": p, "rid": rid},
-                                                    self.client.connection(ep).next_request_id())
+                for rid, (p, ep) in pending.items():
+                    conn = self.client.connection(ep)
+                    conn.send(Command.CANCEL, {"q": self.name, "p": p, "rid": rid}, conn.next_request_id())
                 deadline = min(deadline, time.monotonic() + CANCEL_GRACE_MS / 1000)
         return out, failed or bool(pending and not cancelled)
 
-    def _take_reply(self, sock: zmq.Socket[bytes], pending: dict[zmq.Socket[bytes], tuple[int, str, int]]
+    def _take_reply(self, sock: zmq.Socket[bytes], pending: dict[int, tuple[int, str]]
                     ) -> list[Message] | ZmqueueError | None:
-        """The messages (or error) of the awaited reply on ``sock``; None for other frames."""
+        """The messages (or error) of an awaited reply read from ``sock``;
+        None for any other frame."""
         try:
             frame = protocol.decode(sock.recv())
         except ProtocolError:
             return None
-        _, _, rid = pending[sock]
-        if frame.request_id != rid or frame.command != Command.RECEIVE:
+        if frame.command != Command.RECEIVE or pending.pop(frame.request_id, None) is None:
             return None
-        del pending[sock]
         if frame.is_error:
             return from_wire(frame.body)
         return [Message.from_wire(self.name, m) for m in frame.body["m"]]

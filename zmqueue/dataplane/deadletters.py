@@ -76,7 +76,7 @@ class DeadLetterMover:
             return
         target = info.writers.get(FIFO_ORIGIN) if dcfg.fifo else next(
             (n for n in info.replicas if info.writers.get(n) == n), None)
-        endpoint = svc.meta.client_endpoint(target)
+        endpoint = svc.meta.peer_endpoint(target) if target in svc.meta.passing() else None
         if endpoint is None:
             self._retry(st.key, dead, now)
             return

@@ -113,6 +113,7 @@ Handler = Callable[[Request], Any]
 class Dispatcher:
     def __init__(self) -> None:
         self.handlers: dict[Command, Handler] = {}
+        self.served_on: dict[Command, frozenset[str]] = {}
         self.outbox = Outbox()
         self.counters: Counter[str] = Counter()
         self.reply_cache = ReplyCache()
@@ -120,8 +121,12 @@ class Dispatcher:
         """Front door: refuses a request (the error) before its handler runs."""
         self.meter: Any = None
 
-    def register(self, command: Command, handler: Handler) -> None:
+    def register(self, command: Command, handler: Handler,
+                 sockets: tuple[str, ...] = ("client", "peer")) -> None:
+        """Serve ``command`` on the named sockets only (host-to-host commands
+        are registered for ``peer``, which CURVE restricts to host keys)."""
         self.handlers[command] = handler
+        self.served_on[command] = frozenset(sockets)
 
     def handle(self, sock: str, frames: list[bytes], user: str | None = None) -> None:
         """Handle one multipart message from a ROUTER: [routing id, payload];
@@ -171,6 +176,8 @@ class Dispatcher:
 
     def dispatch(self, req: Request) -> None:
         handler = self.handlers.get(req.frame.command)
+        if req.sock not in self.served_on.get(req.frame.command, frozenset({req.sock})):
+            handler = None
         try:
             if handler is None:
                 raise UnknownCommand(f"command {req.frame.command.name} is not served on this socket",

@@ -109,8 +109,9 @@ class QueueService:
                         (Command.SUBSCRIBE, self.h_subscribe), (Command.CREDIT, self.h_credit),
                         (Command.UNSUBSCRIBE, self.h_unsubscribe), (Command.CANCEL, self.h_cancel)):
             d.register(cmd, self._guard(fn))
-        d.register(Command.CATCH_UP, lambda req: self.replicator.h_catch_up(F.body_map(req.body)))
-        d.register(Command.POSITION, self._h_position)
+        d.register(Command.CATCH_UP, lambda req: self.replicator.h_catch_up(F.body_map(req.body)),
+                   sockets=("peer",))
+        d.register(Command.POSITION, self._h_position, sockets=("peer",))
 
     # --- metadata and leadership --------------------------------------------------
     def apply_metadata(self, meta: Metadata, now: int, allow_removals: bool = True) -> None:
@@ -305,6 +306,9 @@ class QueueService:
         fifo = self.meta.configs[part[0]].fifo
         st = self.writer_stream(part[0], part[1], FIFO_ORIGIN if fifo else self.node)
         if body.get("dl") is not None:
+            if req.sock != "peer":
+                raise InvalidParameter("dead-letter moves are host-to-host (peer socket) only",
+                                       field="dl")
             items = dead_letter_items(F.get_list(body, "dl", MAX_BATCH), st.config.max_message_bytes)
             st.append_dead_letters(items, now)
             self.dlq_targets.add(st.key)
