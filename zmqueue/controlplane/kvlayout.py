@@ -5,8 +5,10 @@ reference (value schemas, writers, readers, what an operator may edit)::
 
     zmqueue/queues/<queue>/config                QueueConfig JSON
     zmqueue/queues/<queue>/partitions/<p>        {"cluster", "replicas", "version"}
-    zmqueue/leaders/<queue>/<p>                  lock; {"node", "endpoint", "epoch"}
-    zmqueue/positions/<queue>/<p>/<node>         {"epoch", "seq"}
+    zmqueue/leaders/<queue>/<p>/<origin>         stream writer lock; {"node", "endpoint", "epoch"}
+    zmqueue/positions/<queue>/<p>/<origin>/<node> {"epoch", "seq"}
+    zmqueue/leaders/<queue>/<p>, positions/<queue>/<p>/<node>   per-partition forms
+                                                 (the pure election model; still decoded)
     zmqueue/managers/external                    lock; {"node", "since_ms"}
     zmqueue/managers/cluster/<cluster>           lock; {"node", "since_ms"}
     zmqueue/hosts/<node>/drain                   true | false

@@ -5,7 +5,8 @@ absent), so two racing creates agree on one config; partition assignments
 likewise. A create that finds the same config is a no-op; a different config
 is QueueAlreadyExists naming the differing settings. Partitions go to
 clusters by :func:`assignment.assign_queue` and to hosts by
-:func:`placement.place`; the first replica serves the partition.
+:func:`placement.place`; every replica keeps every stream of the partition
+and the writers are elected (:mod:`zmqueue.controlplane.leadership`).
 """
 
 from __future__ import annotations
