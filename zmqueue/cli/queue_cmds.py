@@ -13,7 +13,15 @@ from zmqueue.cli.common import add_consul_flag, console, consul_addresses
 
 
 def _client(args: argparse.Namespace) -> zmqueue.Client:
-    return zmqueue.connect(list(consul_addresses(args.consul)))
+    return zmqueue.connect(list(consul_addresses(args.consul)),
+                           curve_secret_file=getattr(args, "curve_secret", None))
+
+
+def _client_flags(p: argparse.ArgumentParser) -> None:
+    add_consul_flag(p)
+    p.add_argument("--curve-secret", metavar="FILE", default=None,
+                   help="this client's CURVE secret key file, for a secured cluster "
+                        "(see docs/SECURITY.md; `zmqueue up --secure` prints it)")
 
 
 def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
@@ -38,13 +46,12 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--max-messages", type=int, default=None, help="cap on stored messages")
     p.add_argument("--content-based-dedup", action="store_true", help="FIFO: dedup by body hash")
     p.add_argument("--fsync", choices=["always", "interval", "never"], default="interval")
-    for sp in (p,):
-        add_consul_flag(sp)
+    _client_flags(p)
     p.set_defaults(func=cmd_create)
 
     p = qsub.add_parser("list", help="list queue names")
     p.add_argument("--prefix", default="")
-    add_consul_flag(p)
+    _client_flags(p)
     p.set_defaults(func=cmd_list)
 
     for name, fn, text in (("delete", cmd_delete, "delete a queue and its messages"),
@@ -52,7 +59,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                            ("stats", cmd_stats, "show a queue's counters")):
         p = qsub.add_parser(name, help=text)
         p.add_argument("name")
-        add_consul_flag(p)
+        _client_flags(p)
         p.set_defaults(func=fn)
 
     p = sub.add_parser("send", help="send a message (BODY, or - to read stdin)")
@@ -62,7 +69,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--dedup-id", default=None, help="FIFO deduplication id")
     p.add_argument("--delay", type=int, default=None, help="seconds before it is visible")
     p.add_argument("--attr", action="append", default=[], metavar="K=V", help="attribute (repeatable)")
-    add_consul_flag(p)
+    _client_flags(p)
     p.set_defaults(func=cmd_send)
 
     p = sub.add_parser("receive", help="receive messages (prints one JSON line each)")
@@ -71,7 +78,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--wait", type=float, default=0, help="long-poll seconds, 0-20 (default 0)")
     p.add_argument("--visibility-timeout", type=int, default=None)
     p.add_argument("--delete", action="store_true", help="delete each message after printing it")
-    add_consul_flag(p)
+    _client_flags(p)
     p.set_defaults(func=cmd_receive)
 
 
