@@ -98,13 +98,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         console.print(f"Consul UI: [bold]{cluster.ui_url}[/]")
         console.print(hosts_table(cluster.status()))
         summary = Table(title="demo summary")
-        for col in ("queue", "type", "messages", "received", "seconds", "msgs/s"):
+        for col in ("queue", "type", "replicas", "messages", "received", "seconds", "msgs/s"):
             summary.add_column(col)
         with zmqueue.connect(cluster.consul_addr) as client:
             for name, fifo in (("demo-standard", False), ("demo-orders.fifo", True)):
-                q = client.create_queue(name, fifo=fifo)
+                q = client.create_queue(name, fifo=fifo, replication_factor=min(3, args.hosts),
+                                        sync_replication=True)
                 secs, got = pump(q, args.messages, fifo)
-                summary.add_row(name, "fifo" if fifo else "standard", str(args.messages), str(got),
+                summary.add_row(name, "fifo" if fifo else "standard",
+                                f"{q.config.replication_factor} (sync)", str(args.messages), str(got),
                                 f"{secs:.2f}", f"{2 * args.messages / secs:,.0f}")
             console.print("[bold]visibility timeout and dead-letter queue[/]")
             show_visibility_and_dlq(client)
