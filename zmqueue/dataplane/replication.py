@@ -149,7 +149,7 @@ class Replicator:
             return
         self.next_heartbeat_ms = now_ms + HEARTBEAT_MS
         for st in self.streams().values():
-            if st.role is Role.WRITER:
+            if st.role is Role.WRITER and len(st.replicas) > 1:
                 body = {"s": stream_id(st.key), "e": st.epoch, "last": st.store.last_seq}
                 self._send_pub(st.key, protocol.encode_push(Command.HEARTBEAT, body))
 

@@ -512,7 +512,10 @@ class QueueService:
                     a.request.fail(exc)
                 continue
             if st.role is Role.WRITER:
-                self.replicator.publish(st)
+                if len(st.replicas) > 1:  # R=1: nobody to publish to
+                    self.replicator.publish(st)
+                else:
+                    st.published_seq = st.store.last_seq
                 stamp = time.monotonic()
                 for a in acks:
                     a.seq, a.at = st.store.last_seq, stamp
