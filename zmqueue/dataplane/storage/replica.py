@@ -26,6 +26,9 @@ Chunk = tuple[Table, bytes]
 
 def read_chunks(store: PartitionStore, from_seq: int, max_records: int) -> list[Chunk]:
     """Committed rows with seq >= ``from_seq``, block by block (each with its heap)."""
+    last = store.last_block
+    if last is not None and int(last[0]["seq"][0]) == from_seq and len(last[0]) <= max_records:
+        return [last]  # the block just committed: the common case when publishing
     out: list[Chunk] = []
     n = 0
     i = store.index.find(from_seq)

@@ -72,6 +72,7 @@ class PartitionStore:
         self.ring.clear()
         self.backlog = Backlog()
         self._next_seq, self._last_written = 1, 0
+        self.last_block: tuple[Table, bytes] | None = None
         self._last_epoch = 0
         self.staged = Staging()
         self.index = BlockIndex()
@@ -192,6 +193,7 @@ class PartitionStore:
         except OSError as exc:
             self._rollback(exc)
         self._last_written = last
+        self.last_block = (table.copy(), heap)  # the writer publishes it without a read-back
         self._page_in(self._now)
         return last
 
