@@ -18,8 +18,10 @@ from zmqueue.errors import RequestTimeout
 from zmqueue.protocol import Command
 
 
-class FakeHost:
-    """A ROUTER that answers PING only while ``answering`` is set."""
+class SilentablePeer:
+    """A real ZeroMQ ROUTER peer on loopback that answers PING only while
+    ``answering`` is set: a host that goes silent (frozen, overloaded) and
+    comes back, without freezing a whole host process."""
 
     def __init__(self) -> None:
         self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
@@ -54,54 +56,54 @@ class FakeHost:
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeHost]:
-    h = FakeHost()
+def peer() -> Iterator[SilentablePeer]:
+    h = SilentablePeer()
     yield h
     h.close()
 
 
-def test_the_circuit_breaker_opens_on_a_failing_host_and_closes_after_a_probe(fake: FakeHost) -> None:
+def test_the_circuit_breaker_opens_on_a_failing_host_and_closes_after_a_probe(peer: SilentablePeer) -> None:
     client = Client(("127.0.0.1:1",), request_timeout=0.2)
     client.guards = Guards(failure_threshold=3, reset_timeout_s=0.5)
     try:
         for _ in range(3):
             with pytest.raises(RequestTimeout):
-                client.request(fake.endpoint, Command.PING, None)
-        seen = fake.seen
+                client.request(peer.endpoint, Command.PING, None)
+        seen = peer.seen
         started = time.monotonic()
         with pytest.raises(CircuitOpen) as exc:
-            client.request(fake.endpoint, Command.PING, None)
-        assert time.monotonic() - started < 0.05 and fake.seen == seen  # failed fast, nothing sent
+            client.request(peer.endpoint, Command.PING, None)
+        assert time.monotonic() - started < 0.05 and peer.seen == seen  # failed fast, nothing sent
         assert 0 < exc.value.details["retry_after_ms"] <= 500
-        fake.answering.set()
+        peer.answering.set()
         time.sleep(0.55)
-        assert client.request(fake.endpoint, Command.PING, None) == {"pong": True}  # the probe
-        breaker, _ = client.guards.for_endpoint(fake.endpoint)
+        assert client.request(peer.endpoint, Command.PING, None) == {"pong": True}  # the probe
+        breaker, _ = client.guards.for_endpoint(peer.endpoint)
         assert breaker.transitions == ["open", "half_open", "closed"]
-        assert client.request(fake.endpoint, Command.PING, None) == {"pong": True}
+        assert client.request(peer.endpoint, Command.PING, None) == {"pong": True}
     finally:
         client.close()
 
 
-def test_a_failed_probe_opens_the_circuit_again(fake: FakeHost) -> None:
+def test_a_failed_probe_opens_the_circuit_again(peer: SilentablePeer) -> None:
     client = Client(("127.0.0.1:1",), request_timeout=0.1)
     client.guards = Guards(failure_threshold=1, reset_timeout_s=0.2)
     try:
         with pytest.raises(RequestTimeout):
-            client.request(fake.endpoint, Command.PING, None)
+            client.request(peer.endpoint, Command.PING, None)
         time.sleep(0.25)
         with pytest.raises(RequestTimeout):
-            client.request(fake.endpoint, Command.PING, None)  # the probe fails
+            client.request(peer.endpoint, Command.PING, None)  # the probe fails
         with pytest.raises(CircuitOpen):
-            client.request(fake.endpoint, Command.PING, None)
-        breaker, _ = client.guards.for_endpoint(fake.endpoint)
+            client.request(peer.endpoint, Command.PING, None)
+        breaker, _ = client.guards.for_endpoint(peer.endpoint)
         assert breaker.transitions == ["open", "half_open", "open"]
     finally:
         client.close()
 
 
-def test_the_bulkhead_bounds_requests_in_flight_to_one_host(fake: FakeHost) -> None:
-    other = FakeHost()
+def test_the_bulkhead_bounds_requests_in_flight_to_one_host(peer: SilentablePeer) -> None:
+    other = SilentablePeer()
     other.answering.set()
     client = Client(("127.0.0.1:1",), request_timeout=1.0)
     client.guards = Guards(failure_threshold=100, max_concurrent=2, wait_s=0.1)
@@ -109,7 +111,7 @@ def test_the_bulkhead_bounds_requests_in_flight_to_one_host(fake: FakeHost) -> N
 
     def slow() -> None:
         try:
-            client.request(fake.endpoint, Command.PING, None)
+            client.request(peer.endpoint, Command.PING, None)
         except BaseException as exc:
             errors.append(exc)
 
@@ -119,7 +121,7 @@ def test_the_bulkhead_bounds_requests_in_flight_to_one_host(fake: FakeHost) -> N
             t.start()
         time.sleep(0.2)
         with pytest.raises(BulkheadFull):
-            client.request(fake.endpoint, Command.PING, None)
+            client.request(peer.endpoint, Command.PING, None)
         # the slow host does not hold up requests to another one
         assert client.request(other.endpoint, Command.PING, None) == {"pong": True}
         for t in threads:
