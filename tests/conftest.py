@@ -9,6 +9,7 @@ processes it started.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,18 +34,26 @@ def _failed(request: pytest.FixtureRequest) -> bool:
     return rep is None or rep.failed
 
 
-@pytest.fixture(scope="session")
-def consul_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsulAgent]:
+@contextlib.contextmanager
+def running_agent(work_dir: Path) -> Iterator[ConsulAgent]:
+    """A real Consul dev agent on free ports, stopped by pid afterwards; a
+    missing binary fails the test with the install command (never skips)."""
     try:
         binary = find_consul_binary()
     except FileNotFoundError:
         pytest.fail(f"Consul is not installed: {INSTALL_HINT}", pytrace=False)
-    agent = ConsulAgent(tmp_path_factory.mktemp("consul"), binary=binary)
+    agent = ConsulAgent(work_dir, binary=binary)
     agent.start()
     try:
         yield agent
     finally:
         agent.stop()
+
+
+@pytest.fixture(scope="session")
+def consul_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsulAgent]:
+    with running_agent(tmp_path_factory.mktemp("consul")) as agent:
+        yield agent
 
 
 def wait_for(cond: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.05) -> Any:

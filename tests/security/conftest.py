@@ -9,24 +9,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import QueueCluster
+from tests.conftest import QueueCluster, running_agent
 from tests.security.harness import SecureCluster
-from zmqueue.localcluster import ConsulAgent, find_consul_binary
-from zmqueue.localcluster.consul_agent import INSTALL_HINT
+from zmqueue.localcluster import ConsulAgent
 
 
 @pytest.fixture(scope="module")
 def private_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsulAgent]:
-    try:
-        binary = find_consul_binary()
-    except FileNotFoundError:
-        pytest.fail(f"Consul is not installed: {INSTALL_HINT}", pytrace=False)
-    agent = ConsulAgent(tmp_path_factory.mktemp("consul-private"), binary=binary)
-    agent.start()
-    try:
+    with running_agent(tmp_path_factory.mktemp("consul-private")) as agent:
         yield agent
-    finally:
-        agent.stop()
 
 
 @pytest.fixture(scope="module")
