@@ -43,37 +43,20 @@ PERFORMANCE_MD = """\
 # Performance
 
 The latest measurements, their machine, the command that reproduces them and
-the ratios to their references. Generated on {date} by `{command}`
-(medians of {runs} runs; every ratio compares runs taken side by side in that
-one invocation).
+the ratios to their references. The peers table was generated on {date} by
+`{command}` on the tree of commit {commit} (run from a `git archive` snapshot
+of it), medians of {runs} runs; every ratio compares runs taken side by side
+in one invocation. The rows marked with a page name come from that page's own
+benchmark (same day, same tree unless the page says otherwise).
 
-**Machine:** {machine}.
+**Machine:** {machine}. Shared: the 1-minute load average was {load} during
+the peer runs (other sessions' test suites and benchmarks on the same 2 CPUs).
 
 ## Summary
 
 {summary}
 
-**W5 (replicated)** was measured in a second invocation,
-`python -m benchmarks.peers --systems zmqueue-r3,nats-r3 --workloads W5,W5b --runs 3 --duration 5`,
-on the tree of commit e74ee02, right after replication landed (759c5ed): zmqueue R=3 with
-`sync_replication=True` acknowledges once a majority (2 of 3) of the
-partition's replicas hold the record, as a NATS R=3 stream does; both sides
-ran side by side in that invocation. Replication is brand new: treat these
-rows as **provisional** until its chaos tests have settled, and re-run after
-the poll fix described under "Where the time goes".
-
-**Reading the summary.** W1-W4 and the raw pyzmq ceiling ran on the tree of
-commit 77390a9 (before replication), the queue-operation rows on b3dc261.
-zmqueue's W2 send p99 at 100 B is below every
-peer's, and no run of any system lost or duplicated a message. zmqueue does
-not reach 2x the best peer in W1/W3: Redis (a C server whose reply is not
-fsynced) answers a single XADD in about 0.1-0.2 ms against zmqueue's
-0.6 ms; in W3 zmqueue's producer side is fast (about 20 k msg/s) but the
-consumer side (receive + delete) caps end-to-end throughput near 10 k msg/s
-(see "Where the time goes"). All of this was measured on 2 cores shared with
-other teams' test suites (load average 4-10 during the runs); single-run
-numbers move by 2-3x, so read the medians and the ratios, and re-run on a
-quiet machine before quoting absolute figures.
+{reading}
 
 ![throughput and latency per system](img/perf/peers.png)
 
@@ -84,6 +67,9 @@ pip install -e '.[bench]'               # pika, nats-py, redis[hiredis], matplot
 python -m benchmarks.peers --runs 3 --write   # installs and starts the peers (apt-get), ~20 min
 zmqueue bench --workload W3 --runs 3          # zmqueue alone, on a cluster it starts
 python -m benchmarks.queues --runs 3 --write  # queue operations beside raw pyzmq
+python -m benchmarks.replication.bench_replication --rounds 3 --kills 20 --write  # R=3 vs R=1, failover
+python -m benchmarks.storage.bench_storage --out /tmp/storage.md  # storage engine (see storage.md)
+python -m benchmarks.security.bench_security --write  # CURVE and encryption at rest
 python -m benchmarks.ceiling --runs 3         # raw pyzmq only
 ```
 
@@ -111,16 +97,44 @@ process, payloads msgpack-packed 100 to a frame, loopback TCP.
 ## Queue operations beside raw pyzmq
 
 One client thread, one host, 100-byte messages, batches of 100
-([docs/perf/queues.md](perf/queues.md), `python -m benchmarks.queues --runs 3 --write`):
+([docs/perf/queues.md](perf/queues.md), `python -m benchmarks.queues --runs 3 --write`,
+on commit 4721868, which includes 5604c78; the same benchmark on 1046cb7, the
+per-run ratios and the load during the runs are on that page):
 
 {queues}
 
+## Replication
+
+R=3 synchronous replication beside R=1 on a 3-host cluster, and FIFO
+failover after `kill -9` of the stream's writer, from
+[docs/perf/replication.md](perf/replication.md)
+(`python -m benchmarks.replication.bench_replication --rounds 3 --kills 20 --write`;
+every round, every kill and the profile notes are on that page):
+
+{replication}
+
 ## Storage engine
 
-Copied from [docs/perf/storage.md](perf/storage.md) (written by the storage
-engine's owner; see there for method and notes):
+Copied from [docs/perf/storage.md](perf/storage.md) (the storage owner's
+page, measured at c119677 with old and new code run alternately; see there
+for the command, method and notes):
 
 {storage}
+
+Three more runs of `python -m benchmarks.storage.bench_storage` on the tree of
+1046cb7 (this session, load average 3-5) agree: append_batch 1.22 / 1.74 /
+1.35 M msg/s (median 1.35 M, 10% of the bare loop), receive 10 + delete
+122 k msg/s, receive 10 on the 10 M backlog 32.8 µs (1.01x of 10 k),
+recovery 580 MB/s, RSS growth 0.5 MiB.
+
+## Security: CURVE and encryption at rest
+
+From [docs/perf/security.md](perf/security.md)
+(`python -m benchmarks.security.bench_security --write`, medians of 3 rounds,
+one invocation): batched sends (100 x 100 B per request, one client, R=1).
+Target: CURVE costs at most 30% of plaintext throughput.
+
+{security}
 
 ## Analytics
 
@@ -134,8 +148,9 @@ engine's owner; see there for method and notes):
 PEERS_MD = """\
 # zmqueue against RabbitMQ, NATS JetStream and Redis Streams
 
-Generated on {date} by `{command}`; medians of {runs} runs.
-Machine: {machine}.
+Generated on {date} by `{command}` on the tree of commit {commit} (a
+`git archive` snapshot); medians of {runs} runs.
+Machine: {machine}; 1-minute load average {load} during the runs (shared).
 
 {promises}
 
@@ -160,82 +175,115 @@ Machine: {machine}.
 ```
 """
 
+READING = """\
+**Reading the summary.** Every peer row (W1-W5, W5-half) and the raw pyzmq
+ceiling come from the one invocation above, on the tree of commit
+{commit}, i.e. after the fixes listed below; the previous version of this
+page measured W1-W4 on 77390a9 and W5 on e74ee02 (before them).
+
+- **What the fixes moved.** Replicated traffic: W5 (R=3 sync, one send at a
+  time) went from 39 to 280 msg/s end to end (0.08x to 0.41x of NATS R=3),
+  W5b from 1,868 to 7,144 msg/s (0.28x to 0.99x; zmqueue's producer side
+  sends 17,135 msg/s there, 2.4x NATS R=3, but the consumer caps end to end),
+  and the R=3 send p99 at half the W5 rate from 169 ms to 17 ms. This is the
+  host loop now waking on the replication and host-to-host sockets (42d28f4).
+  Batched traffic: W3 end to end went from 10,550 to 16,911 msg/s and the
+  producer side from 22,038 to 47,000 msg/s (the batched-send fast path and
+  the storage fixes); the queue-operations benchmark shows send_batch
+  1.7-1.8x and receive + delete 1.4x its earlier figure.
+- **What did not move.** One message per request: W1 (896 msg/s, send p50
+  0.77 ms) and W4 are where they were (1,204 and 991 before, under heavier
+  load), and zmqueue's W2 p99 (5.92 ms) is now above Redis's (1.39 ms) and
+  NATS's (2.12 ms): in the earlier invocation the machine was busier and
+  every peer's p99 was 2-4x what it is here, which is why zmqueue's was then
+  the lowest. Redis answers a single XADD in 0.09 ms, zmqueue a single send
+  in 0.77 ms in W1 (0.49 ms alone in the queue-operations benchmark): the
+  host's and the client's Python request path, see "Where the time goes".
+- **Targets.** Met: no losses or duplicates (0 / 0 of 4.86 M confirmed
+  sends), FIFO failover (p50 1.67 s, max 1.91 s over 20 kills), CURVE cost
+  (6.6%). Missed: 2x the best peer in W1/W3 (0.15x / 0.31x of Redis at
+  100 B), W2 p99, W3 at 25% of the raw pyzmq round trip (4.0%), send_batch
+  at 25% of raw (19.3% on 4721868, 22.3% on 1046cb7; single runs 17-35%),
+  single-send p99 at 3x raw (4.05x on 4721868; 0.71x on 1046cb7 only because
+  raw pyzmq's own p99 was inflated by the load then), R=3 sync at 50% of R=1
+  (24.7%), W5/W5b at 1.5x NATS R=3 (0.41x / 0.99x), and the R=3 send p99
+  < 10 ms at half rate (17.25 ms).
+- **Noise.** 2 CPUs shared with other sessions' test suites; the 1-minute
+  load average was {load} during the peer runs. Single runs move by up to
+  2x; read the medians and the ratios.
+"""
+
 ANALYSIS = """\
-Profiled with py-spy (`py-spy record -r 200 -f raw --nonblocking`) on the
-host process and on the client during 8 s of `send_batch(100 x 100 B)`, 8 s
-of single `send`, and 6 s of draining a backlog, one host, on this machine;
-percentages are of each process's busy (non-idle) samples. Other teams
-changed the host while this was written, so each finding names its commit. The misses above are the host's and the client's Python per-message
-work and the one-request-in-flight client; the fixes belong to the dataplane
-and client owners, and are listed here so the numbers can be fixed at their
-cause rather than in the benchmark.
+Profiled on the tree of {commit} with py-spy (`py-spy record --nonblocking
+--rate 200 --format raw`, 8-10 s, every thread of the host processes and of
+the client) while one client ran each traffic pattern on a fresh
+`LocalCluster`; percentages are of a thread's or process's busy samples
+(samples whose leaf is `poll`, a condition wait or a socket read are counted
+as idle). CPU per process came from `/proc/<pid>/stat`. The scripts were
+ad-hoc (a loop of `send_batch`, `send`, or `receive` + `delete_batch`, with
+py-spy started on each pid); `python -m benchmarks.replication.profile_sync`
+does the same for single R=3 sends.
 
-**Batched send, at commit e74ee02 (the newest).** The client is the limit:
-of its busy samples, 31% build one `OutgoingMessage` dataclass per body
-(`Queue.send_batch` list comprehension) and turn it back into a wire list,
-18% are `Socket.send`, and 27% wait for the reply (one request in flight).
-The host sits in `poll` for 51% of its busy samples; its SEND handler is 20%
-(`Stream._prepare` 15%, of which `new_message_id()` = `uuid.uuid4()` per
-message, an `os.urandom` call and a UUID object each, is 8%); Consul HTTP
-calls from background threads take 6% and the new replication publisher 5%.
-At the older commit 76c11a2 the host was the limit instead (27% in the
-per-message `_prepare`, 14% of it uuid4; 23% in the reply's
-`send_multipart`, mostly the loop thread waiting for the GIL while the fsync
-flusher, Consul heartbeat and HTTP health threads ran); the storage owner's
-columnar `append_batch` has since removed most of that. **Fix (client
-owner):** put plain `bytes` bodies straight into the wire list without a
-dataclass per message, and let a client keep a window of requests in flight:
-raw pyzmq moves 3-4x more with 8 batches in flight than with 1 (ceiling
-table). **Fix (dataplane owner):** ids from one random prefix per batch plus
-a counter.
+**Batched send, R=1 (send_batch 19-22% of raw pyzmq; W3 producer side).**
+Neither side is saturated: one request is in flight, so every batch pays a
+client -> host -> client round trip of Python work on both ends. The client
+spends a third of its samples waiting for the reply and 38% inside pyzmq's
+`Socket.send` of the request (time the profiler puts on the call itself;
+with host and client sharing 2 CPUs it likely includes waiting for a core);
+building the wire list is now about 6% (the fast
+path removed the per-message `OutgoingMessage`). The host's request loop:
+43% sending replies and the replication publish (`_send_all` ->
+`send_multipart`), 30% in the per-tick flush (commit 10%, and 16% in
+`Replicator.publish`, which on this commit read back and published every
+committed block of an R=1 stream that nobody subscribes to: zmqueue/dataplane/service.py
+`flush` -> `replicator.publish`; commit 5604c78, which landed after these runs,
+skips it for single-replica streams and is not measured here), 13% handling
+SEND (`Stream._send_plain`, append 6%). **Fix (client owner):** a window of
+requests in flight: raw pyzmq moves 3.9x more with 8 batches in flight than
+with 1 in this invocation's ceiling table.
 
-**Single send p99.** The p50 is 0.3-0.4 ms, about 3x raw pyzmq's
-request/reply (the host's Python request path: decode, dispatch, the
-per-message work above, a log append, encode). The p99 follows the machine's
-load more than the code: across the runs of this session it went from 0.4 ms
-(quiet) to 7 ms (another team's test suite and a package install running),
-while raw pyzmq's own p99 moved between 0.2 and 2.5 ms. In the profile, the
-tail is the host's single loop thread waiting for the GIL after a socket call
-while the fsync flusher, Consul heartbeat and HTTP health threads run
-(CPython's switch interval is 5 ms); an experiment with
-`sys.setswitchinterval(0.0002)` in the host gave p99 of 1.0-4.0 ms in three
-runs under the same load, which this noise cannot separate from the default.
-Measure it again on a quiet machine before acting on it.
+**Receive + delete (caps W3 and W5b end to end).** A single client draining a
+backlog with `receive(100)` + `delete_batch` ran at 20.7 k msg/s; it spent
+57% of its time in `delete_batch` and 43% in `receive`, both waiting for the
+host: two synchronous round trips per 100 messages. The host's loop: receive
+27% (of which paging the backlog in from the log, `Backlog.page_in`, 19%),
+the per-tick flush and commit 24%, DELETE 19% (`Receipt.decode` 8%), reply
+sends 20%, building one Python object per delivered message and encoding it
+(`Stream.receive` list comprehension 13%, `encode_delivered` 12%). The
+storage engine alone drains 122 k msg/s (storage.md), so the cap is the
+request path around it. In W3 the producer sends 47 k msg/s and the consumer
+takes about 17 k msg/s, so a backlog builds (end-to-end p50 of seconds).
+**Fix (client / dataplane owners):** a receive that carries the previous
+batch's receipts (one round trip instead of two), consumer pipelining, and
+cheaper per-message receive objects.
 
-**Replicated sends (W5).** With replication real, a synchronous R=3 send
-takes a median of 7-9 ms and the p99 is 60-100 ms (NATS R=3: about 1 ms and
-7-19 ms), so W5 runs at about 40 msg/s. The time is spent waiting, not
-computing: in `RequestLoop.run_once` (zmqueue/dataplane/server.py) the loop
-blocks in `poller.poll(timeout)` with a timeout of up to `POLL_MAX_MS` = 50
-ms, and only the client and peer ROUTER sockets are registered in that
-poller. The replication SUB socket (records arriving on a replica) and the
-forwarder's DEALER sockets (the POSITION replies the writer waits for) are
-drained only when the loop wakes for another reason, so each sync ack waits
-for up to one poll timeout on the replica and another on the writer. An
-experiment with `POLL_MAX_MS = 1` (not committed: not our file) raised W5
-from about 40 to 243 msg/s and cut the send p50 from 7-9 ms to 2.4 ms in one
-run. **Fix (dataplane owner):** register the SUB socket and the forwarder
-sockets in the loop's poller (and send POSITION as soon as a record is
-applied), so a replica and the writer wake on the message itself.
+**Single send (W1, W2, single-send p50 8x raw pyzmq).** The round trip is
+0.45-0.5 ms on an idle host (raw pyzmq: 0.06 ms): decode, dispatch, append,
+group commit at the next tick, encode, on a host loop shared by a Python
+client on the same 2 CPUs. The p99 follows the machine's load (raw pyzmq's
+own p99 moved between 1.0 and 3.5 ms in this session); the tail is the loop
+thread waiting for the GIL while the host's background threads run: the
+fsync flusher and the Consul HTTP threads (metadata watch, leadership,
+health) are 12% of a single R=1 host's busy samples under batched traffic,
+and 31-59% of each host's with R=3 (below).
 
-**Receive + delete.** Profiled the same way while one client drained a
-backlog with `receive(100)` + `delete_batch`; the client spent 2-3x as long
-in `delete_batch` as in `receive`, waiting for the host. At commit 76c11a2
-27% of the host's busy samples (80% of the DELETE handler) were `numpy.sum`
-inside `Ring.remove` (zmqueue/dataplane/storage/ring.py), called once per
-receipt with a single slot index; replacing that with plain `int()`
-arithmetic for a scalar index (an experiment, not committed: not our file)
-took the drain from 10.9 k to 15.7 k msg/s in one side-by-side run. At
-commit b3dc261 (the one docs/perf/queues.md measured) the storage engine had
-changed: the top cost is now `PartitionStore.commit` -> `Staging.take`
-(21% of the host's busy samples), nearly all of it `np.concatenate` of many
-small structured record tables, where numpy's `_promote_fields` (15%)
-re-checks the dtype of every table; the Consul leadership thread's HTTP
-calls take another 8%. **Fix:** build one preallocated record table per
-commit (or concatenate tables of one identical dtype object, which skips the
-promotion), one vectorised `Ring.remove` per DELETE batch, and a receive that
-carries the previous batch's receipts (one round trip instead of two). In W3
-this consumer side is what caps end-to-end throughput near 10 k msg/s while
-the producer sends about 20 k msg/s, so a backlog builds (end-to-end p50 of
-seconds).
+**Replicated sends (W5, W5b, R=3 sync 24.7% of R=1).** Not CPU-bound: three
+hosts use 1.2 cores together at 36-40 k msg/s, the client waits for 67% of
+its samples. With one request in flight a batch costs 0.9 ms at R=1 and
+2.6 ms at R=3: the serial ack path (writer append and publish; a replica
+wakes on its SUB socket, decodes and validates the chunk (about a third of
+its busy loop samples), applies and commits it, sends POSITION; the writer wakes on
+its forwarder socket and answers). Background threads: the
+Consul HTTP calls (metadata watch, leadership, discovery) appear in 31-59%
+of each host's non-idle py-spy samples with R=3, but by thread CPU time they
+are small: the metadata watch (`MetadataCache._watch`,
+zmqueue/host/metadata.py) re-reads the whole `zmqueue/` KV tree and the
+health list each time its blocking query returns, about 1.5 times a second
+per host at 3 ms of CPU each (counted with a wrapper on
+`QueueDirectory.snapshot`), so most of those samples are threads waiting for
+the GIL or for Consul, i.e. contention with the loop rather than work.
+Details and the per-host CPU table:
+[docs/perf/replication.md](perf/replication.md). **Fix (dataplane / client
+owners):** pipelining (several batches in flight hide the replica round
+trip) and a cheaper replica receive path (decode + validate + apply).
 """

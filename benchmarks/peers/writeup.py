@@ -4,7 +4,9 @@ the summary of docs/PERFORMANCE.md and the charts under docs/img/perf/."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -17,7 +19,8 @@ from zmqueue.bench.stats import median
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCS = ROOT / "docs"
 PEERS = ("rabbitmq", "nats", "redis")
-PROVISIONAL = ("W5", "W5b", "W5-half")
+# workloads whose status is marked provisional (none since W5 was re-measured on 1046cb7)
+PROVISIONAL: tuple[str, ...] = ()
 Key = tuple[str, str, int]
 
 
@@ -95,6 +98,8 @@ def summary_rows(g: dict[Key, dict[str, Any]], ceil: dict[int, dict[str, float]]
                      f"paced at {half['send_msgs_per_s']:,.0f} msg/s", "-", "< 10 ms",
                      status(half["send_p99_ms"] < 10, "W5-half")])
     rows += queue_ops_rows()
+    rows += replication_rows()
+    rows += security_rows()
     lost = sum(int(v["lost"]) for v in g.values())
     dup = sum(int(v["duplicates"]) for v in g.values())
     sent = sum(int(v["sent"]) for v in g.values())
@@ -168,6 +173,74 @@ def storage_summary() -> str:
     return m.group(0).rstrip() if m else "_(no table found in docs/perf/storage.md)_"
 
 
+def _first_table(name: str) -> str:
+    path = DOCS / "perf" / name
+    if not path.exists():
+        return ""
+    m = re.search(r"(^\|.*\|\n)+", path.read_text(), re.M)
+    return m.group(0).rstrip() if m else ""
+
+
+def _tables_headed(name: str, header: str) -> str:
+    """Every table of docs/perf/<name> whose header row starts with ``header``."""
+    path = DOCS / "perf" / name
+    if not path.exists():
+        return ""
+    found = [m.group(0).rstrip() for m in re.finditer(r"(^\|.*\|\n)+", path.read_text(), re.M)
+             if m.group(0).startswith(header)]
+    return "\n\n".join(found)
+
+
+def _rows_of(name: str) -> list[list[str]]:
+    """Every table row of docs/perf/<name>, as lists of stripped cells."""
+    path = DOCS / "perf" / name
+    if not path.exists():
+        return []
+    return [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in path.read_text().splitlines() if line.startswith("|")]
+
+
+def replication_rows() -> list[list[str]]:
+    """The targets of the "Replication" issue, from docs/perf/replication.md."""
+    rows = []
+    by = {r[0]: r for r in _rows_of("replication.md")}
+    tp = by.get("send_batch throughput (batch 100)")
+    if tp and len(tp) >= 5:
+        ok = "met" if float(tp[3].rstrip("%")) >= 50 else "**missed**"
+        rows.append(["R=3 sync send_batch throughput vs R=1, 100 B (replication.md)", tp[2],
+                     f"R=1 {tp[1]}", tp[3], "≥ 50% of R=1", ok])
+    p50, mx, n = by.get("failover p50"), by.get("failover max"), by.get("kills")
+    if p50 and mx and n:
+        met = (float(p50[1].rstrip(" s")) <= 3 and float(mx[1].rstrip(" s")) <= 10
+               and int(n[1]) >= 20)
+        rows.append([f"FIFO failover after kill -9 of the writer, {n[1]} kills (replication.md)",
+                     f"p50 {p50[1]}, max {mx[1]}", "-", "-", "p50 ≤ 3 s, max ≤ 10 s, ≥ 20 kills",
+                     "met" if met else "**missed**"])
+    return rows
+
+
+def security_rows() -> list[list[str]]:
+    """The CURVE cost target, from docs/perf/security.md."""
+    by = {r[0]: r for r in _rows_of("security.md")}
+    plain, curve = by.get("plain"), by.get("curve")
+    if not plain or not curve or len(curve) < 3:
+        return []
+    cost = float(curve[2].rstrip("%"))
+    return [["CURVE cost, batched send 100 x 100 B (security.md)", f"{curve[1]} msg/s",
+             f"plain {plain[1]} msg/s", curve[2], "≤ 30%", "met" if cost <= 30 else "**missed**"]]
+
+
+def code_commit() -> str:
+    """The measured tree: BENCH_COMMIT (set when running from a git archive snapshot) or git."""
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=True,
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def write_all(results: list[dict[str, Any]], command: str) -> None:
     g = group(results)
     ceil = ceilings(results)
@@ -190,14 +263,24 @@ def write_all(results: list[dict[str, Any]], command: str) -> None:
                              "same, 8 in flight", "PUSH/PULL batch 100", "req/rep p50 ms", "req/rep p99 ms"],
                             ceiling_rows),
         "storage": storage_summary(), "queues": _queues_table(),
+        "replication": _tables_headed("replication.md", "| measurement |") or "_(not measured yet)_",
+        "security": _first_table("security.md") or "_(not measured yet)_",
+        "commit": code_commit(),
+        "load": _load_range(results),
         "analytics": ("See [docs/perf/analytics.md](perf/analytics.md)."
                       if (DOCS / "perf" / "analytics.md").exists() else "_(not measured yet)_"),
         "promises": prose.PROMISES, "method": prose.METHOD.format(runs=runs),
         "jsonl": "\n".join(json.dumps(r, sort_keys=True, default=str) for r in results),
     }
     ctx["analysis"] = prose.ANALYSIS.format(**ctx)
+    ctx["reading"] = prose.READING.format(**ctx)
     (DOCS / "perf" / "peers.md").write_text(prose.PEERS_MD.format(**ctx))
     (DOCS / "PERFORMANCE.md").write_text(prose.PERFORMANCE_MD.format(**ctx))
+
+
+def _load_range(results: list[dict[str, Any]]) -> str:
+    loads = [float(r["loadavg_1m"]) for r in results if "loadavg_1m" in r]
+    return f"{min(loads):.1f}-{max(loads):.1f}" if loads else "not recorded"
 
 
 def queue_ops_rows() -> list[list[str]]:
