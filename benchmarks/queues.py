@@ -21,6 +21,7 @@ from typing import Any
 import zmqueue
 from zmqueue.bench.machine import machine_summary
 from zmqueue.bench.queueops import measure_side_by_side
+from zmqueue.bench.signals import signals_raise
 from zmqueue.bench.stats import median
 from zmqueue.localcluster import LocalCluster
 
@@ -104,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", action="store_true", help=f"rewrite {DOC.name}")
     args = ap.parse_args(argv)
     runs: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="zmqueue-bench-") as tmp:
+    # SIGTERM (e.g. from `timeout`) runs the finally below: the hosts and Consul
+    # live in their own sessions and would outlive this process otherwise
+    with signals_raise(), tempfile.TemporaryDirectory(prefix="zmqueue-bench-") as tmp:
         cluster = LocalCluster(Path(tmp), hosts=1).start()
         try:
             with zmqueue.connect(cluster.consul_addr) as client:

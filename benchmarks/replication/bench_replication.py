@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 import zmqueue
 from zmqueue.bench.machine import machine_summary
+from zmqueue.bench.signals import signals_raise
 from zmqueue.bench.stats import median, percentiles_ms
 from zmqueue.localcluster import HostProcess, LocalCluster
 
@@ -352,7 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     cost: list[dict[str, Any]] = []
     fo: dict[str, Any] = {"samples": [], "stopped_early": False, "acked": 0,
                           "drain": {"received": 0, "unique": 0, "in_order": True}}
-    with tempfile.TemporaryDirectory(prefix="zmq-bench-repl-") as tmp:
+    # SIGTERM (e.g. from `timeout`) runs the finally below: the hosts and Consul
+    # live in their own sessions and would outlive this process otherwise
+    with signals_raise(), tempfile.TemporaryDirectory(prefix="zmq-bench-repl-") as tmp:
         cluster = LocalCluster(Path(tmp), hosts=3)
         try:
             cluster.start()
