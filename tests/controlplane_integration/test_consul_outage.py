@@ -90,15 +90,31 @@ def test_killing_one_of_three_consul_servers_does_not_disturb_queue_traffic(tmp_
             h.start()
         wait_for(lambda: passing_nodes(addrs) == {"t1", "t2"}, 30, "hosts passing")
         wait_for(lambda: lock_holder(addrs[1], "zmqueue/managers/cluster/tc"), 15, "a manager")
-        client = zmqueue.connect(addrs, request_timeout=5)
+        client = zmqueue.connect(addrs, request_timeout=15)
         q = client.create_queue("three-servers")
         first_round_trip(q)
         cluster.agents[0].kill9()  # the first address every host and client tries
-        deadline = time.monotonic() + 8
-        n = 0
+        # Traffic goes on: every send is accepted and every message comes back.
+        # (When the dead server is the one a host's writer session lives on,
+        # Consul drops that session once serf declares the node failed, and the
+        # stream is re-elected: a pause of a few seconds, see REPLICATION.md.)
+        deadline = time.monotonic() + 16
+        sent: list[bytes] = []
+        got: list[bytes] = []
         while time.monotonic() < deadline:
-            round_trip(q, b"m%d" % n)
-            n += 1
+            body = b"m%d" % len(sent)
+            q.send(body)
+            sent.append(body)
+            msgs = q.receive(max_messages=10, wait_time=15)
+            got += [m.body for m in msgs]
+            q.delete_batch([m.receipt for m in msgs])
+        drain_until = time.monotonic() + 20
+        while set(got) < set(sent) and time.monotonic() < drain_until:
+            msgs = q.receive(max_messages=10, wait_time=2)
+            got += [m.body for m in msgs]
+            if msgs:
+                q.delete_batch([m.receipt for m in msgs])
+        assert set(got) == set(sent), f"lost {sorted(set(sent) - set(got))[:5]}"
         wait_for(lambda: has_leader(addrs[1]), 15, "the two remaining servers have a leader")
         wait_for(lambda: passing_nodes(addrs[1:]) == {"t1", "t2"}, 20, "hosts still passing")
         q2 = client.create_queue("three-servers-after")

@@ -25,7 +25,6 @@ from zmqueue.errors import (
     InvalidParameter,
     NotLeader,
     ProtocolError,
-    RequestTimeout,
     Unavailable,
     ZmqueueError,
     from_wire,
@@ -38,6 +37,8 @@ if TYPE_CHECKING:
 
 MAX_BATCH = 1000
 CANCEL_GRACE_MS = 2000
+REFRESH_MIN_S = 0.2
+REFRESH_TIMEOUT_MS = 1000
 
 
 def backoff(attempt: int) -> float:
@@ -56,14 +57,36 @@ class Queue:
         self.routes.apply(info)
         self._rr = itertools.count(random.randrange(1 << 16))
         self._buffer: deque[Message] = deque()
+        self._refreshed_at = 0.0
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, fifo={self.config.fifo}, partitions={self.config.partitions})"
 
     # --- routing ---------------------------------------------------------------
     def refresh(self) -> None:
-        with contextlib.suppress(Unavailable, RequestTimeout):
-            self.routes.apply(self.client.queue_info(self.name))
+        """Re-read the queue's routes: one quick GET_QUEUE to one known host,
+        at most every REFRESH_MIN_S, never long (it runs inside retry loops
+        that have their own deadlines; during a Consul outage it just fails)."""
+        now = time.monotonic()
+        if now - self._refreshed_at < REFRESH_MIN_S:
+            return
+        self._refreshed_at = now
+        known = [ep for p in range(self.config.partitions) for ep in self.routes.all_endpoints(p)]
+        if self._ask_any([*dict.fromkeys(known)][:3]):
+            return
+        # none of the known hosts answered (restarted on new ports?): ask Consul
+        with contextlib.suppress(ZmqueueError):
+            fresh = [h.client_endpoint for h in self.client.hosts(refresh=True) if h.client_endpoint]
+            self._ask_any([ep for ep in fresh if ep not in known][:3])
+
+    def _ask_any(self, endpoints: list[str]) -> bool:
+        for ep in endpoints:
+            with contextlib.suppress(ZmqueueError):
+                reply = self.client.connection(ep).request(Command.GET_QUEUE, {"name": self.name},
+                                                           REFRESH_TIMEOUT_MS)
+                self.routes.apply(reply["queue"])
+                return True
+        return False
 
     def call(self, p: int, command: Command, body: dict[str, Any], targets: Targets,
              origin: str | None = None, extra_timeout_ms: int = 0) -> Any:

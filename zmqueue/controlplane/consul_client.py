@@ -29,7 +29,14 @@ TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
 class ConsulClient:
     """Calls ``fn(consul.Consul)`` on the current address, failing over."""
 
-    def __init__(self, addresses: Sequence[str], timeout_s: float = 2.0) -> None:
+    def __init__(self, addresses: Sequence[str], timeout_s: float = 2.0,
+                 agent_local: bool = False) -> None:
+        """``agent_local``: the caller's state lives on the agent it talks to
+        (service registration, TTL checks, sessions on that agent's checks):
+        fail over only when the agent is unreachable, never merely because it
+        has no Consul server leader for a moment (a hop would register the
+        service twice and let the abandoned copy's checks go critical)."""
+        self.agent_local = agent_local
         if not addresses:
             raise ValueError("at least one Consul address is needed")
         self.addresses = tuple(addresses)
@@ -65,6 +72,10 @@ class ConsulClient:
                     "rpc error" in text or "no leader" in text or "no cluster leader" in text)
                 if not server_gone:
                     raise
+                if self.agent_local:
+                    raise ConsulUnavailable(
+                        f"Consul at {addr} has no server leader right now ({str(exc)[:80]})",
+                        addresses=list(self.addresses)) from None
                 # the agent is up but cannot reach a Consul server (one just died,
                 # or an election is running): as good as unreachable
                 errors.append(f"{addr}: {str(exc)[:80]}")

@@ -119,7 +119,7 @@ class Leadership(threading.Thread):
     def __init__(self, addresses: tuple[str, ...], timeout_s: float, node: str,
                  checks: list[str], value: dict[str, Any], post: Callable[[Event], None]) -> None:
         super().__init__(name="leadership", daemon=True)
-        self.client = ConsulClient(addresses, timeout_s)
+        self.client = ConsulClient(addresses, timeout_s, agent_local=True)
         self.node = node
         self.checks = checks
         self.value = json.dumps(value).encode()

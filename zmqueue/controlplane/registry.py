@@ -86,7 +86,11 @@ class Registrar:
     def heartbeat(self) -> None:
         try:
             self.client.call(lambda c: c.agent.check.ttl_pass(self.reg.check_id))
-        except consul.ConsulException:
+        except consul.ConsulException as exc:
+            text = str(exc).lower()
+            if not isinstance(exc, consul.NotFound) and "unknown check" not in text \
+                    and "does not have associated ttl" not in text:
+                raise ConsulUnavailable(f"heartbeat failed: {str(exc)[:120]}") from None
             log.warning("consul forgot service %s; registering it again", self.reg.service_id)
             self.register()
 

@@ -183,14 +183,16 @@ class Host:
         reg = Registration(cluster=cfg.cluster, node=cfg.node, version=__version__,
                            address=cfg.bind_host, client_port=port, endpoints=endpoints,
                            zone=cfg.zone, check_ttl_ms=cfg.check_ttl_ms, http_health_url=http_url)
-        registrar = Registrar(ConsulClient(cfg.consul, cfg.consul_timeout_ms / 1000), reg)
+        registrar = Registrar(ConsulClient(cfg.consul, cfg.consul_timeout_ms / 1000, agent_local=True),
+                              reg)
         try:
             registrar.register()
         except ConsulUnavailable as exc:
             self.close()
             raise StartupError(str(exc)) from None
         self.registrar = registrar
-        hb_registrar = Registrar(ConsulClient(cfg.consul, cfg.consul_timeout_ms / 1000), reg)
+        hb_registrar = Registrar(
+            ConsulClient(cfg.consul, cfg.consul_timeout_ms / 1000, agent_local=True), reg)
         self.heartbeat = Heartbeat(hb_registrar, cfg.heartbeat_interval_ms, self.healthy)
         self.heartbeat.start()
         self._write_info(endpoints)
