@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.harness import ChaosRun, Scenario
+from tests.conftest import _wipe_consul
 from zmqueue.localcluster import ConsulAgent
 
 SEED = int(os.environ.get("ZMQUEUE_CHAOS_SEED", "0"))
@@ -38,6 +39,7 @@ def test_invariants_hold_while_hosts_are_killed_under_load(
         report = run.run()
     finally:
         run.stop_all()
+        _wipe_consul(consul_agent)  # the worker's agent is shared with later tests
     summary = report.summary()
     print(json.dumps(summary))
     assert len(report.acked) == scenario.messages, f"the producer could not finish (seed {scenario.seed})"

@@ -53,7 +53,7 @@ def test_queues_messages_deletes_and_dlq_moves_survive_a_host_restart(
         h.kill9()
     start_passing(hosts, consul_agent, old=h)
 
-    assert sorted(client.list_queues()) == ["durable", "poison", "poison-dlq"]
+    assert {"durable", "poison", "poison-dlq"} <= set(client.list_queues())
     q = client.get_queue("durable")
     wait_for(lambda: q.stats()["total"] == before, 10, "the queue back with the same total")
     received: dict[str, Any] = {}

@@ -190,7 +190,6 @@ class Leadership(threading.Thread):
         sid = self._ensure_session()
         with self._lock:
             cands, positions = self._cands, self._positions
-        passing = self._passing_now()
         sent_at = time.monotonic()
         _, items = self.client.call(lambda c: c.kv.get(f"{kv.PREFIX}leaders/", recurse=True,
                                                       consistency="consistent"))
@@ -199,8 +198,15 @@ class Leadership(threading.Thread):
             s = parse_lock_key(str(it.get("Key", "")))
             if s is not None:
                 holders[s] = (it.get("Session"), int(it.get("LockIndex") or 0))
-        state = self._positions_of_others()
         mine = {s for s, (h, _) in holders.items() if h == sid}
+        # Health and peers' positions matter only when a candidate lock is free
+        # or this host holds a stream it may have to hand back: in the steady
+        # state a cycle is one read (these reads cost the request loop GIL time,
+        # which showed in its latency tail).
+        free = [s for s in cands if holders.get(s, (None, 0))[0] is None]
+        borrowed = [s for s in mine if s in cands and cands[s].preferred not in (None, self.node)]
+        passing = self._passing_now() if free or borrowed else set()
+        state = self._positions_of_others() if free or borrowed else {}
         for s in list(self.held):
             if s not in mine:
                 log.warning("lost the writer lock of %s", s)
@@ -214,10 +220,9 @@ class Leadership(threading.Thread):
                 self._release(s)
                 mine.discard(s)
         self.post(Confirmed(frozenset(mine), sent_at))
-        for s, cand in cands.items():
-            holder = holders.get(s, (None, 0))[0]
-            if holder is None and may_campaign(self.node, cand, passing,
-                                                positions.get(s, (0, 0))[1], state.get(s, {})):
+        for s in free:
+            if may_campaign(self.node, cands[s], passing, positions.get(s, (0, 0))[1],
+                            state.get(s, {})):
                 self._acquire(s, sid)
         self._publish_positions(positions)
 
