@@ -56,6 +56,7 @@ class MetadataCache:
         self.service_id: str | None = None
         """The host's service id: bad KV values are reported in its ``kv:`` check."""
         self.max_index = 0
+        self._last_fingerprint: tuple[object, ...] | None = None
         self.problems_reported: set[str] = set()
         self._refresh_pending = threading.Event()
 
@@ -73,7 +74,25 @@ class MetadataCache:
                 return
             fn()
 
-    def _publish(self, snap: Snapshot) -> None:
+    @staticmethod
+    def _fingerprint(snap: Snapshot) -> tuple[object, ...]:
+        """What the data plane acts on; replica positions (rewritten every
+        half second while traffic flows) and manager leases are left out."""
+        st = snap.state
+        hosts = tuple((h.node, h.status, tuple(sorted(h.meta.items()))) for h in snap.hosts)
+        return (st.configs, st.assignments, st.stream_leaders, st.leaders, hosts,
+                getattr(st, "policies", None), getattr(st, "keys", None))
+
+    def _publish(self, snap: Snapshot, always: bool = True) -> None:
+        """Hand ``snap`` to the request loop; a watcher wake-up that changed
+        nothing the data plane uses is not handed over (it would cost the
+        loop a reconcile for every position write)."""
+        fingerprint = self._fingerprint(snap)
+        if not always and fingerprint == self._last_fingerprint and snap.index >= self.max_index:
+            self.last = snap
+            self.max_index = snap.index
+            return
+        self._last_fingerprint = fingerprint
         for p in snap.problems:
             if p.key not in self.problems_reported:
                 self.problems_reported.add(p.key)
@@ -129,7 +148,7 @@ class MetadataCache:
             index = snap.index if snap.index > 0 else None
             if reporter is not None:
                 reporter.report(snap.problems)
-            self._publish(self._last_good(snap))
+            self._publish(self._last_good(snap), always=False)
 
     def _last_good(self, snap: Snapshot) -> Snapshot:
         """``snap`` with the last good value of each malformed key kept."""
