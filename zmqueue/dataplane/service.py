@@ -100,14 +100,18 @@ class QueueService:
     def meta_peer_endpoint(self, node: str) -> str | None:
         return self.meta.peer_endpoint(node)
 
+    def handlers(self) -> dict[Command, Callable[[Request, dict[str, Any], int], Any]]:
+        """The client-facing commands; one table for registration and for
+        re-running requests parked while metadata was refreshed."""
+        return {Command.SEND: self.h_send, Command.RECEIVE: self.h_receive,
+                Command.DELETE: self.h_delete, Command.CHANGE_VISIBILITY: self.h_change_visibility,
+                Command.PURGE_QUEUE: self.h_purge, Command.QUEUE_STATS: self.h_stats,
+                Command.SUBSCRIBE: self.h_subscribe, Command.CREDIT: self.h_credit,
+                Command.UNSUBSCRIBE: self.h_unsubscribe, Command.CANCEL: self.h_cancel}
+
     def register(self, d: Dispatcher) -> None:
         self.pusher.outbox = d.outbox
-        for cmd, fn in ((Command.SEND, self.h_send), (Command.RECEIVE, self.h_receive),
-                        (Command.DELETE, self.h_delete),
-                        (Command.CHANGE_VISIBILITY, self.h_change_visibility),
-                        (Command.PURGE_QUEUE, self.h_purge), (Command.QUEUE_STATS, self.h_stats),
-                        (Command.SUBSCRIBE, self.h_subscribe), (Command.CREDIT, self.h_credit),
-                        (Command.UNSUBSCRIBE, self.h_unsubscribe), (Command.CANCEL, self.h_cancel)):
+        for cmd, fn in self.handlers().items():
             d.register(cmd, self._guard(fn))
         d.register(Command.CATCH_UP, lambda req: self.replicator.h_catch_up(F.body_map(req.body)),
                    sockets=("peer",))
@@ -239,10 +243,7 @@ class QueueService:
         return handler
 
     def _redispatch(self, req: Request) -> None:
-        handler = {Command.SEND: self.h_send, Command.RECEIVE: self.h_receive,
-                   Command.DELETE: self.h_delete, Command.CHANGE_VISIBILITY: self.h_change_visibility,
-                   Command.PURGE_QUEUE: self.h_purge, Command.QUEUE_STATS: self.h_stats,
-                   Command.SUBSCRIBE: self.h_subscribe}[req.frame.command]
+        handler = self.handlers()[req.frame.command]
         try:
             result = handler(req, F.body_map(req.body), now_ms())
         except ZmqueueError as exc:
