@@ -13,7 +13,7 @@ import pytest
 from analytics.blob import decode_blob
 from analytics.layout import find_host_dirs, plan_units
 from analytics.reader import read_table
-from analytics.segments import HEADER_BYTES, iter_blocks
+from analytics.segments import HEADER_BYTES, iter_blocks, lz4_decompress
 from zmqueue.dataplane.storage import NewMessage, PartitionStore, StorageConfig
 
 T0 = 1_767_225_600_000
@@ -97,6 +97,19 @@ def test_a_corrupt_block_is_reported_and_skipped_and_the_rest_is_read(tmp_path: 
     bad = [r for r in t if r["corrupt"]]
     assert bad == [{"seq": None, "block_offset": offsets[1], "corrupt": "payload checksum mismatch"}]
     assert [r["seq"] for r in t if not r["corrupt"]] == [*range(1, 6), *range(11, 21)]
+
+
+def test_decompression_must_give_exactly_raw_len_bytes() -> None:
+    import lz4.block
+
+    raw = bytes(range(256)) * 40 + b"tail" * 7
+    comp = lz4.block.compress(raw, store_size=False)
+    assert bytes(lz4_decompress(comp, len(raw))) == raw
+    with pytest.raises(ValueError, match=f"decompressed {len(raw)} bytes, header says {len(raw) + 5}"):
+        lz4_decompress(comp, len(raw) + 5)  # stream shorter than the header says
+    for bad_comp, size in ((comp, len(raw) - 1), (comp[:-3], len(raw)), (b"\xff" * 64, len(raw)), (b"", 88)):
+        with pytest.raises(ValueError, match="lz4 decompression failed"):
+            lz4_decompress(bad_comp, size)
 
 
 def test_a_truncated_tail_and_a_bad_header_end_the_file_with_a_report(tmp_path: Path) -> None:
