@@ -42,6 +42,13 @@ class Backlog:
         self.count += len(rows)
         self.bytes += int(payload_lens(rows).sum())
 
+    def add_fresh(self, first_seq: int, count: int, nbytes: int) -> None:
+        """:meth:`add` for ``count`` new messages from ``first_seq``, ``nbytes`` of payload."""
+        if self.cursor is None:
+            self.cursor = first_seq
+        self.count += count
+        self.bytes += nbytes
+
     def reset(self) -> None:
         self.cursor = None
         self.count = self.bytes = 0

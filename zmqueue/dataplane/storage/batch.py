@@ -1,19 +1,25 @@
-"""The append path: new messages as columns -> one MESSAGE record table + heap.
+"""The append path: new messages as columns -> MESSAGE records + heap.
 
-Pure functions, no I/O.  The record table (layout in :mod:`records`) is built
-with a handful of whole-column numpy operations, never per message: a cached
+Pure functions, no I/O.  The records (layout in :mod:`records`) are written by
+:func:`fill` straight into the staging buffer (:class:`RecordBuffer`) with a
+handful of whole-column numpy operations, never per message: a cached
 template holds the constant bytes (type, version, zeros), the 88-byte records
 are viewed as rows of 22 little-endian u32 / 11 u64 words and each varying
 field is written as one strided column.  The heap is one ``b"".join``: bodies
 back to back, or ``body, attributes`` pairs when any message has attributes.
 
 The per-message Python work left is ``len()`` of each body (and attribute
-blob) and the join; everything else is O(1) numpy calls per batch.
+blob) and the join; everything else is O(1) numpy calls per batch.  When all
+bodies of a batch have the same length (and there are no attributes) the
+lengths are one scalar and the template used already holds ``body_len`` and
+``data_off`` (rebuilt when the length changes), so the batch costs a copy of
+the template plus the seq, id and time columns.
 """
 
 from __future__ import annotations
 
 import os
+from array import array
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import NamedTuple
@@ -22,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from zmqueue.dataplane.storage.model import MESSAGE_ID_BYTES, NewMessage
-from zmqueue.dataplane.storage.records import RECORD_DTYPE, RecordType, Table, new_table
+from zmqueue.dataplane.storage.records import RECORD_DTYPE, RecordBuffer, RecordType, Table, new_table
 from zmqueue.errors import InvalidParameter
 
 U32Array = npt.NDArray[np.uint32]
@@ -31,6 +37,7 @@ U64Array = npt.NDArray[np.uint64]
 # word positions of the record fields (records.py layout; asserted below)
 _W32_BODY_LEN, _W32_ATTR_LEN, _W32_DATA_OFF = 1, 19, 20
 _W64_EPOCH, _W64_SEQ, _W64_ID, _W64_TIME, _W64_VISIBLE, _W64_GROUP = 1, 2, 4, 6, 7, 8
+_ID16 = np.dtype("V16")
 assert RECORD_DTYPE.fields is not None
 for _name, _word, _size in (
     ("body_len", _W32_BODY_LEN, 4),
@@ -54,7 +61,7 @@ class Packed(NamedTuple):
 
     n: int
     message_ids: bytes  # 16 * count
-    body_len: U32Array
+    body_len: U32Array | int  # int: every body has this length (and no attributes)
     attr_len: U32Array | None  # None: no message has attributes
     heap: bytes
     group_hashes: U64Array | None  # None: all 0
@@ -63,20 +70,41 @@ class Packed(NamedTuple):
 
 class _Template:
     """Words of a zeroed MESSAGE table of the largest size seen, copied per batch
-    (a plain u64 copy is a memcpy; copying the structured dtype is not)."""
+    (a plain u64 copy is a memcpy; copying the structured dtype is not), and the
+    same with ``body_len`` and ``data_off`` filled in for one body length.
 
-    words: U64Array = np.zeros((0, 11), np.uint64)
-    arange: U64Array = np.zeros(0, np.uint64)
+    Shared by every store (read-only for them); each cache is one attribute
+    holding an immutable tuple, so a rebuild by another thread is atomic."""
+
+    plain: tuple[U64Array, U64Array] = (np.zeros((0, 11), np.uint64), np.zeros(0, np.uint64))
+    uniform: tuple[int, U64Array] = (-1, np.zeros((0, 11), np.uint64))
 
     @classmethod
     def take(cls, n: int) -> tuple[U64Array, U64Array]:
-        if n > len(cls.words):
-            size = max(n, 2 * len(cls.words), 256)
+        """(template words, arange) of at least ``n`` rows."""
+        words, arange = cls.plain
+        if n > len(words):
+            size = max(n, 2 * len(words), 256)
             table = new_table(size)
             table["type"] = RecordType.MESSAGE
-            cls.words = table.view(np.uint64).reshape(size, 11)
-            cls.arange = np.arange(size, dtype=np.uint64)
-        return cls.words[:n].copy(), cls.arange[:n]
+            words = table.view(np.uint64).reshape(size, 11)
+            arange = np.arange(size, dtype=np.uint64)
+            cls.plain = (words, arange)
+        return words, arange
+
+    @classmethod
+    def take_uniform(cls, n: int, body_len: int) -> U64Array:
+        """Template words of at least ``n`` rows with bodies of ``body_len`` bytes back to back."""
+        length, words = cls.uniform
+        if length != body_len or n > len(words):
+            size = max(n, len(words), 256)
+            plain, arange = cls.take(size)
+            words = plain[:size].copy()
+            w32 = words.view(np.uint32)
+            w32[:, _W32_BODY_LEN] = body_len
+            w32[:, _W32_DATA_OFF] = arange[:size] * np.uint64(body_len)  # rows past a real batch may wrap
+            cls.uniform = (body_len, words)
+        return words
 
 
 def pack(
@@ -96,18 +124,23 @@ def pack(
             f"got {len(message_ids)}",
             field="message_id",
         )
-    body_len = np.fromiter(map(len, bodies), np.uint32, n)
     attr_len: U32Array | None = None
+    body_len: U32Array | int
     heap: bytes
     if attributes is not None and any(attributes):
         _check_column("attributes", len(attributes), n)
+        body_len = np.fromiter(map(len, bodies), np.uint32, n)
         attr_len = np.fromiter(map(len, attributes), np.uint32, n)
         pairs: list[bytes] = [b""] * (2 * n)
         pairs[0::2], pairs[1::2] = bodies, attributes
         heap = b"".join(pairs)
     else:
+        lens = [*map(len, bodies)]
+        first = lens[0] if n else 0
+        body_len = first if lens.count(first) == n else np.frombuffer(array("I", lens), np.uint32)
         heap = b"".join(bodies)
-    groups, delays = _groups(group_hashes, n), _delays(delay_ms, n)
+    groups = None if group_hashes is None else _groups(group_hashes, n)
+    delays = delay_ms if isinstance(delay_ms, int) else _delays(delay_ms, n)
     return Packed(n, bytes(message_ids), body_len, attr_len, heap, groups, delays)
 
 
@@ -147,26 +180,55 @@ def columns_of(messages: Sequence[NewMessage]) -> Packed:
 
 def message_table(batch: Packed, seq0: int, epoch: int, now_ms: int) -> Table:
     """The MESSAGE records of ``batch`` with seqs ``seq0 ..``; data_off from 0."""
+    buf = RecordBuffer(batch.n)
+    fill(buf, 0, batch, seq0, epoch, now_ms, 0)
+    return buf.table
+
+
+def fill(
+    buf: RecordBuffer, row: int, batch: Packed, seq0: int, epoch: int, now_ms: int, heap_base: int
+) -> None:
+    """Write the MESSAGE records of ``batch`` into rows ``row ..`` of ``buf``,
+    seqs from ``seq0``, ``data_off`` from ``heap_base``."""
     n = batch.n
-    w64, arange = _Template.take(n)
-    w32 = w64.view(np.uint32)
-    table: Table = w64.view(RECORD_DTYPE).reshape(n)
-    w32[:, _W32_BODY_LEN] = batch.body_len
-    lens = batch.body_len
-    if batch.attr_len is not None:
-        w32[:, _W32_ATTR_LEN] = batch.attr_len
-        lens = lens + batch.attr_len
-    np.cumsum(lens[:-1], out=w32[1:, _W32_DATA_OFF])
+    end = row + n
+    w64 = buf.w64[row:end]
+    body_len = batch.body_len
+    if isinstance(body_len, int):
+        w64[:] = _Template.take_uniform(n, body_len)[:n]
+        arange = _Template.plain[1]
+        if heap_base:
+            buf.w32[row:end, _W32_DATA_OFF] += np.uint32(heap_base)
+    else:
+        words, arange = _Template.take(n)
+        w64[:] = words[:n]
+        w32 = buf.w32[row:end]
+        w32[:, _W32_BODY_LEN] = body_len
+        lens = body_len
+        if batch.attr_len is not None:
+            w32[:, _W32_ATTR_LEN] = batch.attr_len
+            lens = lens + batch.attr_len
+        offs = w32[:, _W32_DATA_OFF]
+        offs[0] = heap_base
+        if n > 1:
+            np.cumsum(lens[:-1], out=offs[1:])
+            if heap_base:
+                offs[1:] += np.uint32(heap_base)
     if epoch:
         w64[:, _W64_EPOCH] = epoch
-    np.add(arange, seq0, out=w64[:, _W64_SEQ])
-    w64[:, _W64_ID : _W64_ID + 2] = np.frombuffer(batch.message_ids, np.uint64).reshape(n, 2)
-    times = w64.view(np.int64)
-    if isinstance(batch.delay_ms, int):
-        times[:, _W64_TIME : _W64_VISIBLE + 1] = (now_ms, now_ms + batch.delay_ms)
+    np.add(arange[:n], seq0, out=w64[:, _W64_SEQ])
+    buf.ids[row:end] = np.frombuffer(batch.message_ids, _ID16)
+    delay = batch.delay_ms
+    if isinstance(delay, int):
+        if delay:
+            times = buf.i64[row:end]
+            times[:, _W64_TIME] = now_ms
+            times[:, _W64_VISIBLE] = now_ms + delay
+        else:
+            buf.times[row:end] = now_ms
     else:
+        times = buf.i64[row:end]
         times[:, _W64_TIME] = now_ms
-        times[:, _W64_VISIBLE] = batch.delay_ms + now_ms
+        times[:, _W64_VISIBLE] = delay + now_ms
     if batch.group_hashes is not None:
         w64[:, _W64_GROUP] = batch.group_hashes
-    return table

@@ -42,15 +42,16 @@ class LogWriter:
     def path(self) -> Path:
         return self.writer.path if self.writer else self.directory
 
-    def append_block(self, block: bytes, first_seq: int, last_seq: int) -> None:
-        """Write one block (rolling first if needed); raises OSError untouched."""
+    def append_block(self, head: bytes, payload: bytes, first_seq: int, last_seq: int) -> None:
+        """Write one block, header and compressed payload (rolling first if
+        needed); raises OSError untouched."""
         with self.lock:
             writer = self.writer
             if writer is None or (
-                writer.size > 0 and writer.size + len(block) > self.config.segment_bytes_max
+                writer.size > 0 and writer.size + len(head) + len(payload) > self.config.segment_bytes_max
             ):
                 writer = self._roll(first_seq)
-            offset = writer.write_block(block)
+            offset = writer.write_block(head, payload)
             if self.config.fsync == "always":
                 writer.sync()
             else:

@@ -59,6 +59,7 @@ RECORD_VERSION = 1
 CODEC_LZ4_BLOCK = 1
 HEADER = struct.Struct("<4sBBHIQQIII")  # without header_crc
 HEADER_BYTES = HEADER.size + 4
+_CRC = struct.Struct("<I")
 MAX_BLOCK_RAW = 1 << 30
 
 
@@ -94,6 +95,29 @@ RECORD_DTYPE = np.dtype(
 assert RECORD_DTYPE.itemsize == 88
 
 Table = npt.NDArray[np.void]
+Buffer = bytes | bytearray | memoryview  # contiguous bytes (lz4 and crc32c take any)
+RECORD_BYTES = RECORD_DTYPE.itemsize
+WORDS = RECORD_BYTES // 8  # 11 u64 words per record
+
+
+class RecordBuffer:
+    """The raw payload of one block under construction, in one numpy byte array:
+    room for ``rows`` records at the front (with column views of their u64 / u32
+    / i64 words) and, behind the rows in use, the heap (copied in at commit), so
+    the whole payload is one contiguous buffer that LZ4 compresses in place."""
+
+    __slots__ = ("i64", "ids", "mem", "raw", "rows", "table", "times", "w32", "w64")
+
+    def __init__(self, rows: int, nbytes: int = 0) -> None:
+        self.raw = np.zeros(max(nbytes, rows * RECORD_BYTES), np.uint8)
+        self.mem = self.raw.data  # writable, format "B": struct.pack_into, heap copies
+        self.rows = rows
+        self.table: Table = self.raw[: rows * RECORD_BYTES].view(RECORD_DTYPE)
+        self.w64: npt.NDArray[np.uint64] = self.table.view(np.uint64).reshape(rows, WORDS)
+        self.w32: npt.NDArray[np.uint32] = self.w64.view(np.uint32)
+        self.i64: npt.NDArray[np.int64] = self.w64.view(np.int64)
+        self.ids: npt.NDArray[np.void] = self.table["message_id"]
+        self.times: npt.NDArray[np.int64] = self.i64[:, 6:8]  # time_ms, visible_at_ms
 
 
 @dataclass(frozen=True)
@@ -149,6 +173,13 @@ def encode_block(table: Table, heap: bytes) -> bytes:
     count = len(table)
     assert count > 0
     raw = table.tobytes() + heap if heap else table.tobytes()
+    head, comp = encode_payload(raw, count, int(table["seq"][0]), int(table["seq"][-1]))
+    return head + comp
+
+
+def encode_payload(raw: Buffer, count: int, first_seq: int, last_seq: int) -> tuple[bytes, bytes]:
+    """(header, compressed payload) of the block whose raw payload (record table
+    then heap, contiguous) is ``raw``; written with one ``pwritev`` of both."""
     comp = lz4.block.compress(raw, store_size=False)
     head = HEADER.pack(
         MAGIC,
@@ -156,13 +187,13 @@ def encode_block(table: Table, heap: bytes) -> bytes:
         CODEC_LZ4_BLOCK,
         0,
         count,
-        int(table["seq"][0]),
-        int(table["seq"][-1]),
+        first_seq,
+        last_seq,
         len(raw),
         len(comp),
         crc32c.crc32c(comp),
     )
-    return b"".join((head, struct.pack("<I", crc32c.crc32c(head)), comp))
+    return head + _CRC.pack(crc32c.crc32c(head)), comp
 
 
 def is_zero_header(buf: bytes) -> bool:

@@ -21,7 +21,8 @@ def place(ring: Ring, backlog: Backlog, rows: Table, heap: U8Array | bytes, pack
     """New MESSAGE rows go to the ring while there is no backlog and they fit.
 
     ``packed``: the rows' payloads are ``heap`` back to back from offset 0
-    (a fresh batch), so the ring copies them with one memmove.
+    (a fresh batch), so the ring copies them with one memmove (whatever their
+    ``data_off``).
     """
     k = 0
     if backlog.cursor is None:
@@ -30,6 +31,26 @@ def place(ring: Ring, backlog: Backlog, rows: Table, heap: U8Array | bytes, pack
             ring.insert(rows[:k] if k < len(rows) else rows, heap, packed)
     if k < len(rows):
         backlog.add(rows[k:])
+
+
+def place_fresh(ring: Ring, backlog: Backlog, rows: Table, heap: bytes, size: int, seq0: int) -> None:
+    """:func:`place` for a batch just appended: ``heap`` (``size`` bytes) holds
+    the rows' payloads back to back from offset 0, seqs are ``seq0 ..``."""
+    n = len(rows)
+    k = 0
+    if backlog.cursor is None:
+        if n <= ring.slots - ring.n and size <= ring.arena_bytes - ring.top:
+            ring.insert(rows, heap, packed=True)
+            return
+        k = ring.fit_count(payload_lens(rows))
+        if k:
+            ring.insert(rows[:k] if k < n else rows, heap, packed=True)
+    if k == n:
+        return
+    if k:
+        backlog.add(rows[k:])
+    else:
+        backlog.add_fresh(seq0, n, size)
 
 
 def lookup(ring: Ring, targets: IntArray) -> IntArray:

@@ -130,7 +130,7 @@ class Ring:
         """Append MESSAGE records (all must fit: see :meth:`fit_count`).
 
         ``packed``: the rows' payloads lie back to back in ``heap`` from
-        ``rows[0]["data_off"]``; copied with one memmove.
+        offset 0 (a fresh batch; ``data_off`` is not read); copied with one memmove.
         """
         k = len(rows)
         a, b = self.n, self.n + k
@@ -138,8 +138,8 @@ class Ring:
         dst = self.meta[a:b]
         src = np.frombuffer(heap, np.uint8) if isinstance(heap, bytes) else heap
         if packed:
-            start, total = int(rows["data_off"][0]), int(lens.sum())
-            self.arena[self.top : self.top + total] = src[start : start + total]
+            total = int(lens.sum())
+            self.arena[self.top : self.top + total] = src[:total]
             offs = dst["off"]
             offs[0] = self.top
             np.cumsum(lens[:-1], out=offs[1:])

@@ -185,18 +185,21 @@ class SegmentWriter:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
         self.size = os.lseek(self.fd, 0, os.SEEK_END)
 
-    def write_block(self, block: bytes) -> int:
-        """Append ``block``; return its offset.  On error, cut back and re-raise."""
+    def write_block(self, head: bytes, payload: bytes = b"") -> int:
+        """Append ``head + payload`` (one ``pwritev``); return the offset.
+        On error, cut back and re-raise."""
         offset = self.size
-        view = memoryview(block)
+        total = len(head) + len(payload)
         try:
-            done = 0
-            while done < len(block):
-                done += os.pwrite(self.fd, view[done:], offset + done)
+            done = os.pwritev(self.fd, (head, payload), offset)
+            if done < total:  # short write (file size limit, signal): finish it piecewise
+                view = memoryview(head + payload)
+                while done < total:
+                    done += os.pwrite(self.fd, view[done:], offset + done)
         except OSError:
             self._cut_back(offset)
             raise
-        self.size = offset + len(block)
+        self.size = offset + total
         return offset
 
     def _cut_back(self, offset: int) -> None:

@@ -1,11 +1,12 @@
 """Records staged since the last commit: the next block, built by ``commit()``.
 
 Every mutation of a store stages records here (new messages with their heap,
-or reference records pointing at ring slots); ``take()`` hands the whole lot
-over as one table + heap (group commit), with heap offsets already rebased.
+or reference records pointing at ring slots); ``take_payload()`` hands the
+whole lot over as one raw block payload (group commit), with heap offsets
+already rebased.
 
 The table is one preallocated, growable record array filled in place, so
-staging costs O(rows written) and ``take()`` is a slice, not a concatenation
+staging costs O(rows written) and taking it is a slice, not a concatenation
 of many small structured tables (numpy re-checks structured dtypes on every
 ``np.concatenate``; that promotion was most of a commit after many single
 deletes).  Three ways in:
@@ -14,7 +15,16 @@ deletes).  Three ways in:
   ``struct.pack_into`` (delete, change_visibility, purge);
 - :meth:`stage_refs`: one reference record per ring row, whole-column writes
   on the u64 words of the rows (receive, dead-letter moves);
-- :meth:`stage`: a ready table and its heap (appends, replicated chunks).
+- :meth:`stage_packed`: a batch of new messages, its MESSAGE rows written in
+  place (:func:`batch.fill`), no intermediate table (appends);
+- :meth:`stage`: a ready table and its heap (replicated chunks).
+
+The rows sit at the front of a :class:`RecordBuffer`; :meth:`take_payload`
+copies the heap in right behind them, so the block's raw payload is one
+contiguous buffer that LZ4 compresses in place (no ``tobytes`` + join).  Two
+buffers alternate: the one just taken stays intact until the next commit, so
+the last committed block can be read back (replication) without copying it
+on every commit (:meth:`last_chunk` copies on demand).
 """
 
 from __future__ import annotations
@@ -22,15 +32,22 @@ from __future__ import annotations
 import struct
 
 import numpy as np
-import numpy.typing as npt
 
-from zmqueue.dataplane.storage.records import RECORD_DTYPE, RECORD_VERSION, RecordType, Table
+from zmqueue.dataplane.storage import batch
+from zmqueue.dataplane.storage.records import (
+    RECORD_BYTES,
+    RECORD_DTYPE,
+    RECORD_VERSION,
+    WORDS,
+    RecordBuffer,
+    RecordType,
+    Table,
+)
 from zmqueue.dataplane.storage.ring import MetaRows
 
-WORDS = RECORD_DTYPE.itemsize // 8  # 11 u64 words per record
 # the record layout of records.py as one struct (asserted against the dtype below)
 RECORD_STRUCT = struct.Struct("<BBHIQQQ16sqqQIIII")
-assert RECORD_STRUCT.size == RECORD_DTYPE.itemsize
+assert RECORD_STRUCT.size == RECORD_BYTES
 assert RECORD_DTYPE.names is not None and len(RECORD_DTYPE.names) == 15
 # u64 word / u32 half-word positions used by the column writes
 _W64_EPOCH, _W64_SEQ, _W64_TARGET, _W64_TIME, _W64_VISIBLE, _W64_COUNT = 1, 2, 3, 6, 7, 9
@@ -48,9 +65,13 @@ for _name, _off in (
     assert RECORD_DTYPE.fields[_name][1] == _off, _name
 
 INITIAL_ROWS = 64
-KEEP_ROWS = 4096  # a buffer grown beyond this is dropped after the commit that needed it
+INITIAL_BYTES = 16 << 10
+KEEP_ROWS = 4096  # a buffer grown beyond this (or KEEP_BYTES) is dropped after the commit that needed it
+KEEP_BYTES = 1 << 20
 _ZERO_ID = bytes(16)
 _ARANGE = np.arange(1024, dtype=np.uint64)
+
+Chunk = tuple[Table, bytes]
 
 
 class Staging:
@@ -58,23 +79,24 @@ class Staging:
         self.n = 0  # rows staged
         self.heaps: list[bytes] = []
         self.heap_len = 0
-        self._alloc(INITIAL_ROWS)
+        self._b = RecordBuffer(INITIAL_ROWS, INITIAL_BYTES)
+        # the buffer of the last take_payload(): rows, end of table, end of heap
+        self._last: tuple[RecordBuffer, int, int, int] | None = None
+        self._last_chunk: Chunk | None = None
 
-    def _alloc(self, rows: int) -> None:
-        self._buf: Table = np.zeros(rows, RECORD_DTYPE)
-        self._w64: npt.NDArray[np.uint64] = self._buf.view(np.uint64).reshape(rows, WORDS)
-        self._i64: npt.NDArray[np.int64] = self._w64.view(np.int64)
-        self._w32: npt.NDArray[np.uint32] = self._w64.view(np.uint32)
-        self._ids = self._buf["message_id"]
-        self._mem = self._buf.view(np.uint8).data  # writable memoryview for pack_into
+    @property
+    def _buf(self) -> Table:
+        """The record rows of the current buffer (all of them, staged or not)."""
+        return self._b.table
 
     def _reserve(self, k: int) -> int:
-        """Room for ``k`` more rows; return the first row index."""
+        """Room for ``k`` more rows; return the first row index.  May replace
+        ``self._b``: read the buffer after reserving."""
         n = self.n
-        if n + k > len(self._buf):
-            old = self._buf
-            self._alloc(max(n + k, 2 * len(old)))
-            self._buf[:n] = old[:n]
+        if n + k > self._b.rows:
+            old = self._b
+            self._b = RecordBuffer(max(n + k, 2 * old.rows), len(old.raw))
+            self._b.raw[: n * RECORD_BYTES] = old.raw[: n * RECORD_BYTES]
         self.n = n + k
         return n
 
@@ -90,17 +112,31 @@ class Staging:
         if not k:
             return
         n = self._reserve(k)
+        b = self._b
         if table.flags.c_contiguous:  # copy as u64 words: a memcpy (structured copies are 5x slower)
-            self._w64[n : n + k] = table.view(np.uint64).reshape(k, WORDS)
+            b.w64[n : n + k] = table.view(np.uint64).reshape(k, WORDS)
         else:
-            self._buf[n : n + k] = table
+            b.table[n : n + k] = table
         if heap:
             if self.heap_len:
-                off = self._w32[n : n + k, _W32_DATA_OFF]
-                is_msg = self._buf["type"][n : n + k] == RecordType.MESSAGE
+                off = b.w32[n : n + k, _W32_DATA_OFF]
+                is_msg = b.table["type"][n : n + k] == RecordType.MESSAGE
                 np.add(off, np.uint32(self.heap_len), out=off, where=is_msg)
             self.heaps.append(heap)
             self.heap_len += len(heap)
+
+    def stage_packed(self, packed: batch.Packed, seq0: int, epoch: int, now_ms: int) -> Table:
+        """Stage a batch of new messages (seqs from ``seq0``); return their rows
+        (a view of the buffer, valid until the next stage; ``data_off`` rebased)."""
+        k = packed.n
+        n = self._reserve(k)
+        b = self._b
+        batch.fill(b, n, packed, seq0, epoch, now_ms, self.heap_len)
+        heap = packed.heap
+        if heap:
+            self.heaps.append(heap)
+            self.heap_len += len(heap)
+        return b.table[n : n + k]
 
     def stage_ref(
         self,
@@ -116,8 +152,8 @@ class Staging:
         """Stage one non-message record from scalars (``message_id``: 16 bytes or b"")."""
         n = self._reserve(1)
         RECORD_STRUCT.pack_into(
-            self._mem,
-            n * RECORD_STRUCT.size,
+            self._b.mem,
+            n * RECORD_BYTES,
             rtype,
             RECORD_VERSION,
             0,
@@ -162,7 +198,8 @@ class Staging:
         if not k:
             return
         n = self._reserve(k)
-        w = self._w64[n : n + k]
+        b = self._b
+        w = b.w64[n : n + k]
         w[:] = 0
         w[:, 0] = int(rtype) | RECORD_VERSION << 8  # type, rec_version; flags, body_len 0
         if epoch:
@@ -172,22 +209,57 @@ class Staging:
         else:
             w[:, _W64_SEQ] = np.arange(first_seq, first_seq + k, dtype=np.uint64)
         w[:, _W64_TARGET] = meta["seq"]
-        self._ids[n : n + k] = meta["message_id"]
-        times = self._i64[n : n + k]
+        b.ids[n : n + k] = meta["message_id"]
+        times = b.i64[n : n + k]
         times[:, _W64_TIME] = now_ms
         if visible_at_ms:
             times[:, _W64_VISIBLE] = visible_at_ms
         w[:, _W64_COUNT] = meta["receive_count"]
 
-    def take(self) -> tuple[Table, bytes]:
+    def take_payload(self) -> tuple[memoryview, int, int, int]:
+        """Everything staged as one raw block payload (record table, then heap,
+        contiguous): (payload, record count, first seq, last seq).  Staging is
+        left empty; the payload stays valid until the next take_payload()."""
+        n, b = self.n, self._b
+        table_end = n * RECORD_BYTES
+        end = table_end + self.heap_len
+        if end > len(b.raw):
+            grown = RecordBuffer(b.rows, max(end, 2 * len(b.raw)))
+            grown.raw[:table_end] = b.raw[:table_end]
+            b = grown
+        mem = b.mem
+        pos = table_end
+        for heap in self.heaps:
+            nxt = pos + len(heap)
+            mem[pos:nxt] = heap
+            pos = nxt
+        w64 = b.w64
+        first, last = int(w64[0, _W64_SEQ]), int(w64[n - 1, _W64_SEQ])
+        previous = self._last
+        self._last, self._last_chunk = (b, n, table_end, end), None
+        self.n, self.heaps, self.heap_len = 0, [], 0
+        # stage into the other buffer; this one stays readable until the next take
+        spare = previous[0] if previous is not None else None
+        if spare is None or spare.rows > KEEP_ROWS or len(spare.raw) > KEEP_BYTES:
+            spare = RecordBuffer(INITIAL_ROWS, INITIAL_BYTES)
+        self._b = spare
+        return mem[:end], n, first, last
+
+    def take(self) -> Chunk:
         """Everything staged as one (table, heap); staging is left empty.
 
-        The table is a view of the staging buffer: valid until the next stage.
+        The table is a view, valid until the next take.
         """
-        n, heaps = self.n, self.heaps
-        table = self._buf[:n]
-        self.n, self.heaps, self.heap_len = 0, [], 0
-        if len(self._buf) > KEEP_ROWS:
-            self._alloc(INITIAL_ROWS)
-        heap = heaps[0] if len(heaps) == 1 else b"".join(heaps)
-        return table, heap
+        self.take_payload()
+        assert self._last is not None
+        b, n, table_end, end = self._last
+        return b.table[:n], bytes(b.mem[table_end:end])
+
+    def last_chunk(self) -> Chunk | None:
+        """(table, heap) of the last block taken, copied out once; None if none."""
+        if self._last is None:
+            return None
+        if self._last_chunk is None:
+            b, n, table_end, end = self._last
+            self._last_chunk = (b.table[:n].copy(), bytes(b.mem[table_end:end]))
+        return self._last_chunk

@@ -27,7 +27,7 @@ from zmqueue.dataplane.storage.limits import check_limits, require_space
 from zmqueue.dataplane.storage.logwriter import LogWriter
 from zmqueue.dataplane.storage.model import Delivered, NewMessage, Record
 from zmqueue.dataplane.storage.protocol import PartitionStoreProtocol
-from zmqueue.dataplane.storage.records import RecordType, Table, encode_block
+from zmqueue.dataplane.storage.records import MAX_BLOCK_RAW, RecordType, Table, encode_payload
 from zmqueue.dataplane.storage.recovery import RecoveryReport, recover_directory
 from zmqueue.dataplane.storage.ring import MetaRows, Ring
 from zmqueue.dataplane.storage.segment import (
@@ -72,7 +72,6 @@ class PartitionStore:
         self.ring.clear()
         self.backlog = Backlog()
         self._next_seq, self._last_written = 1, 0
-        self.last_block: tuple[Table, bytes] | None = None
         self._last_epoch = 0
         self.staged = Staging()
         self.index = BlockIndex()
@@ -135,14 +134,14 @@ class PartitionStore:
         return self._append(packed, now_ms, epoch)
 
     def _append(self, packed: batch.Packed, now_ms: int, epoch: int) -> range:
-        n = packed.n
-        self._check_limits(n, len(packed.heap))
+        n, size = packed.n, len(packed.heap)
+        self._check_limits(n, size)
         seq0 = self._alloc(n)
-        table = batch.message_table(packed, seq0, epoch, now_ms)
-        self.epoch = max(self.epoch, epoch)
+        rows = self.staged.stage_packed(packed, seq0, epoch, now_ms)
+        if epoch > self.epoch:
+            self.epoch = epoch
         self._last_epoch = epoch
-        replay.place(self.ring, self.backlog, table, packed.heap, packed=True)
-        self.staged.stage(table, packed.heap)
+        replay.place_fresh(self.ring, self.backlog, rows, packed.heap, size, seq0)
         return range(seq0, seq0 + n)
 
     def _check_open(self, now_ms: int) -> None:
@@ -154,7 +153,13 @@ class PartitionStore:
         if self._space_short:
             require_space(self.directory, size)
             self._space_short = False
-        check_limits(self.config, self._total(), self._bytes(), self.staged.heap_len, n, size)
+        config = self.config
+        if (
+            config.max_messages is not None
+            or config.max_bytes is not None
+            or self.staged.heap_len + size > MAX_BLOCK_RAW // 2
+        ):
+            check_limits(config, self._total(), self._bytes(), self.staged.heap_len, n, size)
 
     def _alloc(self, n: int) -> int:
         seq = self._next_seq
@@ -184,18 +189,24 @@ class PartitionStore:
         (the in-memory state is rebuilt from the log) and DiskFull is raised for
         ENOSPC/EFBIG/EDQUOT; committed data is untouched.
         """
-        if not self.staged:
+        if not self.staged.n:
             return self._last_written
-        table, heap = self.staged.take()
-        first, last = int(table["seq"][0]), int(table["seq"][-1])
+        payload, count, first, last = self.staged.take_payload()
+        head, comp = encode_payload(payload, count, first, last)
         try:
-            self.log.append_block(encode_block(table, heap), first, last)
+            self.log.append_block(head, comp, first, last)
         except OSError as exc:
             self._rollback(exc)
         self._last_written = last
-        self.last_block = (table.copy(), heap)  # the writer publishes it without a read-back
-        self._page_in(self._now)
+        if self.backlog.cursor is not None:
+            self._page_in(self._now)
         return last
+
+    @property
+    def last_block(self) -> tuple[Table, bytes] | None:
+        """(table, heap) of the block just committed, so the writer publishes it
+        without a read-back; copied out of the staging buffer on first use."""
+        return self.staged.last_chunk()
 
     # -- reads and state changes ---------------------------------------------
     def receive(
