@@ -119,3 +119,31 @@ def test_a_big_commit_does_not_pin_big_buffers(tmp_path: Path) -> None:
         assert len(staged._buf) <= 4096 and len(staged._b.raw) <= 1 << 20
         store.commit()
         assert store.stats(1)["total"] == 3002
+
+
+@pytest.mark.parametrize("shape", ["uniform", "mixed", "attrs", "groups+delays"])
+def test_insert_packed_fills_the_ring_like_insert_of_the_rows(shape: str) -> None:
+    from zmqueue.dataplane.storage.ring import Ring
+
+    n = 40
+    bodies = [b"b" * (10 if shape == "uniform" else i % 7) for i in range(n)]
+    attrs = [b"a" * (i % 3) for i in range(n)] if shape == "attrs" else None
+    groups = np.arange(n, dtype=np.uint64) % 4 if shape == "groups+delays" else None
+    delays = np.arange(n) * 3 if shape == "groups+delays" else 0
+    packed = pack(bodies, None, attrs, groups, delays)
+    rows = message_table(packed, 11, 0, 1000)
+    for k in (n, 25):  # whole batch, and the first k when the ring is short
+        by_rows, by_columns = Ring(64, 4096), Ring(64, 4096)
+        by_rows.insert(rows[:1], packed.heap)  # both start at a non-zero top
+        by_columns.insert(rows[:1], packed.heap)
+        total = int(rows["data_off"][k]) if k < n else len(packed.heap)
+        by_rows.insert(rows[:k], packed.heap)
+        by_columns.insert_packed(k, packed, 11, 1000, total)
+        assert by_columns.meta.tobytes() == by_rows.meta.tobytes()
+        assert by_columns.arena.tobytes() == by_rows.arena.tobytes()
+        assert (by_columns.n, by_columns.top, by_columns.live, by_columns.live_bytes) == (
+            by_rows.n,
+            by_rows.top,
+            by_rows.live,
+            by_rows.live_bytes,
+        )

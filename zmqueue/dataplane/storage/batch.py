@@ -28,7 +28,14 @@ import numpy as np
 import numpy.typing as npt
 
 from zmqueue.dataplane.storage.model import MESSAGE_ID_BYTES, NewMessage
-from zmqueue.dataplane.storage.records import RECORD_DTYPE, RecordBuffer, RecordType, Table, new_table
+from zmqueue.dataplane.storage.records import (
+    RECORD_BYTES,
+    RECORD_DTYPE,
+    RecordBuffer,
+    RecordType,
+    Table,
+    new_table,
+)
 from zmqueue.errors import InvalidParameter
 
 U32Array = npt.NDArray[np.uint32]
@@ -77,7 +84,7 @@ class _Template:
     holding an immutable tuple, so a rebuild by another thread is atomic."""
 
     plain: tuple[U64Array, U64Array] = (np.zeros((0, 11), np.uint64), np.zeros(0, np.uint64))
-    uniform: tuple[int, U64Array] = (-1, np.zeros((0, 11), np.uint64))
+    uniform: tuple[int, int, memoryview] = (-1, 0, memoryview(b""))  # body_len, rows, bytes
 
     @classmethod
     def take(cls, n: int) -> tuple[U64Array, U64Array]:
@@ -93,18 +100,20 @@ class _Template:
         return words, arange
 
     @classmethod
-    def take_uniform(cls, n: int, body_len: int) -> U64Array:
-        """Template words of at least ``n`` rows with bodies of ``body_len`` bytes back to back."""
-        length, words = cls.uniform
-        if length != body_len or n > len(words):
-            size = max(n, len(words), 256)
+    def take_uniform(cls, n: int, body_len: int) -> memoryview:
+        """Bytes of a template of at least ``n`` rows with bodies of ``body_len``
+        bytes back to back (a memoryview: copied with one slice assignment)."""
+        length, rows, data = cls.uniform
+        if length != body_len or n > rows:
+            size = max(n, rows, 256)
             plain, arange = cls.take(size)
             words = plain[:size].copy()
             w32 = words.view(np.uint32)
             w32[:, _W32_BODY_LEN] = body_len
             w32[:, _W32_DATA_OFF] = arange[:size] * np.uint64(body_len)  # rows past a real batch may wrap
-            cls.uniform = (body_len, words)
-        return words
+            data = words.reshape(-1).view(np.uint8).data
+            cls.uniform = (body_len, size, data)
+        return data
 
 
 def pack(
@@ -195,7 +204,9 @@ def fill(
     w64 = buf.w64[row:end]
     body_len = batch.body_len
     if isinstance(body_len, int):
-        w64[:] = _Template.take_uniform(n, body_len)[:n]
+        buf.mem[row * RECORD_BYTES : end * RECORD_BYTES] = _Template.take_uniform(n, body_len)[
+            : n * RECORD_BYTES
+        ]
         arange = _Template.plain[1]
         if heap_base:
             buf.w32[row:end, _W32_DATA_OFF] += np.uint32(heap_base)

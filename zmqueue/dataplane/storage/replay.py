@@ -13,44 +13,40 @@ import bisect
 import numpy as np
 
 from zmqueue.dataplane.storage.backlog import Backlog, U8Array, payload_lens
+from zmqueue.dataplane.storage.batch import Packed
 from zmqueue.dataplane.storage.records import RecordType, Table
 from zmqueue.dataplane.storage.ring import AVAILABLE, IN_FLIGHT, MOVING, IntArray, Ring
 
 
-def place(ring: Ring, backlog: Backlog, rows: Table, heap: U8Array | bytes, packed: bool = False) -> None:
-    """New MESSAGE rows go to the ring while there is no backlog and they fit.
-
-    ``packed``: the rows' payloads are ``heap`` back to back from offset 0
-    (a fresh batch), so the ring copies them with one memmove (whatever their
-    ``data_off``).
-    """
+def place(ring: Ring, backlog: Backlog, rows: Table, heap: U8Array | bytes) -> None:
+    """New MESSAGE rows go to the ring while there is no backlog and they fit."""
     k = 0
     if backlog.cursor is None:
         k = ring.fit_count(payload_lens(rows))
         if k:
-            ring.insert(rows[:k] if k < len(rows) else rows, heap, packed)
+            ring.insert(rows[:k] if k < len(rows) else rows, heap)
     if k < len(rows):
         backlog.add(rows[k:])
 
 
-def place_fresh(ring: Ring, backlog: Backlog, rows: Table, heap: bytes, size: int, seq0: int) -> None:
-    """:func:`place` for a batch just appended: ``heap`` (``size`` bytes) holds
-    the rows' payloads back to back from offset 0, seqs are ``seq0 ..``."""
-    n = len(rows)
-    k = 0
+def place_fresh(ring: Ring, backlog: Backlog, rows: Table, packed: Packed, seq0: int, now_ms: int) -> None:
+    """:func:`place` for a batch just appended (``rows``: its staged records,
+    seqs ``seq0 ..``): the ring copies from the batch's columns."""
+    n, size = packed.n, len(packed.heap)
     if backlog.cursor is None:
         if n <= ring.slots - ring.n and size <= ring.arena_bytes - ring.top:
-            ring.insert(rows, heap, packed=True)
+            ring.insert_packed(n, packed, seq0, now_ms, size)
             return
-        k = ring.fit_count(payload_lens(rows))
+        lens = payload_lens(rows)
+        k = ring.fit_count(lens)
         if k:
-            ring.insert(rows[:k] if k < n else rows, heap, packed=True)
-    if k == n:
-        return
-    if k:
-        backlog.add(rows[k:])
-    else:
-        backlog.add_fresh(seq0, n, size)
+            ring.insert_packed(k, packed, seq0, now_ms, int(lens[:k].sum()))
+        if k == n:
+            return
+        if k:
+            backlog.add(rows[k:])
+            return
+    backlog.add_fresh(seq0, n, size)
 
 
 def lookup(ring: Ring, targets: IntArray) -> IntArray:

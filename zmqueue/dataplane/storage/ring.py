@@ -14,18 +14,24 @@ DELETED.
 from __future__ import annotations
 
 import bisect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from zmqueue.dataplane.storage.records import Table
 
+if TYPE_CHECKING:
+    from zmqueue.dataplane.storage.batch import Packed
+
 FREE, AVAILABLE, IN_FLIGHT, MOVING, DELETED = 0, 1, 2, 3, 4
 NEVER = 1 << 62
 IntArray = npt.NDArray[np.int64]
 MetaRows = npt.NDArray[np.void]  # rows of META_DTYPE
 
+# aligned (72 bytes, 3 of padding after ``state``): every field is naturally
+# aligned, so column copies and ufuncs on the ring take numpy's fast loops, and
+# a row is 9 u64 words (see :meth:`Ring.insert_packed`)
 META_DTYPE = np.dtype(
     [
         ("seq", "<u8"),
@@ -38,8 +44,29 @@ META_DTYPE = np.dtype(
         ("state", "u1"),
         ("group_hash", "<u8"),
         ("message_id", "V16"),
-    ]
+    ],
+    align=True,
 )
+META_WORDS = META_DTYPE.itemsize // 8
+# u64 words of a row: seq, off, body_len | attr_len << 32, enqueue_ms, visible_at_ms,
+# receive_count | state << 32, group_hash, message_id (2 words)
+_M_SEQ, _M_OFF, _M_LENS, _M_ENQ, _M_VIS, _M_STATE, _M_GROUP = 0, 1, 2, 3, 4, 5, 6
+assert META_DTYPE.itemsize == 72 and META_DTYPE.fields is not None
+for _name, _off in (
+    ("seq", _M_SEQ * 8),
+    ("off", _M_OFF * 8),
+    ("body_len", _M_LENS * 8),
+    ("attr_len", _M_LENS * 8 + 4),
+    ("enqueue_ms", _M_ENQ * 8),
+    ("visible_at_ms", _M_VIS * 8),
+    ("receive_count", _M_STATE * 8),
+    ("state", _M_STATE * 8 + 4),
+    ("group_hash", _M_GROUP * 8),
+    ("message_id", (_M_GROUP + 1) * 8),
+):
+    assert META_DTYPE.fields[_name][1] == _off, _name
+_ID16 = np.dtype("V16")
+_ARANGE = np.arange(4096, dtype=np.uint64)
 
 
 def copy_ranges(
@@ -83,6 +110,7 @@ class Ring:
         self.receive_count = self.meta["receive_count"]
         self._blen, self._alen = self.meta["body_len"], self.meta["attr_len"]
         self._ids = self.meta["message_id"]
+        self._words: npt.NDArray[np.uint64] = self.meta.view(np.uint64).reshape(slots, META_WORDS)
 
     # -- space -------------------------------------------------------------
     def fit_count(self, lens: IntArray) -> int:
@@ -126,26 +154,14 @@ class Ring:
         self.version += 1
 
     # -- insert / lookup ---------------------------------------------------
-    def insert(self, rows: Table, heap: npt.NDArray[np.uint8] | bytes, packed: bool = False) -> None:
-        """Append MESSAGE records (all must fit: see :meth:`fit_count`).
-
-        ``packed``: the rows' payloads lie back to back in ``heap`` from
-        offset 0 (a fresh batch; ``data_off`` is not read); copied with one memmove.
-        """
+    def insert(self, rows: Table, heap: npt.NDArray[np.uint8] | bytes) -> None:
+        """Append MESSAGE records (all must fit: see :meth:`fit_count`)."""
         k = len(rows)
         a, b = self.n, self.n + k
         lens = rows["body_len"].astype(np.int64) + rows["attr_len"]
         dst = self.meta[a:b]
         src = np.frombuffer(heap, np.uint8) if isinstance(heap, bytes) else heap
-        if packed:
-            total = int(lens.sum())
-            self.arena[self.top : self.top + total] = src[:total]
-            offs = dst["off"]
-            offs[0] = self.top
-            np.cumsum(lens[:-1], out=offs[1:])
-            offs[1:] += self.top
-        else:
-            dst["off"] = copy_ranges(self.arena, self.top, src, rows["data_off"], lens)
+        dst["off"] = copy_ranges(self.arena, self.top, src, rows["data_off"], lens)
         dst["seq"] = rows["seq"]
         dst["body_len"] = rows["body_len"]
         dst["attr_len"] = rows["attr_len"]
@@ -157,6 +173,61 @@ class Ring:
         dst["message_id"] = rows["message_id"]
         total = int(lens.sum())
         self.n, self.top = b, self.top + total
+        self.live += k
+        self.live_bytes += total
+        self.version += 1
+
+    def insert_packed(self, k: int, batch: Packed, seq0: int, now_ms: int, total: int) -> None:
+        """Append the first ``k`` messages of a batch just appended (seqs from
+        ``seq0``; their payloads, ``total`` bytes, lie back to back at the
+        start of ``batch.heap``): one memmove and a few column writes on the
+        rows' u64 words, from the batch's columns and scalars.
+
+        Slots past ``n`` are all zero (clear and compact zero them), so the
+        receive count and, when the batch has none, attributes and group
+        hashes are not written.
+        """
+        a, b = self.n, self.n + k
+        top = self.top
+        self.arena[top : top + total] = np.frombuffer(batch.heap, np.uint8, total)
+        w = self._words[a:b]
+        arange = _ARANGE[:k] if k <= len(_ARANGE) else np.arange(k, dtype=np.uint64)
+        np.add(arange, seq0, out=w[:, _M_SEQ])
+        body_len = batch.body_len
+        delay = batch.delay_ms
+        if isinstance(body_len, int):  # uniform lengths, attr_len 0
+            np.multiply(arange, body_len, out=w[:, _M_OFF])
+            w[:, _M_OFF] += np.uint64(top)
+        else:
+            lens = body_len[:k].astype(np.uint64)
+            self._blen[a:b] = body_len[:k]
+            if batch.attr_len is not None:
+                self._alen[a:b] = batch.attr_len[:k]
+                lens += batch.attr_len[:k]
+            offs = w[:, _M_OFF]
+            offs[0] = top
+            if k > 1:
+                np.cumsum(lens[:-1], out=offs[1:])
+                offs[1:] += np.uint64(top)
+        if isinstance(delay, int):  # lengths (if uniform), times, state: one broadcast row
+            # (receive_count 0, state AVAILABLE); int64 first so negative times keep their bits
+            if isinstance(body_len, int):
+                const = np.array((body_len, now_ms, now_ms + delay, AVAILABLE << 32), np.int64)
+                w[:, _M_LENS : _M_STATE + 1] = const.view(np.uint64)
+            else:
+                const = np.array((now_ms, now_ms + delay, AVAILABLE << 32), np.int64)
+                w[:, _M_ENQ : _M_STATE + 1] = const.view(np.uint64)
+        else:
+            times = w.view(np.int64)
+            times[:, _M_ENQ] = now_ms
+            times[:, _M_VIS] = delay[:k] + now_ms
+            w[:, _M_STATE] = AVAILABLE << 32
+            if isinstance(body_len, int):
+                w[:, _M_LENS] = body_len
+        if batch.group_hashes is not None:
+            w[:, _M_GROUP] = batch.group_hashes[:k]
+        self._ids[a:b] = np.frombuffer(batch.message_ids, _ID16, k)
+        self.n, self.top = b, top + total
         self.live += k
         self.live_bytes += total
         self.version += 1

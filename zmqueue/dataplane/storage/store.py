@@ -134,14 +134,14 @@ class PartitionStore:
         return self._append(packed, now_ms, epoch)
 
     def _append(self, packed: batch.Packed, now_ms: int, epoch: int) -> range:
-        n, size = packed.n, len(packed.heap)
-        self._check_limits(n, size)
+        n = packed.n
+        self._check_limits(n, len(packed.heap))
         seq0 = self._alloc(n)
         rows = self.staged.stage_packed(packed, seq0, epoch, now_ms)
         if epoch > self.epoch:
             self.epoch = epoch
         self._last_epoch = epoch
-        replay.place_fresh(self.ring, self.backlog, rows, packed.heap, size, seq0)
+        replay.place_fresh(self.ring, self.backlog, rows, packed, seq0, now_ms)
         return range(seq0, seq0 + n)
 
     def _check_open(self, now_ms: int) -> None:
