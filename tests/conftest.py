@@ -112,6 +112,7 @@ def _wipe_consul(agent: ConsulAgent) -> None:
         if svc.get("Service") == "zmqueue":
             c.agent.service.deregister(sid)
     c.kv.delete("zmqueue/", recurse=True)
+    c.kv.delete("zmqueue-positions/", recurse=True)
 
 
 @pytest.fixture

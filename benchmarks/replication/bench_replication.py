@@ -126,7 +126,7 @@ def lock_holder(cluster: LocalCluster, queue: str) -> tuple[str, int] | None:
 
 def positions(cluster: LocalCluster, queue: str) -> dict[str, int]:
     items = cluster.consul_client().call(
-        lambda c: c.kv.get(f"zmqueue/positions/{queue}/0/fifo/", recurse=True)[1])
+        lambda c: c.kv.get(f"zmqueue-positions/{queue}/0/fifo/", recurse=True)[1])
     out = {}
     for it in items or []:
         try:

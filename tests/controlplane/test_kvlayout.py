@@ -44,6 +44,13 @@ def test_every_key_lives_under_the_zmqueue_prefix():
     assert kv.drain_key("n1") == "zmqueue/hosts/n1/drain"
 
 
+def test_stream_positions_live_beside_the_watched_tree():
+    # a blocking query on zmqueue/ must not return for every position write
+    key = kv.stream_position_key(PID, "fifo", "n1")
+    assert key == "zmqueue-positions/orders/3/fifo/n1"
+    assert not key.startswith(kv.PREFIX)
+
+
 def test_each_value_round_trips_through_its_codec():
     cfg = QueueConfig("orders", partitions=4, replication_factor=3)
     assert kv.decode_queue_config("k", kv.encode_queue_config(cfg)) == cfg

@@ -242,8 +242,9 @@ def check_cluster_in_ui(addr: str, nodes: list[str], queue: str, debug_dir: Path
         ui.shot("services.png")
         ui.check_instance_checks(nodes[0], agent_node_name(addr))
         ui.shot("instance-checks.png")
-        ui.check_kv_folder("zmqueue/", ["queues", "leaders", "positions", "managers"])
+        ui.check_kv_folder("zmqueue/", ["queues", "leaders", "managers"])
         ui.shot("kv-root.png")
+        ui.check_kv_folder("zmqueue-positions/", [queue])
         ui.check_kv_folder("zmqueue/queues/", [queue])
         ui.shot("kv-queues.png")
         ui.check_kv_value(f"zmqueue/queues/{queue}/config", f'"name":"{queue}"')
@@ -267,6 +268,7 @@ def test_the_consul_ui_shows_the_hosts_with_their_health_and_the_queue_tree(
         client.close()
     addr = consul_agent.http_addr
     wait_kv(addr, "zmqueue/leaders/orders/")
+    wait_kv(addr, "zmqueue-positions/orders/")
     _, cfg = kv_client(addr).kv.get("zmqueue/queues/orders/config")
     assert cfg is not None and json.loads(cfg["Value"])["replication_factor"] == 3
 

@@ -6,12 +6,18 @@ reference (value schemas, writers, readers, what an operator may edit)::
     zmqueue/queues/<queue>/config                QueueConfig JSON
     zmqueue/queues/<queue>/partitions/<p>        {"cluster", "replicas", "version"}
     zmqueue/leaders/<queue>/<p>/<origin>         stream writer lock; {"node", "endpoint", "epoch"}
-    zmqueue/positions/<queue>/<p>/<origin>/<node> {"epoch", "seq"}
     zmqueue/leaders/<queue>/<p>, positions/<queue>/<p>/<node>   per-partition forms
                                                  (the pure election model; still decoded)
     zmqueue/managers/external                    lock; {"node", "since_ms"}
     zmqueue/managers/cluster/<cluster>           lock; {"node", "since_ms"}
     zmqueue/hosts/<node>/drain                   true | false
+
+    zmqueue-positions/<queue>/<p>/<origin>/<node> {"epoch", "seq"}
+
+Replicas' positions change with every write, so they live beside the tree
+(:data:`POSITIONS_PREFIX`), not in it: the hosts and managers watch
+``zmqueue/`` with blocking queries, and a position write inside it would wake
+every watcher of every host to re-read the whole tree twice a second.
 
 Hosts themselves are not in KV: the service catalog (tags and meta: cluster,
 zone, endpoints) is the membership list, and its health checks say who is up.
@@ -33,6 +39,9 @@ from zmqueue.config import QueueConfig
 from zmqueue.errors import ZmqueueError
 
 PREFIX = "zmqueue/"
+POSITIONS_PREFIX = "zmqueue-positions/"
+"""Stream positions: outside :data:`PREFIX` so that their churn wakes no
+watcher of the configuration tree."""
 VALUE_BYTES_MAX = 512 * 1024
 """Consul's own KV value limit; larger values are reported as malformed."""
 
@@ -119,7 +128,7 @@ def stream_leader_key(pid: PartitionId, origin: str) -> str:
 
 
 def stream_position_key(pid: PartitionId, origin: str, node: str) -> str:
-    return f"{PREFIX}positions/{pid.queue}/{pid.partition}/{origin}/{node}"
+    return f"{POSITIONS_PREFIX}{pid.queue}/{pid.partition}/{origin}/{node}"
 
 
 def position_key(pid: PartitionId, node: str) -> str:

@@ -48,6 +48,14 @@ StreamKey = tuple[str, int, str]
 """(queue, partition, origin); origin is ``fifo`` for a FIFO partition."""
 
 CYCLE_S = 0.25
+"""Cycle period while something is in motion: a candidate lock is free, this
+host holds a stream it may hand back, a lock changed hands, or the candidacies
+changed in the last :data:`BUSY_FOR_S`."""
+STEADY_CYCLE_S = 0.5
+"""Cycle period otherwise (every lock held, nothing changed): each cycle is a
+consistent read of ``leaders/``, and its parsing holds the GIL the request
+loop needs; writers confirm their leases well within ``LEASE_S`` (2 s)."""
+BUSY_FOR_S = 2.0
 SESSION_TTL_S = 10
 POSITIONS_EVERY_S = 0.5
 OUTAGE_GRACE_S = 60.0
@@ -133,19 +141,28 @@ class Leadership(threading.Thread):
         self._renewed_at = 0.0
         self._published_at = 0.0
         self._published: dict[StreamKey, tuple[int, int]] = {}
+        self._busy_until = 0.0
+        self._seen_holders: dict[StreamKey, int] = {}
+        self._wake = threading.Event()
 
     # --- inputs from the request loop (thread safe) -------------------------
     def update(self, cands: dict[StreamKey, Candidacy],
                positions: dict[StreamKey, tuple[int, int]]) -> None:
         with self._lock:
+            changed = cands != self._cands
             self._cands, self._positions = dict(cands), dict(positions)
+        if changed:  # a new or moved stream: campaign now, not a cycle later
+            self._busy_until = time.monotonic() + BUSY_FOR_S
+            self._wake.set()
 
     # --- the thread ----------------------------------------------------------
     def run(self) -> None:
         outage_since: float | None = None
         while not self.stopped.is_set():
+            self._wake.clear()
             try:
-                self._cycle()
+                if self._cycle():
+                    self._busy_until = time.monotonic() + BUSY_FOR_S
                 outage_since = None
             except ConsulUnavailable as exc:
                 now = time.monotonic()
@@ -158,7 +175,8 @@ class Leadership(threading.Thread):
                     self.post(Confirmed(frozenset(self.held), now))
             except consul.ConsulException as exc:
                 log.warning("leadership cycle: %s", exc)
-            self.stopped.wait(CYCLE_S)
+            steady = time.monotonic() >= self._busy_until
+            self._wake.wait(STEADY_CYCLE_S if steady else CYCLE_S)
         self._release_all()
 
     def _ensure_session(self) -> str:
@@ -186,7 +204,8 @@ class Leadership(threading.Thread):
         self.held.clear()
         self.session = None
 
-    def _cycle(self) -> None:
+    def _cycle(self) -> bool:
+        """One round; True when something is in motion (see CYCLE_S)."""
         sid = self._ensure_session()
         with self._lock:
             cands, positions = self._cands, self._positions
@@ -225,6 +244,9 @@ class Leadership(threading.Thread):
                             state.get(s, {})):
                 self._acquire(s, sid)
         self._publish_positions(positions)
+        epochs = {s: e for s, (_, e) in holders.items()}
+        moved, self._seen_holders = epochs != self._seen_holders, epochs
+        return bool(free or borrowed or moved)
 
     def _passing_now(self) -> set[str]:
         """Healthy hosts straight from Consul (fresher than the metadata cache,
@@ -233,15 +255,15 @@ class Leadership(threading.Thread):
         return {h.node for h in list_hosts(self.client) if h.passing}
 
     def _positions_of_others(self) -> dict[StreamKey, dict[str, int]]:
-        _, items = self.client.call(lambda c: c.kv.get(f"{kv.PREFIX}positions/", recurse=True))
+        _, items = self.client.call(lambda c: c.kv.get(kv.POSITIONS_PREFIX, recurse=True))
         out: dict[StreamKey, dict[str, int]] = {}
         for it in items or []:
-            parts = str(it.get("Key", ""))[len(kv.PREFIX):].split("/")
-            if len(parts) != 5 or not parts[2].isdigit():
+            parts = str(it.get("Key", ""))[len(kv.POSITIONS_PREFIX):].split("/")
+            if len(parts) != 4 or not parts[1].isdigit():
                 continue
             pos = kv.decode_position(str(it["Key"]), it.get("Value"))
             if isinstance(pos, kv.Position):
-                out.setdefault((parts[1], int(parts[2]), parts[3]), {})[parts[4]] = pos.seq
+                out.setdefault((parts[0], int(parts[1]), parts[2]), {})[parts[3]] = pos.seq
         return out
 
     def _should_hand_back(self, s: StreamKey, cand: Candidacy, passing: set[str],
@@ -303,3 +325,4 @@ class Leadership(threading.Thread):
 
     def stop(self) -> None:
         self.stopped.set()
+        self._wake.set()

@@ -141,6 +141,6 @@ class QueueDirectory:
         validate_queue_name(name)
         existed = bool(self.client.call(lambda c: c.kv.get(kv.queue_config_key(name)))[1])
         for sub in (f"{kv.PREFIX}queues/{name}/", f"{kv.PREFIX}leaders/{name}/",
-                    f"{kv.PREFIX}positions/{name}/"):
+                    f"{kv.PREFIX}positions/{name}/", f"{kv.POSITIONS_PREFIX}{name}/"):
             self._delete_tree(sub)
         return existed
