@@ -147,3 +147,15 @@ def test_insert_packed_fills_the_ring_like_insert_of_the_rows(shape: str) -> Non
             by_rows.live,
             by_rows.live_bytes,
         )
+
+
+def test_insert_packed_of_a_batch_larger_than_the_cached_offsets() -> None:
+    from zmqueue.dataplane.storage.ring import Ring
+
+    n = 5000  # past the 4096 rows of cached (seq, off) pairs
+    packed = pack([b"u" * 3] * n, None, None, None, 0)
+    rows = message_table(packed, 1, 0, 7)
+    by_rows, by_columns = Ring(n + 1, 1 << 16), Ring(n + 1, 1 << 16)
+    by_rows.insert(rows, packed.heap)
+    by_columns.insert_packed(n, packed, 1, 7, len(packed.heap))
+    assert by_columns.meta.tobytes() == by_rows.meta.tobytes()

@@ -45,6 +45,7 @@ U64Array = npt.NDArray[np.uint64]
 _W32_BODY_LEN, _W32_ATTR_LEN, _W32_DATA_OFF = 1, 19, 20
 _W64_EPOCH, _W64_SEQ, _W64_ID, _W64_TIME, _W64_VISIBLE, _W64_GROUP = 1, 2, 4, 6, 7, 8
 _ID16 = np.dtype("V16")
+assert array("I").itemsize == 4  # body lengths go through array("I") into u32
 assert RECORD_DTYPE.fields is not None
 for _name, _word, _size in (
     ("body_len", _W32_BODY_LEN, 4),
@@ -212,7 +213,7 @@ def fill(
             buf.w32[row:end, _W32_DATA_OFF] += np.uint32(heap_base)
     else:
         words, arange = _Template.take(n)
-        w64[:] = words[:n]
+        buf.mem[row * RECORD_BYTES : end * RECORD_BYTES] = words[:n].reshape(-1).view(np.uint8).data
         w32 = buf.w32[row:end]
         w32[:, _W32_BODY_LEN] = body_len
         lens = body_len
@@ -221,8 +222,8 @@ def fill(
             lens = lens + batch.attr_len
         offs = w32[:, _W32_DATA_OFF]
         offs[0] = heap_base
-        if n > 1:
-            np.cumsum(lens[:-1], out=offs[1:])
+        if n > 1:  # u32 in, u32 out: no casting loop (cumsum would accumulate in u64)
+            np.add.accumulate(lens[:-1], out=offs[1:])
             if heap_base:
                 offs[1:] += np.uint32(heap_base)
     if epoch:

@@ -69,6 +69,24 @@ _ID16 = np.dtype("V16")
 _ARANGE = np.arange(4096, dtype=np.uint64)
 
 
+class _SeqOff:
+    """(i, i * body_len) for i < 4096, for the last body length seen: the seq and
+    off words of a uniform batch are then one add of (seq0, top).  Shared by
+    every ring; one attribute holding a tuple, so a rebuild is atomic."""
+
+    cache: tuple[int, npt.NDArray[np.uint64]] = (-1, np.zeros((0, 2), np.uint64))
+
+    @classmethod
+    def take(cls, body_len: int) -> npt.NDArray[np.uint64]:
+        length, pairs = cls.cache
+        if length != body_len:
+            pairs = np.empty((len(_ARANGE), 2), np.uint64)
+            pairs[:, 0] = _ARANGE
+            np.multiply(_ARANGE, body_len, out=pairs[:, 1])
+            cls.cache = (body_len, pairs)
+        return pairs
+
+
 def copy_ranges(
     dst: npt.NDArray[np.uint8], dst_start: int, src: npt.NDArray[np.uint8], offs: Any, lens: Any
 ) -> IntArray:
@@ -191,14 +209,20 @@ class Ring:
         top = self.top
         self.arena[top : top + total] = np.frombuffer(batch.heap, np.uint8, total)
         w = self._words[a:b]
-        arange = _ARANGE[:k] if k <= len(_ARANGE) else np.arange(k, dtype=np.uint64)
-        np.add(arange, seq0, out=w[:, _M_SEQ])
         body_len = batch.body_len
         delay = batch.delay_ms
-        if isinstance(body_len, int):  # uniform lengths, attr_len 0
+        if isinstance(body_len, int) and k <= len(_ARANGE):  # seq, off in one add
+            np.add(
+                _SeqOff.take(body_len)[:k], np.array((seq0, top), np.uint64), out=w[:, _M_SEQ : _M_OFF + 1]
+            )
+        elif isinstance(body_len, int):  # uniform lengths, attr_len 0
+            arange = np.arange(k, dtype=np.uint64)
+            np.add(arange, seq0, out=w[:, _M_SEQ])
             np.multiply(arange, body_len, out=w[:, _M_OFF])
             w[:, _M_OFF] += np.uint64(top)
         else:
+            arange = _ARANGE[:k] if k <= len(_ARANGE) else np.arange(k, dtype=np.uint64)
+            np.add(arange, seq0, out=w[:, _M_SEQ])
             lens = body_len[:k].astype(np.uint64)
             self._blen[a:b] = body_len[:k]
             if batch.attr_len is not None:
@@ -207,7 +231,7 @@ class Ring:
             offs = w[:, _M_OFF]
             offs[0] = top
             if k > 1:
-                np.cumsum(lens[:-1], out=offs[1:])
+                np.add.accumulate(lens[:-1], out=offs[1:])
                 offs[1:] += np.uint64(top)
         if isinstance(delay, int):  # lengths (if uniform), times, state: one broadcast row
             # (receive_count 0, state AVAILABLE); int64 first so negative times keep their bits

@@ -47,6 +47,7 @@ from zmqueue.dataplane.storage.ring import MetaRows
 
 # the record layout of records.py as one struct (asserted against the dtype below)
 RECORD_STRUCT = struct.Struct("<BBHIQQQ16sqqQIIII")
+_U64 = struct.Struct("<Q")
 assert RECORD_STRUCT.size == RECORD_BYTES
 assert RECORD_DTYPE.names is not None and len(RECORD_DTYPE.names) == 15
 # u64 word / u32 half-word positions used by the column writes
@@ -233,8 +234,8 @@ class Staging:
             nxt = pos + len(heap)
             mem[pos:nxt] = heap
             pos = nxt
-        w64 = b.w64
-        first, last = int(w64[0, _W64_SEQ]), int(w64[n - 1, _W64_SEQ])
+        (first,) = _U64.unpack_from(mem, _W64_SEQ * 8)
+        (last,) = _U64.unpack_from(mem, table_end - RECORD_BYTES + _W64_SEQ * 8)
         previous = self._last
         self._last, self._last_chunk = (b, n, table_end, end), None
         self.n, self.heaps, self.heap_len = 0, [], 0

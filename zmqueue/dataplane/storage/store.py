@@ -136,7 +136,8 @@ class PartitionStore:
     def _append(self, packed: batch.Packed, now_ms: int, epoch: int) -> range:
         n = packed.n
         self._check_limits(n, len(packed.heap))
-        seq0 = self._alloc(n)
+        seq0 = self._next_seq
+        self._next_seq = seq0 + n
         rows = self.staged.stage_packed(packed, seq0, epoch, now_ms)
         if epoch > self.epoch:
             self.epoch = epoch
@@ -198,8 +199,8 @@ class PartitionStore:
         except OSError as exc:
             self._rollback(exc)
         self._last_written = last
-        if self.backlog.cursor is not None:
-            self._page_in(self._now)
+        if self.backlog.cursor is not None and self.ring.live < self.ring.slots:
+            self._page_in(self._now)  # (a full ring pages nothing in)
         return last
 
     @property
