@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from analytics.blob import Fields, decode_blobs
 from analytics.layout import ReadUnit
+from analytics.options import DEFAULT_BATCH_ROWS
 from analytics.schema import TS, arrow_schema
 from analytics.sealed import BODY, OVERHEAD, KeyRing, is_sealed
 from analytics.segments import RECORD_TYPES, BadBlock, Block, iter_blocks
@@ -65,6 +66,7 @@ class ReadOptions:
     until_ms: int | None = None
     types: frozenset[int] | None = None
     keys: KeyRing | None = None
+    batch_rows: int = DEFAULT_BATCH_ROWS
     blob_cache: dict[bytes, Fields] = field(default_factory=dict, compare=False)
 
 
@@ -184,11 +186,29 @@ def bad_block_batch(unit: ReadUnit, bad: BadBlock, columns: list[str]) -> pa.Rec
 
 
 def read_unit(unit: ReadUnit, opts: ReadOptions) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of one read unit (one per block; one row per bad block)."""
+    """Arrow batches of one read unit, in log order: the records kept from consecutive
+    blocks, ``opts.batch_rows`` or more per batch (a block larger than that is one
+    batch), and a one-row batch per bad block."""
+    pending: list[pa.RecordBatch] = []
+    rows = 0
     for item in iter_blocks(unit.path, unit.start, unit.end):
         if isinstance(item, BadBlock):
+            if pending:
+                yield _concat(pending)
+                pending, rows = [], 0
             yield bad_block_batch(unit, item, opts.columns)
             continue
         batch = block_batch(unit, item, opts)
-        if batch is not None:
-            yield batch
+        if batch is None:
+            continue
+        pending.append(batch)
+        rows += batch.num_rows
+        if rows >= opts.batch_rows:
+            yield _concat(pending)
+            pending, rows = [], 0
+    if pending:
+        yield _concat(pending)
+
+
+def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)

@@ -9,6 +9,7 @@
 | ``payload`` | ``true`` adds the ``payload`` column | false |
 | ``keyDir`` | key directory (``<queue>.key`` files) to open payloads sealed at rest | none |
 | ``splitBytes`` | files larger than this are read as several block ranges | 128 MiB |
+| ``batchRows`` | consecutive blocks are combined into Arrow batches of at least this many rows | 65536 |
 
 Filters are passed as options on purpose: Spark's Python data source filter
 pushdown returned wrong results in PySpark 4.3 (see docs/ANALYTICS.md).
@@ -24,6 +25,8 @@ from datetime import UTC, datetime
 from analytics.layout import DEFAULT_SPLIT_BYTES
 from analytics.segments import RECORD_TYPES
 
+DEFAULT_BATCH_ROWS = 65536
+
 TYPE_CODES = {v: k for k, v in RECORD_TYPES.items()}
 
 
@@ -37,6 +40,7 @@ class SourceOptions:
     payload: bool = False
     split_bytes: int = DEFAULT_SPLIT_BYTES
     key_dir: str | None = None
+    batch_rows: int = DEFAULT_BATCH_ROWS
 
 
 def parse_time_ms(value: str) -> int:
@@ -70,6 +74,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     split = int(opts.get("splitbytes") or DEFAULT_SPLIT_BYTES)
     if split < 1024 * 1024:
         raise ValueError(f"splitBytes {split} is below the 1 MiB minimum")
+    batch_rows = int(opts.get("batchrows") or DEFAULT_BATCH_ROWS)
+    if batch_rows < 1:
+        raise ValueError(f"batchRows {batch_rows} must be at least 1")
     return SourceOptions(
         paths=paths,
         since_ms=parse_time_ms(opts["since"]) if opts.get("since") else None,
@@ -79,4 +86,5 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         payload=opts.get("payload", "false").lower() == "true",
         split_bytes=split,
         key_dir=opts.get("keydir") or None,
+        batch_rows=batch_rows,
     )

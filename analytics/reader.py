@@ -25,7 +25,7 @@ def units_for(opts: SourceOptions) -> list[ReadUnit]:
 def read_options(opts: SourceOptions, columns: list[str] | None = None) -> ReadOptions:
     cols = columns if columns is not None else default_columns(opts.payload)
     keys = KeyRing(opts.key_dir) if opts.key_dir else None
-    return ReadOptions(cols, opts.since_ms, opts.until_ms, opts.types, keys)
+    return ReadOptions(cols, opts.since_ms, opts.until_ms, opts.types, keys, opts.batch_rows)
 
 
 def iter_batches(paths: Iterable[str | Path], columns: list[str] | None = None,

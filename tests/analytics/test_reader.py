@@ -170,3 +170,25 @@ def test_sealed_payloads_are_read_only_with_the_key(tmp_path: Path) -> None:
     keys = str(tmp_path / "keys")
     [opened] = read_table([tmp_path / "data"], cols, payload="true", keyDir=keys).to_pylist()
     assert opened == {"encrypted": True, "payload_size": 5, "group_id": "grp", "payload": b"hello"}
+
+
+def test_small_blocks_are_combined_into_bigger_batches_in_log_order(tmp_path: Path) -> None:
+    from analytics.reader import iter_batches
+
+    write_log(tmp_path / "h1", blocks=6, per_block=5)
+    assert [b.num_rows for b in iter_batches([tmp_path], ["seq"])] == [30]
+    assert [b.num_rows for b in iter_batches([tmp_path], ["seq"], batchRows="12")] == [15, 15]
+    assert [b.num_rows for b in iter_batches([tmp_path], ["seq"], batchRows="1")] == [5] * 6
+    seg = segment_of(tmp_path / "h1")
+    offsets = [b.header.offset for b in iter_blocks(seg)]  # type: ignore[union-attr]
+    with open(seg, "r+b") as f:  # corrupt the third block's payload
+        f.seek(offsets[2] + HEADER_BYTES + 3)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    batches = list(iter_batches([tmp_path], ["seq", "corrupt"]))
+    assert [(b.num_rows, b.column("corrupt").null_count) for b in batches] == [(10, 10), (1, 0), (15, 15)]
+    seqs = [s for b in batches for s in b.column("seq").to_pylist()]
+    assert seqs == [*range(1, 11), None, *range(16, 31)]
+    with pytest.raises(ValueError, match="batchRows"):
+        list(iter_batches([tmp_path], ["seq"], batchRows="0"))
