@@ -237,18 +237,20 @@ class Replicator:
                 raise StaleEpoch("a record's epoch is newer than its sender's term")
             last = st.store.last_seq
             seqs = table["seq"]
-            row = table[seqs == last] if last else table[:0]
-            if len(row) and int(row["epoch"][0]) != st.store.last_epoch:
+            first = int(seqs[0])  # seqs are contiguous (validated on decode)
+            at_last = last - first if last else -1
+            if 0 <= at_last < len(table) and int(table["epoch"][at_last]) != st.store.last_epoch:
                 self._resync(st)  # the writer holds another record at our last seq
                 return False
             if int(seqs[-1]) <= last:
                 continue
-            if int(seqs[0]) > last + 1 and last:
+            if first > last + 1 and last:
                 self.counters["gaps"] += 1
                 self.catch_up(st, int(time.time() * 1000))
                 return False
             n = st.store.apply_chunk(table, heap)
-            st.note_table(table[table["seq"] > last], heap)
+            if st.config.fifo:
+                st.note_table(table[max(0, at_last + 1):], heap)
             self.counters["applied"] += n
         self.mark_dirty(st.key)
         return True
