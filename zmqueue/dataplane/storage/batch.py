@@ -84,21 +84,26 @@ class _Template:
     Shared by every store (read-only for them); each cache is one attribute
     holding an immutable tuple, so a rebuild by another thread is atomic."""
 
-    plain: tuple[U64Array, U64Array] = (np.zeros((0, 11), np.uint64), np.zeros(0, np.uint64))
+    plain: tuple[U64Array, U64Array, memoryview] = (
+        np.zeros((0, 11), np.uint64),
+        np.zeros(0, np.uint64),
+        memoryview(b""),
+    )
     uniform: tuple[int, int, memoryview] = (-1, 0, memoryview(b""))  # body_len, rows, bytes
 
     @classmethod
-    def take(cls, n: int) -> tuple[U64Array, U64Array]:
-        """(template words, arange) of at least ``n`` rows."""
-        words, arange = cls.plain
+    def take(cls, n: int) -> tuple[U64Array, U64Array, memoryview]:
+        """(template words, arange, the words as bytes) of at least ``n`` rows."""
+        words, arange, data = cls.plain
         if n > len(words):
             size = max(n, 2 * len(words), 256)
             table = new_table(size)
             table["type"] = RecordType.MESSAGE
             words = table.view(np.uint64).reshape(size, 11)
             arange = np.arange(size, dtype=np.uint64)
-            cls.plain = (words, arange)
-        return words, arange
+            data = table.view(np.uint8).data
+            cls.plain = (words, arange, data)
+        return words, arange, data
 
     @classmethod
     def take_uniform(cls, n: int, body_len: int) -> memoryview:
@@ -107,7 +112,7 @@ class _Template:
         length, rows, data = cls.uniform
         if length != body_len or n > rows:
             size = max(n, rows, 256)
-            plain, arange = cls.take(size)
+            plain, arange, _ = cls.take(size)
             words = plain[:size].copy()
             w32 = words.view(np.uint32)
             w32[:, _W32_BODY_LEN] = body_len
@@ -212,8 +217,8 @@ def fill(
         if heap_base:
             buf.w32[row:end, _W32_DATA_OFF] += np.uint32(heap_base)
     else:
-        words, arange = _Template.take(n)
-        buf.mem[row * RECORD_BYTES : end * RECORD_BYTES] = words[:n].reshape(-1).view(np.uint8).data
+        _, arange, data = _Template.take(n)
+        buf.mem[row * RECORD_BYTES : end * RECORD_BYTES] = data[: n * RECORD_BYTES]
         w32 = buf.w32[row:end]
         w32[:, _W32_BODY_LEN] = body_len
         lens = body_len
