@@ -69,9 +69,10 @@ class Forwarder:
             return
         self.pending[rid] = _Pending(endpoint, now_ms + timeout_ms, callback)
 
-    def poll(self, now_ms: int) -> None:
+    def poll(self, now_ms: int, ready: frozenset[zmq.Socket[bytes]] | None = None) -> None:
+        """Replies on the sockets in ``ready`` (None: every socket), then timeouts."""
         for sock in self.socks.values():
-            while True:
+            while ready is None or sock in ready:
                 try:
                     data = sock.recv(zmq.NOBLOCK)
                 except zmq.Again:

@@ -192,8 +192,9 @@ class Replicator:
         return st
 
     # --- replica side ------------------------------------------------------------------
-    def poll(self, now_ms: int) -> None:
-        for _ in range(1000):
+    def poll(self, now_ms: int, ready: frozenset[zmq.Socket[bytes]] | None = None) -> None:
+        """Records on the SUB socket if it is in ``ready`` (None: look), then heartbeats."""
+        for _ in range(1000 if ready is None or self.sub in ready else 0):
             try:
                 frames = self.sub.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:

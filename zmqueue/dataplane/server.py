@@ -34,9 +34,13 @@ DRAIN_MAX = 2000
 POLL_MAX_MS = 50
 
 
+NOTHING_READY: frozenset[zmq.Socket[bytes]] = frozenset()
+
+
 class LoopHooks(Protocol):
-    def tick(self, now_ms: int) -> int | None:
-        """Run timers; return ms until the next timer, or None."""
+    def tick(self, now_ms: int, ready: frozenset[zmq.Socket[bytes]] | None = None) -> int | None:
+        """Run timers and read the :meth:`wake_sockets` in ``ready`` (None:
+        all of them); return ms until the next timer, or None."""
 
     def flush(self) -> None:
         """Make everything appended this iteration durable per policy."""
@@ -121,15 +125,21 @@ class RequestLoop:
 
     def run_once(self) -> None:
         now_ms = int(time.time() * 1000)
-        wait = self.hooks.tick(now_ms)
+        # timers only: input on the wake sockets is reported by the poll below
+        # (zmq_poll is level-triggered), and reading an empty socket raises
+        # zmq.Again, whose construction is dear at a few per iteration
+        wait = self.hooks.tick(now_ms, NOTHING_READY)
         timeout = POLL_MAX_MS if wait is None else max(0, min(POLL_MAX_MS, wait))
         if self.dispatcher.outbox.items:
             timeout = 0
         self._watch_extra()
+        ready: list[zmq.Socket[bytes]] = []
         for sock, _ in self.poller.poll(timeout):
             if sock in self.names:
                 self._drain(sock)
-        self.hooks.tick(int(time.time() * 1000))
+            else:
+                ready.append(sock)
+        self.hooks.tick(int(time.time() * 1000), frozenset(ready))
         self.hooks.flush()
         self._send_all()
         self.last_progress = time.monotonic()

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import zmq
+
 from zmqueue.dataplane import fields as F
 from zmqueue.dataplane.deadletters import DeadLetterMover
 from zmqueue.dataplane.dispatch import DEFERRED, Dispatcher, Request, now_ms
@@ -456,9 +458,10 @@ class QueueService:
         return parse_stream_id(body.get("s") if isinstance(body, dict) else None)
 
     # --- loop hooks ----------------------------------------------------------------------
-    def tick(self, now: int) -> int | None:
-        self.forwarder.poll(now)
-        self.replicator.poll(now)
+    def tick(self, now: int, ready: frozenset[zmq.Socket[bytes]] | None = None) -> int | None:
+        """Timers, and the host-to-host sockets in ``ready`` (None: all)."""
+        self.forwarder.poll(now, ready)
+        self.replicator.poll(now, ready)
         if self.recovering:
             self._finish_recovery()
         if self.parked and self.parked[0][1] <= now:

@@ -80,9 +80,9 @@ class HostHooks:
         self.next_update = 0.0
         self.security: HostSecurity | None = None
 
-    def tick(self, now_ms: int) -> int | None:
+    def tick(self, now_ms: int, ready: frozenset[zmq.Socket[bytes]] | None = None) -> int | None:
         self.cache.run_posted()
-        wake = self.service.tick(now_ms)
+        wake = self.service.tick(now_ms, ready)
         if self.security is not None:
             self.security.tick()
         if self.leadership is not None and time.monotonic() >= self.next_update:
