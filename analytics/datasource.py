@@ -2,7 +2,7 @@
 
 One Spark partition per read unit (a segment file, or a block range of a large
 one); each yields Arrow batches of the records of consecutive blocks
-(``batchRows``, 64 Ki rows). A narrower schema given with
+(``batchRows``, 16 Ki rows). A narrower schema given with
 ``.schema("queue STRING, time TIMESTAMP")`` reads only those columns (Python
 data sources have no column pruning, so the jobs pass the columns they use).
 Filters are options (``since``, ``until``, ``queues``, ``types``), never pushed

@@ -9,7 +9,7 @@
 | ``payload`` | ``true`` adds the ``payload`` column | false |
 | ``keyDir`` | key directory (``<queue>.key`` files) to open payloads sealed at rest | none |
 | ``splitBytes`` | files larger than this are read as several block ranges | 128 MiB |
-| ``batchRows`` | consecutive blocks are combined into Arrow batches of at least this many rows | 65536 |
+| ``batchRows`` | consecutive blocks are combined into Arrow batches of at least this many rows | 16384 |
 
 Filters are passed as options on purpose: Spark's Python data source filter
 pushdown returned wrong results in PySpark 4.3 (see docs/ANALYTICS.md).
@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from analytics.layout import DEFAULT_SPLIT_BYTES
 from analytics.segments import RECORD_TYPES
 
-DEFAULT_BATCH_ROWS = 65536
+DEFAULT_BATCH_ROWS = 16384
 
 TYPE_CODES = {v: k for k, v in RECORD_TYPES.items()}
 
