@@ -53,6 +53,16 @@ class Forwarder:
             self.socks[endpoint] = s
         return s
 
+    def notify(self, endpoint: str, command: Command, body: Any) -> bool:
+        """Send a request that asks for no reply (the body says so; see
+        POSITION); False if it could not be queued. Nothing waits for it."""
+        try:
+            self._sock(endpoint).send(protocol.encode_request(command, new_request_id(), body),
+                                      zmq.NOBLOCK)
+        except (zmq.ZMQError, ZmqueueError):
+            return False
+        return True
+
     def request(self, endpoint: str, command: Command, body: Any, callback: Callback,
                 now_ms: int, timeout_ms: int = 5000) -> None:
         if len(self.pending) >= MAX_PENDING:

@@ -23,7 +23,8 @@ Wire bodies (MessagePack). Records travel as chunks ``[table, heap]``: the
 - PUB ``[topic, HEARTBEAT push {"s": key, "e": epoch, "last": seq}]``
 - peer ``CATCH_UP {"s", "from", "prev": [epoch, seq], "max"}`` ->
   ``{"e", "c": [chunk...], "last"}`` or ``{"resync": true, "e"}``
-- peer ``POSITION {"s", "node", "e", "seq"}`` -> ``{"e", "last_epoch", "last"}``
+- peer ``POSITION {"s", "node", "e", "seq"}`` -> ``{"e", "last_epoch", "last"}``;
+  with ``"ack": false`` (the report after each commit) no reply is sent
 """
 
 from __future__ import annotations
@@ -296,7 +297,13 @@ class Replicator:
         self.forwarder.request(endpoint, Command.CATCH_UP, body, done, now_ms, timeout_ms=3000)
 
     def report_positions(self, now_ms: int, force: set[StreamKey]) -> None:
-        """Tell writers our durable position: after commits, and every second."""
+        """Tell writers our durable position: after commits, and every second.
+
+        The report after a commit is one-way (``"ack": False``: the writer
+        records it and sends nothing back), because it is on the path of every
+        synchronous send and a reply costs both hosts a loop iteration. The
+        periodic report asks for the reply, which carries the writer's epoch
+        and last seq (a replica behind starts a catch-up; heartbeats do too)."""
         for key, st in self.streams().items():
             if st.role is not Role.REPLICA:
                 continue
@@ -308,10 +315,14 @@ class Replicator:
             pos = st.store.last_seq
             if key not in force and pos == last[0] and now_ms - last[1] < REPORT_EVERY_MS:
                 continue
-            self.reported[key] = (pos, now_ms)
+            periodic = now_ms - last[1] >= REPORT_EVERY_MS
+            self.reported[key] = (pos, now_ms if periodic else last[1])
             body = {"s": stream_id(key), "node": self.node, "e": st.epoch, "seq": pos}
-            self.forwarder.request(endpoint, Command.POSITION, body, self._on_position_reply(key),
-                                   now_ms, timeout_ms=2000)
+            if periodic:
+                self.forwarder.request(endpoint, Command.POSITION, body,
+                                       self._on_position_reply(key), now_ms, timeout_ms=2000)
+            else:
+                self.forwarder.notify(endpoint, Command.POSITION, {**body, "ack": False})
 
     def _on_position_reply(self, key: StreamKey) -> Callable[[Any, ZmqueueError | None], None]:
         def done(reply: Any, err: ZmqueueError | None) -> None:

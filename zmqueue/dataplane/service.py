@@ -449,6 +449,8 @@ class QueueService:
         st = self.set.streams.get(self.replicator_key(req.body))
         if st is not None:
             self._release(st)
+        if req.body.get("ack") is False:
+            return DEFERRED  # a one-way report: nothing goes back
         return reply
 
     @staticmethod
