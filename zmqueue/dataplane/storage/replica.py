@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 Chunk = tuple[Table, bytes]
 
+_MESSAGE = int(RecordType.MESSAGE)
 _KNOWN_TYPE = np.zeros(256, dtype=bool)
 _KNOWN_TYPE[[int(t) for t in RecordType]] = True
 """Lookup table: record type byte -> known (cheaper than np.isin per chunk)."""
@@ -68,21 +69,28 @@ def validate(table_bytes: bytes, heap: bytes) -> Table:
 
 
 def apply_chunk(store: PartitionStore, table: Table, heap: bytes) -> int:
-    """Append a writer's rows (those after our last seq) to this replica;
+    """Append a writer's rows (those after our last seq; ``table`` as :func:`validate`
+    returns it, seqs contiguous) to this replica;
     staged until commit(). Returns how many rows were applied. The first new
     row must follow our last seq, except in an empty store (a fresh replica
     may start at the writer's first retained record)."""
     last = store.last_seq
-    rows = table[table["seq"] > last]
-    if not len(rows):
+    seqs = table["seq"]  # contiguous: validate() checked
+    skip = max(0, last - int(seqs[0]) + 1) if len(table) else 0
+    if skip >= len(table):
         return 0
+    rows = table[skip:].copy()
     first = int(rows["seq"][0])
     if last and first != last + 1:
         raise InvalidParameter(f"replicated records start at {first}, expected {last + 1}")
     store._check_open(int(rows["time_ms"].max()))
-    rows = rows.copy()
-    replay.apply_block(store.ring, store.backlog, rows, np.frombuffer(heap, np.uint8))
-    store.staged.stage(rows, heap if (rows["type"] == RecordType.MESSAGE).any() else b"")
+    types = rows["type"]
+    if (types == _MESSAGE).all():  # the common case: a batch of sends
+        replay.place(store.ring, store.backlog, rows, np.frombuffer(heap, np.uint8))
+        store.staged.stage(rows, heap)
+    else:
+        replay.apply_block(store.ring, store.backlog, rows, np.frombuffer(heap, np.uint8))
+        store.staged.stage(rows, heap if (types == _MESSAGE).any() else b"")
     store._next_seq = int(rows["seq"][-1]) + 1
     store._last_epoch = int(rows["epoch"][-1])
     store.epoch = max(store.epoch, int(rows["epoch"].max()))
