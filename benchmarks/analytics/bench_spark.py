@@ -1,6 +1,6 @@
 """Per-minute throughput aggregation: the zmqueue data source vs the same records as Parquet.
 
-    python -m benchmarks.analytics.bench_spark [--records 10000000] [--runs 3] [--out docs/perf/analytics.md]
+    python -m benchmarks.analytics.bench_spark [--records 10000000] [--runs 9] [--out docs/perf/analytics.md]
 
 Generates the log with the storage engine (fsync never) in a temporary
 directory, converts the records the aggregation reads to Parquet once, then
@@ -212,7 +212,7 @@ Rerun:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=10_000_000)
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--budget-s", type=float, default=240.0)
     ap.add_argument("--out", default=None, help="write the markdown report here (docs/perf/analytics.md)")
     ap.add_argument("--work", default=None, help="work directory (default: a temporary one, removed)")
