@@ -96,9 +96,13 @@ def _keep(table: np.ndarray, opts: ReadOptions) -> np.ndarray | None:
         m = table["time_ms"] < opts.until_ms
         mask = m if mask is None else mask & m
     if opts.types is not None:
-        wanted = np.zeros(256, dtype=bool)
-        wanted[list(opts.types)] = True
-        m = wanted[table["type"]]
+        if len(opts.types) == 1:
+            [only] = opts.types
+            m = table["type"] == only
+        else:
+            wanted = np.zeros(256, dtype=bool)
+            wanted[list(opts.types)] = True
+            m = wanted[table["type"]]
         mask = m if mask is None else mask & m
     return mask
 

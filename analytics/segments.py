@@ -164,10 +164,12 @@ def decode_payload(header: BlockHeader, comp: bytes) -> Block:
     heap = memoryview(raw)[n * RECORD_BYTES:].tobytes()
     seqs = table["seq"]
     if int(seqs[0]) != header.first_seq or int(seqs[-1]) != header.last_seq or (
-            n > 1 and not bool(np.all(np.diff(seqs.astype(np.int64)) > 0))):
+            n > 1 and not bool((seqs[1:] > seqs[:-1]).all())):
         raise ValueError("record seqs do not match the header")
-    ends = table["data_off"].astype(np.int64) + table["body_len"] + table["attr_len"]
-    if int(ends.max()) > len(heap):
+    off, body, attr = table["data_off"], table["body_len"], table["attr_len"]
+    # the sum of the maxima bounds every record's end; the exact check only when it does not fit
+    if int(off.max()) + int(body.max()) + int(attr.max()) > len(heap) and int(
+            (off.astype(np.int64) + body + attr).max()) > len(heap):
         raise ValueError("record points past the heap")
     return Block(header, table, heap)
 

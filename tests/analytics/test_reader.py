@@ -13,7 +13,14 @@ import pytest
 from analytics.blob import decode_blob
 from analytics.layout import find_host_dirs, plan_units
 from analytics.reader import read_table
-from analytics.segments import HEADER_BYTES, iter_blocks, lz4_decompress
+from analytics.segments import (
+    HEADER_BYTES,
+    RECORD_DTYPE,
+    BlockHeader,
+    decode_payload,
+    iter_blocks,
+    lz4_decompress,
+)
 from zmqueue.dataplane.storage import NewMessage, PartitionStore, StorageConfig
 
 T0 = 1_767_225_600_000
@@ -192,3 +199,26 @@ def test_small_blocks_are_combined_into_bigger_batches_in_log_order(tmp_path: Pa
     assert seqs == [*range(1, 11), None, *range(16, 31)]
     with pytest.raises(ValueError, match="batchRows"):
         list(iter_batches([tmp_path], ["seq"], batchRows="0"))
+
+
+def _payload(records: list[tuple[int, int, int]], heap: bytes) -> tuple[BlockHeader, bytes]:
+    import crc32c
+    import lz4.block
+    import numpy as np
+
+    table = np.zeros(len(records), RECORD_DTYPE)
+    table["type"], table["rec_version"], table["seq"] = 1, 1, np.arange(1, len(records) + 1)
+    for i, (off, body, attr) in enumerate(records):
+        table[i]["data_off"], table[i]["body_len"], table[i]["attr_len"] = off, body, attr
+    raw = table.tobytes() + heap
+    comp = lz4.block.compress(raw, store_size=False)
+    return BlockHeader(0, len(records), 1, len(records), len(raw), len(comp), crc32c.crc32c(comp)), comp
+
+
+def test_heap_bounds_are_checked_per_record() -> None:
+    # the largest offset, body and attributes belong to different records: every record fits
+    header, comp = _payload([(0, 10, 0), (10, 2, 8), (20, 0, 0)], b"h" * 20)
+    assert len(decode_payload(header, comp).table) == 3
+    header, comp = _payload([(0, 10, 0), (10, 2, 9)], b"h" * 20)
+    with pytest.raises(ValueError, match="past the heap"):
+        decode_payload(header, comp)
