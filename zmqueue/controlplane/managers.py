@@ -39,8 +39,15 @@ from zmqueue.errors import ConsulUnavailable
 
 log = logging.getLogger(__name__)
 
-WATCH_WAIT_S = 1.0
-"""Blocking-query wait: also the longest a health change goes unnoticed."""
+WATCH_WAIT_S = 2.0
+"""Blocking-query wait of a host holding a manager role: also the longest a
+health change goes unnoticed (a host counts as failed only after
+``fleetview.FAILOVER_GRACE_S`` anyway)."""
+IDLE_WATCH_WAIT_S = 5.0
+"""The same for a host holding no role: it only waits for a role to fall
+free, and a lock released by a dead holder changes the KV tree, which ends
+the blocking query at once. (Each round reads and parses the whole tree:
+GIL time the request loop's latency tail pays for.)"""
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,7 @@ class ManagerRoles(threading.Thread):
     def __init__(self, cfg: RolesConfig) -> None:
         super().__init__(name="manager-roles", daemon=True)
         self.cfg = cfg
-        self.client = ConsulClient(cfg.consul, cfg.timeout_s + WATCH_WAIT_S)
+        self.client = ConsulClient(cfg.consul, cfg.timeout_s + IDLE_WATCH_WAIT_S)
         self.directory = QueueDirectory(self.client)
         self.session = Session(self.client, cfg.node, cfg.service_id)
         self.grace = HealthGrace(cfg.failover_grace_s)
@@ -105,7 +112,8 @@ class ManagerRoles(threading.Thread):
             if prev is None or key not in prev.sessions:
                 try_acquire(self.client, key, sid, self.cfg.node)
         index = prev.index if prev is not None else None
-        snap = self.directory.snapshot(index, WATCH_WAIT_S) if index else self.directory.snapshot()
+        wait = WATCH_WAIT_S if self.held else IDLE_WATCH_WAIT_S
+        snap = self.directory.snapshot(index, wait) if index else self.directory.snapshot()
         if prev is not None:
             snap = Snapshot(snap.index, keep_last_good(prev.state, snap.state, snap.problems),
                             snap.problems, snap.hosts, snap.sessions)
