@@ -169,8 +169,7 @@ def storage_summary() -> str:
     path = DOCS / "perf" / "storage.md"
     if not path.exists():
         return "_(docs/perf/storage.md is not written yet)_"
-    m = re.search(r"(^\|.*\|\n)+", path.read_text(), re.M)
-    return m.group(0).rstrip() if m else "_(no table found in docs/perf/storage.md)_"
+    return _tables_headed("storage.md", "| measure |") or "_(no table found in docs/perf/storage.md)_"
 
 
 def _first_table(name: str) -> str:
@@ -267,7 +266,7 @@ def write_all(results: list[dict[str, Any]], command: str) -> None:
         "security": _first_table("security.md") or "_(not measured yet)_",
         "commit": code_commit(),
         "load": _load_range(results),
-        "analytics": ("See [docs/perf/analytics.md](perf/analytics.md)."
+        "analytics": (prose.ANALYTICS
                       if (DOCS / "perf" / "analytics.md").exists() else "_(not measured yet)_"),
         "promises": prose.PROMISES, "method": prose.METHOD.format(runs=runs),
         "jsonl": "\n".join(json.dumps(r, sort_keys=True, default=str) for r in results),
