@@ -214,12 +214,15 @@ ANALYTICS = """\
 See [docs/perf/analytics.md](perf/analytics.md) (`python -m benchmarks.analytics.bench_spark
 --out docs/perf/analytics.md`). Per-minute throughput aggregation over 10M
 MESSAGE records, read through the zmqueue Spark data source vs the same rows
-as Parquet, `local[2]`, medians of 9 alternating runs: **34%** of Parquet's
-speed (source 1.47 s = 6.8 M records/s, Parquet 0.50 s = 20.1 M records/s;
-target ≥ 35%, **missed narrowly**). Two earlier invocations on the same tree
-(1-min load 1.7-2.3) gave 35% and 34%. Issue #8 started at 22% (6.05 s vs 1.32 s,
-under load 6-8). CPU per query: source 2.48 s (JVM task threads 1.61, rest of
-the JVM 0.40, Python workers 0.47), Parquet 0.84 s. The Python side went from
+as Parquet, `local[2]`, medians of 9 alternating runs: **38%** of Parquet's
+speed (source 1.39 s = 7.2 M records/s, Parquet 0.53 s = 18.8 M records/s;
+target ≥ 35%: **met** on a quiet machine). Five invocations on the same
+reader gave 35%, 34%, 34% (1-min load 1.7-2.3), 37% and 38% (load 0.3-1.5):
+median 35%, and the CPU ratio (Parquet's CPU per query over the source's)
+is 34-39%. Issue #8 started at 22% (6.05 s vs 1.32 s,
+under load 6-8). CPU per query (this page's run): source 2.36 s (JVM task
+threads 1.56, rest of the JVM 0.32, Python workers 0.48), Parquet 0.93 s.
+The Python side went from
 ~2.2 s to 0.47 s (LZ4 into pooled buffers instead of a fresh `bytes` a block:
 page faults were 6x the decompression; no pandas import via `pa.array`;
 worker heap frozen against the per-task `gc.collect()`; cheaper checks); the
