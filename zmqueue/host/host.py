@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+import consul
 import zmq
 from prometheus_client import CollectorRegistry
 
@@ -198,6 +199,7 @@ class Host:
         self._write_info(endpoints)
         cache.service_id = reg.service_id
         cache.start()
+        self._drop_stale_sessions()
         self.leadership = Leadership(
             cfg.consul, cfg.consul_timeout_ms / 1000, cfg.node,
             # the host's own checks only: hosts talk to shared Consul agents, and
@@ -212,6 +214,30 @@ class Host:
                                               cfg.consul_timeout_ms / 1000))
         self.roles.start()
         log.info("host %s (cluster %s) serving on %s", cfg.node, cfg.cluster, endpoints)
+
+    def _drop_stale_sessions(self) -> None:
+        """Destroy the Consul sessions of an earlier run of this node.
+
+        A host killed and restarted within a check interval re-registers the
+        same checks, which pass again, so its old sessions never go critical:
+        they keep its writer and manager locks until their TTL runs out (10 s,
+        up to twice that in Consul). This process holds the node's data
+        directory lock and has created no session yet, so every session under
+        the node's name belongs to a dead process."""
+        node = self.config.node
+        name = f"zmqueue-{node}"
+        client = ConsulClient(self.config.consul, self.config.consul_timeout_ms / 1000,
+                              agent_local=True)
+        try:
+            _, sessions = client.call(lambda c: c.session.list())
+            for s in sessions or []:
+                if s.get("Name") == name:
+                    sid = str(s.get("ID"))
+                    client.call(lambda c: c.session.destroy(sid))  # noqa: B023
+                    log.info("destroyed session %s left by an earlier run of %s", sid, node)
+        except (ConsulUnavailable, consul.ConsulException) as exc:
+            log.warning("could not clear the sessions of an earlier run (their locks are "
+                        "freed when their TTL runs out): %s", exc)
 
     def _apply_snapshot(self, snap: Snapshot, forward: bool) -> None:
         assert self.hooks is not None
