@@ -32,6 +32,7 @@ from zmqueue.dataplane.forwarder import Forwarder
 from zmqueue.dataplane.pushing import Pusher
 from zmqueue.dataplane.replication import Replicator
 from zmqueue.dataplane.storage import StorageConfig
+from zmqueue.dataplane.storage.store import STATS_KEYS
 from zmqueue.dataplane.stream import LEASE_S, PendingAck, Role, Stream
 from zmqueue.dataplane.streamset import StreamSet
 from zmqueue.dataplane.topology import FIFO_ORIGIN, Metadata, PartKey, StreamKey
@@ -412,7 +413,7 @@ class QueueService:
         part = self._part(req, body, now)
         if part is None:
             return DEFERRED
-        total: dict[str, int] = {}
+        total = dict.fromkeys(STATS_KEYS, 0)  # zeros while this host has no stream of it yet
         own = bool(body.get("own"))
         streams = self.readable_streams(part) if own else self.set.partition_streams(part)
         for st in streams:

@@ -44,6 +44,11 @@ from zmqueue.errors import InternalError
 __all__ = ["PartitionStore", "PartitionStoreProtocol"]
 
 
+STATS_KEYS = ("visible", "in_flight", "delayed", "oldest_age_ms", "total", "bytes", "backlog_on_disk")
+"""The counters of :meth:`PartitionStore.stats` (a partition with no stream on
+a host reports them as zeros)."""
+
+
 class PartitionStore:
     """Ring buffer + segment log for one partition (see the package docstring)."""
 
@@ -304,7 +309,8 @@ class PartitionStore:
         return self.ring.live_bytes + self.backlog.bytes
 
     def stats(self, now_ms: int) -> dict[str, int]:
-        """Counts; messages only on disk (backlog_on_disk) are counted as visible."""
+        """Counts (the keys of :data:`STATS_KEYS`); messages only on disk
+        (backlog_on_disk) are counted as visible."""
         counts = select.ring_counts(self.ring, now_ms)
         on_disk = self.backlog.count - len(self.backlog.gone)
         counts["visible"] += on_disk
