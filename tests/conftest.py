@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pytest
 
@@ -162,15 +162,36 @@ class QueueCluster:
         self.factory.stop_all()
 
 
+class Cluster(Protocol):
+    factory: HostFactory
+
+    def start(self) -> Any: ...
+
+    def stop(self) -> None: ...
+
+
+C = TypeVar("C", bound=Cluster)
+
+
+@contextlib.contextmanager
+def started(cluster: C) -> Iterator[C]:
+    """``cluster`` started for a module's tests; its hosts' logs printed if
+    anything fails, and every process stopped by pid at the end."""
+    try:
+        cluster.start()
+        yield cluster
+    except BaseException:
+        print(cluster.factory.logs())
+        raise
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture(scope="module")
 def qcluster(consul_agent: ConsulAgent, tmp_path_factory: pytest.TempPathFactory) -> Iterator[QueueCluster]:
     """Two hosts and a client, shared by the tests of one module."""
-    qc = QueueCluster(consul_agent, tmp_path_factory.mktemp("qcluster"), 2)
     try:
-        yield qc.start()
-    except BaseException:
-        print(qc.factory.logs())
-        raise
+        with started(QueueCluster(consul_agent, tmp_path_factory.mktemp("qcluster"), 2)) as qc:
+            yield qc
     finally:
-        qc.stop()
         _wipe_consul(consul_agent)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import QueueCluster, running_agent
+from tests.conftest import QueueCluster, running_agent, started
 from tests.security.harness import SecureCluster
 from zmqueue.localcluster import ConsulAgent
 
@@ -23,25 +23,13 @@ def private_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsulAg
 @pytest.fixture(scope="module")
 def secure(private_agent: ConsulAgent, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]:
     """Two CURVE-secured hosts (with an at-rest key dir) and clients alice and bob."""
-    sc = SecureCluster(private_agent, tmp_path_factory.mktemp("secure"))
-    try:
-        yield sc.start()
-    except BaseException:
-        print(sc.factory.logs())
-        raise
-    finally:
-        sc.stop()
+    with started(SecureCluster(private_agent, tmp_path_factory.mktemp("secure"))) as sc:
+        yield sc
 
 
 @pytest.fixture(scope="module")
 def plain_cluster(private_agent: ConsulAgent, tmp_path_factory: pytest.TempPathFactory
                   ) -> Iterator[QueueCluster]:
     """Two plaintext hosts and a client (like ``qcluster``, on the private agent)."""
-    qc = QueueCluster(private_agent, tmp_path_factory.mktemp("plain"), 2)
-    try:
-        yield qc.start()
-    except BaseException:
-        print(qc.factory.logs())
-        raise
-    finally:
-        qc.stop()
+    with started(QueueCluster(private_agent, tmp_path_factory.mktemp("plain"), 2)) as qc:
+        yield qc
