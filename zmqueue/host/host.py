@@ -226,8 +226,8 @@ class Host:
         the node's name belongs to a dead process."""
         node = self.config.node
         name = f"zmqueue-{node}"
-        client = ConsulClient(self.config.consul, self.config.consul_timeout_ms / 1000,
-                              agent_local=True)
+        assert self.registrar is not None, "register first"
+        client = self.registrar.client
         try:
             _, sessions = client.call(lambda c: c.session.list())
             for s in sessions or []:
