@@ -99,13 +99,17 @@ class Frame:
 
     @property
     def is_error(self) -> bool:
-        return bool(self.flags & Flags.ERROR)
+        return self.flags in ERROR_FLAGS
 
 
 _COMMANDS: dict[int, Command] = {int(c): c for c in Command}
 _FLAGS: tuple[Flags, ...] = tuple(Flags(i) for i in range(8))
 """Lookup tables for :func:`decode` (an Enum call costs about a microsecond,
 several times per request on both sides)."""
+ERROR_FLAGS = frozenset(f for f in _FLAGS if f & Flags.ERROR)
+PUSH_FLAGS = frozenset(f for f in _FLAGS if f & Flags.PUSH)
+NOT_REQUEST_FLAGS = frozenset(f for f in _FLAGS if f & (Flags.REPLY | Flags.PUSH))
+"""Flag sets for membership tests (``flags & Flags.X`` runs Python-level Flag code)."""
 
 
 def _pack(body: Any) -> bytes:

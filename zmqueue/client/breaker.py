@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from zmqueue.errors import Unavailable
 
@@ -60,6 +58,8 @@ class CircuitBreaker:
 
     def before(self) -> None:
         """Raise CircuitOpen unless a request may go now."""
+        if self.state == self.CLOSED:
+            return  # the common case, without the lock (a stale read only delays a trip)
         with self.lock:
             if self.state == self.CLOSED:
                 return
@@ -74,6 +74,8 @@ class CircuitBreaker:
                               f"probing again in {retry} ms", endpoint=self.endpoint, retry_after_ms=retry)
 
     def success(self) -> None:
+        if self.state == self.CLOSED and not self.failures and not self.probing:
+            return  # the common case: nothing to change (reads of plain attributes)
         with self.lock:
             self.failures = 0
             self.probing = False
@@ -89,22 +91,42 @@ class CircuitBreaker:
 
 
 class Bulkhead:
+    """A counting semaphore with a deadline, written for the uncontended case
+    (one lock round trip to take a slot, one to give it back), which is every
+    request of a client that stays under ``max_concurrent``."""
+
     def __init__(self, endpoint: str, max_concurrent: int = MAX_CONCURRENT,
                  wait_s: float = BULKHEAD_WAIT_S) -> None:
         self.endpoint = endpoint
         self.limit = max_concurrent
         self.wait_s = wait_s
-        self.sem = threading.BoundedSemaphore(max_concurrent)
+        self.in_flight = 0
+        self.waiting = 0
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
 
-    @contextmanager
-    def slot(self) -> Iterator[None]:
-        if not self.sem.acquire(timeout=self.wait_s):
-            raise BulkheadFull(f"{self.limit} requests to {self.endpoint} are already in flight from "
-                               "this client", endpoint=self.endpoint, limit=self.limit)
-        try:
-            yield
-        finally:
-            self.sem.release()
+    def slot(self) -> Bulkhead:
+        """``with bulkhead.slot():`` holds one slot for the block."""
+        return self
+
+    def __enter__(self) -> None:
+        with self.lock:
+            if self.in_flight >= self.limit:
+                self.waiting += 1
+                try:
+                    free = self.cond.wait_for(lambda: self.in_flight < self.limit, self.wait_s)
+                finally:
+                    self.waiting -= 1
+                if not free:
+                    raise BulkheadFull(f"{self.limit} requests to {self.endpoint} are already in flight "
+                                       "from this client", endpoint=self.endpoint, limit=self.limit)
+            self.in_flight += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self.lock:
+            self.in_flight -= 1
+            if self.waiting:
+                self.cond.notify()
 
 
 class Guards:
@@ -115,12 +137,18 @@ class Guards:
         self.args = (failure_threshold, reset_timeout_s, max_concurrent, wait_s)
         self.breakers: dict[str, CircuitBreaker] = {}
         self.bulkheads: dict[str, Bulkhead] = {}
+        self.pairs: dict[str, tuple[CircuitBreaker, Bulkhead]] = {}
+        """Read without the lock (a dict lookup is atomic); written under it."""
         self.lock = threading.Lock()
 
     def for_endpoint(self, endpoint: str) -> tuple[CircuitBreaker, Bulkhead]:
+        pair = self.pairs.get(endpoint)
+        if pair is not None:
+            return pair
         with self.lock:
             b = self.breakers.get(endpoint)
             if b is None:
                 b = self.breakers[endpoint] = CircuitBreaker(endpoint, self.args[0], self.args[1])
                 self.bulkheads[endpoint] = Bulkhead(endpoint, self.args[2], self.args[3])
-            return b, self.bulkheads[endpoint]
+            pair = self.pairs[endpoint] = (b, self.bulkheads[endpoint])
+            return pair

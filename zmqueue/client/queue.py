@@ -146,6 +146,9 @@ class Queue:
              delay: int | None = None, group_id: str | None = None,
              dedup_id: str | None = None) -> str:
         """Send one message; returns its id (the original id for a FIFO duplicate)."""
+        if (isinstance(body, bytes) and not attributes and delay is None and group_id is None
+                and dedup_id is None):
+            return self.send_batch([body])[0]  # a body alone: the plain batch path
         return self.send_batch([OutgoingMessage(body, attributes, delay, group_id, dedup_id)])[0]
 
     def send_batch(self, items: Iterable[bytes | str | OutgoingMessage]) -> list[str]:

@@ -18,7 +18,7 @@ import zmq
 
 from zmqueue import protocol
 from zmqueue.errors import ProtocolError, RequestTimeout, ZmqueueError, from_wire
-from zmqueue.protocol import Command, Flags, Frame, new_request_id
+from zmqueue.protocol import Command, Frame, new_request_id
 
 PushHandler = Callable[[Frame], None]
 
@@ -41,6 +41,9 @@ class Connection:
                 self.sock.close(linger=0)
                 raise
         self.sock.connect(endpoint)
+        self.poller = zmq.Poller()
+        self.poller.register(self.sock, zmq.POLLIN)
+        """Kept for the connection's life (``Socket.poll`` builds a new Poller per call)."""
         self.on_push = on_push
         self._next_id = new_request_id()
         self.lock = threading.RLock()
@@ -70,8 +73,8 @@ class Connection:
                     raise RequestTimeout(
                         f"{command.name} to {self.endpoint} got no reply within {timeout_ms} ms",
                         endpoint=self.endpoint, timeout_ms=timeout_ms)
-                if frame.request_id == rid and frame.command == command:
-                    if frame.is_error:
+                if frame.request_id == rid and frame.command is command:
+                    if frame.flags in protocol.ERROR_FLAGS:
                         raise from_wire(frame.body)
                     return frame.body
 
@@ -79,14 +82,14 @@ class Connection:
         """Next reply frame before ``deadline``; pushes are handed to on_push."""
         while True:
             remaining = int((deadline - time.monotonic()) * 1000)
-            if remaining < 0 or not self.sock.poll(remaining):
+            if remaining < 0 or not self.poller.poll(remaining):
                 return None
             data = self.sock.recv()
             try:
                 frame = protocol.decode(data)
             except ProtocolError:
                 continue
-            if frame.flags & Flags.PUSH:
+            if frame.flags in protocol.PUSH_FLAGS:
                 if self.on_push is not None:
                     self.on_push(frame)
                 continue

@@ -144,7 +144,7 @@ class Dispatcher:
             self.counters["malformed"] += 1
             self._reply_malformed(sock, identity, payload, exc)
             return
-        if frame.flags & (protocol.Flags.REPLY | protocol.Flags.PUSH):
+        if frame.flags in protocol.NOT_REQUEST_FLAGS:
             self.counters["unexpected_reply"] += 1
             return
         self.counters["requests"] += 1

@@ -21,7 +21,7 @@ from __future__ import annotations
 import errno
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import zmq
 
@@ -35,6 +35,13 @@ POLL_MAX_MS = 50
 
 
 NOTHING_READY: frozenset[zmq.Socket[bytes]] = frozenset()
+
+_NOBLOCK = int(zmq.NOBLOCK)
+_NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
+_RCVMORE = int(zmq.RCVMORE)
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
+"""Plain ints: pyzmq's flag enums run Python-level ``|``/``&`` code on every call."""
 
 
 class LoopHooks(Protocol):
@@ -158,12 +165,22 @@ class RequestLoop:
         if self.sockets.secure:
             self._drain_secure(sock, name)
             return
+        handle = self.dispatcher.handle
+        recv = sock.recv
+        more = sock.getsockopt
         for _ in range(DRAIN_MAX):
+            # the poll said readable; after each message EVENTS says whether
+            # another is queued (a recv on an empty socket raises zmq.Again,
+            # whose construction costs several microseconds per iteration)
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
+                frames = [recv(_NOBLOCK)]
+                while more(_RCVMORE):
+                    frames.append(recv(_NOBLOCK))
             except zmq.Again:
                 return
-            self.dispatcher.handle(name, frames)
+            handle(name, frames)
+            if not cast(int, more(_EVENTS)) & _POLLIN:
+                return
 
     def _drain_secure(self, sock: zmq.Socket[bytes], name: str) -> None:
         """Like _drain, with the identity ZAP gave the connection."""
@@ -180,9 +197,12 @@ class RequestLoop:
             self.dispatcher.handle(name, [p.bytes for p in parts], user)
 
     def _send_all(self) -> None:
+        by_name = self.sockets.by_name
         for name, identity, payload in self.dispatcher.outbox.take():
+            sock = by_name[name]
             try:
-                self.sockets.by_name[name].send_multipart([identity, payload], zmq.NOBLOCK)
+                sock.send(identity, _NOBLOCK_MORE)
+                sock.send(payload, _NOBLOCK)
             except zmq.Again:
                 self.dispatcher.counters["reply_dropped_hwm"] += 1
             except zmq.ZMQError:
