@@ -104,3 +104,28 @@ def test_append_batch_refuses_columns_of_the_wrong_length(tmp_path: Path):
             store.append_batch([b"a", b"b"], 0, group_hashes=np.array([1], np.uint64))
         assert store.append_batch([], 0) == range(0)
         assert store.last_seq == 0  # nothing was staged by the refused calls
+
+
+@pytest.mark.parametrize(("epoch", "delay", "body_len"), [(0, 0, 100), (7, 0, 0), (2**40, 900_000, 5)])
+def test_a_single_plain_message_is_written_as_the_columnar_path_writes_it(epoch, delay, body_len):
+    """Single sends take a struct-packed row in the record table and the ring;
+    it must equal the first row the numpy path writes for a larger batch."""
+    from zmqueue.dataplane.storage.batch import pack
+    from zmqueue.dataplane.storage.ring import Ring
+
+    ids = bytes(range(16)) + bytes(range(16, 32))
+    bodies = [b"b" * body_len, b"b" * body_len]
+    one = pack(bodies[:1], ids[:16], None, None, delay)
+    two = pack(bodies, ids, None, None, delay)
+    now = 1_700_000_000_123
+    assert (message_table(one, 41, epoch, now).tobytes()
+            == message_table(two, 41, epoch, now)[:1].tobytes())
+    rings = Ring(8, 4096), Ring(8, 4096)
+    for ring in rings:  # something in front, so offsets and slots are not 0
+        ring.insert_packed(1, pack([b"zz"], b"\1" * 16, None, None, 0), 40, now - 5, 2)
+    rings[0].insert_packed(1, one, 41, now, body_len)
+    rings[1].insert_packed(2, two, 41, now, 2 * body_len)
+    assert rings[0].meta[:2].tobytes() == rings[1].meta[:2].tobytes()
+    assert rings[0].arena[:2 + body_len].tobytes() == rings[1].arena[:2 + body_len].tobytes()
+    r = rings[0]
+    assert (r.n, r.top, r.live, r.live_bytes) == (2, 2 + body_len, 2, 2 + body_len)

@@ -31,6 +31,8 @@ from zmqueue.dataplane.storage.model import MESSAGE_ID_BYTES, NewMessage
 from zmqueue.dataplane.storage.records import (
     RECORD_BYTES,
     RECORD_DTYPE,
+    RECORD_STRUCT,
+    RECORD_VERSION,
     RecordBuffer,
     RecordType,
     Table,
@@ -206,9 +208,16 @@ def fill(
     """Write the MESSAGE records of ``batch`` into rows ``row ..`` of ``buf``,
     seqs from ``seq0``, ``data_off`` from ``heap_base``."""
     n = batch.n
+    body_len = batch.body_len
+    delay = batch.delay_ms
+    if n == 1 and isinstance(body_len, int) and isinstance(delay, int) and batch.group_hashes is None:
+        # one plain message (single sends): one struct write instead of ~10 numpy calls
+        RECORD_STRUCT.pack_into(buf.mem, row * RECORD_BYTES, RecordType.MESSAGE, RECORD_VERSION, 0,
+                                body_len, epoch, seq0, 0, batch.message_ids, now_ms, now_ms + delay,
+                                0, 0, 0, heap_base, 0)
+        return
     end = row + n
     w64 = buf.w64[row:end]
-    body_len = batch.body_len
     if isinstance(body_len, int):
         buf.mem[row * RECORD_BYTES : end * RECORD_BYTES] = _Template.take_uniform(n, body_len)[
             : n * RECORD_BYTES
@@ -235,7 +244,6 @@ def fill(
         w64[:, _W64_EPOCH] = epoch
     np.add(arange[:n], seq0, out=w64[:, _W64_SEQ])
     buf.ids[row:end] = np.frombuffer(batch.message_ids, _ID16)
-    delay = batch.delay_ms
     if isinstance(delay, int):
         if delay:
             times = buf.i64[row:end]

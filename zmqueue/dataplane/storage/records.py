@@ -97,6 +97,9 @@ assert RECORD_DTYPE.itemsize == 88
 Table = npt.NDArray[np.void]
 Buffer = bytes | bytearray | memoryview  # contiguous bytes (lz4 and crc32c take any)
 RECORD_BYTES = RECORD_DTYPE.itemsize
+RECORD_STRUCT = struct.Struct("<BBHIQQQ16sqqQIIII")
+"""One record as a struct (for writing a single row without numpy calls)."""
+assert RECORD_STRUCT.size == RECORD_BYTES
 WORDS = RECORD_BYTES // 8  # 11 u64 words per record
 
 

@@ -37,6 +37,7 @@ from zmqueue.dataplane.storage import batch
 from zmqueue.dataplane.storage.records import (
     RECORD_BYTES,
     RECORD_DTYPE,
+    RECORD_STRUCT,
     RECORD_VERSION,
     WORDS,
     RecordBuffer,
@@ -45,10 +46,7 @@ from zmqueue.dataplane.storage.records import (
 )
 from zmqueue.dataplane.storage.ring import MetaRows
 
-# the record layout of records.py as one struct (asserted against the dtype below)
-RECORD_STRUCT = struct.Struct("<BBHIQQQ16sqqQIIII")
 _U64 = struct.Struct("<Q")
-assert RECORD_STRUCT.size == RECORD_BYTES
 assert RECORD_DTYPE.names is not None and len(RECORD_DTYPE.names) == 15
 # u64 word / u32 half-word positions used by the column writes
 _W64_EPOCH, _W64_SEQ, _W64_TARGET, _W64_TIME, _W64_VISIBLE, _W64_COUNT = 1, 2, 3, 6, 7, 9
