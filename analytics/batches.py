@@ -59,7 +59,8 @@ _BLOB_COLUMNS = {"group_id", "dedup_id", "client_id", "dlq_source", "carried_rec
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """What to read: columns, a time range (Unix ms, half-open) and record types."""
+    """What to read: columns (those in ``not_null`` declared non-nullable, as Spark was
+    told), a time range (Unix ms, half-open) and record types."""
 
     columns: list[str]
     since_ms: int | None = None
@@ -67,6 +68,7 @@ class ReadOptions:
     types: frozenset[int] | None = None
     keys: KeyRing | None = None
     batch_rows: int = DEFAULT_BATCH_ROWS
+    not_null: frozenset[str] = frozenset()
     blob_cache: dict[bytes, Fields] = field(default_factory=dict, compare=False)
 
 
@@ -143,7 +145,7 @@ def block_batch(unit: ReadUnit, block: Block, opts: ReadOptions) -> pa.RecordBat
     }
     arrays = [blobs.column(c) if blobs is not None and c in _BLOB_COLUMNS else makers[c]()
               for c in opts.columns]
-    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(opts.columns))
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(opts.columns, opts.not_null))
 
 
 def _first_byte_sealed(table: np.ndarray, heap: bytes, off: np.ndarray, size: np.ndarray) -> np.ndarray:
@@ -181,12 +183,13 @@ def _payloads(table: np.ndarray, heap: bytes, queue: str, keys: KeyRing | None) 
     return pa.array(out, pa.binary())
 
 
-def bad_block_batch(unit: ReadUnit, bad: BadBlock, columns: list[str]) -> pa.RecordBatch:
+def bad_block_batch(unit: ReadUnit, bad: BadBlock, columns: list[str],
+                    not_null: frozenset[str] = frozenset()) -> pa.RecordBatch:
     values: dict[str, Any] = {"host": unit.host, "queue": unit.queue, "partition": unit.partition,
                               "origin": unit.origin, "segment": os.path.basename(unit.path),
                               "block_offset": bad.offset, "corrupt": bad.reason}
     arrays = [pa.array([values.get(c)], type=arrow_schema([c]).field(0).type) for c in columns]
-    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(columns))
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(columns, not_null))
 
 
 def read_unit(unit: ReadUnit, opts: ReadOptions) -> Iterator[pa.RecordBatch]:
@@ -200,7 +203,7 @@ def read_unit(unit: ReadUnit, opts: ReadOptions) -> Iterator[pa.RecordBatch]:
             if pending:
                 yield _concat(pending)
                 pending, rows = [], 0
-            yield bad_block_batch(unit, item, opts.columns)
+            yield bad_block_batch(unit, item, opts.columns, opts.not_null)
             continue
         batch = block_batch(unit, item, opts)
         if batch is None:

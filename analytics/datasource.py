@@ -7,6 +7,8 @@ one); each yields Arrow batches of the records of consecutive blocks
 data sources have no column pruning, so the jobs pass the columns they use).
 Filters are options (``since``, ``until``, ``queues``, ``types``), never pushed
 down: ``pushFilters`` is deliberately not implemented (docs/ANALYTICS.md).
+The never-null columns may be declared ``NOT NULL`` (analytics.schema.ddl does);
+the batches then carry the same nullability.
 
 The first read in a Python worker freezes the objects alive then (see
 :func:`freeze_worker_heap`).
@@ -26,7 +28,7 @@ from analytics.batches import read_unit
 from analytics.layout import ReadUnit
 from analytics.options import parse_options
 from analytics.reader import read_options, units_for
-from analytics.schema import ddl, default_columns
+from analytics.schema import check_not_null, ddl, default_columns
 
 FORMAT = "zmqueue"
 
@@ -57,14 +59,18 @@ class ZmqueueDataSource(DataSource):
         return ddl(default_columns(parse_options(self.options).payload))
 
     def reader(self, schema: StructType) -> ZmqueueReader:
-        return ZmqueueReader(dict(self.options), [f.name for f in schema.fields])
+        not_null = frozenset(f.name for f in schema.fields if not f.nullable)
+        return ZmqueueReader(dict(self.options), [f.name for f in schema.fields], not_null)
 
 
 class ZmqueueReader(DataSourceReader):
-    def __init__(self, options: dict[str, str], columns: list[str]) -> None:
+    def __init__(self, options: dict[str, str], columns: list[str],
+                 not_null: frozenset[str] = frozenset()) -> None:
         self.options = options
         ddl(columns)  # refuses unknown columns early, on the driver
+        check_not_null(not_null)
         self.columns = columns
+        self.not_null = not_null
 
     def partitions(self) -> Sequence[InputPartition]:
         units = units_for(parse_options(self.options))
@@ -72,7 +78,7 @@ class ZmqueueReader(DataSourceReader):
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
         freeze_worker_heap()
-        ropts = read_options(parse_options(self.options), self.columns)
+        ropts = read_options(parse_options(self.options), self.columns, self.not_null)
         unit = partition.value
         assert isinstance(unit, ReadUnit), f"unexpected partition {partition!r}"
         yield from read_unit(unit, ropts)

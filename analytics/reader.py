@@ -22,10 +22,11 @@ def units_for(opts: SourceOptions) -> list[ReadUnit]:
     return plan_units(opts.paths, opts.split_bytes, set(opts.queues) if opts.queues else None)
 
 
-def read_options(opts: SourceOptions, columns: list[str] | None = None) -> ReadOptions:
+def read_options(opts: SourceOptions, columns: list[str] | None = None,
+                 not_null: frozenset[str] = frozenset()) -> ReadOptions:
     cols = columns if columns is not None else default_columns(opts.payload)
     keys = KeyRing(opts.key_dir) if opts.key_dir else None
-    return ReadOptions(cols, opts.since_ms, opts.until_ms, opts.types, keys, opts.batch_rows)
+    return ReadOptions(cols, opts.since_ms, opts.until_ms, opts.types, keys, opts.batch_rows, not_null)
 
 
 def iter_batches(paths: Iterable[str | Path], columns: list[str] | None = None,

@@ -1,7 +1,15 @@
 """The schema of ``spark.read.format("zmqueue")``: one row per log record.
 
 Every column is documented in docs/ANALYTICS.md. The Arrow schema here and
-the Spark DDL must agree exactly (Spark checks Arrow batches against it).
+the Spark DDL must agree exactly, nullability included (Spark checks Arrow
+batches against it).
+
+The columns every row has, a corrupt block's row included (:data:`NEVER_NULL`),
+are declared ``NOT NULL`` in the DDL the jobs and the default schema use:
+Spark then copies them out of the Arrow batches without a null check and
+hashes and compares them as grouping keys without one (docs/perf/analytics.md).
+A schema given by hand may declare them nullable; any other column declared
+``NOT NULL`` is refused.
 """
 
 from __future__ import annotations
@@ -40,21 +48,33 @@ COLUMNS: list[tuple[str, pa.DataType, str, str]] = [
 ]
 PAYLOAD_COLUMN = ("payload", pa.binary(), "BINARY", "MESSAGE: the body; only with option payload=true")
 
+# every row has these, a corrupt block's row included (analytics.batches.bad_block_batch)
+NEVER_NULL = frozenset({"host", "queue", "partition", "origin", "segment", "block_offset"})
+
 ARROW_TYPES = {name: t for name, t, _, _ in [*COLUMNS, PAYLOAD_COLUMN]}
 SQL_TYPES = {name: s for name, _, s, _ in [*COLUMNS, PAYLOAD_COLUMN]}
 ALL_COLUMNS = [c[0] for c in COLUMNS]
 
 
 def ddl(columns: list[str]) -> str:
-    """Spark DDL of the given columns (in that order)."""
+    """Spark DDL of the given columns (in that order); the :data:`NEVER_NULL` ones ``NOT NULL``."""
     unknown = [c for c in columns if c not in SQL_TYPES]
     if unknown:
         raise ValueError(f"unknown zmqueue columns {unknown}; known: {[*ALL_COLUMNS, 'payload']}")
-    return ", ".join(f"`{c}` {SQL_TYPES[c]}" for c in columns)
+    return ", ".join(f"`{c}` {SQL_TYPES[c]}{' NOT NULL' if c in NEVER_NULL else ''}" for c in columns)
 
 
-def arrow_schema(columns: list[str]) -> pa.Schema:
-    return pa.schema([pa.field(c, ARROW_TYPES[c]) for c in columns])
+def check_not_null(not_null: frozenset[str]) -> None:
+    """Refuse ``NOT NULL`` on a column that can be null (a given schema is trusted by Spark)."""
+    bad = sorted(not_null - NEVER_NULL)
+    if bad:
+        raise ValueError(f"zmqueue columns {bad} can be null (e.g. on a corrupt block's row): declare them "
+                         f"nullable; only {sorted(NEVER_NULL)} may be NOT NULL")
+
+
+def arrow_schema(columns: list[str], not_null: frozenset[str] = frozenset()) -> pa.Schema:
+    """The Arrow schema of the given columns; those in ``not_null`` non-nullable."""
+    return pa.schema([pa.field(c, ARROW_TYPES[c], nullable=c not in not_null) for c in columns])
 
 
 def default_columns(payload: bool) -> list[str]:
