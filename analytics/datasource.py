@@ -1,7 +1,9 @@
 """``spark.read.format("zmqueue")``: the segment format as a PySpark data source.
 
 One Spark partition per read unit (a segment file, or a block range of a large
-one); each yields Arrow batches of the records of consecutive blocks
+one), or with option ``minPartitions`` the log cut into that many equal
+partitions or a multiple (analytics.partitions; the jobs pass the session's
+parallelism); each yields Arrow batches of the records of consecutive blocks
 (``batchRows``, 16 Ki rows). A narrower schema given with
 ``.schema("queue STRING, time TIMESTAMP")`` reads only those columns (Python
 data sources have no column pruning, so the jobs pass the columns they use).
@@ -27,6 +29,7 @@ from pyspark.sql.types import StructType
 from analytics.batches import read_unit
 from analytics.layout import ReadUnit
 from analytics.options import parse_options
+from analytics.partitions import equal_partitions, partition_count, unit_bytes
 from analytics.reader import read_options, units_for
 from analytics.schema import check_not_null, ddl, default_columns
 
@@ -73,12 +76,18 @@ class ZmqueueReader(DataSourceReader):
         self.not_null = not_null
 
     def partitions(self) -> Sequence[InputPartition]:
-        units = units_for(parse_options(self.options))
-        return [InputPartition(u) for u in units]
+        opts = parse_options(self.options)
+        units = units_for(opts)
+        if opts.min_partitions is None:
+            return [InputPartition((u,)) for u in units]
+        total = sum(unit_bytes(u) for u in units)
+        count = partition_count(total, opts.split_bytes, opts.min_partitions)
+        return [InputPartition(tuple(p)) for p in equal_partitions(units, count)]
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
         freeze_worker_heap()
         ropts = read_options(parse_options(self.options), self.columns, self.not_null)
-        unit = partition.value
-        assert isinstance(unit, ReadUnit), f"unexpected partition {partition!r}"
-        yield from read_unit(unit, ropts)
+        units = partition.value or ()  # None: PySpark's one partition when we planned none
+        for unit in units:
+            assert isinstance(unit, ReadUnit), f"unexpected partition {partition!r}"
+            yield from read_unit(unit, ropts)

@@ -101,13 +101,17 @@ def plan_units(paths: Iterable[str | Path], split_bytes: int = DEFAULT_SPLIT_BYT
 
 
 def _split(host: str, queue: str, part: int, origin: str, seg: Path, split_bytes: int) -> list[ReadUnit]:
+    """The file as ``ceil(size / split_bytes)`` block ranges of about equal size (a range
+    starts on the first block at or past its share), or whole when it fits."""
     size = os.path.getsize(seg)
-    if size <= split_bytes:
+    parts = -(-size // split_bytes)
+    if parts <= 1:
         return [ReadUnit(host, queue, part, origin, str(seg))]
+    share = size / parts
     cuts = [0]
     for off in block_offsets(seg):
-        if off - cuts[-1] >= split_bytes:
+        if off >= share * len(cuts):
             cuts.append(off)
-    bounds = [*cuts, None]
+    bounds: list[int | None] = [*cuts, None]
     return [ReadUnit(host, queue, part, origin, str(seg), s, e) for s, e in itertools.pairwise(bounds)
             if s is not None]

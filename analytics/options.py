@@ -10,6 +10,7 @@
 | ``keyDir`` | key directory (``<queue>.key`` files) to open payloads sealed at rest | none |
 | ``splitBytes`` | files larger than this are read as several block ranges | 128 MiB |
 | ``batchRows`` | consecutive blocks are combined into Arrow batches of at least this many rows | 16384 |
+| ``minPartitions`` | this many equal partitions or a multiple (analytics.partitions) | one per file |
 
 Filters are passed as options on purpose: Spark's Python data source filter
 pushdown returned wrong results in PySpark 4.3 (see docs/ANALYTICS.md).
@@ -41,6 +42,7 @@ class SourceOptions:
     split_bytes: int = DEFAULT_SPLIT_BYTES
     key_dir: str | None = None
     batch_rows: int = DEFAULT_BATCH_ROWS
+    min_partitions: int | None = None
 
 
 def parse_time_ms(value: str) -> int:
@@ -77,6 +79,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     batch_rows = int(opts.get("batchrows") or DEFAULT_BATCH_ROWS)
     if batch_rows < 1:
         raise ValueError(f"batchRows {batch_rows} must be at least 1")
+    min_partitions = int(opts["minpartitions"]) if opts.get("minpartitions") else None
+    if min_partitions is not None and min_partitions < 1:
+        raise ValueError(f"minPartitions {min_partitions} must be at least 1")
     return SourceOptions(
         paths=paths,
         since_ms=parse_time_ms(opts["since"]) if opts.get("since") else None,
@@ -87,4 +92,5 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         split_bytes=split,
         key_dir=opts.get("keydir") or None,
         batch_rows=batch_rows,
+        min_partitions=min_partitions,
     )

@@ -19,12 +19,25 @@ JOB_COLUMNS = ["host", "queue", "partition", "origin", "record_type", "seq", "ta
 
 def load_records(spark: Any, paths: Sequence[str], columns: Sequence[str] = JOB_COLUMNS,
                  **options: str) -> DataFrame:
-    """The log records under ``paths`` (host data dirs, or parents of them)."""
+    """The log records under ``paths`` (host data dirs, or parents of them), in as many
+    equal partitions as the session runs tasks at once (option ``minPartitions``,
+    unless given: see analytics.partitions)."""
     reader = spark.read.format("zmqueue").schema(ddl(list(columns)))
+    parallelism = default_parallelism(spark)
+    if parallelism is not None and "minPartitions" not in options:
+        reader = reader.option("minPartitions", str(parallelism))
     for k, v in options.items():
         reader = reader.option(k, v)
     df: DataFrame = reader.load(list(paths))
     return df
+
+
+def default_parallelism(spark: Any) -> int | None:
+    """How many tasks the session runs at once, or None where it cannot tell (Spark Connect)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except NotImplementedError:  # a Spark Connect session has no SparkContext
+        return None
 
 
 STREAM = ["queue", "partition", "origin"]  # one log stream: its seqs are unique per replica

@@ -135,9 +135,22 @@ def check_filtered_then_unfiltered_counts(spark: Any, wl: Workload) -> None:
     assert df.where("corrupt IS NOT NULL").count() == 0
 
 
+def check_partitions_and_nullability(spark: Any, wl: Workload) -> None:
+    df = load_records(spark, [str(wl.data_dir)], ["queue", "seq", "time"])
+    assert [f.nullable for f in df.schema.fields] == [False, True, True]
+    want = sorted(df.collect())
+    for k, v in (("minPartitions", "3"), ("splitBytes", str(1 << 20))):  # equal cuts; one per file
+        read = spark.read.format("zmqueue").schema("queue STRING, seq BIGINT, time TIMESTAMP").option(k, v)
+        assert sorted(read.load(str(wl.data_dir)).collect()) == want
+    with pytest.raises(Exception, match="can be null"):
+        spark.read.format("zmqueue").schema("queue STRING, time TIMESTAMP NOT NULL").load(
+            str(wl.data_dir)).count()
+
+
 def test_spark_reports_match_what_was_sent_received_and_deleted(spark: Any, workload: Workload,
                                                                 tmp_path: Path) -> None:
     check_filtered_then_unfiltered_counts(spark, workload)
+    check_partitions_and_nullability(spark, workload)
     lag_b = make_replicas(workload, tmp_path / "data")
     out = tmp_path / "report"
     assert main(["analytics", "report", "--data", str(tmp_path / "data"), "--out", str(out),
