@@ -39,6 +39,8 @@ class DeadLetterMover:
         self.pending.setdefault(st.key, []).extend(dead)
 
     def move(self, now: int) -> None:
+        if not self.pending:
+            return
         for key in list(self.pending):
             if key in self.in_flight or self.next_try_ms.get(key, 0) > now:
                 continue

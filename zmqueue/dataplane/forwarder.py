@@ -81,6 +81,8 @@ class Forwarder:
 
     def poll(self, now_ms: int, ready: frozenset[zmq.Socket[bytes]] | None = None) -> None:
         """Replies on the sockets in ``ready`` (None: every socket), then timeouts."""
+        if not self.pending and ((ready is not None and not ready) or not self.socks):
+            return  # nothing awaited and nothing ready to read
         for sock in self.socks.values():
             while ready is None or sock in ready:
                 try:

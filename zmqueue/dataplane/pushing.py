@@ -81,6 +81,8 @@ class Pusher:
 
     def push_all(self, svc: QueueService, now: int) -> None:
         assert self.outbox is not None, "register() the service first"
+        if not self.subs:
+            return
         idle = time.monotonic() - IDLE_EXPIRY_S
         for sub_id in [i for i, s in self.subs.items() if s.last_seen < idle]:
             del self.subs[sub_id]

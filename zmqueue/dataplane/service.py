@@ -504,8 +504,11 @@ class QueueService:
 
     def flush(self) -> None:
         reported: set[StreamKey] = set()
-        order = sorted(self.dirty, key=lambda k: k not in self.dlq_targets)
-        self.dlq_targets.clear()
+        if self.dlq_targets:
+            order = sorted(self.dirty, key=lambda k: k not in self.dlq_targets)
+            self.dlq_targets.clear()
+        else:
+            order = list(self.dirty)
         for key in order:
             st = self.set.streams.get(key)
             acks = self.new_acks.pop(key, [])

@@ -133,6 +133,8 @@ class Stream:
 
     def replicated_seq(self) -> int:
         """Highest seq held by a quorum of replicas (this writer included)."""
+        if not self.follower_pos:  # R=1, or no replica has reported yet
+            return self.store.last_seq if self.quorum() <= 1 else 0
         positions = sorted([self.store.last_seq, *self.follower_pos.values()], reverse=True)
         need = self.quorum()
         return positions[need - 1] if len(positions) >= need else 0

@@ -42,6 +42,9 @@ class Waiters:
 
     def serve(self, svc: QueueService, now: int) -> int | None:
         """Answer waiters that can be; returns ms until the next due time."""
+        if not self.by_part:
+            self.total = 0
+            return None
         wake: int | None = None
         for part, q in list(self.by_part.items()):
             streams = svc.set.led_streams(part)

@@ -85,9 +85,10 @@ class HostHooks:
         self.cache.run_posted()
         wake = self.service.tick(now_ms, ready)
         if self.security is not None:
-            self.security.tick()
-        if self.leadership is not None and time.monotonic() >= self.next_update:
-            self.next_update = time.monotonic() + 0.1
+            self.security.tick(now_ms)
+        mono = time.monotonic()
+        if self.leadership is not None and mono >= self.next_update:
+            self.next_update = mono + 0.1
             svc = self.service
             cands = {k: Candidacy(r, pref) for k, (r, pref) in svc.candidacies().items()}
             self.leadership.update(cands, svc.positions())

@@ -67,12 +67,11 @@ class MetadataCache:
         self.posted.put(fn)
 
     def run_posted(self) -> None:
-        while True:
-            try:
-                fn = self.posted.get_nowait()
-            except queue.Empty:
-                return
-            fn()
+        # empty() first: get_nowait() on an empty queue raises queue.Empty, twice
+        # per loop pass (this thread is the queue's only consumer)
+        posted = self.posted
+        while not posted.empty():
+            posted.get_nowait()()
 
     @staticmethod
     def _fingerprint(snap: Snapshot) -> tuple[object, ...]:

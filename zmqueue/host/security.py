@@ -102,8 +102,8 @@ class HostSecurity:
                         servers[h.meta[name]] = pub.encode()
         self.keys.learn(servers)
 
-    def tick(self) -> None:
-        self.usage.maybe_flush(int(time.time() * 1000))
+    def tick(self, now_ms: int) -> None:
+        self.usage.maybe_flush(now_ms)
 
     def close(self) -> None:
         self.usage.flush(int(time.time() * 1000))

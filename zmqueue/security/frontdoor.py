@@ -31,6 +31,10 @@ RATE_LIMITED = frozenset({Command.SEND, Command.RECEIVE, Command.DELETE, Command
                           Command.PURGE_QUEUE, Command.QUEUE_STATS, Command.SUBSCRIBE})
 
 
+_NAMES = {c: c.name for c in Command}
+"""Command names (``Enum.name`` is a Python-level descriptor)."""
+
+
 def queue_of(frame: Frame) -> str:
     """The queue a request acts on ('' when none). For receipts, the queue
     the receipt names (the one the handler acts on), not the ``q`` field."""
@@ -94,6 +98,10 @@ class FrontDoor:
         self.queues: dict[str, QueueCounters] = {}
         self.latency = Latency()
         self.counters: Counter[str] = Counter()
+        self._last_frame: Frame | None = None
+        self._last_queue = ""
+        """The last request checked and its queue: its reply (usually the next
+        one metered) need not parse the body again."""
         self.commit = Latency()
         """Group-commit (flush + fsync) durations, under the name ``flush``."""
 
@@ -109,6 +117,7 @@ class FrontDoor:
             return None
         identity = user or authz.ANONYMOUS
         queue = queue_of(frame)
+        self._last_frame, self._last_queue = frame, queue
         if self.usage is not None and queue:
             self.usage.add(identity, queue, 1, size, 0)
         if queue:
@@ -143,8 +152,8 @@ class FrontDoor:
         """Count a reply (``result`` is the reply body, or the error)."""
         if sock != "client":
             return
-        self.latency.observe(frame.command.name, time.monotonic() - started)
-        queue = queue_of(frame)
+        self.latency.observe(_NAMES[frame.command], time.monotonic() - started)
+        queue = self._last_queue if frame is self._last_frame else queue_of(frame)
         if not queue:
             return
         c = self._q(queue)
