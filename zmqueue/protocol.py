@@ -33,6 +33,7 @@ import base64
 import hashlib
 import secrets
 import struct
+import threading
 import zlib
 from dataclasses import dataclass
 from enum import IntEnum, IntFlag
@@ -90,8 +91,12 @@ class Flags(IntFlag):
     PUSH = 4
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Frame:
+    """One decoded frame. Not frozen: a frozen dataclass's ``__init__`` costs
+    four times as much, and one is built per frame on both sides; nothing
+    changes a frame after :func:`decode`."""
+
     command: Command
     flags: Flags
     request_id: int
@@ -112,10 +117,19 @@ NOT_REQUEST_FLAGS = frozenset(f for f in _FLAGS if f & (Flags.REPLY | Flags.PUSH
 """Flag sets for membership tests (``flags & Flags.X`` runs Python-level Flag code)."""
 
 
+_packers = threading.local()
+"""One msgpack Packer per thread (``msgpack.packb`` builds a new one per call,
+about 1 us of the ~1.4 us it takes for a small body)."""
+
+
 def _pack(body: Any) -> bytes:
+    packer = getattr(_packers, "p", None)
+    if packer is None:
+        packer = _packers.p = msgpack.Packer(use_bin_type=True)
     try:
-        return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
+        return packer.pack(body)  # type: ignore[no-any-return]
     except (TypeError, ValueError, OverflowError) as exc:
+        _packers.p = None  # a failed pack may leave bytes behind: start afresh
         raise ProtocolError(f"cannot encode body: {exc}") from exc
 
 
