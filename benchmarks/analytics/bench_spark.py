@@ -110,6 +110,7 @@ def run(records: int, runs: int, budget_s: float, work: Path) -> dict[str, Any]:
     conv_s, _ = _timed(lambda: src.write.mode("overwrite").parquet(pq))
     par = spark.read.parquet(pq)
     assert par.count() == total
+    tasks = {"source": src.rdd.getNumPartitions(), "parquet": par.rdd.getNumPartitions()}
     expect = sorted(messages_per_minute(src).collect())
     assert sorted(messages_per_minute(par).collect()) == expect, "Parquet and source disagree"
     times: dict[str, list[float]] = {"source": [], "parquet": []}
@@ -136,7 +137,7 @@ def run(records: int, runs: int, budget_s: float, work: Path) -> dict[str, Any]:
             "convert_s": conv_s, "times": times, "python_rate": py_n / py_s,
             "median": med, "rate": {k: total / v for k, v in med.items()},
             "log_bytes": dir_bytes(work / "data"), "parquet_bytes": dir_bytes(Path(pq)),
-            "minutes": len(expect), "pyspark": pyspark.__version__, "machine": _machine(),
+            "minutes": len(expect), "tasks": tasks, "pyspark": pyspark.__version__, "machine": _machine(),
             "wall_s": time.perf_counter() - t_start}
 
 
@@ -152,13 +153,15 @@ def render(r: dict[str, Any], command: str) -> str:
 
 Per-minute throughput aggregation (`analytics.jobs.throughput.messages_per_minute`:
 MESSAGE records per queue per minute) over **{r['records']:,} MESSAGE records**
-(8 partitions of 4 queues, one host, {r['log_bytes'] / 2**20:.0f} MiB of segments; {r['minutes']}
-queue-minutes in the result), read through `spark.read.format("zmqueue")` with the
-columns the query uses (`.schema("queue STRING, time TIMESTAMP")`, option
-`types=MESSAGE`), beside the same rows already converted to Parquet
-({r['parquet_bytes'] / 2**20:.1f} MiB, conversion {r['convert_s']:.1f} s, not timed below).
+(8 queue partitions of 4 queues, one host, {r['log_bytes'] / 2**20:.0f} MiB of segments; {r['minutes']}
+queue-minutes in the result), read through `spark.read.format("zmqueue")` as the
+jobs read it (`analytics.jobs.common.load_records`: the columns the query uses,
+`queue STRING NOT NULL, time TIMESTAMP`, option `types=MESSAGE`, and
+`minPartitions` = the session's parallelism: {r['tasks']['source']} equal partitions), beside the same
+rows already converted to Parquet ({r['parquet_bytes'] / 2**20:.1f} MiB, conversion {r['convert_s']:.1f} s,
+not timed below; {r['tasks']['parquet']} partitions, Spark's packing of small files).
 Both produce identical results (checked). Medians of {len(r['times']['source'])} alternating runs,
-`local[2]`, PySpark {r['pyspark']}.
+`local[2]`, PySpark {r['pyspark']}, the same session for both.
 
 | input | median s | records/s | runs (s) |
 |---|---:|---:|---|
@@ -166,7 +169,8 @@ Both produce identical results (checked). Medians of {len(r['times']['source'])}
 
 **Data source / Parquet = {ratio:.0%}** (target ≥ 35%; issue #8 started at 22%: 1.65 M vs
 7.57 M records/s, before blocks were decompressed into pooled buffers, numeric
-columns built without `pa.array` and the worker's heap frozen, see docs/ANALYTICS.md).
+columns built without `pa.array`, the worker's heap frozen, never-null columns
+declared `NOT NULL` and the log cut into equal partitions, see docs/ANALYTICS.md).
 
 Where the time goes. CPU seconds per query (medians, from /proc; the
 machine's other load is not in them):
@@ -178,22 +182,31 @@ machine's other load is not in them):
 - **Python workers**: the reader alone (`analytics.reader.iter_batches`,
   same columns and options, one process, no Spark) decodes
   {r['python_rate'] / 1e6:.1f} M records/s: LZ4 decompression of the blocks
-  (record table + heap, ~1 GB per run) is the largest part, then the
+  (record table + heap, ~1 GB per run) is about half, then the
   checksum/seq/heap-bound checks and the two columns; in the workers, writing
-  the batches to the JVM as Arrow IPC (~20 bytes a row) adds about a fifth.
+  the batches to the JVM as Arrow IPC (~20 bytes a row) and the worker's loop
+  add about a third to that.
 - **JVM task threads**: PySpark {r['pyspark']}'s Python data sources are
   row-based (`PythonScan` reports columnar support UNSUPPORTED), so every
-  Arrow row is copied into an `UnsafeRow` (about a quarter of the task
+  Arrow row is copied into an `UnsafeRow` (over a quarter of the task
   threads' samples in a JFR profile), the scan updates its custom metrics
-  every 100 rows (DSv2's `CustomMetrics.NUM_ROWS_PER_UPDATE`; each update
-  rebuilds the Python runner's metric map: about a sixth), and the hash
-  aggregate then reads strings out of those rows (about half). Parquet's
+  every 100 rows (DSv2's `CustomMetrics.NUM_ROWS_PER_UPDATE`, a constant; each
+  update rebuilds the Python runner's metric map: about a tenth), and the hash
+  aggregate then reads strings out of those rows (about 35%). Parquet's
   vectorised scan skips the first two and hands the aggregate
-  dictionary-decoded columns.
-- None of the JVM part depends on how the source builds its batches (64 Ki
-  instead of 20 Ki rows a batch, or bounds checks off in Arrow, moved it by
-  under 5%), so the ratio of total CPU is about the ratio this source can
-  reach; the wall-clock ratio moves around it with the machine's other load.
+  dictionary-decoded columns. None of this depends on how the source builds
+  its batches (4 Ki to 256 Ki rows a batch, Arrow's bounds and null checks
+  off, `time` declared `NOT NULL`: all within the noise); `queue` declared
+  `NOT NULL` saved 2-4%.
+- **Tasks**: each task over the Python data source costs tens of ms of CPU
+  (executor, Python worker and Arrow stream set-up; 293 one-MiB partitions
+  cost about 8 s more CPU per query than 8), which one task per segment file
+  paid 8 times here. Cutting the log into equal block ranges,
+  as many as the session's parallelism or a multiple
+  (`analytics.partitions`), took 8 partitions' 1.42 s / 2.40 s CPU to 1.25 s /
+  2.20 s in one session; 16 partitions cost 0.3 s CPU more than 8.
+- So the ratio of total CPU is about the ratio this source can reach; the
+  wall-clock ratio moves around it with the machine's other load.
 
 Machine: {r['machine']}; load average (1/5/15 min) at the start
 {r['load_start'][0]:.1f} / {r['load_start'][1]:.1f} / {r['load_start'][2]:.1f}, at the end
