@@ -12,8 +12,9 @@ handler, zmqueue.security.zap) admits client and host keys on ``client``
 ``peer``). Requests then carry the connection's ZAP User-Id as identity.
 
 One loop iteration: poll, drain every readable socket (bounded), let the
-service run its timers, flush (group commit), then send every reply. A
-reply therefore never leaves before the records it acknowledges are written.
+service run its timers (once per iteration), flush (group commit), then
+send every reply. A reply therefore never leaves before the records it
+acknowledges are written.
 """
 
 from __future__ import annotations
@@ -129,13 +130,13 @@ class RequestLoop:
         self.extra: set[zmq.Socket[bytes]] = set()
         self.last_progress = time.monotonic()
         self.iterations = 0
+        self.next_timer_ms: int | None = 0
 
     def run_once(self) -> None:
-        now_ms = int(time.time() * 1000)
-        # timers only: input on the wake sockets is reported by the poll below
-        # (zmq_poll is level-triggered), and reading an empty socket raises
-        # zmq.Again, whose construction is dear at a few per iteration
-        wait = self.hooks.tick(now_ms, NOTHING_READY)
+        # one timer tick per pass, after the drain: it also reads the wake
+        # sockets the poll found readable, and its answer (ms to the next
+        # timer) bounds the next poll; flush adds no timer that is due sooner
+        wait = self.next_timer_ms
         timeout = POLL_MAX_MS if wait is None else max(0, min(POLL_MAX_MS, wait))
         if self.dispatcher.outbox.items:
             timeout = 0
@@ -146,7 +147,8 @@ class RequestLoop:
                 self._drain(sock)
             else:
                 ready.append(sock)
-        self.hooks.tick(int(time.time() * 1000), frozenset(ready))
+        self.next_timer_ms = self.hooks.tick(int(time.time() * 1000),
+                                             frozenset(ready) if ready else NOTHING_READY)
         self.hooks.flush()
         self._send_all()
         self.last_progress = time.monotonic()
