@@ -33,6 +33,9 @@ class Forwarder:
         self.ctx = ctx
         self.socks: dict[str, zmq.Socket[bytes]] = {}
         self.pending: dict[int, _Pending] = {}
+        self._last_rid = new_request_id()
+        """Request ids count up from a random start (``secrets`` per request
+        cost a few microseconds on every replica position report)."""
         self.curve: Any = None
         """CURVE client keys (zmqueue.security.curve.CurveKeys) when the host is
         secured: ``curve.client(sock, endpoint)`` before every connect."""
@@ -53,11 +56,15 @@ class Forwarder:
             self.socks[endpoint] = s
         return s
 
+    def _rid(self) -> int:
+        self._last_rid = (self._last_rid + 1) % 2**63
+        return self._last_rid
+
     def notify(self, endpoint: str, command: Command, body: Any) -> bool:
         """Send a request that asks for no reply (the body says so; see
         POSITION); False if it could not be queued. Nothing waits for it."""
         try:
-            self._sock(endpoint).send(protocol.encode_request(command, new_request_id(), body),
+            self._sock(endpoint).send(protocol.encode_request(command, self._rid(), body),
                                       zmq.NOBLOCK)
         except (zmq.ZMQError, ZmqueueError):
             return False
@@ -68,7 +75,7 @@ class Forwarder:
         if len(self.pending) >= MAX_PENDING:
             callback(None, RequestTimeout("too many forwarded requests in flight"))
             return
-        rid = new_request_id()
+        rid = self._rid()
         try:
             self._sock(endpoint).send(protocol.encode_request(command, rid, body), zmq.NOBLOCK)
         except zmq.ZMQError:
