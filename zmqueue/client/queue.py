@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from zmqueue.client.subscription import Subscription
 
 MAX_BATCH = 1000
+_BYTES_ONLY = {bytes}
+"""``set(map(type, items)) == _BYTES_ONLY``: a batch of plain bodies, tested in C
+(a generator of isinstance calls costs ~0.1 us per item)."""
 CANCEL_GRACE_MS = 2000
 REFRESH_MIN_S = 0.2
 REFRESH_TIMEOUT_MS = 1000
@@ -156,7 +159,7 @@ class Queue:
         items = list(items)
         if not 1 <= len(items) <= MAX_BATCH:
             raise InvalidParameter(f"send_batch takes 1 to {MAX_BATCH} messages, got {len(items)}")
-        if self.config.partitions == 1 and all(isinstance(i, bytes) for i in items):
+        if self.config.partitions == 1 and set(map(type, items)) == _BYTES_ONLY:
             wire = [[b, None, None, None, None] for b in items]  # the plain fast path
             origin = FIFO_ORIGIN if self.config.fifo else None
             reply = self.call(0, Command.SEND, {"q": self.name, "p": 0, "m": wire},
