@@ -83,6 +83,10 @@ class Queue:
             self._ask_any([ep for ep in fresh if ep not in known][:3])
 
     def _ask_any(self, endpoints: list[str]) -> bool:
+        # hosts that just failed (a timeout: the host that died, in a failover)
+        # last, so a refresh does not wait out REFRESH_TIMEOUT_MS on them first
+        breakers = self.client.guards.breakers
+        endpoints = sorted(endpoints, key=lambda ep: (b := breakers.get(ep)) is not None and b.failures > 0)
         for ep in endpoints:
             with contextlib.suppress(ZmqueueError):
                 reply = self.client.connection(ep).request(Command.GET_QUEUE, {"name": self.name},

@@ -73,7 +73,7 @@ class Connection:
                     raise RequestTimeout(
                         f"{command.name} to {self.endpoint} got no reply within {timeout_ms} ms",
                         endpoint=self.endpoint, timeout_ms=timeout_ms)
-                if frame.request_id == rid and frame.command is command:
+                if frame.request_id == rid and frame.command == command:
                     if frame.flags in protocol.ERROR_FLAGS:
                         raise from_wire(frame.body)
                     return frame.body
