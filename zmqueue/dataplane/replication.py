@@ -123,6 +123,12 @@ class Replicator:
                         continue  # its key is not known yet: connect on a later update
                 self.sub.connect(ep)
                 self.connected.add(ep)
+        for key, node in writers.items():
+            if self.writer_of.get(key) != node:
+                # a new writer (failover): report our position to it at the next
+                # flush, not up to REPORT_EVERY_MS later; it finishes recovering
+                # (and takes sends) once every live replica has reported
+                self.reported.pop(key, None)
         self.writer_of = dict(writers)
         want = set(self.streams())
         for key in want - self.subscribed:
