@@ -63,6 +63,8 @@ OUTAGE_GRACE_S = 60.0
 long: no other host can acquire a lock from a Consul that is down, so
 availability wins over waiting. A definite loss (session gone, lock held by
 another session) deposes at once. See docs/REPLICATION.md."""
+OUTAGE_NOTE_S = 10.0
+"""During an outage, a log line every this many seconds (the first one at once)."""
 
 
 @dataclass(frozen=True)
@@ -158,18 +160,24 @@ class Leadership(threading.Thread):
     # --- the thread ----------------------------------------------------------
     def run(self) -> None:
         outage_since: float | None = None
+        next_note = 0.0
         while not self.stopped.is_set():
             self._wake.clear()
             try:
                 if self._cycle():
                     self._busy_until = time.monotonic() + BUSY_FOR_S
+                if outage_since is not None:
+                    log.info("Consul reachable again after %.1f s", time.monotonic() - outage_since)
                 outage_since = None
             except ConsulUnavailable as exc:
                 now = time.monotonic()
                 if outage_since is None:
-                    outage_since = now
+                    outage_since, next_note = now, now + OUTAGE_NOTE_S
                     log.warning("Consul unreachable: writers keep their streams for up to %.0f s "
                                 "(%s)", OUTAGE_GRACE_S, exc)
+                elif now >= next_note:  # no election can happen meanwhile: say so now and then
+                    next_note = now + OUTAGE_NOTE_S
+                    log.warning("Consul still unreachable after %.0f s (%s)", now - outage_since, exc)
                 if self.held and now - outage_since < OUTAGE_GRACE_S:
                     # nobody can take a lock while Consul is down: keep serving
                     self.post(Confirmed(frozenset(self.held), now))
