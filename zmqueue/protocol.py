@@ -106,6 +106,10 @@ class Frame:
     def is_error(self) -> bool:
         return self.flags in ERROR_FLAGS
 
+    @property
+    def is_push(self) -> bool:
+        return self.flags in PUSH_FLAGS
+
 
 _COMMANDS: dict[int, Command] = {int(c): c for c in Command}
 _FLAGS: tuple[Flags, ...] = tuple(Flags(i) for i in range(8))

@@ -74,7 +74,7 @@ class Connection:
                         f"{command.name} to {self.endpoint} got no reply within {timeout_ms} ms",
                         endpoint=self.endpoint, timeout_ms=timeout_ms)
                 if frame.request_id == rid and frame.command == command:
-                    if frame.flags in protocol.ERROR_FLAGS:
+                    if frame.is_error:
                         raise from_wire(frame.body)
                     return frame.body
 
@@ -89,7 +89,7 @@ class Connection:
                 frame = protocol.decode(data)
             except ProtocolError:
                 continue
-            if frame.flags in protocol.PUSH_FLAGS:
+            if frame.is_push:
                 if self.on_push is not None:
                     self.on_push(frame)
                 continue

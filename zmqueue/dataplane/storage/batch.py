@@ -124,6 +124,13 @@ class _Template:
         return data
 
 
+def is_plain(batch: Packed) -> bool:
+    """Uniform body lengths, no attributes, no groups, one delay for all: the
+    single-send case that :func:`fill` and ``Ring.insert_packed`` write with
+    one struct each instead of numpy column writes."""
+    return isinstance(batch.body_len, int) and isinstance(batch.delay_ms, int) and batch.group_hashes is None
+
+
 def pack(
     bodies: Sequence[bytes],
     message_ids: bytes | None,
@@ -210,8 +217,8 @@ def fill(
     n = batch.n
     body_len = batch.body_len
     delay = batch.delay_ms
-    if n == 1 and isinstance(body_len, int) and isinstance(delay, int) and batch.group_hashes is None:
-        # one plain message (single sends): one struct write instead of ~10 numpy calls
+    if n == 1 and is_plain(batch):  # a single send: one struct write instead of ~10 numpy calls
+        assert isinstance(body_len, int) and isinstance(delay, int)
         RECORD_STRUCT.pack_into(buf.mem, row * RECORD_BYTES, RecordType.MESSAGE, RECORD_VERSION, 0,
                                 body_len, epoch, seq0, 0, batch.message_ids, now_ms, now_ms + delay,
                                 0, 0, 0, heap_base, 0)

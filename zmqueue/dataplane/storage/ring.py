@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import bisect
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from zmqueue.dataplane.storage.batch import Packed, is_plain
 from zmqueue.dataplane.storage.records import Table
-
-if TYPE_CHECKING:
-    from zmqueue.dataplane.storage.batch import Packed
 
 FREE, AVAILABLE, IN_FLIGHT, MOVING, DELETED = 0, 1, 2, 3, 4
 NEVER = 1 << 62
@@ -216,8 +214,8 @@ class Ring:
         top = self.top
         body_len = batch.body_len
         delay = batch.delay_ms
-        if k == 1 and isinstance(body_len, int) and isinstance(delay, int) and batch.group_hashes is None:
-            # one plain message (single sends): two buffer writes instead of ~8 numpy calls
+        if k == 1 and is_plain(batch):  # a single send: two buffer writes instead of ~8 numpy calls
+            assert isinstance(body_len, int) and isinstance(delay, int)
             heap = batch.heap
             self._arena_bytes[top : top + total] = heap if len(heap) == total else heap[:total]
             _META_STRUCT.pack_into(self._meta_bytes, a * META_BYTES, seq0, top, body_len, 0, now_ms,
