@@ -99,7 +99,7 @@ process, payloads msgpack-packed 100 to a frame, loopback TCP.
 One client thread, one host, 100-byte messages, batches of 100
 ([docs/perf/queues.md](perf/queues.md), `python -m benchmarks.queues --runs 9 --write`
 on commit ae13830, medians of 9 runs; the per-run ratios, every other
-invocation of the session (the p99 ratio was 1.71x-2.21x on a quiet machine
+invocation of the session (the p99 ratio was 1.71x-2.30x on a quiet machine
 and 2.87x-3.46x with one CPU kept busy by a spinning process) and the load
 during the runs are on that page):
 
@@ -204,7 +204,7 @@ ceiling come from the one invocation above, on the tree of commit
   ae13830: p50 1.63 s, max 1.65 s over 20 kills), CURVE cost (6.6%), and,
   re-measured in the third session on ae13830 (queues.md), send_batch at 25%
   of raw pyzmq (34.9%) and the single-send p99 at 3x raw (1.71x over 9 runs;
-  1.7-2.2x in every quiet invocation, 2.87-3.46x with one CPU kept busy).
+  1.7-2.3x in every quiet invocation, 2.87-3.46x with one CPU kept busy).
   Missed: 2x the best peer in W1/W3, W2 p99 at or below the best peer's, W3
   end to end at 25% of the raw pyzmq batched round trip, R=3 sync at 50% of
   R=1 (40.6% on ae13830), W5/W5b at 1.5x NATS R=3. The W rows are from the
@@ -241,7 +241,7 @@ a fresh `LocalCluster`, ad-hoc loops of `send`, `send_batch` or `receive` +
 `delete_batch`. The session-1 profile (tree 1046cb7) is in the history of
 this file.
 
-**Single send (W1, W2; single-send p99 1.7-2.2x raw pyzmq on a quiet
+**Single send (W1, W2; single-send p99 1.7-2.3x raw pyzmq on a quiet
 machine, 2.9-3.5x with one CPU kept busy; docs/perf/queues.md).** Third
 session: the round trip's CPU halved. Host request loop 223-240 -> 116-125 us
 per request, client thread 98-108 -> 55-59 us, p50 0.38-0.42 -> 0.20-0.22 ms
