@@ -68,16 +68,25 @@ class Request:
     started: float = 0.0
     meter: Any = None
     """Called as ``meter(request, reply body or error, reply bytes)`` (front door)."""
+    prepared: bytes | None = None
+    """The reply, encoded ahead by :meth:`prepare`."""
 
     @property
     def body(self) -> Any:
         return self.frame.body
 
+    def prepare(self, body: Any) -> None:
+        """Encode the reply ``body`` now, while it waits (for replicas): a later
+        :meth:`reply` with the same body only sends it."""
+        self.prepared = protocol.encode_reply(self.frame.command, self.frame.request_id, body)
+
     def reply(self, body: Any) -> None:
         if self.answered:
             return
         self.answered = True
-        payload = protocol.encode_reply(self.frame.command, self.frame.request_id, body)
+        payload = self.prepared
+        if payload is None:
+            payload = protocol.encode_reply(self.frame.command, self.frame.request_id, body)
         if self.meter is not None:
             self.meter(self, body, len(payload))
         self._send(payload)

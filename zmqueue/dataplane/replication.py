@@ -109,6 +109,8 @@ class Replicator:
         self.catching_up: dict[StreamKey, float] = {}
         self.reported: dict[StreamKey, tuple[int, float]] = {}
         self.next_heartbeat_ms = 0
+        self._keys: dict[str, StreamKey] = {}
+        """Stream ids (``queue/partition/origin``) seen in POSITION reports, parsed."""
         self.counters: dict[str, int] = {"gaps": 0, "stale_refused": 0, "resyncs": 0,
                                          "published": 0, "applied": 0}
 
@@ -187,10 +189,24 @@ class Replicator:
 
     def h_position(self, body: dict[str, Any]) -> Any:
         st = self._stream(body.get("s"))
+        self._note(st, body)
+        return {"e": st.epoch, "last_epoch": st.store.last_epoch, "last": st.store.last_seq}
+
+    def note_position(self, body: dict[str, Any]) -> Stream | None:
+        """A one-way POSITION: record it; the stream (None if this host has no
+        such stream: a report is never answered, so nothing is raised)."""
+        sid = body.get("s")
+        st = self.streams().get(self._keys.get(sid) or parse_stream_id(sid)) if isinstance(sid, str) else None
+        if st is not None:
+            self._keys[sid] = st.key
+            self._note(st, body)
+        return st
+
+    @staticmethod
+    def _note(st: Stream, body: dict[str, Any]) -> None:
         node, epoch, seq = body.get("node"), body.get("e"), body.get("seq")
         if isinstance(node, str) and isinstance(seq, int) and epoch == st.epoch and st.role is Role.WRITER:
             st.follower_pos[node] = seq
-        return {"e": st.epoch, "last_epoch": st.store.last_epoch, "last": st.store.last_seq}
 
     def _stream(self, sid: Any) -> Stream:
         st = self.streams().get(parse_stream_id(sid))

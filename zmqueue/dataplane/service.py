@@ -446,12 +446,16 @@ class QueueService:
         return {"cancelled": self.waiters.cancel(req.identity, rid)}
 
     def _h_position(self, req: Request) -> Any:
-        reply = self.replicator.h_position(F.body_map(req.body))
-        st = self.set.streams.get(self.replicator_key(req.body))
+        body = F.body_map(req.body)
+        if body.get("ack") is False:  # a one-way report (after a commit): nothing goes back
+            st = self.replicator.note_position(body)
+            if st is not None:
+                self._release(st)
+            return DEFERRED
+        reply = self.replicator.h_position(body)
+        st = self.set.streams.get(self.replicator_key(body))
         if st is not None:
             self._release(st)
-        if req.body.get("ack") is False:
-            return DEFERRED  # a one-way report: nothing goes back
         return reply
 
     @staticmethod
@@ -531,6 +535,9 @@ class QueueService:
                     a.seq, a.at = st.store.last_seq, stamp
                     st.acks.append(a)
                 self._release(st)
+                for a in acks:  # still waiting for replicas: encode the replies meanwhile
+                    if not a.request.answered:
+                        a.request.prepare(a.result)
             else:
                 for a in acks:
                     a.request.reply(a.result)

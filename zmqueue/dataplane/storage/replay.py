@@ -22,9 +22,13 @@ def place(ring: Ring, backlog: Backlog, rows: Table, heap: U8Array | bytes) -> N
     """New MESSAGE rows go to the ring while there is no backlog and they fit."""
     k = 0
     if backlog.cursor is None:
-        k = ring.fit_count(payload_lens(rows))
+        lens = payload_lens(rows)
+        if len(rows) <= ring.slots - ring.n and int(lens.sum()) <= ring.arena_bytes - ring.top:
+            ring.insert(rows, heap, lens)  # the common case: all of them fit as they are
+            return
+        k = ring.fit_count(lens)
         if k:
-            ring.insert(rows[:k] if k < len(rows) else rows, heap)
+            ring.insert(rows[:k] if k < len(rows) else rows, heap, lens[:k])
     if k < len(rows):
         backlog.add(rows[k:])
 

@@ -50,19 +50,25 @@ def read_chunks(store: PartitionStore, from_seq: int, max_records: int) -> list[
 
 def validate(table_bytes: bytes, heap: bytes) -> Table:
     """A record table from the wire, checked: whole rows, known types,
-    contiguous seqs, payloads inside the heap."""
+    contiguous seqs, payloads inside the heap.
+
+    Returns a read-only view of ``table_bytes`` (no copy: :func:`apply_chunk`
+    copies the rows it keeps into the ring and the staging buffer)."""
     n, rest = divmod(len(table_bytes), RECORD_DTYPE.itemsize)
     if n == 0 or rest:
         raise InvalidParameter("replicated table is not whole records")
-    table = np.frombuffer(table_bytes, RECORD_DTYPE).copy()
+    table = np.frombuffer(table_bytes, RECORD_DTYPE)
     seqs = table["seq"]
     if int(seqs[-1]) - int(seqs[0]) != n - 1 or (n > 2 and not (np.diff(seqs) == 1).all()):
         raise InvalidParameter("replicated records are not contiguous")
     types = table["type"]
-    if not _KNOWN_TYPE[types].all():
-        raise InvalidParameter("replicated record of unknown type")
-    msg = types == RecordType.MESSAGE
-    ends = table["data_off"][msg].astype(np.int64) + table["body_len"][msg] + table["attr_len"][msg]
+    if (types == _MESSAGE).all():  # a batch of sends: no per-type masks
+        ends = table["data_off"].astype(np.int64) + table["body_len"] + table["attr_len"]
+    else:
+        if not _KNOWN_TYPE[types].all():
+            raise InvalidParameter("replicated record of unknown type")
+        msg = types == _MESSAGE
+        ends = table["data_off"][msg].astype(np.int64) + table["body_len"][msg] + table["attr_len"][msg]
     if len(ends) and int(ends.max()) > len(heap):
         raise InvalidParameter("replicated payload outside its heap")
     return table
@@ -79,7 +85,7 @@ def apply_chunk(store: PartitionStore, table: Table, heap: bytes) -> int:
     skip = max(0, last - int(seqs[0]) + 1) if len(table) else 0
     if skip >= len(table):
         return 0
-    rows = table[skip:].copy()
+    rows = table[skip:] if skip else table  # read (copied) by the ring and staging, never written
     first = int(rows["seq"][0])
     if last and first != last + 1:
         raise InvalidParameter(f"replicated records start at {first}, expected {last + 1}")

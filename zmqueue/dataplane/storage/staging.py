@@ -259,6 +259,9 @@ class Staging:
         if self._last is None:
             return None
         if self._last_chunk is None:
-            b, n, table_end, end = self._last
-            self._last_chunk = (b.table[:n].copy(), bytes(b.mem[table_end:end]))
+            b, _, table_end, end = self._last
+            # the rows as one memcpy of their bytes (a structured copy is ~5x slower);
+            # read-only, like every chunk the replication code passes around
+            rows = np.frombuffer(bytes(b.mem[:table_end]), RECORD_DTYPE)
+            self._last_chunk = (rows, bytes(b.mem[table_end:end]))
         return self._last_chunk
