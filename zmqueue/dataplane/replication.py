@@ -196,7 +196,9 @@ class Replicator:
         """A one-way POSITION: record it; the stream (None if this host has no
         such stream: a report is never answered, so nothing is raised)."""
         sid = body.get("s")
-        st = self.streams().get(self._keys.get(sid) or parse_stream_id(sid)) if isinstance(sid, str) else None
+        if not isinstance(sid, str):
+            raise InvalidParameter("bad stream id", field="s")
+        st = self.streams().get(self._keys.get(sid) or parse_stream_id(sid))
         if st is not None:
             self._keys[sid] = st.key
             self._note(st, body)
