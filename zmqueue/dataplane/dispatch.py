@@ -44,12 +44,22 @@ class Outbox:
     """Frames waiting to be sent: (socket name, routing id, payload)."""
 
     items: list[tuple[str, bytes, bytes]] = field(default_factory=list)
+    early: list[tuple[str, bytes, bytes]] = field(default_factory=list)
+    """Replies that need no commit of this loop pass (what they acknowledge
+    was committed in an earlier one): the loop sends them right after the
+    drain, before its timers and flush."""
 
-    def put(self, sock: str, identity: bytes, payload: bytes) -> None:
-        self.items.append((sock, identity, payload))
+    def put(self, sock: str, identity: bytes, payload: bytes, early: bool = False) -> None:
+        (self.early if early else self.items).append((sock, identity, payload))
 
     def take(self) -> list[tuple[str, bytes, bytes]]:
         items, self.items = self.items, []
+        if self.early:
+            items, self.early = self.early + items, []
+        return items
+
+    def take_early(self) -> list[tuple[str, bytes, bytes]]:
+        items, self.early = self.early, []
         return items
 
 
@@ -70,6 +80,9 @@ class Request:
     """Called as ``meter(request, reply body or error, reply bytes)`` (front door)."""
     prepared: bytes | None = None
     """The reply, encoded ahead by :meth:`prepare`."""
+    committed: bool = False
+    """What the reply acknowledges is already committed (a released
+    synchronous ack): it may leave before this loop pass's flush."""
 
     @property
     def body(self) -> Any:
@@ -111,9 +124,9 @@ class Request:
             if cache:
                 self.cache.put(key, payload, now_ms())
             self.cache.done(key)
-        self.outbox.put(self.sock, self.identity, payload)
+        self.outbox.put(self.sock, self.identity, payload, self.committed)
         for sock, identity in self.also:
-            self.outbox.put(sock, identity, payload)
+            self.outbox.put(sock, identity, payload, self.committed)
 
 
 Handler = Callable[[Request], Any]

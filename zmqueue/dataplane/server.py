@@ -138,7 +138,7 @@ class RequestLoop:
         # timer) bounds the next poll; flush adds no timer that is due sooner
         wait = self.next_timer_ms
         timeout = POLL_MAX_MS if wait is None else max(0, min(POLL_MAX_MS, wait))
-        if self.dispatcher.outbox.items:
+        if self.dispatcher.outbox.items or self.dispatcher.outbox.early:
             timeout = 0
         self._watch_extra()
         ready: list[zmq.Socket[bytes]] = []
@@ -147,6 +147,9 @@ class RequestLoop:
                 self._drain(sock)
             else:
                 ready.append(sock)
+        outbox = self.dispatcher.outbox
+        if outbox.early:  # acks released by replica positions: no need to wait for this pass
+            self._send(outbox.take_early())
         self.next_timer_ms = self.hooks.tick(int(time.time() * 1000),
                                              frozenset(ready) if ready else NOTHING_READY)
         self.hooks.flush()
@@ -199,8 +202,11 @@ class RequestLoop:
             self.dispatcher.handle(name, [p.bytes for p in parts], user)
 
     def _send_all(self) -> None:
+        self._send(self.dispatcher.outbox.take())
+
+    def _send(self, items: list[tuple[str, bytes, bytes]]) -> None:
         by_name = self.sockets.by_name
-        for name, identity, payload in self.dispatcher.outbox.take():
+        for name, identity, payload in items:
             sock = by_name[name]
             try:
                 sock.send(identity, _NOBLOCK_MORE)

@@ -504,6 +504,7 @@ class QueueService:
         done = st.replicated_seq()
         while st.acks and st.acks[0].seq <= done:
             a = st.acks.popleft()
+            a.request.committed = True  # flush() added it after its commit
             a.request.reply(a.result)
 
     def flush(self) -> None:
