@@ -142,6 +142,10 @@ class Dispatcher:
         self.guard: Callable[[str, str | None, Frame, int], ZmqueueError | None] | None = None
         """Front door: refuses a request (the error) before its handler runs."""
         self.meter: Any = None
+        self.one_way: dict[Command, Callable[[Any], bool]] = {}
+        """Per command, a handler for one-way messages (no reply, no request
+        object): called with the body, True if it handled the message, False
+        to serve it as a request."""
 
     def register(self, command: Command, handler: Handler,
                  sockets: tuple[str, ...] = ("client", "peer")) -> None:
@@ -176,6 +180,13 @@ class Dispatcher:
                 self.outbox.put(sock, identity, protocol.encode_error(frame.command, frame.request_id,
                                                                       refused))
                 return
+        quick = self.one_way.get(frame.command)
+        if quick is not None and sock in self.served_on[frame.command]:
+            try:
+                if quick(frame.body):
+                    return
+            except ZmqueueError:
+                pass  # served as a request below: its error goes back to the sender
         cache = None
         ckey = (user or "", int(frame.command), frame.request_id)
         if frame.command in MUTATING:

@@ -158,7 +158,10 @@ class RequestLoop:
         self.iterations += 1
 
     def _watch_extra(self) -> None:
-        current = set(self.hooks.wake_sockets())
+        wanted = self.hooks.wake_sockets()
+        if len(wanted) == len(self.extra) and self.extra.issuperset(wanted):
+            return  # the usual pass: the same sockets as before
+        current = set(wanted)
         for s in current - self.extra:
             self.poller.register(s, zmq.POLLIN)
         for s in self.extra - current:

@@ -119,6 +119,7 @@ class QueueService:
         d.register(Command.CATCH_UP, lambda req: self.replicator.h_catch_up(F.body_map(req.body)),
                    sockets=("peer",))
         d.register(Command.POSITION, self._h_position, sockets=("peer",))
+        d.one_way[Command.POSITION] = self._note_position
 
     # --- metadata and leadership --------------------------------------------------
     def apply_metadata(self, meta: Metadata, now: int, allow_removals: bool = True) -> None:
@@ -445,12 +446,19 @@ class QueueService:
         rid = F.get_int(body, "rid", 0, 2**64 - 1, name="request id")
         return {"cancelled": self.waiters.cancel(req.identity, rid)}
 
+    def _note_position(self, body: Any) -> bool:
+        """A one-way POSITION (a replica's report after a commit): recorded,
+        acks released, nothing goes back. False for any other POSITION."""
+        if not isinstance(body, dict) or body.get("ack") is not False:
+            return False
+        st = self.replicator.note_position(body)
+        if st is not None:
+            self._release(st)
+        return True
+
     def _h_position(self, req: Request) -> Any:
         body = F.body_map(req.body)
-        if body.get("ack") is False:  # a one-way report (after a commit): nothing goes back
-            st = self.replicator.note_position(body)
-            if st is not None:
-                self._release(st)
+        if self._note_position(body):
             return DEFERRED
         reply = self.replicator.h_position(body)
         st = self.set.streams.get(self.replicator_key(body))
