@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5.0, help="batched-send window per queue")
     ap.add_argument("--latency-n", type=int, default=500, help="single sends per queue")
-    ap.add_argument("--producers", type=int, default=8,
+    ap.add_argument("--producers", type=int, default=16,
                     help="producer threads for the saturating throughput measurement")
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=540.0, help="stop killing after this")
