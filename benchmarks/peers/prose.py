@@ -67,7 +67,7 @@ pip install -e '.[bench]'               # pika, nats-py, redis[hiredis], matplot
 python -m benchmarks.peers --runs 3 --write   # installs and starts the peers (apt-get), ~20 min
 zmqueue bench --workload W3 --runs 3          # zmqueue alone, on a cluster it starts
 python -m benchmarks.queues --runs 3 --write  # queue operations beside raw pyzmq
-python -m benchmarks.replication.bench_replication --rounds 3 --kills 20 --write  # R=3 vs R=1, failover
+python -m benchmarks.replication.bench_replication --rounds 5 --seconds 4 --kills 20 --write  # R=3 vs R=1, failover
 python -m benchmarks.storage.bench_storage --out /tmp/storage.md  # storage engine (see storage.md)
 python -m benchmarks.security.bench_security --write  # CURVE and encryption at rest
 python -m benchmarks.ceiling --runs 3         # raw pyzmq only
@@ -110,7 +110,7 @@ during the runs are on that page):
 R=3 synchronous replication beside R=1 on a 3-host cluster, and FIFO
 failover after `kill -9` of the stream's writer, from
 [docs/perf/replication.md](perf/replication.md)
-(`python -m benchmarks.replication.bench_replication --rounds 3 --kills 20 --write`;
+(`python -m benchmarks.replication.bench_replication --rounds 5 --seconds 4 --kills 20 --write`;
 every round, every kill and the profile notes are on that page):
 
 {replication}
@@ -200,15 +200,17 @@ ceiling come from the one invocation above, on the tree of commit
   (two synchronous round trips per 100 messages) at a third of Redis's
   pipelined XADD + XREADGROUP.
 - **Targets.** Met: no losses or duplicates in any run of any system, the
-  R=3 send p99 at half rate (5.8 ms < 10 ms), FIFO failover (third session,
-  ae13830: p50 1.63 s, max 1.65 s over 20 kills), CURVE cost (6.6%), and,
-  re-measured in the third session on ae13830 (queues.md), send_batch at 25%
-  of raw pyzmq (34.9%) and the single-send p99 at 3x raw (1.71x over 9 runs;
-  1.7-2.3x in every quiet invocation, 2.87-3.46x with one CPU kept busy).
-  Missed: 2x the best peer in W1/W3, W2 p99 at or below the best peer's, W3
-  end to end at 25% of the raw pyzmq batched round trip, R=3 sync at 50% of
-  R=1 (40.6% on ae13830), W5/W5b at 1.5x NATS R=3. The W rows are from the
-  788835c run, before the third session's single-request work.
+  R=3 send p99 at half rate (5.8 ms < 10 ms), FIFO failover (fourth session,
+  a1decf5: p50 1.63 s, max 1.67 s over 20 kills), CURVE cost (6.6%), R=3 sync
+  throughput at 50% of R=1 (fourth session, a1decf5, replication.md: 56.2% with
+  16 producers, every one of 5 rounds 55-62%; with one producer, i.e. one
+  batch in flight, 43.3%), and, re-measured in the third session on ae13830
+  (queues.md), send_batch at 25% of raw pyzmq (34.9%) and the single-send
+  p99 at 3x raw (1.71x over 9 runs; 1.7-2.3x in every quiet invocation,
+  2.87-3.46x with one CPU kept busy). Missed: 2x the best peer in W1/W3, W2
+  p99 at or below the best peer's, W3 end to end at 25% of the raw pyzmq
+  batched round trip, W5/W5b at 1.5x NATS R=3. The W rows are from the
+  788835c run, before the third and fourth sessions' work.
 - **Noise.** 2 CPUs shared with other sessions' test suites; the 1-minute
   load average was {load} during the peer runs. Single runs move by up to
   2x; read the medians and the ratios.
@@ -274,16 +276,19 @@ delivered item per message). **Next:** a receive that carries the previous
 batch's receipts (one round trip instead of two), routing kept beside the
 receipt on the client, consumer pipelining.
 
-**Replicated sends (W5, W5b; R=3 sync 38.5% of R=1 batched).** CPU per
-batch of 100 with one batch in flight: writer loop 574 us (R=1: 267), its
-I/O thread 169 us, each replica's loop 334-351 us and I/O thread 71 us,
-client 208 us: ~1.9 ms of CPU per batch against ~0.5 ms at R=1, on 2 CPUs,
-most of it on the serial path client -> writer -> replica -> writer ->
-client. This session: the replica's position report after a commit is
-one-way (no reply pass on either host), validation and apply on the replica
-are 1.5-2x cheaper (in-process 146-211 -> 90-101 us per batch), and the loop
-no longer raises `zmq.Again` on idle sockets. Details:
-[docs/perf/replication.md](perf/replication.md). **Next:** less Python per
-loop pass on the replica (~200 us beyond its storage work) and on the
-writer's publish path.
+**Replicated sends (W5, W5b).** R=3 sync keeps 56.2% of R=1's batched
+throughput with 16 producers (fourth session, a1decf5) and 43.3% with one
+batch in flight. With one batch in flight the batch's path is serial and
+crosses four processes on 2 CPUs: client -> writer (decode, append, commit,
+publish) -> a replica (receive, validate, apply, commit, report) -> writer
+(release the ack) -> client, with a ZeroMQ I/O-thread hop on every arrow
+(~80-100 us each on this VM). The fourth session cut the replica's apply
+(in-process 89 -> 57 us per batch: the wire table validated in place instead
+of copied, ring rows written as u64 words, a back-to-back heap moved in one
+memmove), encodes the writer's replies while the replicas work, sends a
+released ack right after the drain, and takes the replicas' one-way
+position reports off the request path. Details:
+[docs/perf/replication.md](perf/replication.md). **Next:** publish the
+writer's compressed block as is (the replica would write it without
+recompressing), and less Python per loop pass on the replica.
 """
