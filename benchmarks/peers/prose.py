@@ -180,37 +180,41 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5, W5-half) and the raw pyzmq
 ceiling come from the one invocation above, on the tree of commit
-{commit} (second session); the previous version of this page measured
-1046cb7, and the rows below compare with it.
+{commit} (fourth session); the previous version of this page measured
+788835c (second session), and the rows below compare with it. The peers'
+own numbers moved between the two runs too (NATS R=3 W5b 8,715 -> 11,214
+msg/s, Redis W3 71,779 -> 88,351): read the ratios of one run.
 
-- **What moved.** Replicated traffic: W5 (R=3 sync, one send at a time) 280
-  -> 455 msg/s end to end (100 B), W5b (batches of 100) 7,144 -> 12,300
-  msg/s, 1.42x NATS R=3 (target 1.5x; zmqueue's producer side sends 23,900
-  msg/s there, 2.6x NATS R=3, and the single consumer caps end to end), and
-  the R=3 send p99 at half the W5 rate 17.25 -> 5.8 ms, **now under the
-  10 ms target**. One message per request: W1 896 -> 1,600 msg/s, W4 1,221
-  -> 2,600 (level with NATS), W2 p99 5.92 -> 1.8 ms. Batched: W3 16,900 ->
-  22,400 msg/s end to end (producer side 47,000 -> 64,400). The changes:
-  the control plane off the request loop's back, one-way position reports,
-  a cheaper replica apply and the storage append path (see "Where the time
-  goes" and docs/perf/replication.md).
-- **What did not.** Redis answers one XADD in 0.18 ms (p50) where zmqueue
-  takes 0.57 ms for one confirmed send, so W1 and W2 stay behind Redis
-  (and W2 behind NATS's 1.0 ms p99); W3 end to end is capped by the consumer
-  (two synchronous round trips per 100 messages) at a third of Redis's
-  pipelined XADD + XREADGROUP.
+- **What moved** (100 B unless said): one message per request, W1 1,585 ->
+  2,180 msg/s end to end, W2 p99 1.77 -> 1.13 ms, W4 2,568 -> 3,196 (1.37x
+  NATS); batched, W3 22,379 -> 26,461 end to end; replicated, W5 455 -> 704
+  (0.84x NATS R=3, was 0.54x), W5b 12,343 -> 15,754 (1.40x NATS R=3; 1,024 B:
+  1.43x), and the R=3 send p99 at half the W5 rate 5.84 -> 3.86 ms. The
+  changes: the third session halved a single request's CPU on client and
+  host (docs/perf/queues.md); the fourth made the replica's apply cheaper,
+  sends a released synchronous ack right after the loop's drain, and has a
+  receive sweep ask the host that last had messages first (with one producer
+  a standard queue's messages sit on its home host, and a sweep in random
+  order asked two of three hosts per receive at R=3).
+- **What did not.** Redis answers one XADD in 0.14 ms (p50) where zmqueue
+  takes 0.41 ms for one confirmed send, so W1 and W2 stay behind Redis (and
+  W2 behind NATS's 0.79 ms p99); W3 and W5b end to end are capped by the
+  single consumer (two synchronous round trips per 100 messages: the
+  producer side sends 63,800 msg/s in W3 and 30,800 in W5b), at under a
+  third of Redis's pipelined XADD + XREADGROUP in W3.
 - **Targets.** Met: no losses or duplicates in any run of any system, the
-  R=3 send p99 at half rate (5.8 ms < 10 ms), FIFO failover (fourth session,
+  R=3 send p99 at half rate (3.86 ms < 10 ms), FIFO failover (fourth session,
   a1decf5: p50 1.63 s, max 1.67 s over 20 kills), CURVE cost (6.6%), R=3 sync
-  throughput at 50% of R=1 (fourth session, a1decf5, replication.md: 56.2% with
-  16 producers, every one of 5 rounds 55-62%; with one producer, i.e. one
-  batch in flight, 43.3%), and, re-measured in the third session on ae13830
+  throughput at 50% of R=1 (fourth session, a1decf5, replication.md: 56.2%
+  with 16 producers, every one of 5 rounds 55-62%; with one producer, i.e.
+  one batch in flight, 43.3%), and, measured in the third session on ae13830
   (queues.md), send_batch at 25% of raw pyzmq (34.9%) and the single-send
   p99 at 3x raw (1.71x over 9 runs; 1.7-2.3x in every quiet invocation,
   2.87-3.46x with one CPU kept busy). Missed: 2x the best peer in W1/W3, W2
   p99 at or below the best peer's, W3 end to end at 25% of the raw pyzmq
-  batched round trip, W5/W5b at 1.5x NATS R=3. The W rows are from the
-  788835c run, before the third and fourth sessions' work.
+  batched round trip, W5 at 1.5x NATS R=3 (0.84x), W5b at 1.5x NATS R=3
+  (1.40x; 1.80x in a single run of `zmqueue bench` just before, beside the
+  earlier run's NATS figure, which is why the target wants one run).
 - **Noise.** 2 CPUs shared with other sessions' test suites; the 1-minute
   load average was {load} during the peer runs. Single runs move by up to
   2x; read the medians and the ratios.
@@ -258,8 +262,8 @@ With a CPU kept busy by other work raw pyzmq's round trip halves (no idle
 wake-ups) while zmqueue's, mostly CPU, does not, so the ratio rises to the 3x
 limit. Earlier (second session): moving replica positions out of `zmqueue/`
 and slowing the control plane's idle cycles took the tail from 3.8-4.2x to
-2.4-3.2x. The W rows of the table above are from the 788835c peers run,
-before this work.
+2.4-3.2x. The W rows of the table above are from the fourth session's peers
+run, after this work.
 
 **Batched send, R=1 (send_batch 30-40% of raw pyzmq).** ~0.55 ms per batch
 of 100: client ~190 us, host request loop ~270 us, host I/O thread ~50 us.
