@@ -226,16 +226,16 @@ See [docs/perf/analytics.md](perf/analytics.md) (`python -m benchmarks.analytics
 MESSAGE records, read through the zmqueue Spark data source vs the same rows
 as Parquet, `local[2]`, medians of 9 alternating runs. Third session: the
 columns every row has are `NOT NULL` and the jobs cut the log into as many
-equal partitions as the session has cores (`minPartitions`). Over the four
-invocations recorded on that page the source ran at 30%, 30%, 46% and 38% of
-Parquet's speed by wall clock and 41%, 34%, 41%, 38% by CPU per query (the
-30% runs under another session's test load); a later check on a quiet
-machine (ae13830) gave 37% by wall clock and 36% by CPU. Target ≥ 35%: met on
-a quiet machine, **not robustly**. Issue #8 started at 22%. The JVM side is
-PySpark 4.3's row-based Python data source scan (Arrow to `UnsafeRow` copy,
-custom-metric updates every 100 rows, the aggregate reading strings out of
-rows), which the source cannot change; the Python reader is ~0.33 s per
-query, half of it LZ4.
+equal partitions as the session has cores (`minPartitions`). Over the six
+invocations recorded on that page the source ran at 30%, 30%, 46%, 38%, 42%
+and 42% of Parquet's speed by wall clock (median 40%) and 41%, 34%, 41%, 38%,
+44% and 41% by CPU per query (median 41%); the two 30% runs were taken under
+another session's test load, every quiet invocation (the last two on
+9cad2e9, fourth session) is at or above 36%. Target ≥ 35%: **met**. Issue #8
+started at 22%. The JVM side is PySpark 4.3's row-based Python data source
+scan (Arrow to `UnsafeRow` copy, custom-metric updates every 100 rows, the
+aggregate reading strings out of rows), which the source cannot change; the
+Python reader is ~0.33 s per query, half of it LZ4.
 """
 
 ANALYSIS = """\
