@@ -72,3 +72,26 @@ def test_a_valid_header_with_a_random_body_never_raises_anything_else(
         assert protocol.peek_header(data) == (int(cmd), rid)
     else:
         assert f.request_id == rid
+
+
+def test_request_ids_count_up_stay_in_range_and_never_repeat_across_threads() -> None:
+    import threading
+
+    from zmqueue.protocol import RequestIds
+
+    ids = RequestIds()
+    first, second = ids.next(), ids.next()
+    assert second == (first + 1) % 2**63
+    seen: list[list[int]] = [[] for _ in range(4)]
+
+    def take(i: int) -> None:
+        seen[i] = [ids.next() for _ in range(10_000)]
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    every = [x for part in seen for x in part]
+    assert len(set(every)) == 40_000 and all(0 <= x < 2**63 for x in every)
+    assert RequestIds().next() != RequestIds().next()  # random starts (63 bits)

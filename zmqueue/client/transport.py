@@ -18,7 +18,7 @@ import zmq
 
 from zmqueue import protocol
 from zmqueue.errors import ProtocolError, RequestTimeout, ZmqueueError, from_wire
-from zmqueue.protocol import Command, Frame, new_request_id
+from zmqueue.protocol import Command, Frame, RequestIds, new_request_id
 
 PushHandler = Callable[[Frame], None]
 
@@ -45,13 +45,12 @@ class Connection:
         self.poller.register(self.sock, zmq.POLLIN)
         """Kept for the connection's life (``Socket.poll`` builds a new Poller per call)."""
         self.on_push = on_push
-        self._next_id = new_request_id()
+        self._ids = RequestIds()
         self.lock = threading.RLock()
         self.closed = False
 
     def next_request_id(self) -> int:
-        self._next_id = (self._next_id + 1) % 2**64
-        return self._next_id
+        return self._ids.next()
 
     def send(self, command: Command, body: Any, request_id: int) -> None:
         try:

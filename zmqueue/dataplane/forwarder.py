@@ -15,7 +15,7 @@ import zmq
 
 from zmqueue import protocol
 from zmqueue.errors import ProtocolError, RequestTimeout, ZmqueueError, from_wire
-from zmqueue.protocol import Command, new_request_id
+from zmqueue.protocol import Command, RequestIds
 
 Callback = Callable[[Any, ZmqueueError | None], None]
 MAX_PENDING = 10_000
@@ -33,9 +33,7 @@ class Forwarder:
         self.ctx = ctx
         self.socks: dict[str, zmq.Socket[bytes]] = {}
         self.pending: dict[int, _Pending] = {}
-        self._last_rid = new_request_id()
-        """Request ids count up from a random start (``secrets`` per request
-        cost a few microseconds on every replica position report)."""
+        self._ids = RequestIds()
         self.curve: Any = None
         """CURVE client keys (zmqueue.security.curve.CurveKeys) when the host is
         secured: ``curve.client(sock, endpoint)`` before every connect."""
@@ -56,15 +54,11 @@ class Forwarder:
             self.socks[endpoint] = s
         return s
 
-    def _rid(self) -> int:
-        self._last_rid = (self._last_rid + 1) % 2**63
-        return self._last_rid
-
     def notify(self, endpoint: str, command: Command, body: Any) -> bool:
         """Send a request that asks for no reply (the body says so; see
         POSITION); False if it could not be queued. Nothing waits for it."""
         try:
-            self._sock(endpoint).send(protocol.encode_request(command, self._rid(), body),
+            self._sock(endpoint).send(protocol.encode_request(command, self._ids.next(), body),
                                       zmq.NOBLOCK)
         except (zmq.ZMQError, ZmqueueError):
             return False
@@ -75,7 +69,7 @@ class Forwarder:
         if len(self.pending) >= MAX_PENDING:
             callback(None, RequestTimeout("too many forwarded requests in flight"))
             return
-        rid = self._rid()
+        rid = self._ids.next()
         try:
             self._sock(endpoint).send(protocol.encode_request(command, rid, body), zmq.NOBLOCK)
         except zmq.ZMQError:
