@@ -29,7 +29,7 @@ drop and count the frame.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import hashlib
 import itertools
 import secrets
@@ -246,27 +246,50 @@ class Receipt:
     epoch: int = 0
 
     def encode(self) -> str:
-        raw = msgpack.packb([RECEIPT_VERSION, self.queue, self.partition, self.origin, self.seq,
-                             self.receive_count, self.epoch], use_bin_type=True)
-        raw += zlib.crc32(raw).to_bytes(4, "big")
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        return ReceiptEncoder(self.queue, self.partition, self.origin)(self.seq, self.receive_count,
+                                                                        self.epoch)
 
     @classmethod
     def decode(cls, text: Any) -> Receipt:
         if not isinstance(text, str) or not 8 <= len(text) <= 512:
             raise _bad_receipt()
         try:
-            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-            body, crc = raw[:-4], raw[-4:]
-            ok = zlib.crc32(body).to_bytes(4, "big") == crc
+            raw = binascii.a2b_base64((text + _PAD[len(text) % 4]).encode("ascii").translate(_FROM_URLSAFE))
+            body = raw[:-4]
+            ok = zlib.crc32(body) == int.from_bytes(raw[-4:], "big")
             if ok:
                 v, queue, part, origin, seq, rc, epoch = msgpack.unpackb(body, raw=False)
         except Exception:
             raise _bad_receipt() from None
         if not ok or v != RECEIPT_VERSION or not isinstance(queue, str) or not isinstance(origin, str) \
-                or not all(isinstance(x, int) and x >= 0 for x in (part, seq, rc, epoch)):
+                or not (isinstance(part, int) and isinstance(seq, int) and isinstance(rc, int)
+                        and isinstance(epoch, int)) or min(part, seq, rc, epoch) < 0:
             raise _bad_receipt()
         return cls(queue, part, origin, seq, rc, epoch)
+
+
+_PAD = ("", "===", "==", "=")
+"""Padding that completes a base64 text of length ``n`` (index ``n % 4``)."""
+_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
+_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
+
+
+class ReceiptEncoder:
+    """``Receipt(queue, partition, origin, seq, rc, epoch).encode()`` for one
+    stream, with the constant part packed once: a receive encodes a receipt
+    per message."""
+
+    __slots__ = ("_prefix",)
+
+    def __init__(self, queue: str, partition: int, origin: str) -> None:
+        # a 7-element array: its header and the first four elements
+        self._prefix = msgpack.packb([RECEIPT_VERSION, queue, partition, origin, 0, 0, 0],
+                                     use_bin_type=True)[:-3]
+
+    def __call__(self, seq: int, receive_count: int, epoch: int) -> str:
+        raw = self._prefix + msgpack.packb((seq, receive_count, epoch))[1:]  # without its array header
+        raw += zlib.crc32(raw).to_bytes(4, "big")
+        return binascii.b2a_base64(raw, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode()
 
 
 def _bad_receipt() -> InvalidReceipt:

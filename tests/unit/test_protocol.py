@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -95,3 +96,45 @@ def test_request_ids_count_up_stay_in_range_and_never_repeat_across_threads() ->
     every = [x for part in seen for x in part]
     assert len(set(every)) == 40_000 and all(0 <= x < 2**63 for x in every)
     assert RequestIds().next() != RequestIds().next()  # random starts (63 bits)
+
+
+def _reference_receipt(queue: str, part: int, origin: str, seq: int, rc: int, epoch: int) -> str:
+    """The receipt format as documented (PROTOCOL.md), spelled out with the
+    standard library: the encoder's fast path must produce exactly this."""
+    import base64
+    import zlib
+
+    import msgpack
+
+    raw = msgpack.packb([2, queue, part, origin, seq, rc, epoch], use_bin_type=True)
+    raw += zlib.crc32(raw).to_bytes(4, "big")
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+@settings(max_examples=300, deadline=None)
+@given(queue=st.text(min_size=1, max_size=80), part=st.integers(0, 2**16),
+       origin=st.text(min_size=1, max_size=40), seq=st.integers(0, 2**64 - 1),
+       rc=st.integers(0, 2**32 - 1), epoch=st.integers(0, 2**63 - 1))
+def test_receipts_round_trip_in_the_documented_format(queue: str, part: int, origin: str, seq: int,
+                                                      rc: int, epoch: int) -> None:
+    from zmqueue.protocol import Receipt, ReceiptEncoder
+
+    text = ReceiptEncoder(queue, part, origin)(seq, rc, epoch)
+    assert text == _reference_receipt(queue, part, origin, seq, rc, epoch)
+    assert text == Receipt(queue, part, origin, seq, rc, epoch).encode()
+    assert Receipt.decode(text) == Receipt(queue, part, origin, seq, rc, epoch)
+
+
+@pytest.mark.parametrize("mangle", [
+    lambda t: t[:-1],                      # torn
+    lambda t: t[:10] + ("A" if t[10] != "A" else "B") + t[11:],  # a flipped character
+    lambda t: t + "é",                     # not ASCII
+    lambda t: "x" * 7,                     # too short
+])
+def test_mangled_receipts_are_refused_with_invalid_receipt(mangle: Any) -> None:
+    from zmqueue.errors import InvalidReceipt
+    from zmqueue.protocol import Receipt
+
+    good = Receipt("q", 1, "h1", 42, 1, 3).encode()
+    with pytest.raises(InvalidReceipt):
+        Receipt.decode(mangle(good))

@@ -37,7 +37,7 @@ from zmqueue.dataplane.storage import Delivered, NewMessage, PartitionStoreProto
 from zmqueue.dataplane.storage.records import Table
 from zmqueue.dataplane.topology import StreamKey
 from zmqueue.errors import InvalidParameter, InvalidReceipt
-from zmqueue.protocol import Receipt
+from zmqueue.protocol import Receipt, ReceiptEncoder
 
 DEDUP_WINDOW_MS = 5 * 60 * 1000
 DEDUP_MAX_ENTRIES = 1_000_000
@@ -96,6 +96,7 @@ class Stream:
                  replicas: tuple[str, ...], cipher: Any = None) -> None:
         self.key = key
         self.queue, self.partition, self.origin = key
+        self._receipt = ReceiptEncoder(*key)
         self.config = config
         self.store = store
         self.replicas = replicas
@@ -274,8 +275,7 @@ class Stream:
     def encode_delivered(self, d: Delivered) -> list[Any]:
         body, blob = self.open(d.message_id, d.body, d.attributes)
         meta = decode_blob(blob)
-        receipt = Receipt(self.queue, self.partition, self.origin, d.seq, d.receive_count,
-                          self.epoch).encode()
+        receipt = self._receipt(d.seq, d.receive_count, self.epoch)
         rc = d.receive_count + int(meta.get("rc", 0))
         return [d.message_id.hex(), body, meta.get("a") or {}, receipt, rc, d.enqueue_ms,
                 meta.get("g"), meta.get("src")]
