@@ -368,16 +368,21 @@ class QueueService:
         st = self._receipt_stream(req, Receipt.decode(items[0]), now)
         if st is None:
             return DEFERRED
-        results: list[Any] = []
-        for text in items:
+        results: list[Any] = [None] * len(items)
+        todo: list[int] = []
+        receipts: list[Receipt] = []
+        for i, text in enumerate(items):
             try:
-                st.delete(Receipt.decode(text), now)
-                results.append(None)
+                receipts.append(Receipt.decode(text))
+                todo.append(i)
             except ZmqueueError as exc:
-                # deleting a message that is already gone succeeds (as in SQS), so a
-                # retried delete is idempotent; a receipt of a message received again
-                # since is still refused
-                results.append(None if exc.details.get("gone") else to_wire(exc))
+                results[i] = to_wire(exc)
+        for i, err in zip(todo, st.delete_many(receipts, now), strict=True):
+            # deleting a message that is already gone succeeds (as in SQS), so a
+            # retried delete is idempotent; a receipt of a message received again
+            # since is still refused
+            if err is not None and not err.details.get("gone"):
+                results[i] = to_wire(err)
         return self.after_commit(st, req, {"results": results})
 
     def h_change_visibility(self, req: Request, body: dict[str, Any], now: int) -> Any:

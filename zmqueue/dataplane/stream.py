@@ -289,6 +289,20 @@ class Stream:
         self._own(receipt)
         self.store.delete(receipt.seq, receipt.receive_count, now_ms)
 
+    def delete_many(self, receipts: list[Receipt], now_ms: int) -> list[InvalidReceipt | None]:
+        """:meth:`delete` for each receipt; one outcome per receipt (None: deleted)."""
+        out: list[InvalidReceipt | None] = [None] * len(receipts)
+        mine: list[int] = []
+        for i, r in enumerate(receipts):
+            if (r.queue, r.partition, r.origin) == self.key:
+                mine.append(i)
+            else:
+                out[i] = InvalidReceipt("the receipt belongs to another queue or partition")
+        done = self.store.delete_many([(receipts[i].seq, receipts[i].receive_count) for i in mine], now_ms)
+        for i, err in zip(mine, done, strict=True):
+            out[i] = err
+        return out
+
     def change_visibility(self, receipt: Receipt, timeout_s: int, now_ms: int) -> int:
         self._own(receipt)
         return self.store.change_visibility(receipt.seq, receipt.receive_count, timeout_s * 1000,

@@ -29,7 +29,7 @@ from zmqueue.dataplane.storage.model import Delivered, NewMessage, Record
 from zmqueue.dataplane.storage.protocol import PartitionStoreProtocol
 from zmqueue.dataplane.storage.records import MAX_BLOCK_RAW, RecordType, Table, encode_payload
 from zmqueue.dataplane.storage.recovery import RecoveryReport, recover_directory
-from zmqueue.dataplane.storage.ring import MetaRows, Ring
+from zmqueue.dataplane.storage.ring import IN_FLIGHT, MetaRows, Ring
 from zmqueue.dataplane.storage.segment import (
     SPACE_ERRNOS,
     BlockIndex,
@@ -39,7 +39,7 @@ from zmqueue.dataplane.storage.segment import (
     lock_directory,
 )
 from zmqueue.dataplane.storage.staging import Staging
-from zmqueue.errors import InternalError
+from zmqueue.errors import InternalError, InvalidReceipt
 
 __all__ = ["PartitionStore", "PartitionStoreProtocol"]
 
@@ -237,6 +237,40 @@ class PartitionStore:
         i = receive.receipt_slot(self.ring, seq, receive_count)
         self.ring.remove(i)
         self._log_ref(RecordType.DELETE, i, seq, receive_count, now_ms)
+
+    def delete_many(self, receipts: Sequence[tuple[int, int]], now_ms: int) -> list[InvalidReceipt | None]:
+        """:meth:`delete` for each receipt (seq, receive count), in order; one
+        outcome per receipt: None if deleted, else the InvalidReceipt
+        :meth:`delete` would raise. Distinct seqs (a consumer's batch) are
+        looked up, checked, removed and logged with array operations."""
+        self._check_open(now_ms)
+        seqs = [s for s, _ in receipts]
+        counts = [c for _, c in receipts]
+        if (len(receipts) < 4 or len(set(seqs)) != len(seqs)  # a repeated seq: order matters
+                or not 0 <= min(seqs) <= max(seqs) < 2**63 or not 0 <= min(counts) <= max(counts) < 2**63):
+            return [self._delete_one(s, c, now_ms) for s, c in receipts]
+        ring = self.ring
+        slots = replay.lookup(ring, np.asarray(seqs, np.int64))
+        found = slots >= 0
+        at = np.where(found, slots, 0)
+        ok = found & (ring.state[at] == IN_FLIGHT)
+        ok &= ring.receive_count[at] == np.asarray(counts, np.int64)
+        out: list[InvalidReceipt | None] = [None] * len(receipts)
+        for i in np.flatnonzero(~ok).tolist():
+            # refused: delete() says why (distinct seqs: removing the others changes nothing here)
+            out[i] = self._delete_one(seqs[i], counts[i], now_ms)
+        done = slots[ok]
+        if len(done):
+            ring.remove(done)
+            self._log_refs(RecordType.DELETE, ring.meta[done], now_ms)
+        return out
+
+    def _delete_one(self, seq: int, receive_count: int, now_ms: int) -> InvalidReceipt | None:
+        try:
+            self.delete(seq, receive_count, now_ms)
+        except InvalidReceipt as exc:
+            return exc
+        return None
 
     def change_visibility(self, seq: int, receive_count: int, visibility_ms: int, now_ms: int) -> int:
         """Set a new deadline (0 = visible now) for an in-flight message; return it."""

@@ -1,0 +1,81 @@
+"""delete_many (a consumer's batch of receipts) against deleting one by one, on twin stores."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zmqueue.dataplane.storage import PartitionStore, StorageConfig
+from zmqueue.errors import InvalidReceipt
+
+NOW = 1_000
+
+
+def _twins(tmp: Path, n: int) -> tuple[PartitionStore, PartitionStore, dict[int, int]]:
+    """Two stores with the same ``n`` messages, all received once: {seq: receive count}."""
+    stores = []
+    for name in ("batch", "single"):
+        s = PartitionStore.open(tmp / name, StorageConfig(ring_slots=64, arena_bytes=1 << 16), now_ms=NOW)
+        s.append_batch([b"m%d" % i for i in range(n)], NOW)
+        s.commit()
+        got, _ = s.receive(n, NOW, 30_000)
+        assert len(got) == n
+        stores.append(s)
+    flying = {d.seq: d.receive_count for d in got}
+    return stores[0], stores[1], flying
+
+
+def _outcome(err: InvalidReceipt | None) -> tuple[str, bool] | None:
+    return None if err is None else (str(err), bool(err.details.get("gone")))
+
+
+@settings(max_examples=120, deadline=None)
+@given(n=st.integers(4, 40), data=st.data())
+def test_a_batch_of_receipts_does_what_deleting_them_one_by_one_does(n: int, data: st.DataObject) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        batch, single, flying = _twins(Path(d), n)
+        seqs = sorted(flying)
+        picks = data.draw(st.lists(st.sampled_from(seqs), min_size=1, max_size=n))
+        receipts = [(s, flying[s] + data.draw(st.sampled_from([0, 0, 0, 1]))) for s in picks]
+        receipts += [(s, 1) for s in data.draw(st.lists(st.integers(seqs[-1] + 1, seqs[-1] + 50),
+                                                        max_size=3))]  # never written
+        receipts = data.draw(st.permutations(receipts))
+
+        got = [_outcome(e) for e in batch.delete_many(receipts, NOW)]
+        want: list[tuple[str, bool] | None] = []
+        for seq, count in receipts:
+            try:
+                single.delete(seq, count, NOW)
+                want.append(None)
+            except InvalidReceipt as exc:
+                want.append(_outcome(exc))
+        assert got == want
+        for s in (batch, single):
+            s.commit()
+        # the same messages are left, and they stay so across a restart (the
+        # DELETE records were logged)
+        left = [sorted(d.seq for d in s.receive(n, NOW + 60_000, 1_000)[0]) for s in (batch, single)]
+        assert left[0] == left[1]
+        for s in (batch, single):
+            s.close()
+        again = PartitionStore.open(Path(d) / "batch", StorageConfig(ring_slots=64, arena_bytes=1 << 16),
+                                    now_ms=NOW + 120_000)
+        try:
+            assert sorted(x.seq for x in again.receive(n, NOW + 120_000, 1_000)[0]) == left[0]
+        finally:
+            again.close()
+
+
+def test_the_array_path_deletes_a_consumers_batch_and_refuses_the_stale_ones() -> None:
+    with tempfile.TemporaryDirectory() as d:
+        store, _, flying = _twins(Path(d), 10)
+        seqs = sorted(flying)
+        receipts = [(s, flying[s]) for s in seqs[:6]] + [(seqs[6], flying[seqs[6]] + 1), (seqs[-1] + 5, 1)]
+        out = store.delete_many(receipts, NOW)
+        assert out[:6] == [None] * 6
+        assert isinstance(out[6], InvalidReceipt) and not out[6].details.get("gone")
+        assert isinstance(out[7], InvalidReceipt) and out[7].details.get("gone") is True
+        assert store.ring.live == 4
