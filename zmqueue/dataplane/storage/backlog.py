@@ -65,6 +65,8 @@ class Backlog:
         """Load what fits; return how many expired messages were skipped."""
         expired = 0
         while self.cursor is not None and self.cursor <= last_written and ring.live < ring.slots:
+            if not ring.can_place():
+                break  # (a consumer's deletes free slots long before compacting pays: no block read)
             table, heap = self._block(reader, index, self.cursor)
             is_msg = (table["type"] == RecordType.MESSAGE) & (table["seq"] >= self.cursor)
             rows = table[is_msg]

@@ -60,7 +60,11 @@ def lookup(ring: Ring, targets: IntArray) -> IntArray:
     if len(targets) <= 16:
         pos = np.array([bisect.bisect_left(seqs, int(t), 0, n) for t in targets], np.int64)
     else:
-        pos = np.searchsorted(seqs[:n], targets).astype(np.int64)
+        # searchsorted copies its (strided) haystack: search only the slots
+        # between the smallest and the largest target, not the whole ring
+        lo = bisect.bisect_left(seqs, int(targets.min()), 0, n)
+        hi = bisect.bisect_right(seqs, int(targets.max()), lo, n)
+        pos = np.searchsorted(seqs[lo:hi], targets).astype(np.int64) + lo
     found = pos < n
     found[found] = seqs[pos[found]] == targets[found]
     return np.where(found, pos, -1)

@@ -162,6 +162,11 @@ class Ring:
         by_bytes = int(np.searchsorted(np.cumsum(lens), free, side="right"))
         return min(len(lens), by_slots, by_bytes)
 
+    def can_place(self) -> bool:
+        """False when :meth:`fit_count` would place nothing whatever comes:
+        no slot is left at the tail and compacting is not worth it yet."""
+        return self.n < self.slots or self._worth_compacting()
+
     def _worth_compacting(self) -> bool:
         dead_slots = self.n - self.live
         dead_bytes = self.top - self.live_bytes
