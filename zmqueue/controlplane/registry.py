@@ -67,15 +67,20 @@ class Registrar:
 
     def register(self) -> None:
         reg = self.reg
+        # passing from the start: the host registers (and re-registers, when an
+        # agent it used died and another one does not know it) only while it
+        # serves and heartbeats; a critical start would keep its writer session
+        # from being recreated until the agent's next catalog sync of the
+        # check, which after a Consul leader election can be 15 s or more away
         check = {
             "CheckID": reg.check_id, "Name": "zmqueue heartbeat", "TTL": f"{reg.check_ttl_ms}ms",
-            "DeregisterCriticalServiceAfter": "30m",
+            "Status": "passing", "DeregisterCriticalServiceAfter": "30m",
         }
         extra = []
         if reg.http_health_url:
             extra.append({
                 "Name": "zmqueue health endpoint", "CheckID": f"http:{reg.service_id}",
-                "HTTP": reg.http_health_url, "Interval": "1s", "Timeout": "1s",
+                "HTTP": reg.http_health_url, "Interval": "1s", "Timeout": "1s", "Status": "passing",
             })
         self.client.call(lambda c: c.agent.service.register(
             SERVICE_NAME, service_id=reg.service_id, address=reg.address, port=reg.client_port,
