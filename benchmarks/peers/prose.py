@@ -180,41 +180,44 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5, W5-half) and the raw pyzmq
 ceiling come from the one invocation above, on the tree of commit
-{commit} (fourth session); the previous version of this page measured
-788835c (second session), and the rows below compare with it. The peers'
-own numbers moved between the two runs too (NATS R=3 W5b 8,715 -> 11,214
-msg/s, Redis W3 71,779 -> 88,351): read the ratios of one run.
+{commit} (fourth session). Runs 2 and 3 of it were slower for every system
+(other work on the shared machine: Redis W3 88,461 -> 75,373 -> 60,210 msg/s,
+NATS W4 2,516 -> 1,492 -> 1,336); read the ratios of one run. An invocation
+earlier in the session (f054ac7, before the consumer-path changes below) and
+the second session's (788835c) are compared where it helps.
 
-- **What moved** (100 B unless said): one message per request, W1 1,585 ->
-  2,180 msg/s end to end, W2 p99 1.77 -> 1.13 ms, W4 2,568 -> 3,196 (1.37x
-  NATS); batched, W3 22,379 -> 26,461 end to end; replicated, W5 455 -> 704
-  (0.84x NATS R=3, was 0.54x), W5b 12,343 -> 15,754 (1.40x NATS R=3; 1,024 B:
-  1.43x), and the R=3 send p99 at half the W5 rate 5.84 -> 3.86 ms. The
-  changes: the third session halved a single request's CPU on client and
-  host (docs/perf/queues.md); the fourth made the replica's apply cheaper,
-  sends a released synchronous ack right after the loop's drain, and has a
-  receive sweep ask the host that last had messages first (with one producer
-  a standard queue's messages sit on its home host, and a sweep in random
-  order asked two of three hosts per receive at R=3).
-- **What did not.** Redis answers one XADD in 0.14 ms (p50) where zmqueue
-  takes 0.41 ms for one confirmed send, so W1 and W2 stay behind Redis (and
-  W2 behind NATS's 0.79 ms p99); W3 and W5b end to end are capped by the
-  single consumer (two synchronous round trips per 100 messages: the
-  producer side sends 63,800 msg/s in W3 and 30,800 in W5b), at under a
-  third of Redis's pipelined XADD + XREADGROUP in W3.
+- **What moved** (100 B unless said; 788835c -> this run): batched end to end,
+  W3 22,379 -> 31,304 msg/s, W5b 12,343 -> 13,250 and now **1.70x NATS R=3**
+  (1,024 B: 1.99x; 1.63x, 1.71x and 1.70x in the three runs); one message per
+  request, W1 1,585 -> 2,052, W2 p99 1.77 -> 1.40 ms, W5 455 -> 567 (0.62x
+  NATS R=3; 704 and 0.84x in the f054ac7 invocation, whose runs were all on a
+  quieter machine). The changes: the third session halved a single
+  request's CPU on client and host (docs/perf/queues.md); the fourth made the
+  replica's apply cheaper, sends a released synchronous ack right after the
+  loop's drain, has a receive sweep ask the host that last had messages
+  first (with one producer a standard queue's messages sit on its home host;
+  a sweep in random order asked two of three hosts per receive at R=3), and
+  sped up the consumer behind a backlog larger than the ring: a page-in no
+  longer reads and filters a block when the ring's tail is full, a batch of
+  deletes is one array operation, and the delete lookup no longer copies the
+  ring's seq column (receive + delete of 100 on one host: ~3.5 -> ~2.5 ms).
+- **What did not.** Redis answers one XADD in 0.15 ms (p50) where zmqueue
+  takes 0.43 ms for one confirmed send, so W1 and W2 stay behind Redis (and
+  W2 behind NATS's 0.81 ms p99); W3 end to end is capped by the single
+  consumer (two synchronous round trips per 100 messages; the producer side
+  sends 71,900 msg/s) at under half of Redis's pipelined XADD + XREADGROUP.
 - **Targets.** Met: no losses or duplicates in any run of any system, the
-  R=3 send p99 at half rate (3.86 ms < 10 ms), FIFO failover (fourth session,
-  a1decf5: p50 1.63 s, max 1.67 s over 20 kills), CURVE cost (6.6%), R=3 sync
-  throughput at 50% of R=1 (fourth session, a1decf5, replication.md: 56.2%
-  with 16 producers, every one of 5 rounds 55-62%; with one producer, i.e.
-  one batch in flight, 43.3%), and, measured in the third session on ae13830
-  (queues.md), send_batch at 25% of raw pyzmq (34.9%) and the single-send
-  p99 at 3x raw (1.71x over 9 runs; 1.7-2.3x in every quiet invocation,
-  2.87-3.46x with one CPU kept busy). Missed: 2x the best peer in W1/W3, W2
-  p99 at or below the best peer's, W3 end to end at 25% of the raw pyzmq
-  batched round trip, W5 at 1.5x NATS R=3 (0.84x), W5b at 1.5x NATS R=3
-  (1.40x; 1.80x in a single run of `zmqueue bench` just before, beside the
-  earlier run's NATS figure, which is why the target wants one run).
+  R=3 send p99 at half rate (6.14 ms < 10 ms), W5b at 1.5x NATS R=3 (1.70x,
+  1,024 B 1.99x), FIFO failover (fourth session, a1decf5: p50 1.63 s, max
+  1.67 s over 20 kills), CURVE cost (6.6%), R=3 sync throughput at 50% of R=1
+  (fourth session, a1decf5, replication.md: 56.2% with 16 producers, every
+  one of 5 rounds 55-62%; with one producer, i.e. one batch in flight,
+  43.3%), and, measured in the third session on ae13830 (queues.md),
+  send_batch at 25% of raw pyzmq (34.9%) and the single-send p99 at 3x raw
+  (1.71x over 9 runs; 1.7-2.3x in every quiet invocation, 2.87-3.46x with one
+  CPU kept busy). Missed: 2x the best peer in W1/W3, W2 p99 at or below the
+  best peer's, W3 end to end at 25% of the raw pyzmq batched round trip, W5
+  (one message per request, R=3) at 1.5x NATS R=3 (0.62x).
 - **Noise.** 2 CPUs shared with other sessions' test suites; the 1-minute
   load average was {load} during the peer runs. Single runs move by up to
   2x; read the medians and the ratios.
