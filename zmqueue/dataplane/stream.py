@@ -285,19 +285,16 @@ class Stream:
         if (receipt.queue, receipt.partition, receipt.origin) != self.key:
             raise InvalidReceipt("the receipt belongs to another queue or partition")
 
-    def delete(self, receipt: Receipt, now_ms: int) -> None:
-        self._own(receipt)
-        self.store.delete(receipt.seq, receipt.receive_count, now_ms)
-
     def delete_many(self, receipts: list[Receipt], now_ms: int) -> list[InvalidReceipt | None]:
-        """:meth:`delete` for each receipt; one outcome per receipt (None: deleted)."""
+        """Delete by receipts; one outcome per receipt (None: deleted)."""
         out: list[InvalidReceipt | None] = [None] * len(receipts)
         mine: list[int] = []
         for i, r in enumerate(receipts):
-            if (r.queue, r.partition, r.origin) == self.key:
+            try:
+                self._own(r)
                 mine.append(i)
-            else:
-                out[i] = InvalidReceipt("the receipt belongs to another queue or partition")
+            except InvalidReceipt as exc:
+                out[i] = exc
         done = self.store.delete_many([(receipts[i].seq, receipts[i].receive_count) for i in mine], now_ms)
         for i, err in zip(mine, done, strict=True):
             out[i] = err
