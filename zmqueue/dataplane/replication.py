@@ -109,8 +109,6 @@ class Replicator:
         self.catching_up: dict[StreamKey, float] = {}
         self.reported: dict[StreamKey, tuple[int, float]] = {}
         self.next_heartbeat_ms = 0
-        self._keys: dict[str, StreamKey] = {}
-        """Stream ids (``queue/partition/origin``) seen in POSITION reports, parsed."""
         self.counters: dict[str, int] = {"gaps": 0, "stale_refused": 0, "resyncs": 0,
                                          "published": 0, "applied": 0}
 
@@ -193,14 +191,10 @@ class Replicator:
         return {"e": st.epoch, "last_epoch": st.store.last_epoch, "last": st.store.last_seq}
 
     def note_position(self, body: dict[str, Any]) -> Stream | None:
-        """A one-way POSITION: record it; the stream (None if this host has no
-        such stream: a report is never answered, so nothing is raised)."""
-        sid = body.get("s")
-        if not isinstance(sid, str):
-            raise InvalidParameter("bad stream id", field="s")
-        st = self.streams().get(self._keys.get(sid) or parse_stream_id(sid))
+        """A one-way POSITION: record it; the stream, None if this host has
+        none by that id (a report is not answered; only a malformed id raises)."""
+        st = self.streams().get(parse_stream_id(body.get("s")))
         if st is not None:
-            self._keys[sid] = st.key
             self._note(st, body)
         return st
 
