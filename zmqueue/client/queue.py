@@ -42,6 +42,11 @@ _BYTES_ONLY = {bytes}
 CANCEL_GRACE_MS = 2000
 REFRESH_MIN_S = 0.2
 REFRESH_TIMEOUT_MS = 1000
+ROUTES_MAX_AGE_S = 2.0
+"""A receive re-reads the routes (one GET_QUEUE) when they are older than this:
+a stream's writer can change without this client seeing an error (a dead
+host's stream handed back when it returns), and a receive asks only the hosts
+it knows to write a stream."""
 SHUFFLE_EVERY = 8
 """Every 8th receive sweep asks its targets in plain random order, so messages
 on other hosts are found even while the last productive one never runs dry."""
@@ -204,6 +209,8 @@ class Queue:
             out.append(self._buffer.popleft())
         if out:
             return out
+        if time.monotonic() - self._refreshed_at > ROUTES_MAX_AGE_S:
+            self.refresh()
         targets = self._receive_targets()
         if not targets:
             self.refresh()
