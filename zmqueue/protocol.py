@@ -287,7 +287,7 @@ class ReceiptEncoder:
                                      use_bin_type=True)[:-3]
 
     def __call__(self, seq: int, receive_count: int, epoch: int) -> str:
-        raw = self._prefix + msgpack.packb((seq, receive_count, epoch))[1:]  # without its array header
+        raw = self._prefix + _pack((seq, receive_count, epoch))[1:]  # without its array header
         raw += zlib.crc32(raw).to_bytes(4, "big")
         return binascii.b2a_base64(raw, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode()
 
