@@ -203,29 +203,18 @@ class Ring:
             lens = rows["body_len"].astype(np.int64) + rows["attr_len"]
         src = np.frombuffer(heap, np.uint8) if isinstance(heap, bytes) else heap
         offs = copy_ranges(self.arena, self.top, src, rows["data_off"], lens)
-        if rows.flags.c_contiguous:  # copy columns as u64 words of the 88-byte rows
-            rw = rows.view(np.uint64).reshape(k, WORDS)
-            w = self._words[a:b]
-            w[:, _M_SEQ] = rw[:, _R_SEQ]
-            w[:, _M_OFF] = offs
-            w[:, _M_ENQ : _M_VIS + 1] = rw[:, _R_TIME : _R_VISIBLE + 1]
-            w[:, _M_STATE] = AVAILABLE << 32  # receive_count 0
-            w[:, _M_GROUP] = rw[:, _R_GROUP]
-            w[:, _M_GROUP + 1 :] = rw[:, _R_ID : _R_ID + 2]
-            self._blen[a:b] = rows["body_len"]
-            self._alen[a:b] = rows["attr_len"]
-        else:
-            dst = self.meta[a:b]
-            dst["off"] = offs
-            dst["seq"] = rows["seq"]
-            dst["body_len"] = rows["body_len"]
-            dst["attr_len"] = rows["attr_len"]
-            dst["enqueue_ms"] = rows["time_ms"]
-            dst["visible_at_ms"] = rows["visible_at_ms"]
-            dst["receive_count"] = 0
-            dst["state"] = AVAILABLE
-            dst["group_hash"] = rows["group_hash"]
-            dst["message_id"] = rows["message_id"]
+        # columns copied as u64 words of the 88-byte rows (callers pass
+        # contiguous rows: slices and boolean selections of a table)
+        rw = np.ascontiguousarray(rows).view(np.uint64).reshape(k, WORDS)
+        w = self._words[a:b]
+        w[:, _M_SEQ] = rw[:, _R_SEQ]
+        w[:, _M_OFF] = offs
+        w[:, _M_ENQ : _M_VIS + 1] = rw[:, _R_TIME : _R_VISIBLE + 1]
+        w[:, _M_STATE] = AVAILABLE << 32  # receive_count 0
+        w[:, _M_GROUP] = rw[:, _R_GROUP]
+        w[:, _M_GROUP + 1 :] = rw[:, _R_ID : _R_ID + 2]
+        self._blen[a:b] = rows["body_len"]
+        self._alen[a:b] = rows["attr_len"]
         total = int(lens.sum())
         self.n, self.top = b, self.top + total
         self.live += k
