@@ -208,11 +208,11 @@ the second session's (788835c) are compared where it helps.
   sends 71,900 msg/s) at under half of Redis's pipelined XADD + XREADGROUP.
 - **Targets.** Met: no losses or duplicates in any run of any system, the
   R=3 send p99 at half rate (6.14 ms < 10 ms), W5b at 1.5x NATS R=3 (1.70x,
-  1,024 B 1.99x), FIFO failover (fourth session, a1decf5: p50 1.63 s, max
-  1.67 s over 20 kills), CURVE cost (6.6%), R=3 sync throughput at 50% of R=1
-  (fourth session, a1decf5, replication.md: 56.2% with 16 producers, every
-  one of 5 rounds 55-62%; with one producer, i.e. one batch in flight,
-  43.3%), and, measured in the third session on ae13830 (queues.md),
+  1,024 B 1.99x), FIFO failover (fourth session, 6eabf3a: p50 1.62 s, max
+  1.68 s over 20 kills), CURVE cost (6.6%), R=3 sync throughput at 50% of R=1
+  (fourth session, 6eabf3a, replication.md: 63.4% with 16 producers, every
+  one of 5 rounds 57-66%; with one producer, i.e. one batch in flight,
+  43.7%), and, measured in the third session on ae13830 (queues.md),
   send_batch at 25% of raw pyzmq (34.9%) and the single-send p99 at 3x raw
   (1.71x over 9 runs; 1.7-2.3x in every quiet invocation, 2.87-3.46x with one
   CPU kept busy). Missed: 2x the best peer in W1/W3, W2 p99 at or below the
@@ -283,8 +283,8 @@ delivered item per message). **Next:** a receive that carries the previous
 batch's receipts (one round trip instead of two), routing kept beside the
 receipt on the client, consumer pipelining.
 
-**Replicated sends (W5, W5b).** R=3 sync keeps 56.2% of R=1's batched
-throughput with 16 producers (fourth session, a1decf5) and 43.3% with one
+**Replicated sends (W5, W5b).** R=3 sync keeps 63.4% of R=1's batched
+throughput with 16 producers (fourth session, 6eabf3a) and 43.7% with one
 batch in flight. With one batch in flight the batch's path is serial and
 crosses four processes on 2 CPUs: client -> writer (decode, append, commit,
 publish) -> a replica (receive, validate, apply, commit, report) -> writer
