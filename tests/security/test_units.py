@@ -108,3 +108,17 @@ def test_usage_records_append_and_aggregate(tmp_path: Path) -> None:
     rows = aggregate(find_files([tmp_path]))
     assert rows == [{"identity": "alice", "queue": "q", "requests": 6, "bytes_in": 202, "bytes_out": 22},
                     {"identity": "bob", "queue": "q", "requests": 2, "bytes_in": 10, "bytes_out": 2}]
+
+
+def test_a_receive_that_carries_deletes_needs_the_delete_permission_too() -> None:
+    policies = {"q": {"receive": ("bob", "carol"), "delete": ("carol",)}}
+    door = FrontDoor(lambda: {}, lambda: policies, lambda u: None, None)
+    r = Receipt("q", 0, "h1", 5, 1, 1).encode()
+    plain = Frame(Command.RECEIVE, Flags.NONE, 1, {"q": "q", "max": 10})
+    carrying = Frame(Command.RECEIVE, Flags.NONE, 2, {"q": "q", "max": 10, "del": [r]})
+    assert door.check("client", "bob", plain, 10) is None
+    denied = door.check("client", "bob", carrying, 10)
+    assert isinstance(denied, AccessDenied) and denied.details["action"] == "delete"
+    assert door.check("client", "carol", carrying, 10) is None
+    door.on_reply("client", "carol", carrying, 0.0, {"m": [], "dr": [None, {"code": 1}]}, 10)
+    assert door.queues["q"].deletes == 1

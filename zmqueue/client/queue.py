@@ -12,6 +12,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,19 @@ it knows to write a stream."""
 SHUFFLE_EVERY = 8
 """Every 8th receive sweep asks its targets in plain random order, so messages
 on other hosts are found even while the last productive one never runs dry."""
+
+
+@dataclass
+class _Carry:
+    """Deletes riding on a receive's first request (its ``del``): one stream's
+    receipts, sent to that stream's writer; ``results`` once it answered."""
+
+    partition: int
+    origin: str
+    endpoint: str
+    idxs: list[int]
+    items: list[str]
+    results: list[Any] | None = None
 
 
 def backoff(attempt: int) -> float:
@@ -200,15 +214,54 @@ class Queue:
         """Up to ``max_messages`` (1-1000) messages. With ``wait_time`` (0-20 s)
         a long poll: returns as soon as a message is available anywhere in the
         queue, or empty after the wait."""
+        return self._receive(max_messages, wait_time, visibility_timeout, None)
+
+    def delete_and_receive(self, receipts: Iterable[str], max_messages: int = 1, wait_time: float = 0,
+                           visibility_timeout: int | None = None
+                           ) -> tuple[list[ZmqueueError | None], list[Message]]:
+        """Delete ``receipts`` (as :meth:`delete_batch`), then receive (as
+        :meth:`receive`): a consumer loop's two steps, in one round trip when
+        the host that writes the receipts' stream is the one asked first (the
+        usual case: the messages came from there). Returns one outcome per
+        receipt (None = deleted) and the messages. The deletes are confirmed
+        (committed and, with synchronous replication, replicated) before the
+        messages are returned; receipts of other streams, and deletes a host
+        could not take with the receive, go as separate DELETE requests."""
+        receipts = list(receipts)
+        if not receipts:
+            return [], self.receive(max_messages, wait_time, visibility_timeout)
+        self._check_receive(max_messages, wait_time)
+        groups = self._group(receipts)
+        out: list[ZmqueueError | None] = [None] * len(receipts)
+        carry: _Carry | None = None
+        if not self._buffer:
+            targets = self._targets_now()
+            for (p, origin), idxs in sorted(groups.items(), key=lambda g: -len(g[1])):
+                eps = self.routes.for_stream(p, origin)
+                if eps and (p, eps[0]) in targets:
+                    carry = _Carry(p, origin, eps[0], idxs, [receipts[i] for i in idxs])
+                    del groups[(p, origin)]
+                    break
+        for (p, origin), idxs in groups.items():
+            self._apply(Command.DELETE, receipts, idxs, p, origin, None, out)
+        msgs = self._receive(max_messages, wait_time, visibility_timeout, carry)
+        if carry is not None:
+            if carry.results is None:  # not taken with the receive: a DELETE of its own
+                self._apply(Command.DELETE, receipts, carry.idxs, carry.partition, carry.origin, None, out)
+            else:
+                for i, res in zip(carry.idxs, carry.results, strict=True):
+                    out[i] = None if res is None else from_wire(res)
+        return out, msgs
+
+    @staticmethod
+    def _check_receive(max_messages: int, wait_time: float) -> None:
         if not isinstance(max_messages, int) or not 1 <= max_messages <= MAX_BATCH:
             raise InvalidParameter("max_messages must be 1 to 1000", field="max_messages")
         if not 0 <= wait_time <= 20:
             raise InvalidParameter("wait_time must be 0 to 20 seconds", field="wait_time")
-        out: list[Message] = []
-        while self._buffer and len(out) < max_messages:
-            out.append(self._buffer.popleft())
-        if out:
-            return out
+
+    def _targets_now(self) -> list[tuple[int, str]]:
+        """Where a receive asks now (routes re-read when old or empty)."""
         if time.monotonic() - self._refreshed_at > ROUTES_MAX_AGE_S:
             self.refresh()
         targets = self._receive_targets()
@@ -217,11 +270,25 @@ class Queue:
             targets = self._receive_targets()
         if not targets:
             raise Unavailable(f"no host serves {self.name!r} now; retry")
+        return targets
+
+    def _receive(self, max_messages: int, wait_time: float, visibility_timeout: int | None,
+                 carry: _Carry | None) -> list[Message]:
+        self._check_receive(max_messages, wait_time)
+        out: list[Message] = []
+        while self._buffer and len(out) < max_messages:
+            out.append(self._buffer.popleft())
+        if out:
+            return out
+        targets = self._targets_now()
+        if carry is not None:
+            first = (carry.partition, carry.endpoint)
+            targets = [first, *[t for t in targets if t != first]]
         body = {"q": self.name, "max": max_messages}
         if visibility_timeout is not None:
             body["vis_s"] = visibility_timeout
         deadline = time.monotonic() + wait_time
-        got = self._sweep(targets, body, max_messages)
+        got = self._sweep(targets, body, max_messages, carry)
         targets = self._receive_targets() or targets  # the sweep may have re-routed
         while not got and time.monotonic() < deadline:
             wait_ms = int((deadline - time.monotonic()) * 1000)
@@ -250,19 +317,25 @@ class Queue:
         self._buffer.extend(msgs[max_n:])
         return msgs[:max_n]
 
-    def _sweep(self, targets: list[tuple[int, str]], body: dict[str, Any], max_n: int) -> list[Message]:
-        """Ask each target once without waiting, until max_n are collected."""
+    def _sweep(self, targets: list[tuple[int, str]], body: dict[str, Any], max_n: int,
+               carry: _Carry | None = None) -> list[Message]:
+        """Ask each target once without waiting, until max_n are collected;
+        the first carries ``carry``'s deletes (``carry`` is the first target)."""
         out: list[Message] = []
         stale = False
-        for p, ep in targets:
+        for k, (p, ep) in enumerate(targets):
             if len(out) >= max_n:
                 break
+            ask = {**body, "p": p, "max": max_n - len(out), "wait_ms": 0}
+            if k == 0 and carry is not None:
+                ask["del"] = carry.items
             try:
-                reply = self.client.request(ep, Command.RECEIVE,
-                                            {**body, "p": p, "max": max_n - len(out), "wait_ms": 0})
+                reply = self.client.request(ep, Command.RECEIVE, ask)
             except (NotLeader, Unavailable):
                 stale = True
                 continue
+            if k == 0 and carry is not None:
+                carry.results = reply.get("dr")  # None from a host that predates "del"
             if reply["m"]:
                 self._lucky = (p, ep)
                 out.extend(Message.from_wire(self.name, m) for m in reply["m"])
@@ -342,6 +415,13 @@ class Queue:
             raise err
 
     def _batch(self, command: Command, receipts: list[str], timeout: int | None) -> list[ZmqueueError | None]:
+        out: list[ZmqueueError | None] = [None] * len(receipts)
+        for (p, origin), idxs in self._group(receipts).items():
+            self._apply(command, receipts, idxs, p, origin, timeout, out)
+        return out
+
+    def _group(self, receipts: list[str]) -> dict[tuple[int, str], list[int]]:
+        """Receipt indexes by stream (partition, origin); checks count and queue."""
         if not 1 <= len(receipts) <= MAX_BATCH:
             raise InvalidParameter(f"1 to {MAX_BATCH} receipts per batch, got {len(receipts)}")
         groups: dict[tuple[int, str], list[int]] = {}
@@ -350,14 +430,16 @@ class Queue:
             if rec.queue != self.name:
                 raise InvalidParameter(f"receipt {i} belongs to queue {rec.queue!r}, not {self.name!r}")
             groups.setdefault((rec.partition, rec.origin), []).append(i)
-        out: list[ZmqueueError | None] = [None] * len(receipts)
-        for (p, origin), idxs in groups.items():
-            items: list[Any] = [receipts[i] if timeout is None else [receipts[i], timeout] for i in idxs]
-            reply = self.call(p, command, {"q": self.name, "p": p, "r": items},
-                              partial(self.routes.for_stream, p, origin), origin)
-            for i, res in zip(idxs, reply["results"], strict=True):
-                out[i] = None if res is None else from_wire(res)
-        return out
+        return groups
+
+    def _apply(self, command: Command, receipts: list[str], idxs: list[int], p: int, origin: str,
+               timeout: int | None, out: list[ZmqueueError | None]) -> None:
+        """One DELETE / CHANGE_VISIBILITY of one stream's receipts; outcomes into ``out``."""
+        items: list[Any] = [receipts[i] if timeout is None else [receipts[i], timeout] for i in idxs]
+        reply = self.call(p, command, {"q": self.name, "p": p, "r": items},
+                          partial(self.routes.for_stream, p, origin), origin)
+        for i, res in zip(idxs, reply["results"], strict=True):
+            out[i] = None if res is None else from_wire(res)
 
     # --- whole queue -----------------------------------------------------------------
     def purge(self) -> int:

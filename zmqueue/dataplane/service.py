@@ -39,6 +39,7 @@ from zmqueue.dataplane.topology import FIFO_ORIGIN, Metadata, PartKey, StreamKey
 from zmqueue.dataplane.waiting import Waiters
 from zmqueue.errors import (
     InvalidParameter,
+    InvalidReceipt,
     NotLeader,
     QueueNotFound,
     Unavailable,
@@ -335,6 +336,9 @@ class QueueService:
         max_n = F.get_int(body, "max", 1, MAX_BATCH, default=1, name="max_messages")
         wait_ms = F.get_int(body, "wait_ms", 0, MAX_WAIT_MS, default=0, name="wait_time")
         vis_s = F.get_opt_int(body, "vis_s", 0, 43200, name="visibility_timeout")
+        if body.get("del") is not None:
+            return self._delete_then_take(req, part, F.get_list(body, "del", MAX_BATCH, name="del"),
+                                          max_n, wait_ms, vis_s, now)
         streams = self.readable_streams(part)
         msgs = self.take(streams, max_n, vis_s, now)
         if msgs or wait_ms == 0:
@@ -363,11 +367,32 @@ class QueueService:
             return None
         return self.writer_stream(first.queue, first.partition, first.origin)
 
+    def _delete_then_take(self, req: Request, part: PartKey, items: list[Any], max_n: int,
+                          wait_ms: int, vis_s: int | None, now: int) -> Any:
+        """A RECEIVE carrying the receipts of messages to delete first (``del``):
+        one round trip for a consumer's delete + next receive. Answered after
+        the deletes' commit and replication ack, like DELETE; it never parks."""
+        if wait_ms:
+            raise InvalidParameter("a receive that carries deletes (del) cannot wait: "
+                                   "send wait_ms 0, or delete first", field="wait_time")
+        first = Receipt.decode(items[0])
+        if (first.queue, first.partition) != part:
+            raise InvalidReceipt(f"del: the receipts must belong to queue {part[0]!r} partition "
+                                 f"{part[1]}, the one received from")
+        st = self.writer_stream(part[0], part[1], first.origin)
+        results = self._delete_items(st, items, now)
+        msgs = self.take(self.readable_streams(part), max_n, vis_s, now)
+        return self.after_commit(st, req, {"m": msgs, "dr": results})
+
     def h_delete(self, req: Request, body: dict[str, Any], now: int) -> Any:
         items = self._receipts(body)
         st = self._receipt_stream(req, Receipt.decode(items[0]), now)
         if st is None:
             return DEFERRED
+        return self.after_commit(st, req, {"results": self._delete_items(st, items, now)})
+
+    def _delete_items(self, st: Stream, items: list[Any], now: int) -> list[Any]:
+        """Delete by receipt texts; one result per item (nil or an error map)."""
         results: list[Any] = [None] * len(items)
         todo: list[int] = []
         receipts: list[Receipt] = []
@@ -383,7 +408,7 @@ class QueueService:
             # since is still refused
             if err is not None and not err.details.get("gone"):
                 results[i] = to_wire(err)
-        return self.after_commit(st, req, {"results": results})
+        return results
 
     def h_change_visibility(self, req: Request, body: dict[str, Any], now: int) -> Any:
         items = self._receipts(body)

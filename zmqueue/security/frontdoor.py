@@ -58,6 +58,11 @@ def queue_of(frame: Frame) -> str:
     return q if isinstance(q, str) else ""
 
 
+def _carries_deletes(frame: Frame) -> bool:
+    """A RECEIVE that deletes first (``del``): it needs the delete permission too."""
+    return isinstance(frame.body, dict) and frame.body.get("del") is not None
+
+
 class QueueCounters:
     __slots__ = ("bytes_in", "bytes_out", "deletes", "denied", "receives", "redeliveries", "sends",
                  "throttled")
@@ -127,7 +132,10 @@ class FrontDoor:
         try:
             action = authz.ACTION_OF.get(frame.command)
             if action is not None and queue:
-                authz.check(self.policies().get(queue), action, queue, identity)
+                policy = self.policies().get(queue)
+                authz.check(policy, action, queue, identity)
+                if frame.command == Command.RECEIVE and _carries_deletes(frame):
+                    authz.check(policy, "delete", queue, identity)
             cfg = self.configs().get(queue) if queue else None
             if cfg is not None and frame.command in RATE_LIMITED:
                 self._limit(cfg, identity, time.monotonic())
@@ -169,6 +177,7 @@ class FrontDoor:
             c.receives += len(msgs)
             c.redeliveries += sum(1 for m in msgs if isinstance(m, list) and len(m) > 4
                                   and isinstance(m[4], int) and m[4] > 1)
+            c.deletes += sum(1 for r in result.get("dr") or () if r is None)
         elif frame.command == Command.DELETE:
             c.deletes += sum(1 for r in result.get("results") or () if r is None)
 

@@ -1,0 +1,85 @@
+"""delete_and_receive: a consumer's delete + next receive in one round trip."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import zmqueue
+from tests.conftest import QueueCluster, wait_for
+from zmqueue.protocol import Command
+
+
+def _record_commands(client: zmqueue.Client, monkeypatch: pytest.MonkeyPatch) -> list[Command]:
+    """The commands the client sends from now on (its real requests go out)."""
+    sent: list[Command] = []
+    real = client.request
+
+    def request(endpoint: str, command: Command, body: Any, *args: Any, **kw: Any) -> Any:
+        sent.append(command)
+        return real(endpoint, command, body, *args, **kw)
+
+    monkeypatch.setattr(client, "request", request)
+    return sent
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_deletes_ride_on_the_next_receive_and_a_drained_queue_is_empty(
+        qcluster: QueueCluster, monkeypatch: pytest.MonkeyPatch, replicas: int) -> None:
+    """With 2 replicas, synchronous: the carried deletes are replicated before the answer."""
+    q = qcluster.client.create_queue(qcluster.queue_name("dar"), visibility_timeout=60,
+                                     replication_factor=replicas, sync_replication=replicas > 1)
+    wait_for(lambda: len(q.refresh() or q.routes.part(0).writers) == replicas, 20, "streams written")
+    sent_ids = set(q.send_batch([b"m%d" % i for i in range(25)]))
+    first = q.receive(max_messages=10, wait_time=5)
+    assert first
+    commands = _record_commands(qcluster.client, monkeypatch)
+    seen = {m.id for m in first}
+    receipts = [m.receipt for m in first]
+    while receipts:
+        outcomes, msgs = q.delete_and_receive(receipts, max_messages=10)
+        assert outcomes == [None] * len(receipts)
+        assert not seen & {m.id for m in msgs}, "a deleted or in-flight message came back"
+        seen |= {m.id for m in msgs}
+        receipts = [m.receipt for m in msgs]
+    assert seen == sent_ids
+    assert Command.DELETE not in commands, commands  # every delete rode on a receive
+    stats = q.stats()
+    assert (stats["total"], stats["in_flight"], stats["visible"]) == (0, 0, 0)
+
+
+def test_a_stale_receipt_is_reported_and_the_messages_still_come(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("dar-stale"), visibility_timeout=1)
+    q.send(b"first")
+    [m1] = q.receive(max_messages=1, wait_time=5)
+    again: list[zmqueue.Message] = []
+
+    def redelivered() -> bool:
+        again.extend(q.receive(max_messages=1, wait_time=1))
+        return bool(again)
+
+    wait_for(redelivered, 10, "the message visible again after its visibility timeout")
+    assert again[0].id == m1.id and again[0].receive_count == 2
+    q.send(b"second")
+    outcomes, msgs = q.delete_and_receive([m1.receipt, again[0].receipt], max_messages=5)
+    assert isinstance(outcomes[0], zmqueue.InvalidReceipt)  # the first receipt went stale
+    assert outcomes[1] is None
+    assert [m.body for m in msgs] == [b"second"]
+
+
+def test_a_host_refuses_carried_deletes_that_would_wait_or_name_another_queue(
+        qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("dar-bad"))
+    other = qcluster.client.create_queue(qcluster.queue_name("dar-other"))
+    other.send(b"x")
+    [m] = other.receive(max_messages=1, wait_time=5)
+    ep = q.routes.for_receive(0)[0]
+    with pytest.raises(zmqueue.InvalidParameter, match="cannot wait"):
+        qcluster.client.request(ep, Command.RECEIVE, {"q": q.name, "max": 1, "wait_ms": 100,
+                                                      "del": [m.receipt]})
+    with pytest.raises(zmqueue.InvalidReceipt, match="must belong to queue"):
+        qcluster.client.request(ep, Command.RECEIVE, {"q": q.name, "max": 1, "del": [m.receipt]})
+    with pytest.raises(zmqueue.InvalidParameter, match="receipt 0 belongs to queue"):
+        q.delete_and_receive([m.receipt])
+    assert other.stats()["in_flight"] == 1  # nothing was deleted by the refused requests
