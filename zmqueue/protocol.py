@@ -251,21 +251,30 @@ class Receipt:
 
     @classmethod
     def decode(cls, text: Any) -> Receipt:
-        if not isinstance(text, str) or not 8 <= len(text) <= 512:
-            raise _bad_receipt()
+        body = _receipt_body(text)
         try:
-            raw = binascii.a2b_base64((text + _PAD[len(text) % 4]).encode("ascii").translate(_FROM_URLSAFE))
-            body = raw[:-4]
-            ok = zlib.crc32(body) == int.from_bytes(raw[-4:], "big")
-            if ok:
-                v, queue, part, origin, seq, rc, epoch = msgpack.unpackb(body, raw=False)
+            v, queue, part, origin, seq, rc, epoch = msgpack.unpackb(body, raw=False)
         except Exception:
             raise _bad_receipt() from None
-        if not ok or v != RECEIPT_VERSION or not isinstance(queue, str) or not isinstance(origin, str) \
+        if v != RECEIPT_VERSION or not isinstance(queue, str) or not isinstance(origin, str) \
                 or not (isinstance(part, int) and isinstance(seq, int) and isinstance(rc, int)
                         and isinstance(epoch, int)) or min(part, seq, rc, epoch) < 0:
             raise _bad_receipt()
         return cls(queue, part, origin, seq, rc, epoch)
+
+
+def _receipt_body(text: Any) -> bytes:
+    """A receipt's msgpack bytes, its base64 and CRC checked; InvalidReceipt if not."""
+    if not isinstance(text, str) or not 8 <= len(text) <= 512:
+        raise _bad_receipt()
+    try:
+        raw = binascii.a2b_base64((text + _PAD[len(text) % 4]).encode("ascii").translate(_FROM_URLSAFE))
+    except Exception:
+        raise _bad_receipt() from None
+    body = raw[:-4]
+    if len(raw) < 5 or zlib.crc32(body) != int.from_bytes(raw[-4:], "big"):
+        raise _bad_receipt()
+    return body
 
 
 _PAD = ("", "===", "==", "=")
@@ -285,6 +294,24 @@ class ReceiptEncoder:
         # a 7-element array: its header and the first four elements
         self._prefix = msgpack.packb([RECEIPT_VERSION, queue, partition, origin, 0, 0, 0],
                                      use_bin_type=True)[:-3]
+
+    def read(self, text: Any) -> tuple[int, int] | None:
+        """``(seq, receive_count)`` of a receipt of this encoder's stream, whose
+        constant part matches this one byte for byte, so only its tail is
+        unpacked (a delete batch is one stream's receipts); None for a
+        receipt of any other stream (decode it in full). InvalidReceipt if
+        malformed."""
+        body = _receipt_body(text)
+        prefix = self._prefix
+        if not body.startswith(prefix):
+            return None
+        try:
+            seq, rc, epoch = msgpack.unpackb(b"\x93" + body[len(prefix):])
+        except Exception:
+            raise _bad_receipt() from None
+        if type(seq) is not int or type(rc) is not int or type(epoch) is not int or min(seq, rc, epoch) < 0:
+            raise _bad_receipt()
+        return seq, rc
 
     def __call__(self, seq: int, receive_count: int, epoch: int) -> str:
         raw = self._prefix + _pack((seq, receive_count, epoch))[1:]  # without its array header

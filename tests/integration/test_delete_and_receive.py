@@ -83,3 +83,22 @@ def test_a_host_refuses_carried_deletes_that_would_wait_or_name_another_queue(
     with pytest.raises(zmqueue.InvalidParameter, match="receipt 0 belongs to queue"):
         q.delete_and_receive([m.receipt])
     assert other.stats()["in_flight"] == 1  # nothing was deleted by the refused requests
+
+
+def test_a_delete_batch_refuses_per_item_a_receipt_of_another_stream_or_a_torn_one(
+        qcluster: QueueCluster) -> None:
+    a = qcluster.client.create_queue(qcluster.queue_name("dar-a"))
+    b = qcluster.client.create_queue(qcluster.queue_name("dar-b"))
+    a.send_batch([b"a1", b"a2"])
+    b.send(b"b1")
+    ra = [m.receipt for m in a.receive(max_messages=2, wait_time=5)]
+    [mb] = b.receive(max_messages=1, wait_time=5)
+    assert len(ra) == 2
+    ep = a.routes.for_receive(0)[0]
+    reply = qcluster.client.request(ep, Command.DELETE, {"q": a.name, "p": 0,
+                                                         "r": [ra[0], mb.receipt, ra[1][:-2]]})
+    first, other, torn = reply["results"]
+    assert first is None
+    assert other is not None and "another queue or partition" in other["message"]
+    assert torn is not None and "malformed" in torn["message"]
+    assert a.stats()["in_flight"] == 1 and b.stats()["in_flight"] == 1

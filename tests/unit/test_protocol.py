@@ -123,6 +123,9 @@ def test_receipts_round_trip_in_the_documented_format(queue: str, part: int, ori
     assert text == _reference_receipt(queue, part, origin, seq, rc, epoch)
     assert text == Receipt(queue, part, origin, seq, rc, epoch).encode()
     assert Receipt.decode(text) == Receipt(queue, part, origin, seq, rc, epoch)
+    assert ReceiptEncoder(queue, part, origin).read(text) == (seq, rc)  # the tail-only read
+    assert ReceiptEncoder(queue, part, origin + "x").read(text) is None  # another stream's
+    assert ReceiptEncoder(queue, part + 1, origin).read(text) is None
 
 
 @pytest.mark.parametrize("mangle", [
@@ -133,8 +136,10 @@ def test_receipts_round_trip_in_the_documented_format(queue: str, part: int, ori
 ])
 def test_mangled_receipts_are_refused_with_invalid_receipt(mangle: Any) -> None:
     from zmqueue.errors import InvalidReceipt
-    from zmqueue.protocol import Receipt
+    from zmqueue.protocol import Receipt, ReceiptEncoder
 
     good = Receipt("q", 1, "h1", 42, 1, 3).encode()
     with pytest.raises(InvalidReceipt):
         Receipt.decode(mangle(good))
+    with pytest.raises(InvalidReceipt):
+        ReceiptEncoder("q", 1, "h1").read(mangle(good))

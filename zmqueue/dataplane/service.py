@@ -393,22 +393,11 @@ class QueueService:
 
     def _delete_items(self, st: Stream, items: list[Any], now: int) -> list[Any]:
         """Delete by receipt texts; one result per item (nil or an error map)."""
-        results: list[Any] = [None] * len(items)
-        todo: list[int] = []
-        receipts: list[Receipt] = []
-        for i, text in enumerate(items):
-            try:
-                receipts.append(Receipt.decode(text))
-                todo.append(i)
-            except ZmqueueError as exc:
-                results[i] = to_wire(exc)
-        for i, err in zip(todo, st.delete_many(receipts, now), strict=True):
-            # deleting a message that is already gone succeeds (as in SQS), so a
-            # retried delete is idempotent; a receipt of a message received again
-            # since is still refused
-            if err is not None and not err.details.get("gone"):
-                results[i] = to_wire(err)
-        return results
+        # deleting a message that is already gone succeeds (as in SQS), so a
+        # retried delete is idempotent; a receipt of a message received again
+        # since is still refused
+        return [None if err is None or err.details.get("gone") else to_wire(err)
+                for err in st.delete_many(items, now)]
 
     def h_change_visibility(self, req: Request, body: dict[str, Any], now: int) -> Any:
         items = self._receipts(body)

@@ -285,18 +285,25 @@ class Stream:
         if (receipt.queue, receipt.partition, receipt.origin) != self.key:
             raise InvalidReceipt("the receipt belongs to another queue or partition")
 
-    def delete_many(self, receipts: list[Receipt], now_ms: int) -> list[InvalidReceipt | None]:
-        """Delete by receipts; one outcome per receipt (None: deleted)."""
-        out: list[InvalidReceipt | None] = [None] * len(receipts)
+    def delete_many(self, items: list[Any], now_ms: int) -> list[InvalidReceipt | None]:
+        """Delete by receipt texts; one outcome per item (None: deleted). This
+        stream's receipts are read by their tails only (ReceiptEncoder.read)."""
+        out: list[InvalidReceipt | None] = [None] * len(items)
         mine: list[int] = []
-        for i, r in enumerate(receipts):
+        refs: list[tuple[int, int]] = []
+        read = self._receipt.read
+        for i, text in enumerate(items):
             try:
-                self._own(r)
+                ref = read(text)
+                if ref is None:  # another stream's (raises), or this one's packed otherwise
+                    rec = Receipt.decode(text)
+                    self._own(rec)
+                    ref = (rec.seq, rec.receive_count)
+                refs.append(ref)
                 mine.append(i)
             except InvalidReceipt as exc:
                 out[i] = exc
-        done = self.store.delete_many([(receipts[i].seq, receipts[i].receive_count) for i in mine], now_ms)
-        for i, err in zip(mine, done, strict=True):
+        for i, err in zip(mine, self.store.delete_many(refs, now_ms), strict=True):
             out[i] = err
         return out
 
