@@ -81,9 +81,9 @@ def test_the_front_door_reads_the_queue_a_receipt_names() -> None:
     cfg = QueueConfig("q", rate_limit_per_s=1, rate_burst=1).validate()
     door = FrontDoor(lambda: {"q": cfg}, lambda: {}, lambda u: None, None)
     send = Frame(Command.SEND, Flags.NONE, 1, {"q": "q", "m": []})
-    assert door.check("client", "alice", send, 10) is None
-    assert isinstance(door.check("client", "alice", send, 10), Throttled)
-    assert door.check("peer", None, send, 10) is None  # host traffic is not limited
+    assert door.check("client", "alice", send, 10) == (None, "q")
+    assert isinstance(door.check("client", "alice", send, 10).refused, Throttled)
+    assert door.check("peer", None, send, 10).refused is None  # host traffic is not limited
     assert door.queues["q"].throttled == 1
 
 
@@ -116,9 +116,9 @@ def test_a_receive_that_carries_deletes_needs_the_delete_permission_too() -> Non
     r = Receipt("q", 0, "h1", 5, 1, 1).encode()
     plain = Frame(Command.RECEIVE, Flags.NONE, 1, {"q": "q", "max": 10})
     carrying = Frame(Command.RECEIVE, Flags.NONE, 2, {"q": "q", "max": 10, "del": [r]})
-    assert door.check("client", "bob", plain, 10) is None
-    denied = door.check("client", "bob", carrying, 10)
+    assert door.check("client", "bob", plain, 10) == (None, "q")
+    denied = door.check("client", "bob", carrying, 10).refused
     assert isinstance(denied, AccessDenied) and denied.details["action"] == "delete"
-    assert door.check("client", "carol", carrying, 10) is None
-    door.on_reply("client", "carol", carrying, 0.0, {"m": [], "dr": [None, {"code": 1}]}, 10)
+    assert door.check("client", "carol", carrying, 10) == (None, "q")
+    door.on_reply("client", "carol", carrying, 0.0, {"m": [], "dr": [None, {"code": 1}]}, 10, "q")
     assert door.queues["q"].deletes == 1

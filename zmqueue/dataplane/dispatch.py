@@ -78,6 +78,9 @@ class Request:
     started: float = 0.0
     meter: Any = None
     """Called as ``meter(request, reply body or error, reply bytes)`` (front door)."""
+    note: Any = None
+    """What the dispatcher's guard learnt about the request (the front door:
+    the queue it acts on), for the meter."""
     prepared: bytes | None = None
     """The reply, encoded ahead by :meth:`prepare`."""
     committed: bool = False
@@ -139,8 +142,9 @@ class Dispatcher:
         self.outbox = Outbox()
         self.counters: Counter[str] = Counter()
         self.reply_cache = ReplyCache()
-        self.guard: Callable[[str, str | None, Frame, int], ZmqueueError | None] | None = None
-        """Front door: refuses a request (the error) before its handler runs."""
+        self.guard: Callable[[str, str | None, Frame, int], tuple[ZmqueueError | None, Any]] | None = None
+        """Front door: ``(refusal, note)``; a refusal (the error) is answered
+        instead of running the handler; the note goes on the Request for the meter."""
         self.meter: Any = None
         self.one_way: dict[Command, Callable[[Any], bool]] = {}
         """Per command, a handler for one-way messages (no reply, no request
@@ -174,8 +178,9 @@ class Dispatcher:
             self.counters["unexpected_reply"] += 1
             return
         self.counters["requests"] += 1
+        note = None
         if self.guard is not None:
-            refused = self.guard(sock, user, frame, len(payload))
+            refused, note = self.guard(sock, user, frame, len(payload))
             if refused is not None:
                 self.outbox.put(sock, identity, protocol.encode_error(frame.command, frame.request_id,
                                                                       refused))
@@ -202,7 +207,7 @@ class Dispatcher:
                 return
             cache = self.reply_cache
         req = Request(sock, identity, frame, self.outbox, cache, user=user, meter=self.meter,
-                      started=time.monotonic())
+                      started=time.monotonic(), note=note)
         if cache is not None:
             cache.start(ckey, req)
         self.dispatch(req)

@@ -75,7 +75,7 @@ class HostSecurity:
         door = FrontDoor(lambda: service.meta.configs, lambda: self.policies, self.role_of, self.usage)
 
         def meter(req: Request, result: Any, size: int) -> None:
-            door.on_reply(req.sock, req.user, req.frame, req.started, result, size)
+            door.on_reply(req.sock, req.user, req.frame, req.started, result, size, req.note)
 
         dispatcher.guard = door.check
         dispatcher.meter = meter

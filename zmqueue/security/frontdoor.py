@@ -16,7 +16,7 @@ import bisect
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from zmqueue.config import QueueConfig
 from zmqueue.errors import AccessDenied, Throttled, ZmqueueError
@@ -56,6 +56,19 @@ def queue_of(frame: Frame) -> str:
         return ""
     q = body.get("q")
     return q if isinstance(q, str) else ""
+
+
+class Admission(NamedTuple):
+    """What :meth:`FrontDoor.check` decided about a request."""
+
+    refused: ZmqueueError | None
+    """The error to answer instead of handling it; None to handle it."""
+    queue: str
+    """The queue it acts on ('' when none), given back to :meth:`FrontDoor.on_reply`."""
+
+
+_HOST_TRAFFIC = Admission(None, "")
+"""Peer-socket requests: neither checked nor metered."""
 
 
 def _carries_deletes(frame: Frame) -> bool:
@@ -103,10 +116,6 @@ class FrontDoor:
         self.queues: dict[str, QueueCounters] = {}
         self.latency = Latency()
         self.counters: Counter[str] = Counter()
-        self._last_frame: Frame | None = None
-        self._last_queue = ""
-        """The last request checked and its queue: its reply (usually the next
-        one metered) need not parse the body again."""
         self.commit = Latency()
         """Group-commit (flush + fsync) durations, under the name ``flush``."""
 
@@ -116,19 +125,19 @@ class FrontDoor:
             c = self.queues[queue] = QueueCounters()
         return c
 
-    def check(self, sock: str, user: str | None, frame: Frame, size: int) -> ZmqueueError | None:
-        """None to let the request through, else the error to answer."""
+    def check(self, sock: str, user: str | None, frame: Frame, size: int) -> Admission:
+        """Let the request through (``refused`` None) or not (the error to
+        answer); its queue goes back to :meth:`on_reply` with the request."""
         if sock != "client":
-            return None
+            return _HOST_TRAFFIC
         identity = user or authz.ANONYMOUS
         queue = queue_of(frame)
-        self._last_frame, self._last_queue = frame, queue
         if self.usage is not None and queue:
             self.usage.add(identity, queue, 1, size, 0)
         if queue:
             self._q(queue).bytes_in += size
         if self.role_of(user) == "host":
-            return None
+            return Admission(None, queue)
         try:
             action = authz.ACTION_OF.get(frame.command)
             if action is not None and queue:
@@ -142,12 +151,12 @@ class FrontDoor:
         except AccessDenied as exc:
             self.counters["denied"] += 1
             self._q(queue).denied += 1
-            return exc
+            return Admission(exc, queue)
         except Throttled as exc:
             self.counters["throttled"] += 1
             self._q(queue).throttled += 1
-            return exc
-        return None
+            return Admission(exc, queue)
+        return Admission(None, queue)
 
     def _limit(self, cfg: QueueConfig, identity: str, now_s: float) -> None:
         self.limiter.check(("q", cfg.name), cfg.rate_limit_per_s, cfg.rate_burst, now_s,
@@ -156,12 +165,12 @@ class FrontDoor:
                            f"client {identity} on queue {cfg.name!r}")
 
     def on_reply(self, sock: str, user: str | None, frame: Frame, started: float, result: Any,
-                 size: int) -> None:
-        """Count a reply (``result`` is the reply body, or the error)."""
+                 size: int, queue: str) -> None:
+        """Count a reply (``result`` is the reply body, or the error) to a
+        request on ``queue`` (what :meth:`check` found)."""
         if sock != "client":
             return
         self.latency.observe(_NAMES[frame.command], time.monotonic() - started)
-        queue = self._last_queue if frame is self._last_frame else queue_of(frame)
         if not queue:
             return
         c = self._q(queue)
