@@ -7,7 +7,7 @@ from __future__ import annotations
 PROMISES = """\
 | system | what a confirmed send means here | how the consumer acknowledges |
 |---|---|---|
-| zmqueue | the host wrote it to its segment log (page cache); `fsync=interval` fdatasyncs within 50 ms; R=3 sync: a majority of replicas (2 of 3) have it | `delete_batch`, a confirmed request |
+| zmqueue | the host wrote it to its segment log (page cache); `fsync=interval` fdatasyncs within 50 ms; R=3 sync: a majority of replicas (2 of 3) have it | `delete_and_receive`: a batch's deletes ride on the next receive, confirmed (committed; R=3 sync: replicated) in its reply; the last batch's by `delete_batch` |
 | RabbitMQ 3.10.8 quorum queue | publisher confirm, sent after the Raft log is fsynced | `basic.ack multiple`, not confirmed by the server; prefetch max(10, 2×batch) |
 | NATS 2.9.10 JetStream, file storage | publish ack; **NATS 2.9 does not fsync before the ack** | `ack` on each message, then one `flush` round trip |
 | Redis 7.0.15 Streams | XADD reply; AOF `appendfsync everysec`: **a weaker promise**, up to ~1 s of confirmed writes can be lost on a crash | `XACK` + `XDEL` in one pipeline |
@@ -180,47 +180,50 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5, W5-half) and the raw pyzmq
 ceiling come from the one invocation above, on the tree of commit
-{commit} (fourth session). Runs 2 and 3 of it were slower for every system
-(other work on the shared machine: Redis W3 88,461 -> 75,373 -> 60,210 msg/s,
-NATS W4 2,516 -> 1,492 -> 1,336); read the ratios of one run. An invocation
-earlier in the session (f054ac7, before the consumer-path changes below) and
-the second session's (788835c) are compared where it helps.
+{commit} (fifth session). The fourth session's invocation (a1d56f4) and the
+second session's (788835c) are compared where it helps. Per-run ratios of
+this invocation (100 B): W3 0.52x, 0.52x, 0.59x Redis; W5b 2.55x, 2.49x,
+2.49x NATS R=3; W5 0.72x, 0.76x, 0.71x NATS R=3.
 
-- **What moved** (100 B unless said; 788835c -> this run): batched end to end,
-  W3 22,379 -> 31,304 msg/s, W5b 12,343 -> 13,250 and now **1.70x NATS R=3**
-  (1,024 B: 1.99x; 1.63x, 1.71x and 1.70x in the three runs); one message per
-  request, W1 1,585 -> 2,052, W2 p99 1.77 -> 1.40 ms, W5 455 -> 567 (0.62x
-  NATS R=3; 704 and 0.84x in the f054ac7 invocation, whose runs were all on a
-  quieter machine). The changes: the third session halved a single
-  request's CPU on client and host (docs/perf/queues.md); the fourth made the
-  replica's apply cheaper, sends a released synchronous ack right after the
-  loop's drain, has a receive sweep ask the host that last had messages
-  first (with one producer a standard queue's messages sit on its home host;
-  a sweep in random order asked two of three hosts per receive at R=3), and
-  sped up the consumer behind a backlog larger than the ring: a page-in no
-  longer reads and filters a block when the ring's tail is full, a batch of
-  deletes is one array operation, and the delete lookup no longer copies the
-  ring's seq column (receive + delete of 100 on one host: ~3.5 -> ~2.5 ms).
-- **What did not.** Redis answers one XADD in 0.15 ms (p50) where zmqueue
-  takes 0.43 ms for one confirmed send, so W1 and W2 stay behind Redis (and
-  W2 behind NATS's 0.81 ms p99); W3 end to end is capped by the single
-  consumer (two synchronous round trips per 100 messages; the producer side
-  sends 71,900 msg/s) at under half of Redis's pipelined XADD + XREADGROUP.
+- **What moved** (100 B unless said; a1d56f4 -> this run): the consumer.
+  `Queue.delete_and_receive` carries a batch's deletes on the next receive
+  (one round trip per batch instead of two; the deletes are confirmed, and
+  at R=3 sync replicated, in that receive's reply), and a host reads a delete
+  batch's receipts by their tails only (`ReceiptEncoder.read`: the bytes
+  that name the stream are compared, not unpacked; the CRC is still
+  checked). Batched end to end, W3 31,304 -> 49,955 msg/s (1,024 B 25,647 ->
+  42,055) and W5b 13,250 -> 31,176, now **2.55x NATS R=3** (1,024 B: 2.75x).
+  One message per request: W5 567 -> 736 (0.72x NATS R=3; 1,024 B 0.90x);
+  W1 2,052 -> 2,039 and W2 p99 1.40 -> 1.26 ms did not move beyond the noise.
+  Earlier sessions: the third halved a single request's CPU on client and
+  host (docs/perf/queues.md); the fourth made the replica's apply cheaper,
+  sends a released synchronous ack right after the loop's drain, has a
+  receive sweep ask the host that last had messages first, and sped up the
+  consumer behind a backlog larger than the ring (788835c -> a1d56f4: W3
+  22,379 -> 31,304, W5b 12,343 -> 13,250, W1 1,585 -> 2,052).
+- **What did not.** Redis answers one XADD in 0.14 ms (p50) where zmqueue
+  takes 0.45 ms for one confirmed send, so W1 and W2 stay behind Redis (and
+  W2 behind NATS's 0.73 ms p99). W3 end to end is still capped by the single
+  consumer (one synchronous round trip per 100 messages now: ~1.7 ms, of
+  which the host ~0.9-1.0 ms and the client ~0.55 ms; the producer side
+  sends 90,400 msg/s) at about half of Redis's pipelined XADD + XREADGROUP.
 - **Targets.** Met: no losses or duplicates in any run of any system, the
-  R=3 send p99 at half rate (6.14 ms < 10 ms), W5b at 1.5x NATS R=3 (1.70x,
-  1,024 B 1.99x), FIFO failover (fourth session, 6eabf3a: p50 1.62 s, max
+  R=3 send p99 at half rate (3.82 ms < 10 ms), W5b at 1.5x NATS R=3 (2.55x,
+  1,024 B 2.75x), FIFO failover (fourth session, 6eabf3a: p50 1.62 s, max
   1.68 s over 20 kills), CURVE cost (6.6%), R=3 sync throughput at 50% of R=1
   (fourth session, 6eabf3a, replication.md: 63.4% with 16 producers, every
   one of 5 rounds 57-66%; with one producer, i.e. one batch in flight,
   43.7%), and, measured in the third session on ae13830 (queues.md),
   send_batch at 25% of raw pyzmq (34.9%) and the single-send p99 at 3x raw
   (1.71x over 9 runs; 1.7-2.3x in every quiet invocation, 2.87-3.46x with one
-  CPU kept busy). Missed: 2x the best peer in W1/W3, W2 p99 at or below the
-  best peer's, W3 end to end at 25% of the raw pyzmq batched round trip, W5
-  (one message per request, R=3) at 1.5x NATS R=3 (0.62x).
+  CPU kept busy). Missed: 2x the best peer in W1/W3 (0.35x, 0.54x), W2 p99
+  at or below the best peer's (3.55x Redis's), W3 end to end at 25% of the
+  raw pyzmq batched round trip (8.1%), W5 (one message per request, R=3) at
+  1.5x NATS R=3 (0.72x).
 - **Noise.** 2 CPUs shared with other sessions' test suites; the 1-minute
-  load average was {load} during the peer runs. Single runs move by up to
-  2x; read the medians and the ratios.
+  load average was {load} during the peer runs (the R=3 rows ran with
+  three hosts or three NATS servers up). Single runs move by up to 2x;
+  read the medians and the ratios.
 """
 
 ANALYTICS = """\
@@ -274,14 +277,26 @@ The storage append + commit of the batch is ~60-70 us of the host's part.
 **Next:** a window of batches in flight (raw pyzmq moves 5-6x more with 8 in
 flight than with 1 in the ceiling table).
 
-**Receive + delete (caps W3 and W5b end to end; ~27-30 k msg/s).** Two
-synchronous round trips per 100 messages; the client spends ~8 us per
-message decoding receipts (`Receipt.decode`, 5.5 us; 2.9 us since bdbe60c; for routing
-`delete_batch`) and building `Message` objects (2.7 us), the host about as
-much per message again (receipt encode on receive, decode on delete, one
-delivered item per message). **Next:** a receive that carries the previous
-batch's receipts (one round trip instead of two), routing kept beside the
-receipt on the client, consumer pipelining.
+**Receive + delete (caps W3 and W5b end to end; ~42-50 k msg/s).** Fifth
+session: one round trip per 100 messages (`delete_and_receive`: the deletes
+ride on the next receive). Alone on one host (a backlog of 150,000, no
+producer; old and new trees alternately, 2 x 3 rounds of 400 batches), a
+consumer loop of 100 took 2.13 ms as receive + `delete_batch` (8bfbbde),
+2.08 ms as one round trip (d293c91: a spare round trip on an idle loopback
+is cheap) and 1.72 ms once a delete batch's receipts were read by their
+tails only (e693827; client 0.64 -> 0.54 ms per 100). End to end the single
+round trip matters more: there each consumer request queues in the host
+loop behind the producer's sends, and at R=3 sync a delete waits for the
+replicas, which the receive now shares. `zmqueue bench`, 8bfbbde and
+d293c91 alternately (3 pairs of one run each): W3 +11%, W5b +30%, W5 +9%,
+W1 -13% (the quicker consumer is parked in its long poll more often when a
+send arrives, so the host wakes it in the send's loop pass: e2e p50 0.85
+-> 0.59 ms, send p50 0.39 -> 0.46 ms). What is left per message: on the host, building the
+reply item (`encode_delivered`: receipt encode, message id hex, blob)
+~2.5 us and reading its receipt back ~1.1 us; on the client, the
+`Message` object (~2.3 us) and the receipt's CRC check for routing.
+**Next:** consumer pipelining (the next receive in flight while the
+application handles the batch); a columnar reply for receive.
 
 **Replicated sends (W5, W5b).** R=3 sync keeps 63.4% of R=1's batched
 throughput with 16 producers (fourth session, 6eabf3a) and 43.7% with one
