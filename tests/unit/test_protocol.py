@@ -143,3 +143,18 @@ def test_mangled_receipts_are_refused_with_invalid_receipt(mangle: Any) -> None:
         Receipt.decode(mangle(good))
     with pytest.raises(InvalidReceipt):
         ReceiptEncoder("q", 1, "h1").read(mangle(good))
+
+
+def test_a_message_from_the_wire_is_the_message_its_constructor_builds() -> None:
+    import dataclasses
+    from datetime import UTC, datetime
+
+    from zmqueue.client.models import Message
+
+    item = ["ab" * 16, b"body", {"k": 1}, "receipt", 3, 1_700_000_000_123, "g", "src-q"]
+    m = Message.from_wire("q", item)
+    assert m == Message(id="ab" * 16, body=b"body", attributes={"k": 1}, receipt="receipt", receive_count=3,
+                       sent_at=datetime.fromtimestamp(1_700_000_000.123, tz=UTC), group_id="g", queue="q",
+                       dead_letter_source="src-q")
+    assert set(vars(m)) == {f.name for f in dataclasses.fields(Message)}  # every field set
+    assert Message.from_wire("q", [*item[:2], None, *item[3:]]).attributes == {}

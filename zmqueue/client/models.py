@@ -43,6 +43,11 @@ class Message:
     @classmethod
     def from_wire(cls, queue: str, item: list[Any]) -> Message:
         mid, body, attrs, receipt, rc, sent_ms, group, src = item
-        return cls(id=mid, body=body, attributes=attrs or {}, receipt=receipt, receive_count=rc,
-                   sent_at=datetime.fromtimestamp(sent_ms / 1000, tz=UTC), group_id=group,
-                   queue=queue, dead_letter_source=src)
+        # one per received message: filling the instance dict directly costs
+        # half of the frozen __init__ (one object.__setattr__ per field);
+        # tests/unit/test_protocol.py checks it builds the same Message
+        m = object.__new__(cls)
+        m.__dict__.update(id=mid, body=body, attributes=attrs or {}, receipt=receipt, receive_count=rc,
+                          sent_at=datetime.fromtimestamp(sent_ms / 1000, tz=UTC), group_id=group,
+                          queue=queue, dead_letter_source=src)
+        return m

@@ -273,6 +273,9 @@ class Stream:
         return [self.encode_delivered(d) for d in delivered], dead
 
     def encode_delivered(self, d: Delivered) -> list[Any]:
+        if not d.attributes and self.cipher is None:  # a plain body: no blob to read
+            return [d.message_id.hex(), d.body, {}, self._receipt(d.seq, d.receive_count, self.epoch),
+                    d.receive_count, d.enqueue_ms, None, None]
         body, blob = self.open(d.message_id, d.body, d.attributes)
         meta = decode_blob(blob)
         receipt = self._receipt(d.seq, d.receive_count, self.epoch)
