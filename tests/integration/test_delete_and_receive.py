@@ -2,31 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 import zmqueue
 from tests.conftest import QueueCluster, wait_for
+from tests.security.harness import metric, scrape
 from zmqueue.protocol import Command
 
 
-def _record_commands(client: zmqueue.Client, monkeypatch: pytest.MonkeyPatch) -> list[Command]:
-    """The commands the client sends from now on (its real requests go out)."""
-    sent: list[Command] = []
-    real = client.request
-
-    def request(endpoint: str, command: Command, body: Any, *args: Any, **kw: Any) -> Any:
-        sent.append(command)
-        return real(endpoint, command, body, *args, **kw)
-
-    monkeypatch.setattr(client, "request", request)
-    return sent
+def _requests(qcluster: QueueCluster, command: str) -> float:
+    """How many ``command`` requests the hosts answered (their /metrics)."""
+    return sum(metric(scrape(h), "zmqueue_request_latency_seconds_count", command=command)
+               for h in qcluster.factory.hosts)
 
 
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_deletes_ride_on_the_next_receive_and_a_drained_queue_is_empty(
-        qcluster: QueueCluster, monkeypatch: pytest.MonkeyPatch, replicas: int) -> None:
+        qcluster: QueueCluster, replicas: int) -> None:
     """With 2 replicas, synchronous: the carried deletes are replicated before the answer."""
     q = qcluster.client.create_queue(qcluster.queue_name("dar"), visibility_timeout=60,
                                      replication_factor=replicas, sync_replication=replicas > 1)
@@ -34,7 +26,7 @@ def test_deletes_ride_on_the_next_receive_and_a_drained_queue_is_empty(
     sent_ids = set(q.send_batch([b"m%d" % i for i in range(25)]))
     first = q.receive(max_messages=10, wait_time=5)
     assert first
-    commands = _record_commands(qcluster.client, monkeypatch)
+    deletes_before, receives_before = _requests(qcluster, "DELETE"), _requests(qcluster, "RECEIVE")
     seen = {m.id for m in first}
     receipts = [m.receipt for m in first]
     while receipts:
@@ -44,7 +36,9 @@ def test_deletes_ride_on_the_next_receive_and_a_drained_queue_is_empty(
         seen |= {m.id for m in msgs}
         receipts = [m.receipt for m in msgs]
     assert seen == sent_ids
-    assert Command.DELETE not in commands, commands  # every delete rode on a receive
+    # every delete rode on a receive: no host answered a DELETE meanwhile
+    assert _requests(qcluster, "DELETE") == deletes_before
+    assert _requests(qcluster, "RECEIVE") >= receives_before + 3
     stats = q.stats()
     assert (stats["total"], stats["in_flight"], stats["visible"]) == (0, 0, 0)
 
