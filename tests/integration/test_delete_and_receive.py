@@ -96,3 +96,21 @@ def test_a_delete_batch_refuses_per_item_a_receipt_of_another_stream_or_a_torn_o
     assert other is not None and "another queue or partition" in other["message"]
     assert torn is not None and "malformed" in torn["message"]
     assert a.stats()["in_flight"] == 1 and b.stats()["in_flight"] == 1
+
+
+def test_on_a_fifo_queue_the_carried_delete_releases_its_group_to_the_same_receive(
+        qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("dar") + ".fifo", fifo=True, visibility_timeout=60)
+    for i in range(4):
+        q.send(f"a{i}".encode(), group_id="A")
+    [m] = q.receive(max_messages=1, wait_time=5)  # the group is held while a0 is in flight
+    assert m.body == b"a0"
+    bodies = []
+    receipts = [m.receipt]
+    while receipts:
+        outcomes, msgs = q.delete_and_receive(receipts, max_messages=1)
+        assert outcomes == [None]
+        bodies += [x.body for x in msgs]
+        receipts = [x.receipt for x in msgs]
+    # each delete ran before its receive: the next message of the group came back with it, in order
+    assert bodies == [b"a1", b"a2", b"a3"]
