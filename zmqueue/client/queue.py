@@ -55,12 +55,11 @@ on other hosts are found even while the last productive one never runs dry."""
 
 @dataclass
 class _Carry:
-    """Deletes riding on a receive's first request (its ``del``): one stream's
-    receipts, sent to that stream's writer; ``results`` once it answered."""
+    """Deletes riding on a receive's first request (its ``del``, sent to the
+    stream's writer): one stream's receipts; ``results`` once it answered."""
 
     partition: int
     origin: str
-    endpoint: str
     idxs: list[int]
     items: list[str]
     results: list[Any] | None = None
@@ -217,7 +216,8 @@ class Queue:
         """Up to ``max_messages`` (1-1000) messages. With ``wait_time`` (0-20 s)
         a long poll: returns as soon as a message is available anywhere in the
         queue, or empty after the wait."""
-        return self._receive(max_messages, wait_time, visibility_timeout, None)
+        self._check_receive(max_messages, wait_time)
+        return self._receive(max_messages, wait_time, visibility_timeout)
 
     def delete_and_receive(self, receipts: Iterable[str], max_messages: int = 1, wait_time: float = 0,
                            visibility_timeout: int | None = None
@@ -237,17 +237,20 @@ class Queue:
         groups = self._group(receipts)
         out: list[ZmqueueError | None] = [None] * len(receipts)
         carry: _Carry | None = None
+        targets: list[tuple[int, str]] | None = None
         if not self._buffer:
             targets = self._targets_now()
             for (p, origin), idxs in sorted(groups.items(), key=lambda g: -len(g[1])):
                 eps = self.routes.for_stream(p, origin)
                 if eps and (p, eps[0]) in targets:
-                    carry = _Carry(p, origin, eps[0], idxs, [receipts[i] for i in idxs])
+                    carry = _Carry(p, origin, idxs, [receipts[i] for i in idxs])
                     del groups[(p, origin)]
+                    first = (p, eps[0])
+                    targets = [first, *[t for t in targets if t != first]]
                     break
         for (p, origin), idxs in groups.items():
             self._apply(Command.DELETE, receipts, idxs, p, origin, None, out)
-        msgs = self._receive(max_messages, wait_time, visibility_timeout, carry)
+        msgs = self._receive(max_messages, wait_time, visibility_timeout, carry, targets)
         if carry is not None:
             if carry.results is None:  # not taken with the receive: a DELETE of its own
                 self._apply(Command.DELETE, receipts, carry.idxs, carry.partition, carry.origin, None, out)
@@ -276,17 +279,17 @@ class Queue:
         return targets
 
     def _receive(self, max_messages: int, wait_time: float, visibility_timeout: int | None,
-                 carry: _Carry | None) -> list[Message]:
-        self._check_receive(max_messages, wait_time)
+                 carry: _Carry | None = None, targets: list[tuple[int, str]] | None = None
+                 ) -> list[Message]:
+        """Buffered messages first, else a sweep of ``targets`` (default: the
+        current ones; ``carry`` rides on the first), then a long poll."""
         out: list[Message] = []
         while self._buffer and len(out) < max_messages:
             out.append(self._buffer.popleft())
         if out:
             return out
-        targets = self._targets_now()
-        if carry is not None:
-            first = (carry.partition, carry.endpoint)
-            targets = [first, *[t for t in targets if t != first]]
+        if targets is None:
+            targets = self._targets_now()
         body = {"q": self.name, "max": max_messages}
         if visibility_timeout is not None:
             body["vis_s"] = visibility_timeout
