@@ -1,4 +1,6 @@
-"""delete_and_receive: a consumer's delete + next receive in one round trip."""
+"""Deletes that ride on another request: delete_and_receive (a consumer's
+delete + next receive, one RECEIVE) and a push subscription's auto_delete
+(the delete on the credit it returns, one CREDIT)."""
 
 from __future__ import annotations
 
@@ -114,3 +116,16 @@ def test_on_a_fifo_queue_the_carried_delete_releases_its_group_to_the_same_recei
         receipts = [x.receipt for x in msgs]
     # each delete ran before its receive: the next message of the group came back with it, in order
     assert bodies == [b"a1", b"a2", b"a3"]
+
+
+def test_a_push_subscription_deletes_on_its_credits_and_drains_the_queue(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("dar-push"), visibility_timeout=60)
+    sent = set(q.send_batch([b"p%d" % i for i in range(40)]))
+    deletes_before = _requests(qcluster, "DELETE")
+    got: list[str] = []
+    with q.subscribe(lambda m: got.append(m.id), prefetch=5) as sub:
+        wait_for(lambda: len(got) >= len(sent) and q.stats()["total"] == 0, 30,
+                 "every message handled and deleted")
+        assert sub.failed == 0
+    assert set(got) == sent and len(got) == len(sent)
+    assert _requests(qcluster, "DELETE") == deletes_before  # the deletes rode on the credits

@@ -122,3 +122,9 @@ def test_a_receive_that_carries_deletes_needs_the_delete_permission_too() -> Non
     assert door.check("client", "carol", carrying, 10) == (None, "q")
     door.on_reply("client", "carol", carrying, 0.0, {"m": [], "dr": [None, {"code": 1}]}, 10, "q")
     assert door.queues["q"].deletes == 1
+    # a push subscription's credit that carries the delete: the receipt names the queue
+    credit = Frame(Command.CREDIT, Flags.NONE, 3, {"sub": 7, "n": 1, "del": [r]})
+    assert isinstance(door.check("client", "bob", credit, 10).refused, AccessDenied)
+    assert door.check("client", "carol", credit, 10) == (None, "q")
+    assert door.check("client", "bob", Frame(Command.CREDIT, Flags.NONE, 4, {"sub": 7, "n": 1}), 10) \
+        == (None, "")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from zmqueue.client.models import Message
 from zmqueue.client.transport import Connection
-from zmqueue.errors import InvalidParameter, Unavailable, ZmqueueError
+from zmqueue.errors import InvalidParameter, Unavailable, ZmqueueError, from_wire
 from zmqueue.protocol import Command, Frame
 
 if TYPE_CHECKING:
@@ -98,19 +98,36 @@ class Subscription:
                 self._handle(msg, key)
 
     def _handle(self, msg: Message, key: SubKey) -> None:
+        delete = False
         try:
             self.handler(msg)
             self.handled += 1
-            if self.auto_delete:
-                self.queue.delete(msg.receipt)
+            delete = self.auto_delete
         except Exception:  # the handler's failure: the message will come back
             self.failed += 1
             log.exception("subscription handler failed on message %s", msg.id)
         conn, sub_id = self.conns[key]
+        body: dict[str, Any] = {"sub": sub_id, "n": 1}
+        if delete:  # the delete rides on the credit (the host that pushed it writes its stream)
+            body["del"] = [msg.receipt]
         try:
-            conn.request(Command.CREDIT, {"sub": sub_id, "n": 1}, self.queue.client.request_timeout_ms)
+            reply = conn.request(Command.CREDIT, body, self.queue.client.request_timeout_ms)
         except ZmqueueError as exc:
             log.warning("returning credit failed: %s", exc)
+            reply = {}
+        if delete:
+            self._deleted(msg, reply.get("dr") if isinstance(reply, dict) else None)
+
+    def _deleted(self, msg: Message, results: list[Any] | None) -> None:
+        """Check the carried delete's outcome; without one (an older host, one
+        that no longer writes the stream, a failed credit) delete on its own."""
+        try:
+            if results is None:
+                self.queue.delete(msg.receipt)
+            elif results[0] is not None:
+                raise from_wire(results[0])
+        except ZmqueueError as exc:
+            log.warning("deleting message %s failed (it will be delivered again): %s", msg.id, exc)
 
     def close(self) -> None:
         self.stopped.set()

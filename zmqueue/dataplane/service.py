@@ -455,7 +455,18 @@ class QueueService:
     def h_credit(self, req: Request, body: dict[str, Any], now: int) -> Any:
         sub = F.get_int(body, "sub", 0, 2**62, name="subscription")
         n = F.get_int(body, "n", 0, 1000, name="credit")
-        return {"credit": self.pusher.add_credit(sub, req.identity, n)}
+        credit = self.pusher.add_credit(sub, req.identity, n)
+        if body.get("del") is None:
+            return {"credit": credit}
+        # the pushed messages' deletes ride on the credit (auto_delete): one
+        # round trip per finished message; a stream this host no longer
+        # writes answers without "dr" and the client deletes on its own
+        items = F.get_list(body, "del", MAX_BATCH, name="del")
+        first = Receipt.decode(items[0])
+        st = self.set.streams.get((first.queue, first.partition, first.origin))
+        if st is None or not st.writable:
+            return {"credit": credit}
+        return self.after_commit(st, req, {"credit": credit, "dr": self._delete_items(st, items, now)})
 
     def h_unsubscribe(self, req: Request, body: dict[str, Any], now: int) -> Any:
         self.pusher.unsubscribe(F.get_int(body, "sub", 0, 2**62, name="subscription"), req.identity)

@@ -35,7 +35,8 @@ ACTION_OF: dict[Command, str] = {
     Command.DELETE_QUEUE: "admin",
 }
 """Commands checked against a queue's policy. Reads of metadata and stats
-(GET_QUEUE, LIST_QUEUES, QUEUE_STATS), credit and cancel are not checked."""
+(GET_QUEUE, LIST_QUEUES, QUEUE_STATS), credit and cancel are not checked (a credit
+that carries deletes is checked as a delete, by the front door)."""
 
 
 def parse_policy(value: Any) -> dict[str, tuple[str, ...]]:

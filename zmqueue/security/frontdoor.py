@@ -41,8 +41,8 @@ def queue_of(frame: Frame) -> str:
     body = frame.body if isinstance(frame.body, dict) else {}
     cmd = frame.command
     try:
-        if cmd in (Command.DELETE, Command.CHANGE_VISIBILITY):
-            items = body.get("r")
+        if cmd in (Command.DELETE, Command.CHANGE_VISIBILITY, Command.CREDIT):
+            items = body.get("del") if cmd == Command.CREDIT else body.get("r")
             if isinstance(items, list) and items:
                 first = items[0][0] if cmd == Command.CHANGE_VISIBILITY and isinstance(items[0], list) \
                     else items[0]
@@ -72,7 +72,7 @@ _HOST_TRAFFIC = Admission(None, "")
 
 
 def _carries_deletes(frame: Frame) -> bool:
-    """A RECEIVE that deletes first (``del``): it needs the delete permission too."""
+    """A RECEIVE or CREDIT that deletes too (``del``): it needs the delete permission."""
     return isinstance(frame.body, dict) and frame.body.get("del") is not None
 
 
@@ -140,10 +140,11 @@ class FrontDoor:
             return Admission(None, queue)
         try:
             action = authz.ACTION_OF.get(frame.command)
-            if action is not None and queue:
+            if queue and (action is not None or _carries_deletes(frame)):
                 policy = self.policies().get(queue)
-                authz.check(policy, action, queue, identity)
-                if frame.command == Command.RECEIVE and _carries_deletes(frame):
+                if action is not None:
+                    authz.check(policy, action, queue, identity)
+                if _carries_deletes(frame):
                     authz.check(policy, "delete", queue, identity)
             cfg = self.configs().get(queue) if queue else None
             if cfg is not None and frame.command in RATE_LIMITED:
@@ -186,7 +187,8 @@ class FrontDoor:
             c.receives += len(msgs)
             c.redeliveries += sum(1 for m in msgs if isinstance(m, list) and len(m) > 4
                                   and isinstance(m[4], int) and m[4] > 1)
-            c.deletes += sum(1 for r in result.get("dr") or () if r is None)
         elif frame.command == Command.DELETE:
             c.deletes += sum(1 for r in result.get("results") or () if r is None)
+        if "dr" in result:  # deletes carried by a RECEIVE or a CREDIT
+            c.deletes += sum(1 for r in result["dr"] or () if r is None)
 
