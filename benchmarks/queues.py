@@ -31,8 +31,10 @@ ROWS = [
     # label, zmqueue key, raw key, unit, target text
     ("send_batch throughput (batch 100)", "zmqueue.send_batch_msgs_per_s",
      "raw.dealer_router_batched_sync_payloads_per_s", "msg/s", "≥ 25% of raw"),
-    ("receive + delete_batch throughput (batch 100)", "zmqueue.receive_delete_msgs_per_s",
-     "raw.dealer_router_batched_sync_payloads_per_s", "msg/s", "-"),
+    ("delete_and_receive drain (batch 100; the deletes ride on the next receive)",
+     "zmqueue.receive_delete_msgs_per_s", "raw.dealer_router_batched_sync_payloads_per_s", "msg/s", "-"),
+    ("push subscription drain (prefetch 10, auto_delete: the delete rides on the credit)",
+     "zmqueue.push_msgs_per_s", "raw.dealer_router_single_per_s", "msg/s", "-"),
     ("single send round trip p50", "zmqueue.send_single_p50_ms", "raw.dealer_router_single_p50_ms",
      "ms", "-"),
     ("single send round trip p99", "zmqueue.send_single_p99_ms", "raw.dealer_router_single_p99_ms",

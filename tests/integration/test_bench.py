@@ -9,7 +9,7 @@ import sys
 
 from tests.conftest import QueueCluster
 from zmqueue.bench import ceiling
-from zmqueue.bench.queueops import measure_queue
+from zmqueue.bench.queueops import PUSH_COUNT, measure_queue
 
 
 def test_the_raw_pyzmq_ceiling_measures_batched_round_trips_and_single_latency() -> None:
@@ -27,6 +27,7 @@ def test_the_queue_benchmark_receives_and_deletes_every_message_it_sent(qcluster
     r = measure_queue(qcluster.client, 100, 50, duration_s=0.3, single_count=50)
     assert r["received"] == r["sent"] > 0
     assert r["send_batch_msgs_per_s"] > 0 and r["send_single_p99_ms"] > 0
+    assert r["push_handled"] == PUSH_COUNT and r["push_msgs_per_s"] > 0
 
 
 def test_zmqueue_bench_checks_every_message_and_prints_a_json_line_per_run(qcluster: QueueCluster) -> None:

@@ -3,9 +3,11 @@ host, 100-byte messages, measured beside raw pyzmq in the same run.
 
 - ``send_batch``: batches of ``batch`` messages, one request outstanding
   (the client is synchronous); messages/s.
-- ``receive_delete``: ``receive(batch)`` then ``delete_batch`` of what came
-  back, until the queue is empty; messages/s.
+- ``receive_delete``: ``delete_and_receive`` (each batch's deletes ride on
+  the next receive of ``batch``), until the queue is empty; messages/s.
 - ``send_single``: one ``send`` at a time; round-trip p50/p99/p99.9.
+- ``push``: a push subscription (prefetch 10, ``auto_delete``) drains
+  ``push_count`` messages; messages/s handled.
 
 The raw pyzmq figures come from :mod:`zmqueue.bench.ceiling` with the same
 size, batch and one request in flight, so the ratio compares like with like.
@@ -13,6 +15,7 @@ size, batch and one request in flight, so the ratio compares like with like.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import Any
@@ -24,6 +27,7 @@ from zmqueue.bench import ceiling
 from zmqueue.bench.stats import percentiles_ms
 
 DRAIN_TIMEOUT_S = 120.0
+PUSH_COUNT = 3000
 
 
 def measure_queue(client: zmqueue.Client, size: int = 100, batch: int = 100,
@@ -32,13 +36,13 @@ def measure_queue(client: zmqueue.Client, size: int = 100, batch: int = 100,
     name = f"bench-ops-{uuid.uuid4().hex[:8]}"
     q = client.create_queue(name, fsync=fsync)
     try:
-        return _measure(q, size, batch, duration_s, single_count)
+        return _measure(q, size, batch, duration_s, single_count, PUSH_COUNT)
     finally:
         client.delete_queue(name)
 
 
 def _measure(q: zmqueue.Queue, size: int, batch: int, duration_s: float,
-             single_count: int) -> dict[str, float]:
+             single_count: int, push_count: int) -> dict[str, float]:
     body = bytes(size)
     bodies = [body] * batch
     q.send_batch(bodies)  # warm up connections and routes
@@ -53,12 +57,15 @@ def _measure(q: zmqueue.Queue, size: int, batch: int, duration_s: float,
     got = 0
     t0 = time.perf_counter()
     stop_at = t0 + DRAIN_TIMEOUT_S
+    receipts: list[str] = []
     while got < sent and time.perf_counter() < stop_at:
-        msgs = q.receive(batch, wait_time=0.5 if got else 2)
-        if not msgs:
-            continue
-        q.delete_batch([m.receipt for m in msgs])
+        errors, msgs = q.delete_and_receive(receipts, batch, wait_time=0.5 if got else 2)
+        if any(errors):
+            raise next(e for e in errors if e is not None)
+        receipts = [m.receipt for m in msgs]
         got += len(msgs)
+    if receipts:
+        q.delete_batch(receipts)
     recv_rate = got / (time.perf_counter() - t0)
 
     lat = np.empty(single_count, dtype=np.float64)
@@ -69,13 +76,35 @@ def _measure(q: zmqueue.Queue, size: int, batch: int, duration_s: float,
             lat[i] = time.perf_counter() - t
     pct = percentiles_ms(lat)
     q.purge()
+    push_rate, pushed = _push_drain(q, bodies, push_count)
     return {
         "send_batch_msgs_per_s": send_rate,
         "receive_delete_msgs_per_s": recv_rate,
+        "push_msgs_per_s": push_rate, "push_handled": float(pushed),
         "received": float(got), "sent": float(sent),
         "send_single_p50_ms": pct["p50"], "send_single_p99_ms": pct["p99"],
         "send_single_p99.9_ms": pct["p99.9"],
     }
+
+
+def _push_drain(q: zmqueue.Queue, bodies: list[bytes], count: int) -> tuple[float, int]:
+    """Messages/s a push subscription (prefetch 10, auto_delete) handles
+    while draining ``count`` messages sent beforehand, and how many it handled."""
+    for i in range(0, count, len(bodies)):
+        q.send_batch(bodies[: min(len(bodies), count - i)])
+    done = threading.Event()
+    handled = [0]
+
+    def handler(_: zmqueue.Message) -> None:
+        handled[0] += 1
+        if handled[0] >= count:
+            done.set()
+
+    t0 = time.perf_counter()
+    with q.subscribe(handler, prefetch=10):
+        done.wait(DRAIN_TIMEOUT_S)
+        rate = handled[0] / (time.perf_counter() - t0)
+    return rate, handled[0]
 
 
 def measure_side_by_side(client: zmqueue.Client, size: int = 100, batch: int = 100,
