@@ -98,10 +98,13 @@ process, payloads msgpack-packed 100 to a frame, loopback TCP.
 
 One client thread, one host, 100-byte messages, batches of 100
 ([docs/perf/queues.md](perf/queues.md), `python -m benchmarks.queues --runs 9 --write`
-on commit ae13830, medians of 9 runs; the per-run ratios, every other
-invocation of the session (the p99 ratio was 1.71x-2.30x on a quiet machine
-and 2.87x-3.46x with one CPU kept busy by a spinning process) and the load
-during the runs are on that page):
+on commit 0994d45 (fifth session), medians of 9 runs; the per-run figures
+are on that page. The third session's invocation (ae13830) drained with
+receive + `delete_batch` at 28,361 msg/s where `delete_and_receive` now
+drains 52,376; the single-send p99 ratio was 1.71x-2.30x in its quiet
+invocations and 2.87x-3.46x with one CPU kept busy by a spinning process.
+The push row's reference is one raw request/reply at a time: a pushed
+message costs a push and one credit round trip):
 
 {queues}
 
@@ -217,10 +220,9 @@ NATS R=3; W5 0.67x, 0.51x, 0.93x NATS R=3.
   1.68 s over 20 kills), CURVE cost (6.6%), R=3 sync throughput at 50% of R=1
   (fourth session, 6eabf3a, replication.md: 63.4% with 16 producers, every
   one of 5 rounds 57-66%; with one producer, i.e. one batch in flight,
-  43.7%), and, measured in the third session on ae13830 (queues.md),
-  send_batch at 25% of raw pyzmq (34.9%) and the single-send p99 at 3x raw
-  (1.71x over 9 runs; 1.7-2.3x in every quiet invocation, 2.87-3.46x with one
-  CPU kept busy). Missed: 2x the best peer in W1/W3 (0.33x, 0.55x), W2 p99
+  43.7%), and (queues.md, 0994d45, 9 runs) send_batch at 25% of raw pyzmq
+  (38.1%) and the single-send p99 at 3x raw (1.88x; 1.7-2.3x in every quiet
+  invocation of the third session, 2.87-3.46x with one CPU kept busy). Missed: 2x the best peer in W1/W3 (0.33x, 0.55x), W2 p99
   at or below the best peer's (3.62x Redis's), W3 end to end at 25% of the
   raw pyzmq batched round trip (8.6%), W5 (one message per request, R=3) at
   1.5x NATS R=3 (0.67x).
@@ -299,8 +301,13 @@ send arrives, so the host wakes it in the send's loop pass: e2e p50 0.85
 reply item (`encode_delivered`: receipt encode, message id hex, blob)
 ~2.5 us and reading its receipt back ~1.1 us; on the client, the
 `Message` object (~2.3 us) and the receipt's CRC check for routing.
-**Next:** consumer pipelining (the next receive in flight while the
-application handles the batch); a columnar reply for receive.
+Push subscriptions got the same treatment: `auto_delete`'s delete rides on
+the credit the subscription returns (one round trip per message instead of
+two): a drain of 3,000 messages on one host (prefetch 10) went from ~1,330
+to ~2,400 msg/s handled (old and new trees alternately, 2 x 3 rounds; the
+queues.md row is 2,275). **Next:** consumer pipelining (the next receive in
+flight while the application handles the batch); a columnar reply for
+receive; credits and deletes returned for several pushed messages at once.
 
 **Replicated sends (W5, W5b).** R=3 sync keeps 63.4% of R=1's batched
 throughput with 16 producers (fourth session, 6eabf3a) and 43.7% with one
