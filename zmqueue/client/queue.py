@@ -267,15 +267,23 @@ class Queue:
             raise InvalidParameter("wait_time must be 0 to 20 seconds", field="wait_time")
 
     def _targets_now(self) -> list[tuple[int, str]]:
-        """Where a receive asks now (routes re-read when old or empty)."""
+        """Where a receive asks now (routes re-read when old or empty). While
+        no host is known to serve the queue (routes read mid-election, or
+        while Consul recovers) it re-reads them, for as long as ``call``
+        retries a request; then Unavailable."""
         if time.monotonic() - self._refreshed_at > ROUTES_MAX_AGE_S:
             self.refresh()
         targets = self._receive_targets()
-        if not targets:
+        give_up_at = time.monotonic() + self.client.request_timeout_ms / 1000
+        attempt = 0
+        while not targets:
+            if time.monotonic() >= give_up_at:
+                raise Unavailable(f"no host serves {self.name!r} now; retry")
+            if attempt:
+                time.sleep(backoff(attempt))
+            attempt += 1
             self.refresh()
             targets = self._receive_targets()
-        if not targets:
-            raise Unavailable(f"no host serves {self.name!r} now; retry")
         return targets
 
     def _receive(self, max_messages: int, wait_time: float, visibility_timeout: int | None,
