@@ -3,6 +3,7 @@ deletes, receive counts and DLQ moves. Retried requests are applied once."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -87,3 +88,39 @@ def test_a_retried_send_with_the_same_request_id_is_stored_once(
     assert first == again
     assert q.stats()["total"] == 1
     assert [m.body for m in q.receive(10)] == [b"once"]
+
+
+def test_a_receive_waits_out_the_restart_of_the_only_host_serving_the_queue(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    h1 = start_passing(hosts, consul_agent, "h1")
+    h2 = start_passing(hosts, consul_agent, "h2")
+    with zmqueue.connect(consul_agent.http_addr, request_timeout=30) as client:
+        q = client.create_queue("wait-out")  # R=1: one of the two hosts serves it
+        q.send(b"kept")
+        [node] = q.routes.part(0).replicas
+        serving = h1 if node == h1.node else h2
+        serving.kill9()
+        # the other host's GET_QUEUE lists no endpoint for a host Consul does
+        # not report passing: the client's routes for the queue go empty
+        wait_for(lambda: not all_passing(check_statuses(consul_agent, node)), 30, f"{node} not passing")
+
+        def no_targets() -> bool:
+            q._refreshed_at = 0.0  # allow a refresh now
+            q.refresh()
+            return not q._receive_targets()
+
+        wait_for(no_targets, 30, "routes without a host serving the queue")
+        restarter = threading.Thread(target=start_passing, args=(hosts, consul_agent),
+                                     kwargs={"old": serving})
+        restarter.start()
+        try:
+            got = q.receive(max_messages=1, wait_time=5)  # waits for a host; does not raise
+        finally:
+            restarter.join(90)
+
+        def kept() -> bool:
+            got.extend(q.receive(max_messages=1, wait_time=1))
+            return bool(got)
+
+        wait_for(kept, 30, "the stored message received after the restart")
+        assert [m.body for m in got] == [b"kept"]
