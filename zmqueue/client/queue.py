@@ -65,6 +65,12 @@ class _Carry:
     results: list[Any] | None = None
 
 
+def _outcomes(idxs: list[int], results: list[Any], out: list[ZmqueueError | None]) -> None:
+    """Per-receipt results of a host (nil or an error map) into ``out`` at ``idxs``."""
+    for i, res in zip(idxs, results, strict=True):
+        out[i] = None if res is None else from_wire(res)
+
+
 def backoff(attempt: int) -> float:
     """Seconds to wait before retry ``attempt``: 50 ms doubling, capped at 0.5 s."""
     return min(0.5, 0.05 * float(2 ** min(attempt, 4)))
@@ -255,8 +261,7 @@ class Queue:
             if carry.results is None:  # not taken with the receive: a DELETE of its own
                 self._apply(Command.DELETE, receipts, carry.idxs, carry.partition, carry.origin, None, out)
             else:
-                for i, res in zip(carry.idxs, carry.results, strict=True):
-                    out[i] = None if res is None else from_wire(res)
+                _outcomes(carry.idxs, carry.results, out)
         return out, msgs
 
     @staticmethod
@@ -457,8 +462,7 @@ class Queue:
         items: list[Any] = [receipts[i] if timeout is None else [receipts[i], timeout] for i in idxs]
         reply = self.call(p, command, {"q": self.name, "p": p, "r": items},
                           partial(self.routes.for_stream, p, origin), origin)
-        for i, res in zip(idxs, reply["results"], strict=True):
-            out[i] = None if res is None else from_wire(res)
+        _outcomes(idxs, reply["results"], out)
 
     # --- whole queue -----------------------------------------------------------------
     def purge(self) -> int:

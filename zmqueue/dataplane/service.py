@@ -463,8 +463,9 @@ class QueueService:
         # writes answers without "dr" and the client deletes on its own
         items = F.get_list(body, "del", MAX_BATCH, name="del")
         first = Receipt.decode(items[0])
-        st = self.set.streams.get((first.queue, first.partition, first.origin))
-        if st is None or not st.writable:
+        try:
+            st = self.writer_stream(first.queue, first.partition, first.origin)
+        except NotLeader:
             return {"credit": credit}
         return self.after_commit(st, req, {"credit": credit, "dr": self._delete_items(st, items, now)})
 

@@ -140,11 +140,12 @@ class FrontDoor:
             return Admission(None, queue)
         try:
             action = authz.ACTION_OF.get(frame.command)
-            if queue and (action is not None or _carries_deletes(frame)):
+            deletes = _carries_deletes(frame)
+            if queue and (action is not None or deletes):
                 policy = self.policies().get(queue)
                 if action is not None:
                     authz.check(policy, action, queue, identity)
-                if _carries_deletes(frame):
+                if deletes:
                     authz.check(policy, "delete", queue, identity)
             cfg = self.configs().get(queue) if queue else None
             if cfg is not None and frame.command in RATE_LIMITED:
