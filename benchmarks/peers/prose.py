@@ -98,10 +98,10 @@ process, payloads msgpack-packed 100 to a frame, loopback TCP.
 
 One client thread, one host, 100-byte messages, batches of 100
 ([docs/perf/queues.md](perf/queues.md), `python -m benchmarks.queues --runs 9 --write`
-on commit 0994d45 (fifth session), medians of 9 runs; the per-run figures
+on commit 79e42d4 (fifth session, the final code), medians of 9 runs; the per-run figures
 are on that page. The third session's invocation (ae13830) drained with
 receive + `delete_batch` at 28,361 msg/s where `delete_and_receive` now
-drains 52,376; the single-send p99 ratio was 1.71x-2.30x in its quiet
+drains 60,211 (52,376 in an invocation on 0994d45 earlier in the session); the single-send p99 ratio was 1.71x-2.30x in its quiet
 invocations and 2.87x-3.46x with one CPU kept busy by a spinning process.
 The push row's reference is one raw request/reply at a time: a pushed
 message costs a push and one credit round trip):
@@ -222,8 +222,8 @@ W1 0.36x, 0.30x, 0.33x Redis (run 3 was slower for every system).
   1.68 s over 20 kills), CURVE cost (6.6%), R=3 sync throughput at 50% of R=1
   (fourth session, 6eabf3a, replication.md: 63.4% with 16 producers, every
   one of 5 rounds 57-66%; with one producer, i.e. one batch in flight,
-  43.7%), and (queues.md, 0994d45, 9 runs) send_batch at 25% of raw pyzmq
-  (38.1%) and the single-send p99 at 3x raw (1.88x; 1.7-2.3x in every quiet
+  43.7%), and (queues.md, 79e42d4, 9 runs) send_batch at 25% of raw pyzmq
+  (37.0%) and the single-send p99 at 3x raw (1.96x; 1.7-2.3x in every quiet
   invocation of the third session, 2.87-3.46x with one CPU kept busy). Missed: 2x the best peer in W1/W3 (0.31x, 0.59x), W2 p99
   at or below the best peer's (3.57x Redis's), W3 end to end at 25% of the
   raw pyzmq batched round trip (9.4%), W5 (one message per request, R=3) at
@@ -307,7 +307,7 @@ Push subscriptions got the same treatment: `auto_delete`'s delete rides on
 the credit the subscription returns (one round trip per message instead of
 two): a drain of 3,000 messages on one host (prefetch 10) went from ~1,330
 to ~2,400 msg/s handled (old and new trees alternately, 2 x 3 rounds; the
-queues.md row is 2,275). **Next:** consumer pipelining (the next receive in
+queues.md row is 2,382). **Next:** consumer pipelining (the next receive in
 flight while the application handles the batch); a columnar reply for
 receive; credits and deletes returned for several pushed messages at once.
 
