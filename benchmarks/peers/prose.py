@@ -183,14 +183,15 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5, W5-half) and the raw pyzmq
 ceiling come from the one invocation above, on the tree of commit
-{commit} (fifth session, the final code). Two earlier invocations of the
-session, on e693827 and 688884e (the same pull-consumer path), gave W3
-49,955 and 48,079 msg/s (0.54x, 0.55x Redis), W5b 31,176 and 23,224 (2.55x,
-2.01x NATS R=3) and W5 736 and 673 (0.72x, 0.67x); the fourth session's
-invocation (a1d56f4) and the second session's (788835c) are compared where
-it helps. Per-run ratios of this invocation (100 B): W3 0.58x, 0.59x, 0.67x
-Redis; W5b 1.96x, 2.01x, 1.95x NATS R=3; W5 0.78x, 0.57x, 0.68x NATS R=3;
-W1 0.36x, 0.30x, 0.33x Redis (run 3 was slower for every system).
+{commit} (fifth session, the final code). Three earlier invocations of the
+session, on e693827, 688884e and 5051467 (the same pull-consumer path),
+gave W3 49,955, 48,079 and 54,763 msg/s (0.54x, 0.55x, 0.59x Redis), W5b
+31,176, 23,224 and 21,461 (2.55x, 2.01x, 1.95x NATS R=3) and W5 736, 673
+and 755 (0.72x, 0.67x, 0.73x); the fourth session's invocation (a1d56f4)
+and the second session's (788835c) are compared where it helps. Per-run
+ratios of this invocation (100 B): W3 0.50x, 0.59x, 0.56x Redis; W5b 2.81x,
+2.39x, 2.55x NATS R=3; W5 0.77x, 0.84x, 0.93x NATS R=3; W1 0.38x, 0.43x,
+0.32x Redis.
 
 - **What moved** (100 B unless said; a1d56f4 -> this run): the consumer.
   `Queue.delete_and_receive` carries a batch's deletes on the next receive
@@ -198,11 +199,11 @@ W1 0.36x, 0.30x, 0.33x Redis (run 3 was slower for every system).
   at R=3 sync replicated, in that receive's reply), and a host reads a delete
   batch's receipts by their tails only (`ReceiptEncoder.read`: the bytes
   that name the stream are compared, not unpacked; the CRC is still
-  checked). Batched end to end, W3 31,304 -> 54,763 msg/s (1,024 B 25,647 ->
-  39,842) and W5b 13,250 -> 21,461, **1.95x NATS R=3** (1,024 B: 2.58x).
-  One message per request: W5 567 -> 755 (0.73x NATS R=3; 1,024 B 0.73x);
-  W1 2,052 -> 1,842 (2,148 in run 1) and W2 p99 1.40 -> 1.31 ms did not move
-  beyond the noise.
+  checked). Batched end to end, W3 31,304 -> 52,457 msg/s (1,024 B 25,647 ->
+  43,399) and W5b 13,250 -> 26,894, **2.55x NATS R=3** (1,024 B: 2.28x).
+  One message per request: W5 567 -> 785 (0.84x NATS R=3; 1,024 B 0.70x);
+  W1 2,052 -> 2,195 and W2 p99 1.40 -> 1.11 ms, within this machine's noise
+  (W1 was 1,842-2,039 in the session's other invocations).
   Earlier sessions: the third halved a single request's CPU on client and
   host (docs/perf/queues.md); the fourth made the replica's apply cheaper,
   sends a released synchronous ack right after the loop's drain, has a
@@ -210,24 +211,24 @@ W1 0.36x, 0.30x, 0.33x Redis (run 3 was slower for every system).
   consumer behind a backlog larger than the ring (788835c -> a1d56f4: W3
   22,379 -> 31,304, W5b 12,343 -> 13,250, W1 1,585 -> 2,052).
 - **What did not.** Redis answers one XADD in 0.14 ms (p50) where zmqueue
-  takes 0.52 ms for one confirmed send, so W1 and W2 stay behind Redis (and
-  W2 behind NATS's 0.73 ms p99). W3 end to end is still capped by the single
+  takes 0.43 ms for one confirmed send, so W1 and W2 stay behind Redis (and
+  W2 behind NATS's 0.80 ms p99). W3 end to end is still capped by the single
   consumer (one synchronous round trip per 100 messages now: ~1.6-1.7 ms on
   an otherwise idle host, of which the host ~0.9 ms and the client ~0.5 ms;
-  the producer side sends 93,000 msg/s) at about 60% of Redis's pipelined
+  the producer side sends 89,200 msg/s) at under 60% of Redis's pipelined
   XADD + XREADGROUP.
 - **Targets.** Met: no losses or duplicates in any run of any system, the
-  R=3 send p99 at half rate (5.37 ms < 10 ms), W5b at 1.5x NATS R=3 (1.95x,
-  1,024 B 2.58x), FIFO failover (fourth session, 6eabf3a: p50 1.62 s, max
+  R=3 send p99 at half rate (3.77 ms < 10 ms), W5b at 1.5x NATS R=3 (2.55x,
+  1,024 B 2.28x), FIFO failover (fourth session, 6eabf3a: p50 1.62 s, max
   1.68 s over 20 kills), CURVE cost (6.6%), R=3 sync throughput at 50% of R=1
   (fourth session, 6eabf3a, replication.md: 63.4% with 16 producers, every
   one of 5 rounds 57-66%; with one producer, i.e. one batch in flight,
   43.7%), and (queues.md, 79e42d4, 9 runs) send_batch at 25% of raw pyzmq
   (37.0%) and the single-send p99 at 3x raw (1.96x; 1.7-2.3x in every quiet
-  invocation of the third session, 2.87-3.46x with one CPU kept busy). Missed: 2x the best peer in W1/W3 (0.31x, 0.59x), W2 p99
-  at or below the best peer's (3.57x Redis's), W3 end to end at 25% of the
-  raw pyzmq batched round trip (9.4%), W5 (one message per request, R=3) at
-  1.5x NATS R=3 (0.73x).
+  invocation of the third session, 2.87-3.46x with one CPU kept busy). Missed: 2x the best peer in W1/W3 (0.38x, 0.57x), W2 p99
+  at or below the best peer's (2.89x Redis's), W3 end to end at 25% of the
+  raw pyzmq batched round trip (9.0%), W5 (one message per request, R=3) at
+  1.5x NATS R=3 (0.84x).
 - **Noise.** 2 CPUs shared with other sessions' test suites; the 1-minute
   load average was {load} during the peer runs (the R=3 rows ran with
   three hosts or three NATS servers up). Single runs move by up to 2x;
@@ -285,7 +286,7 @@ The storage append + commit of the batch is ~60-70 us of the host's part.
 **Next:** a window of batches in flight (raw pyzmq moves 5-6x more with 8 in
 flight than with 1 in the ceiling table).
 
-**Receive + delete (caps W3 end to end: 48-55 k msg/s in this session's runs).** Fifth
+**Receive + delete (caps W3 end to end: 47-55 k msg/s in this session's runs).** Fifth
 session: one round trip per 100 messages (`delete_and_receive`: the deletes
 ride on the next receive). Alone on one host (a backlog of 150,000, no
 producer; old and new trees alternately, 2 x 3 rounds of 400 batches), a
