@@ -286,7 +286,7 @@ The storage append + commit of the batch is ~60-70 us of the host's part.
 **Next:** a window of batches in flight (raw pyzmq moves 5-6x more with 8 in
 flight than with 1 in the ceiling table).
 
-**Receive + delete (caps W3 end to end: 47-55 k msg/s in this session's runs).** Fifth
+**Receive + delete (caps W3 end to end: 46-55 k msg/s in this session's runs).** Fifth
 session: one round trip per 100 messages (`delete_and_receive`: the deletes
 ride on the next receive). Alone on one host (a backlog of 150,000, no
 producer; old and new trees alternately, 2 x 3 rounds of 400 batches), a
