@@ -64,6 +64,82 @@ def test_a_stale_receipt_is_reported_and_the_messages_still_come(qcluster: Queue
     assert [m.body for m in msgs] == [b"second"]
 
 
+def test_received_messages_handed_back_are_deleted_by_reference_on_the_next_receive(
+        qcluster: QueueCluster) -> None:
+    """delete_and_receive(messages): plain messages come in column groups and
+    go back as (seq, receive count) pairs (dref), replicated before the
+    answer (2 replicas, synchronous); no receipt text is built or sent."""
+    q = qcluster.client.create_queue(qcluster.queue_name("dar-ref"), visibility_timeout=60,
+                                     replication_factor=2, sync_replication=True)
+    wait_for(lambda: len(q.refresh() or q.routes.part(0).writers) == 2, 20, "streams written")
+    sent_ids = set(q.send_batch([b"r%d" % i for i in range(25)]))
+    msgs = q.receive(max_messages=10, wait_time=5)
+    assert msgs
+    deletes_before = _requests(qcluster, "DELETE")
+    seen = {m.id for m in msgs}
+    handled = list(msgs)
+    while msgs:
+        outcomes, got = q.delete_and_receive(msgs, max_messages=10)
+        assert outcomes == [None] * len(msgs)
+        assert not seen & {m.id for m in got}, "a deleted or in-flight message came back"
+        seen |= {m.id for m in got}
+        handled += got
+        msgs = got
+    assert seen == sent_ids
+    assert _requests(qcluster, "DELETE") == deletes_before  # every delete rode on a receive
+    assert not any("receipt" in m.__dict__ for m in handled), "a receipt text was built"
+    stats = q.stats()
+    assert (stats["total"], stats["in_flight"], stats["visible"]) == (0, 0, 0)
+    # a handed-back message's receipt, read later, is the text a receipt-based delete takes
+    assert handled[0].receipt and isinstance(q.delete_batch([handled[0].receipt])[0], type(None))
+
+
+def test_a_stale_message_reference_is_refused_and_texts_and_messages_mix(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("dar-ref-stale"), visibility_timeout=1)
+    q.send(b"first")
+    [m1] = q.receive(max_messages=1, wait_time=5)
+    again: list[zmqueue.Message] = []
+
+    def redelivered() -> bool:
+        again.extend(q.receive(max_messages=1, wait_time=1))
+        return bool(again)
+
+    wait_for(redelivered, 10, "the message visible again after its visibility timeout")
+    assert again[0].id == m1.id and again[0].receive_count == 2
+    q.send_batch([b"second", b"third"])
+    _, [m2] = q.delete_and_receive([], max_messages=1)
+    # m1 is the first delivery (stale now): refused, as its receipt would be
+    outcomes, msgs = q.delete_and_receive([m1, again[0], m2.receipt], max_messages=5)
+    assert isinstance(outcomes[0], zmqueue.InvalidReceipt)
+    assert outcomes[1:] == [None, None]
+    assert [m.body for m in msgs] == [b"third"]
+    outcomes, _ = q.delete_and_receive(msgs, max_messages=1)
+    assert outcomes == [None] and q.stats()["total"] == 0
+
+
+def test_plain_messages_come_in_column_groups_to_a_client_that_asks(qcluster: QueueCluster) -> None:
+    """RECEIVE with ``cols``: a batch of plain messages is one column group; a
+    batch with attributes, and any reply to a client that does not ask, are
+    message lists (what older clients read)."""
+    q = qcluster.client.create_queue(qcluster.queue_name("dar-cols"), visibility_timeout=60)
+    ids = q.send_batch([b"c0", b"c1", b"c2"])
+    ep = q.routes.for_receive(0)[0]
+    reply = qcluster.client.request(ep, Command.RECEIVE, {"q": q.name, "max": 2, "cols": True})
+    assert reply["m"] == [] and len(reply["ms"]) == 1
+    origin, _epoch, raw_ids, bodies, seqs, counts, _sent = reply["ms"][0]
+    assert bodies == [b"c0", b"c1"] and counts == [1, 1] and len(set(seqs)) == 2
+    assert [raw_ids[:16].hex(), raw_ids[16:].hex()] == ids[:2]
+    assert origin in {h.node for h in qcluster.factory.hosts}
+    plain = qcluster.client.request(ep, Command.RECEIVE, {"q": q.name, "max": 5})
+    assert "ms" not in plain and [m[1] for m in plain["m"]] == [b"c2"]
+    q.send(b"a0", attributes={"k": "v"})
+    q.send(b"a1")
+    mixed = qcluster.client.request(ep, Command.RECEIVE, {"q": q.name, "max": 5, "cols": True})
+    assert "ms" not in mixed and [(m[1], m[2]) for m in mixed["m"]] == [(b"a0", {"k": "v"}), (b"a1", {})]
+    stats = q.stats()
+    assert stats["in_flight"] == 5
+
+
 def test_a_host_refuses_carried_deletes_that_would_wait_or_name_another_queue(
         qcluster: QueueCluster) -> None:
     q = qcluster.client.create_queue(qcluster.queue_name("dar-bad"))
@@ -78,6 +154,14 @@ def test_a_host_refuses_carried_deletes_that_would_wait_or_name_another_queue(
         qcluster.client.request(ep, Command.RECEIVE, {"q": q.name, "max": 1, "del": [m.receipt]})
     with pytest.raises(zmqueue.InvalidParameter, match="receipt 0 belongs to queue"):
         q.delete_and_receive([m.receipt])
+    with pytest.raises(zmqueue.InvalidParameter, match="receipt 0 belongs to queue"):
+        q.delete_and_receive([m])  # the message itself: checked the same way
+    for bad in (["h1", [1], [1, 2]], ["h1", [-1], [1]], ["h1", [], []], [7, [1], [1]], "x"):
+        with pytest.raises(zmqueue.InvalidParameter, match="dref must be"):
+            qcluster.client.request(ep, Command.RECEIVE, {"q": q.name, "max": 1, "dref": bad})
+    with pytest.raises(zmqueue.InvalidParameter, match="cannot wait"):
+        qcluster.client.request(ep, Command.RECEIVE, {"q": q.name, "max": 1, "wait_ms": 100,
+                                                      "dref": ["h1", [1], [1]]})
     assert other.stats()["in_flight"] == 1  # nothing was deleted by the refused requests
 
 

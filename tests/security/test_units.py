@@ -128,3 +128,17 @@ def test_a_receive_that_carries_deletes_needs_the_delete_permission_too() -> Non
     assert door.check("client", "carol", credit, 10) == (None, "q")
     assert door.check("client", "bob", Frame(Command.CREDIT, Flags.NONE, 4, {"sub": 7, "n": 1}), 10) \
         == (None, "")
+    # deletes carried by reference (dref: the messages of a column group) need it too
+    by_ref = Frame(Command.RECEIVE, Flags.NONE, 5, {"q": "q", "max": 10, "cols": True,
+                                                     "dref": ["h1", [5], [1]]})
+    denied = door.check("client", "bob", by_ref, 10).refused
+    assert isinstance(denied, AccessDenied) and denied.details["action"] == "delete"
+    assert door.check("client", "carol", by_ref, 10) == (None, "q")
+
+
+def test_receives_and_redeliveries_in_column_groups_are_counted() -> None:
+    door = FrontDoor(lambda: {}, lambda: {}, lambda u: None, None)
+    frame = Frame(Command.RECEIVE, Flags.NONE, 1, {"q": "q", "max": 10, "cols": True})
+    group = ["h1", 1, bytes(48), [b"a", b"b", b"c"], [1, 2, 3], [1, 2, 1], [0, 0, 0]]
+    door.on_reply("client", None, frame, 0.0, {"m": [], "ms": [group]}, 10, "q")
+    assert (door.queues["q"].receives, door.queues["q"].redeliveries) == (3, 1)

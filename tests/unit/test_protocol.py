@@ -158,3 +158,32 @@ def test_a_message_from_the_wire_is_the_message_its_constructor_builds() -> None
                        dead_letter_source="src-q")
     assert set(vars(m)) == {f.name for f in dataclasses.fields(Message)}  # every field set
     assert Message.from_wire("q", [*item[:2], None, *item[3:]]).attributes == {}
+
+
+def test_messages_from_a_column_group_are_the_messages_the_constructor_builds() -> None:
+    """A column group's messages build their receipt (the text the host's
+    encoder gives) and sent_at only when read, and then equal the
+    constructor's; each has its own attributes dict; a torn group is a
+    ProtocolError."""
+    import dataclasses
+    from datetime import UTC, datetime
+
+    from zmqueue.client.models import Message, StreamRef
+    from zmqueue.protocol import Receipt, ReceiptEncoder
+
+    stream = StreamRef(2, "h1", 7, ReceiptEncoder("q", 2, "h1"))
+    ids = bytes(range(16)) + bytes(range(16, 32))
+    group = ["h1", 7, ids, [b"a", b"b"], [40, 41], [1, 3], [1_700_000_000_123, 1_700_000_000_456]]
+    a, b = Message.from_columns("q", stream, group)
+    assert "receipt" not in vars(a) and "sent_at" not in vars(a)
+    assert b == Message(id=ids[16:].hex(), body=b"b", attributes={},
+                        receipt=Receipt("q", 2, "h1", 41, 3, 7).encode(), receive_count=3,
+                        sent_at=datetime.fromtimestamp(1_700_000_000.456, tz=UTC), queue="q")
+    assert a.id == ids[:16].hex() and Receipt.decode(a.receipt) == Receipt("q", 2, "h1", 40, 1, 7)
+    assert a.attributes is not b.attributes
+    assert dataclasses.replace(a, body=b"x").receipt == a.receipt
+    with pytest.raises(AttributeError):
+        _ = a.no_such_field  # type: ignore[attr-defined]
+    for torn in (group[:6], [*group[:2], ids[:20], *group[3:]], [*group[:4], [40], *group[5:]]):
+        with pytest.raises(ProtocolError, match="column group"):
+            Message.from_columns("q", stream, torn)

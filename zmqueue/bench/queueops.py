@@ -57,15 +57,15 @@ def _measure(q: zmqueue.Queue, size: int, batch: int, duration_s: float,
     got = 0
     t0 = time.perf_counter()
     stop_at = t0 + DRAIN_TIMEOUT_S
-    receipts: list[str] = []
+    done: list[zmqueue.Message] = []  # deleted by reference, with the next receive
     while got < sent and time.perf_counter() < stop_at:
-        errors, msgs = q.delete_and_receive(receipts, batch, wait_time=0.5 if got else 2)
+        errors, msgs = q.delete_and_receive(done, batch, wait_time=0.5 if got else 2)
         if any(errors):
             raise next(e for e in errors if e is not None)
-        receipts = [m.receipt for m in msgs]
+        done = msgs
         got += len(msgs)
-    if receipts:
-        q.delete_batch(receipts)
+    if done:
+        q.delete_batch(done)
     recv_rate = got / (time.perf_counter() - t0)
 
     lat = np.empty(single_count, dtype=np.float64)

@@ -44,13 +44,13 @@ class ZmqueueConsumer:
         del cfg, index
         self.client = zmqueue.connect(target["consul"])
         self.queue = self.client.get_queue(target["queue"])
-        self.acks: list[str] = []
+        self.acks: list[zmqueue.Message] = []
 
     def receive(self, max_n: int, wait_s: float) -> list[tuple[bytes, Any]]:
         acks, self.acks = self.acks, []
         errors, msgs = self.queue.delete_and_receive(acks, max_n, wait_s)
         _raise_first(errors)
-        return [(m.body, m.receipt) for m in msgs]
+        return [(m.body, m) for m in msgs]  # the Message is the ack token: deleted by reference
 
     def ack(self, tokens: list[Any]) -> None:
         self.acks.extend(tokens)

@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from zmqueue.errors import ProtocolError
 
 AttributeValue = str | int | float | bytes
+
+
+class StreamRef(NamedTuple):
+    """What the messages of one received column group share: the stream they
+    came from (partition, origin), the writer's epoch, and the receipt
+    encoder of that stream (``encode(seq, receive_count, epoch)``)."""
+
+    partition: int
+    origin: str
+    epoch: int
+    encode: Callable[[int, int, int], str]
 
 
 @dataclass(frozen=True)
@@ -51,3 +65,42 @@ class Message:
                           sent_at=datetime.fromtimestamp(sent_ms / 1000, tz=UTC), group_id=group,
                           queue=queue, dead_letter_source=src)
         return m
+
+    @classmethod
+    def from_columns(cls, queue: str, stream: StreamRef, group: list[Any]) -> list[Message]:
+        """The messages of a column group (RECEIVE ``cols``: ``[origin, epoch,
+        ids joined, bodies, seqs, receive counts, sent ms]``, plain messages
+        of one stream). Each keeps its (stream, seq, receive count): the
+        receipt text and ``sent_at`` are built when first read, and
+        ``Queue.delete_and_receive`` deletes such messages without either."""
+        try:
+            _origin, _epoch, ids, bodies, seqs, counts, sent = group
+            n = len(bodies)
+            if not (isinstance(ids, bytes) and len(ids) == 16 * n and len(seqs) == n
+                    and len(counts) == n and len(sent) == n):
+                raise ValueError("column lengths differ")
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"malformed column group in a receive reply: {exc}") from None
+        hexes = ids.hex()
+        new = object.__new__
+        out: list[Message] = []
+        for i, (body, seq, rc, ms) in enumerate(zip(bodies, seqs, counts, sent, strict=True)):
+            m = new(cls)
+            m.__dict__.update(id=hexes[32 * i:32 * i + 32], body=body, attributes={}, receive_count=rc,
+                              group_id=None, queue=queue, dead_letter_source=None,
+                              _ref=(stream, seq, rc), _sent_ms=ms)
+            out.append(m)
+        return out
+
+    if not TYPE_CHECKING:  # hidden from mypy: attribute typos on Message stay errors
+        def __getattr__(self, name: str) -> Any:
+            """``receipt`` and ``sent_at`` of a column-built message, on first read."""
+            d = self.__dict__
+            if name == "receipt" and "_ref" in d:
+                stream, seq, rc = d["_ref"]
+                value = d["receipt"] = stream.encode(seq, rc, stream.epoch)
+                return value
+            if name == "sent_at" and "_sent_ms" in d:
+                value = d["sent_at"] = datetime.fromtimestamp(d["_sent_ms"] / 1000, tz=UTC)
+                return value
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

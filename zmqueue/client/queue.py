@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from zmqueue import protocol
-from zmqueue.client.models import AttributeValue, Message, OutgoingMessage
+from zmqueue.client.models import AttributeValue, Message, OutgoingMessage, StreamRef
 from zmqueue.client.routing import FIFO_ORIGIN, Routes
 from zmqueue.config import QueueConfig
 from zmqueue.errors import (
@@ -53,16 +53,44 @@ SHUFFLE_EVERY = 8
 on other hosts are found even while the last productive one never runs dry."""
 
 
+Deletable = str | Message
+"""What the delete calls take: a receipt text, or the received Message itself
+(a message read from a column group is then deleted by its (seq, receive
+count), without building or parsing its receipt)."""
+
+
 @dataclass
 class _Carry:
-    """Deletes riding on a receive's first request (its ``del``, sent to the
-    stream's writer): one stream's receipts; ``results`` once it answered."""
+    """Deletes riding on a receive's first request, sent to the stream's
+    writer: one stream's messages as receipt texts (``del``) or, when all were
+    read from column groups, as ``[origin, seqs, receive counts]`` (``dref``);
+    ``results`` once it answered."""
 
     partition: int
     origin: str
     idxs: list[int]
-    items: list[str]
+    field: str
+    items: list[Any]
     results: list[Any] | None = None
+
+
+def _text(item: Deletable) -> str:
+    """A receipt text (a Message's receipt, built now if it was not yet)."""
+    return item if isinstance(item, str) else item.receipt
+
+
+def _refs(origin: str, items: list[Deletable]) -> list[Any] | None:
+    """``dref`` for these messages of one stream, if every one was read from a
+    column group (else None: they go as receipt texts)."""
+    seqs: list[int] = []
+    counts: list[int] = []
+    for m in items:
+        ref = m.__dict__.get("_ref") if isinstance(m, Message) else None
+        if ref is None:
+            return None
+        seqs.append(ref[1])
+        counts.append(ref[2])
+    return [origin, seqs, counts]
 
 
 def _outcomes(idxs: list[int], results: list[Any], out: list[ZmqueueError | None]) -> None:
@@ -92,6 +120,8 @@ class Queue:
         next sweep asks it first, except every SHUFFLE_EVERY-th one."""
         self._sweeps = itertools.count(1)
         self._refreshed_at = 0.0
+        self._streams: dict[tuple[int, str, int], StreamRef] = {}
+        """The StreamRef of each (partition, origin, epoch) received from."""
         self._reader: tuple[ReceiptEncoder | None, tuple[int, str]] = (None, (0, ""))
         """The stream of the last receipt grouped: a receipt whose constant
         part matches it byte for byte needs only its CRC checked."""
@@ -225,7 +255,7 @@ class Queue:
         self._check_receive(max_messages, wait_time)
         return self._receive(max_messages, wait_time, visibility_timeout)
 
-    def delete_and_receive(self, receipts: Iterable[str], max_messages: int = 1, wait_time: float = 0,
+    def delete_and_receive(self, receipts: Iterable[Deletable], max_messages: int = 1, wait_time: float = 0,
                            visibility_timeout: int | None = None
                            ) -> tuple[list[ZmqueueError | None], list[Message]]:
         """Delete ``receipts`` (as :meth:`delete_batch`), then receive (as
@@ -235,7 +265,9 @@ class Queue:
         receipt (None = deleted) and the messages. The deletes are confirmed
         (committed and, with synchronous replication, replicated) before the
         messages are returned; receipts of other streams, and deletes a host
-        could not take with the receive, go as separate DELETE requests."""
+        could not take with the receive, go as separate DELETE requests.
+        ``receipts`` may hold the received Messages themselves (the quickest:
+        their receipts need not be built, sent or parsed)."""
         receipts = list(receipts)
         if not receipts:
             return [], self.receive(max_messages, wait_time, visibility_timeout)
@@ -249,7 +281,10 @@ class Queue:
             for (p, origin), idxs in sorted(groups.items(), key=lambda g: -len(g[1])):
                 eps = self.routes.for_stream(p, origin)
                 if eps and (p, eps[0]) in targets:
-                    carry = _Carry(p, origin, idxs, [receipts[i] for i in idxs])
+                    items = [receipts[i] for i in idxs]
+                    refs = _refs(origin, items)
+                    carry = _Carry(p, origin, idxs, "del", [_text(r) for r in items]) if refs is None \
+                        else _Carry(p, origin, idxs, "dref", refs)
                     del groups[(p, origin)]
                     first = (p, eps[0])
                     targets = [first, *[t for t in targets if t != first]]
@@ -303,7 +338,7 @@ class Queue:
             return out
         if targets is None:
             targets = self._targets_now()
-        body = {"q": self.name, "max": max_messages}
+        body: dict[str, Any] = {"q": self.name, "max": max_messages, "cols": True}
         if visibility_timeout is not None:
             body["vis_s"] = visibility_timeout
         deadline = time.monotonic() + wait_time
@@ -347,17 +382,18 @@ class Queue:
                 break
             ask = {**body, "p": p, "max": max_n - len(out), "wait_ms": 0}
             if k == 0 and carry is not None:
-                ask["del"] = carry.items
+                ask[carry.field] = carry.items
             try:
                 reply = self.client.request(ep, Command.RECEIVE, ask)
             except (NotLeader, Unavailable):
                 stale = True
                 continue
             if k == 0 and carry is not None:
-                carry.results = reply.get("dr")  # None from a host that predates "del"
-            if reply["m"]:
+                carry.results = reply.get("dr")  # None from a host that predates "del" / "dref"
+            got = self._messages(p, reply)
+            if got:
                 self._lucky = (p, ep)
-                out.extend(Message.from_wire(self.name, m) for m in reply["m"])
+                out.extend(got)
         if stale:
             self.refresh()
         return out
@@ -410,42 +446,69 @@ class Queue:
             frame = protocol.decode(sock.recv())
         except ProtocolError:
             return None
-        if frame.command != Command.RECEIVE or pending.pop(frame.request_id, None) is None:
+        asked = pending.pop(frame.request_id, None) if frame.command == Command.RECEIVE else None
+        if asked is None:
             return None
+        pending_p = asked[0]
         if frame.is_error:
             return from_wire(frame.body)
-        return [Message.from_wire(self.name, m) for m in frame.body["m"]]
+        return self._messages(pending_p, frame.body)
+
+    def _messages(self, p: int, reply: dict[str, Any]) -> list[Message]:
+        """The messages of a RECEIVE reply: lists (``m``), then column groups
+        (``ms``, from a host that reads ``cols``)."""
+        out = [Message.from_wire(self.name, m) for m in reply["m"]]
+        for group in reply.get("ms") or ():
+            try:
+                key = (p, group[0], group[1])
+                stream = self._streams.get(key)
+                if stream is None:
+                    stream = self._streams[key] = StreamRef(p, group[0], group[1],
+                                                            ReceiptEncoder(self.name, p, group[0]))
+            except (TypeError, IndexError, ValueError):
+                raise ProtocolError("malformed column group in a receive reply") from None
+            out.extend(Message.from_columns(self.name, stream, group))
+        return out
 
     # --- delete / visibility ---------------------------------------------------------
-    def delete(self, receipt: str) -> None:
-        """Delete a received message; InvalidReceipt if the receipt is stale."""
+    def delete(self, receipt: Deletable) -> None:
+        """Delete a received message (by receipt, or the Message); InvalidReceipt
+        if the receipt is stale."""
         err = self.delete_batch([receipt])[0]
         if err is not None:
             raise err
 
-    def delete_batch(self, receipts: Iterable[str]) -> list[ZmqueueError | None]:
-        """Delete up to 1000 messages; returns one outcome per receipt (None = deleted)."""
+    def delete_batch(self, receipts: Iterable[Deletable]) -> list[ZmqueueError | None]:
+        """Delete up to 1000 messages, by receipt or received Message; returns
+        one outcome per item (None = deleted)."""
         return self._batch(Command.DELETE, list(receipts), None)
 
-    def change_visibility(self, receipt: str, timeout: int) -> None:
+    def change_visibility(self, receipt: Deletable, timeout: int) -> None:
         """Make a received message visible after ``timeout`` seconds from now (0 = now)."""
         err = self._batch(Command.CHANGE_VISIBILITY, [receipt], timeout)[0]
         if err is not None:
             raise err
 
-    def _batch(self, command: Command, receipts: list[str], timeout: int | None) -> list[ZmqueueError | None]:
+    def _batch(self, command: Command, receipts: list[Deletable], timeout: int | None
+               ) -> list[ZmqueueError | None]:
         out: list[ZmqueueError | None] = [None] * len(receipts)
         for (p, origin), idxs in self._group(receipts).items():
             self._apply(command, receipts, idxs, p, origin, timeout, out)
         return out
 
-    def _group(self, receipts: list[str]) -> dict[tuple[int, str], list[int]]:
+    def _group(self, receipts: list[Deletable]) -> dict[tuple[int, str], list[int]]:
         """Receipt indexes by stream (partition, origin); checks count and queue."""
         if not 1 <= len(receipts) <= MAX_BATCH:
             raise InvalidParameter(f"1 to {MAX_BATCH} receipts per batch, got {len(receipts)}")
         groups: dict[tuple[int, str], list[int]] = {}
         reader, group = self._reader
         for i, r in enumerate(receipts):
+            if isinstance(r, Message):
+                ref = r.__dict__.get("_ref")
+                if ref is not None and r.queue == self.name:  # read from a column group
+                    groups.setdefault((ref[0].partition, ref[0].origin), []).append(i)
+                    continue
+                r = r.receipt
             if reader is None or reader.read(r) is None:  # not the last receipt's stream
                 rec = Receipt.decode(r)
                 if rec.queue != self.name:
@@ -456,10 +519,11 @@ class Queue:
         self._reader = (reader, group)
         return groups
 
-    def _apply(self, command: Command, receipts: list[str], idxs: list[int], p: int, origin: str,
+    def _apply(self, command: Command, receipts: list[Deletable], idxs: list[int], p: int, origin: str,
                timeout: int | None, out: list[ZmqueueError | None]) -> None:
         """One DELETE / CHANGE_VISIBILITY of one stream's receipts; outcomes into ``out``."""
-        items: list[Any] = [receipts[i] if timeout is None else [receipts[i], timeout] for i in idxs]
+        items: list[Any] = [_text(receipts[i]) if timeout is None else [_text(receipts[i]), timeout]
+                            for i in idxs]
         reply = self.call(p, command, {"q": self.name, "p": p, "r": items},
                           partial(self.routes.for_stream, p, origin), origin)
         _outcomes(idxs, reply["results"], out)

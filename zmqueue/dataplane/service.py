@@ -58,6 +58,27 @@ ACK_TIMEOUT_S = 5.0
 RECOVERY_S = 1.5
 
 
+def _delete_refs(body: dict[str, Any]) -> tuple[str, list[int], list[int]]:
+    """A RECEIVE's ``dref``: ``[origin, seqs, receive counts]``, validated."""
+    raw = body.get("dref")
+    if isinstance(raw, list) and len(raw) == 3:
+        origin, seqs, counts = raw
+        if (isinstance(origin, str) and isinstance(seqs, list) and isinstance(counts, list)
+                and 0 < len(seqs) == len(counts) <= MAX_BATCH
+                and all(type(x) is int for x in seqs) and all(type(x) is int for x in counts)
+                and 0 <= min(seqs) <= max(seqs) < 2**63 and 0 <= min(counts) <= max(counts) < 2**63):
+            return origin, seqs, counts
+    raise InvalidParameter("dref must be [origin, seqs, receive counts]: one stream's messages, "
+                           f"1 to {MAX_BATCH}, as a received column group names them", field="dref")
+
+
+def _results(errors: list[InvalidReceipt | None]) -> list[Any]:
+    """Delete outcomes on the wire: nil, or an error map. Deleting a message
+    that is already gone succeeds (as in SQS), so a retried delete is
+    idempotent; a receipt of a message received again since is refused."""
+    return [None if err is None or err.details.get("gone") else to_wire(err) for err in errors]
+
+
 def dead_letter_items(raw: list[Any], limit: int) -> list[tuple[bytes, bytes, bytes, int, str]]:
     """Validate the items of a dead-letter SEND (host to host):
     [message id hex, body, attributes blob, receive count, source queue]."""
@@ -336,13 +357,19 @@ class QueueService:
         max_n = F.get_int(body, "max", 1, MAX_BATCH, default=1, name="max_messages")
         wait_ms = F.get_int(body, "wait_ms", 0, MAX_WAIT_MS, default=0, name="wait_time")
         vis_s = F.get_opt_int(body, "vis_s", 0, 43200, name="visibility_timeout")
-        if body.get("del") is not None:
-            return self._delete_then_take(req, part, F.get_list(body, "del", MAX_BATCH, name="del"),
-                                          max_n, wait_ms, vis_s, now)
+        cols = body.get("cols") is True
+        if body.get("del") is not None or body.get("dref") is not None:
+            return self._delete_then_take(req, part, body, max_n, wait_ms, vis_s, cols, now)
         streams = self.readable_streams(part)
-        msgs = self.take(streams, max_n, vis_s, now)
-        if msgs or wait_ms == 0:
-            return {"m": msgs}
+        if cols:
+            reply = self.take_columns(streams, max_n, vis_s, now)
+            if reply["m"] or "ms" in reply or wait_ms == 0:
+                return reply
+        else:
+            msgs = self.take(streams, max_n, vis_s, now)
+            if msgs or wait_ms == 0:
+                return {"m": msgs}
+        # a parked long poll is answered with message lists ("m"), which every client reads
         self.waiters.park(part, req, max_n, vis_s, now + wait_ms)
         return DEFERRED
 
@@ -359,6 +386,28 @@ class QueueService:
             out.extend(msgs)
         return out
 
+    def take_columns(self, streams: list[Stream], max_n: int, vis_s: int | None, now: int
+                     ) -> dict[str, Any]:
+        """:meth:`take` for a RECEIVE with ``cols``: ``{"m": lists, "ms": column
+        groups}`` (``ms`` only when there is one; see Stream.receive_columns)."""
+        lists: list[list[Any]] = []
+        groups: list[list[Any]] = []
+        n = 0
+        for st in streams:
+            if n >= max_n:
+                break
+            group, msgs, dead = st.receive_columns(max_n - n, st.visibility_ms(vis_s), now)
+            if group is not None or msgs or dead:
+                self.dirty.add(st.key)
+            if dead:
+                self.dlq.add(st, dead)
+            if group is not None:
+                groups.append(group)
+                n += len(group[4])
+            lists.extend(msgs)
+            n += len(msgs)
+        return {"m": lists, "ms": groups} if groups else {"m": lists}
+
     def _receipts(self, body: dict[str, Any]) -> list[Any]:
         return F.get_list(body, "r", MAX_BATCH, name="receipts")
 
@@ -367,22 +416,32 @@ class QueueService:
             return None
         return self.writer_stream(first.queue, first.partition, first.origin)
 
-    def _delete_then_take(self, req: Request, part: PartKey, items: list[Any], max_n: int,
-                          wait_ms: int, vis_s: int | None, now: int) -> Any:
-        """A RECEIVE carrying the receipts of messages to delete first (``del``):
-        one round trip for a consumer's delete + next receive. Answered after
-        the deletes' commit and replication ack, like DELETE; it never parks."""
+    def _delete_then_take(self, req: Request, part: PartKey, body: dict[str, Any], max_n: int,
+                          wait_ms: int, vis_s: int | None, cols: bool, now: int) -> Any:
+        """A RECEIVE carrying messages to delete first, as receipt texts (``del``)
+        or as one stream's (seq, receive count) pairs (``dref``): one round trip
+        for a consumer's delete + next receive. Answered after the deletes'
+        commit and replication ack, like DELETE; it never parks."""
         if wait_ms:
-            raise InvalidParameter("a receive that carries deletes (del) cannot wait: "
+            raise InvalidParameter("a receive that carries deletes (del, dref) cannot wait: "
                                    "send wait_ms 0, or delete first", field="wait_time")
-        first = Receipt.decode(items[0])
-        if (first.queue, first.partition) != part:
-            raise InvalidReceipt(f"del: the receipts must belong to queue {part[0]!r} partition "
-                                 f"{part[1]}, the one received from")
-        st = self.writer_stream(part[0], part[1], first.origin)
-        results = self._delete_items(st, items, now)
-        msgs = self.take(self.readable_streams(part), max_n, vis_s, now)
-        return self.after_commit(st, req, {"m": msgs, "dr": results})
+        if body.get("del") is not None:
+            items = F.get_list(body, "del", MAX_BATCH, name="del")
+            first = Receipt.decode(items[0])
+            if (first.queue, first.partition) != part:
+                raise InvalidReceipt(f"del: the receipts must belong to queue {part[0]!r} partition "
+                                     f"{part[1]}, the one received from")
+            st = self.writer_stream(part[0], part[1], first.origin)
+            results = self._delete_items(st, items, now)
+        else:
+            origin, seqs, counts = _delete_refs(body)
+            st = self.writer_stream(part[0], part[1], origin)
+            results = _results(st.delete_refs(seqs, counts, now))
+        streams = self.readable_streams(part)
+        reply = self.take_columns(streams, max_n, vis_s, now) if cols else \
+            {"m": self.take(streams, max_n, vis_s, now)}
+        reply["dr"] = results
+        return self.after_commit(st, req, reply)
 
     def h_delete(self, req: Request, body: dict[str, Any], now: int) -> Any:
         items = self._receipts(body)
@@ -392,12 +451,8 @@ class QueueService:
         return self.after_commit(st, req, {"results": self._delete_items(st, items, now)})
 
     def _delete_items(self, st: Stream, items: list[Any], now: int) -> list[Any]:
-        """Delete by receipt texts; one result per item (nil or an error map)."""
-        # deleting a message that is already gone succeeds (as in SQS), so a
-        # retried delete is idempotent; a receipt of a message received again
-        # since is still refused
-        return [None if err is None or err.details.get("gone") else to_wire(err)
-                for err in st.delete_many(items, now)]
+        """Delete by receipt texts; one result per item (see _results)."""
+        return _results(st.delete_many(items, now))
 
     def h_change_visibility(self, req: Request, body: dict[str, Any], now: int) -> Any:
         items = self._receipts(body)

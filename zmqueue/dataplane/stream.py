@@ -272,6 +272,25 @@ class Stream:
                                              max_receive_count=mrc)
         return [self.encode_delivered(d) for d in delivered], dead
 
+    def receive_columns(self, max_messages: int, visibility_ms: int, now_ms: int
+                        ) -> tuple[list[Any] | None, list[list[Any]], list[Delivered]]:
+        """:meth:`receive` for a client that reads columns (RECEIVE ``cols``):
+        plain messages (no attributes, no cipher; not FIFO, whose messages
+        carry their group) as one column group ``[origin, epoch, ids (16
+        bytes each, joined), bodies, seqs, receive counts, sent ms]`` from
+        which the client builds each receipt only if it is read; any other
+        batch as :meth:`encode_delivered` lists. Returns (group or None,
+        lists, dead letters)."""
+        mrc = self.config.max_receive_count if self.config.dead_letter_queue else None
+        delivered, dead = self.store.receive(max_messages, now_ms, visibility_ms,
+                                             max_receive_count=mrc)
+        if not delivered:
+            return None, [], dead
+        if self.cipher is None and not self.config.fifo and not any(d.attributes for d in delivered):
+            seqs, mids, bodies, _attrs, _groups, sent, counts, _vis = zip(*delivered, strict=True)
+            return [self.key[2], self.epoch, b"".join(mids), bodies, seqs, counts, sent], [], dead
+        return None, [self.encode_delivered(d) for d in delivered], dead
+
     def encode_delivered(self, d: Delivered) -> list[Any]:
         if not d.attributes and self.cipher is None:  # a plain body: no blob to read
             return [d.message_id.hex(), d.body, {}, self._receipt(d.seq, d.receive_count, self.epoch),
@@ -309,6 +328,11 @@ class Stream:
         for i, err in zip(mine, self.store.delete_many(refs, now_ms), strict=True):
             out[i] = err
         return out
+
+    def delete_refs(self, seqs: list[int], counts: list[int], now_ms: int) -> list[InvalidReceipt | None]:
+        """:meth:`delete_many` by (seq, receive count) pairs of this stream (RECEIVE
+        ``dref``: the client read them from a column group, not from receipt texts)."""
+        return self.store.delete_many(list(zip(seqs, counts, strict=True)), now_ms)
 
     def change_visibility(self, receipt: Receipt, timeout_s: int, now_ms: int) -> int:
         self._own(receipt)

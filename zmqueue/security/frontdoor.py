@@ -72,8 +72,10 @@ _HOST_TRAFFIC = Admission(None, "")
 
 
 def _carries_deletes(frame: Frame) -> bool:
-    """A RECEIVE or CREDIT that deletes too (``del``): it needs the delete permission."""
-    return isinstance(frame.body, dict) and frame.body.get("del") is not None
+    """A RECEIVE or CREDIT that deletes too (``del``, or a RECEIVE's ``dref``):
+    it needs the delete permission."""
+    body = frame.body
+    return isinstance(body, dict) and (body.get("del") is not None or body.get("dref") is not None)
 
 
 class QueueCounters:
@@ -188,6 +190,9 @@ class FrontDoor:
             c.receives += len(msgs)
             c.redeliveries += sum(1 for m in msgs if isinstance(m, list) and len(m) > 4
                                   and isinstance(m[4], int) and m[4] > 1)
+            for group in result.get("ms") or ():  # column groups: [.., seqs, receive counts, ..]
+                c.receives += len(group[4])
+                c.redeliveries += sum(1 for rc in group[5] if rc > 1)
         elif frame.command == Command.DELETE:
             c.deletes += sum(1 for r in result.get("results") or () if r is None)
         if "dr" in result:  # deletes carried by a RECEIVE or a CREDIT
