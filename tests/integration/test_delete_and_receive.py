@@ -205,7 +205,7 @@ def test_on_a_fifo_queue_the_carried_delete_releases_its_group_to_the_same_recei
 def test_a_push_subscription_deletes_on_its_credits_and_drains_the_queue(qcluster: QueueCluster) -> None:
     q = qcluster.client.create_queue(qcluster.queue_name("dar-push"), visibility_timeout=60)
     sent = set(q.send_batch([b"p%d" % i for i in range(40)]))
-    deletes_before = _requests(qcluster, "DELETE")
+    deletes_before, credits_before = _requests(qcluster, "DELETE"), _requests(qcluster, "CREDIT")
     got: list[str] = []
     with q.subscribe(lambda m: got.append(m.id), prefetch=5) as sub:
         wait_for(lambda: len(got) >= len(sent) and q.stats()["total"] == 0, 30,
@@ -213,3 +213,24 @@ def test_a_push_subscription_deletes_on_its_credits_and_drains_the_queue(qcluste
         assert sub.failed == 0
     assert set(got) == sent and len(got) == len(sent)
     assert _requests(qcluster, "DELETE") == deletes_before  # the deletes rode on the credits
+    # a batch of pushed messages is credited (and deleted) in one CREDIT, not one per message
+    assert _requests(qcluster, "CREDIT") - credits_before <= len(sent) / 2
+
+
+def test_a_push_handler_failure_keeps_its_message_and_the_batch_is_still_deleted(
+        qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("dar-push-fail"), visibility_timeout=300)
+    q.send_batch([b"f%d" % i for i in range(12)])
+    got: list[bytes] = []
+
+    def handler(m: zmqueue.Message) -> None:
+        if m.body == b"f3":
+            raise RuntimeError("this one fails")
+        got.append(m.body)
+
+    with q.subscribe(handler, prefetch=4) as sub:
+        wait_for(lambda: len(got) == 11 and q.stats()["in_flight"] == 1 and q.stats()["visible"] == 0,
+                 30, "the 11 others handled and deleted")
+        assert sub.failed == 1 and sub.handled == 11
+    stats = q.stats()
+    assert (stats["total"], stats["in_flight"]) == (1, 1)  # f3: back after its visibility timeout

@@ -1,5 +1,10 @@
 """Push consumption: one DEALER per serving host of each partition, a thread
-that feeds the handler, and credits returned as messages are finished."""
+that feeds the handler, and credits returned as messages are finished.
+
+The thread hands the handler every message pushed so far, then returns the
+credits of that batch to each host in one ``CREDIT``, which also carries the
+deletes (``auto_delete``) of the handled messages of one stream: one round
+trip per batch of up to ``prefetch`` messages per host, not per message."""
 
 from __future__ import annotations
 
@@ -10,6 +15,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import zmq
 
 from zmqueue.client.models import Message
 from zmqueue.client.transport import Connection
@@ -83,9 +90,14 @@ class Subscription:
 
     def _run(self) -> None:
         next_keepalive = time.monotonic() + KEEPALIVE_S
+        poller = zmq.Poller()
+        for conn, _ in self.conns.values():
+            poller.register(conn.sock, zmq.POLLIN)
         while not self.stopped.is_set():
+            ready = dict(poller.poll(PUMP_MS))
             for conn, _ in list(self.conns.values()):
-                conn.pump(max(1, PUMP_MS // max(1, len(self.conns))))
+                if conn.sock in ready:
+                    conn.pump(0)
             if time.monotonic() >= next_keepalive:
                 next_keepalive = time.monotonic() + KEEPALIVE_S
                 for conn, sub_id in list(self.conns.values()):
@@ -93,41 +105,72 @@ class Subscription:
                         conn.request(Command.CREDIT, {"sub": sub_id, "n": 0}, 2000)
                     except ZmqueueError as exc:
                         log.warning("subscription keepalive failed: %s", exc)
-            while self.inbox and not self.stopped.is_set():
-                msg, key = self.inbox.popleft()
-                self._handle(msg, key)
+            if self.inbox and not self.stopped.is_set():
+                self._handle_all()
 
-    def _handle(self, msg: Message, key: SubKey) -> None:
-        delete = False
-        try:
-            self.handler(msg)
-            self.handled += 1
-            delete = self.auto_delete
-        except Exception:  # the handler's failure: the message will come back
-            self.failed += 1
-            log.exception("subscription handler failed on message %s", msg.id)
+    def _handle_all(self) -> None:
+        """Hand the handler every message pushed so far (more may be pushed
+        meanwhile: they wait for the next round), then return each host its
+        credits, with the handled messages' deletes."""
+        credits: dict[SubKey, int] = {}
+        done: dict[SubKey, list[Message]] = {}
+        for _ in range(len(self.inbox)):
+            if self.stopped.is_set():
+                break  # unhandled: delivered again after their visibility timeout
+            msg, key = self.inbox.popleft()
+            credits[key] = credits.get(key, 0) + 1
+            try:
+                self.handler(msg)
+                self.handled += 1
+                if self.auto_delete:
+                    done.setdefault(key, []).append(msg)
+            except Exception:  # the handler's failure: the message will come back
+                self.failed += 1
+                log.exception("subscription handler failed on message %s", msg.id)
+        for key, n in credits.items():
+            self._credit(key, n, done.get(key, []))
+
+    def _credit(self, key: SubKey, n: int, handled: list[Message]) -> None:
+        """Return ``n`` credits to the host of ``key``; the deletes of the
+        handled messages of one stream ride on it (the host checks that it
+        writes the first receipt's stream), the others' go as DELETE."""
         conn, sub_id = self.conns[key]
-        body: dict[str, Any] = {"sub": sub_id, "n": 1}
-        if delete:  # the delete rides on the credit (the host that pushed it writes its stream)
-            body["del"] = [msg.receipt]
+        body: dict[str, Any] = {"sub": sub_id, "n": n}
+        carried: list[Message] = []
+        if handled:
+            receipts = [m.receipt for m in handled]
+            try:
+                groups = sorted(self.queue._group(list(handled)).values(), key=len, reverse=True)
+            except ZmqueueError as exc:  # not expected: receipts of this queue's own pushes
+                log.warning("deleting pushed messages failed: %s", exc)
+                groups = []
+            if groups:
+                carried = [handled[i] for i in groups[0]]
+                body["del"] = [receipts[i] for i in groups[0]]
+            for idxs in groups[1:]:
+                self._deleted([handled[i] for i in idxs], None)
         try:
             reply = conn.request(Command.CREDIT, body, self.queue.client.request_timeout_ms)
         except ZmqueueError as exc:
             log.warning("returning credit failed: %s", exc)
             reply = {}
-        if delete:
-            self._deleted(msg, reply.get("dr") if isinstance(reply, dict) else None)
+        if carried:
+            self._deleted(carried, reply.get("dr") if isinstance(reply, dict) else None)
 
-    def _deleted(self, msg: Message, results: list[Any] | None) -> None:
-        """Check the carried delete's outcome; without one (an older host, one
-        that no longer writes the stream, a failed credit) delete on its own."""
+    def _deleted(self, msgs: list[Message], results: list[Any] | None) -> None:
+        """Check the carried deletes' outcomes; without them (an older host, one
+        that no longer writes the stream, a failed credit) delete on our own."""
+        errors: list[ZmqueueError | None]
         try:
             if results is None:
-                self.queue.delete(msg.receipt)
-            elif results[0] is not None:
-                raise from_wire(results[0])
+                errors = self.queue.delete_batch(msgs)
+            else:
+                errors = [None if r is None else from_wire(r) for r in results]
         except ZmqueueError as exc:
-            log.warning("deleting message %s failed (it will be delivered again): %s", msg.id, exc)
+            errors = [exc] * len(msgs)
+        for msg, err in zip(msgs, errors, strict=True):
+            if err is not None:
+                log.warning("deleting message %s failed (it will be delivered again): %s", msg.id, err)
 
     def close(self) -> None:
         self.stopped.set()

@@ -95,10 +95,23 @@ class Connection:
             return frame
 
     def pump(self, timeout_ms: int) -> None:
-        """Wait for pushes only (used by subscribers between requests)."""
+        """Wait up to ``timeout_ms`` for a frame, then take every frame queued:
+        pushes go to ``on_push``, late replies to timed-out requests are
+        discarded (used by subscribers between requests)."""
         with self.lock:
-            frame = self.wait_frame(time.monotonic() + timeout_ms / 1000)
-            del frame  # a late reply to a timed-out request: discarded
+            if not self.poller.poll(timeout_ms):
+                return
+            while True:
+                try:
+                    data = self.sock.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    return
+                try:
+                    frame = protocol.decode(data)
+                except ProtocolError:
+                    continue
+                if frame.is_push and self.on_push is not None:
+                    self.on_push(frame)
 
     def close(self) -> None:
         self.closed = True
