@@ -41,6 +41,10 @@ class Scenario:
     restart: bool = True
     freeze_s: float = 5.0
     time_limit_s: float = 75.0
+    carry_deletes: bool = False
+    """The consumer hands each batch back to ``delete_and_receive`` (deletes
+    riding on the next receive: by reference for a standard queue's plain
+    messages, as receipts on FIFO) instead of ``receive`` + ``delete_batch``."""
 
 
 @dataclass
@@ -152,16 +156,30 @@ class ChaosRun:
             self.producer_done.set()
 
     def consume(self, q: zmqueue.Queue) -> None:
+        carried: list[zmqueue.Message] = []  # handled, deleted with the next receive (carry_deletes)
         while not self.stop.is_set():
             try:
-                msgs = q.receive(max_messages=10, wait_time=1)
+                if self.s.carry_deletes:
+                    outcomes, msgs = q.delete_and_receive(carried, max_messages=10, wait_time=1)
+                else:
+                    outcomes, msgs = [], q.receive(max_messages=10, wait_time=1)
             except zmqueue.ZmqueueError:
+                # the carried deletes' outcome is unknown (see below); messages
+                # the receive took come back after their visibility timeout
+                with self.lock:
+                    self.report.delete_unknown.update(m.id for m in carried)
+                carried = []
                 time.sleep(0.05)
                 continue
             now = time.monotonic()
             with self.lock:
+                self._settle(carried, outcomes, now)
                 self.report.deliveries += [(m.id, int(m.body), now) for m in msgs]
+            carried = []
             if not msgs:
+                continue
+            if self.s.carry_deletes:
+                carried = msgs
                 continue
             try:
                 outcomes = q.delete_batch([m.receipt for m in msgs])
@@ -173,11 +191,16 @@ class ChaosRun:
                 continue
             done = time.monotonic()
             with self.lock:
-                for m, err in zip(msgs, outcomes, strict=True):
-                    if err is None:
-                        self.report.deleted_at.setdefault(m.id, done)
-                    else:
-                        self.report.delete_errors.append(f"{int(m.body)}:{type(err).__name__}:{err}")
+                self._settle(msgs, outcomes, done)
+
+    def _settle(self, msgs: list[zmqueue.Message], outcomes: list[zmqueue.ZmqueueError | None],
+                at: float) -> None:
+        """Record confirmed delete outcomes (the caller holds the lock)."""
+        for m, err in zip(msgs, outcomes, strict=True):
+            if err is None:
+                self.report.deleted_at.setdefault(m.id, at)
+            else:
+                self.report.delete_errors.append(f"{int(m.body)}:{type(err).__name__}:{err}")
 
     # --- faults ------------------------------------------------------------------
     def pick(self, kind: str) -> list[HostProcess]:

@@ -18,8 +18,10 @@ SEED = int(os.environ.get("ZMQUEUE_CHAOS_SEED", "0"))
 
 CI_SCENARIOS = [
     Scenario("fifo-sync-kill-writer", fifo=True, sync=True, fault="kill_writer", seed=101),
-    Scenario("fifo-sync-freeze-writer", fifo=True, sync=True, fault="freeze_writer", seed=102),
-    Scenario("std-sync-kill-random", fifo=False, sync=True, fault="kill_random", seed=103),
+    Scenario("fifo-sync-freeze-writer", fifo=True, sync=True, fault="freeze_writer", seed=102,
+             carry_deletes=True),
+    Scenario("std-sync-kill-random", fifo=False, sync=True, fault="kill_random", seed=103,
+             carry_deletes=True),
     Scenario("std-sync-kill-two", fifo=False, sync=True, fault="kill_two", seed=104),
     Scenario("fifo-async-kill-writer", fifo=True, sync=False, fault="kill_writer", seed=105),
     Scenario("std-async-kill-follower", fifo=False, sync=False, fault="kill_follower", seed=106),
