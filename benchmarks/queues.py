@@ -33,7 +33,7 @@ ROWS = [
      "raw.dealer_router_batched_sync_payloads_per_s", "msg/s", "≥ 25% of raw"),
     ("delete_and_receive drain (batch 100; the deletes ride on the next receive)",
      "zmqueue.receive_delete_msgs_per_s", "raw.dealer_router_batched_sync_payloads_per_s", "msg/s", "-"),
-    ("push subscription drain (prefetch 10, auto_delete: the delete rides on the credit)",
+    ("push subscription drain (prefetch 10, auto_delete: a batch's credits and deletes in one CREDIT)",
      "zmqueue.push_msgs_per_s", "raw.dealer_router_single_per_s", "msg/s", "-"),
     ("single send round trip p50", "zmqueue.send_single_p50_ms", "raw.dealer_router_single_p50_ms",
      "ms", "-"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 PROMISES = """\
 | system | what a confirmed send means here | how the consumer acknowledges |
 |---|---|---|
-| zmqueue | the host wrote it to its segment log (page cache); `fsync=interval` fdatasyncs within 50 ms; R=3 sync: a majority of replicas (2 of 3) have it | `delete_and_receive`: a batch's deletes ride on the next receive, confirmed (committed; R=3 sync: replicated) in its reply; the last batch's by `delete_batch` |
+| zmqueue | the host wrote it to its segment log (page cache); `fsync=interval` fdatasyncs within 50 ms; R=3 sync: a majority of replicas (2 of 3) have it | `delete_and_receive(messages)`: a batch's deletes ride on the next receive, by reference (seq, receive count), confirmed (committed; R=3 sync: replicated) in its reply; the last batch's by `delete_batch` |
 | RabbitMQ 3.10.8 quorum queue | publisher confirm, sent after the Raft log is fsynced | `basic.ack multiple`, not confirmed by the server; prefetch max(10, 2×batch) |
 | NATS 2.9.10 JetStream, file storage | publish ack; **NATS 2.9 does not fsync before the ack** | `ack` on each message, then one `flush` round trip |
 | Redis 7.0.15 Streams | XADD reply; AOF `appendfsync everysec`: **a weaker promise**, up to ~1 s of confirmed writes can be lost on a crash | `XACK` + `XDEL` in one pipeline |
@@ -98,13 +98,17 @@ process, payloads msgpack-packed 100 to a frame, loopback TCP.
 
 One client thread, one host, 100-byte messages, batches of 100
 ([docs/perf/queues.md](perf/queues.md), `python -m benchmarks.queues --runs 9 --write`
-on commit 79e42d4 (fifth session, the final code), medians of 9 runs; the per-run figures
-are on that page. The third session's invocation (ae13830) drained with
-receive + `delete_batch` at 28,361 msg/s where `delete_and_receive` now
-drains 60,211 (52,376 in an invocation on 0994d45 earlier in the session); the single-send p99 ratio was 1.71x-2.30x in its quiet
-invocations and 2.87x-3.46x with one CPU kept busy by a spinning process.
-The push row's reference is one raw request/reply at a time: a pushed
-message costs a push and one credit round trip):
+on commit e8dfd72 (sixth session, the final code), medians of 9 runs; the per-run figures
+are on that page. The drain hands the received messages back to
+`delete_and_receive` (deletes by reference): 80,406 msg/s here (70.7k-93.2k
+over the 9 runs; 94,454 in an invocation on 65c7844 earlier in the session),
+where the fifth session's final invocation (79e42d4, receipts) drained
+60,211 and the third session's (ae13830, receive + `delete_batch`) 28,361.
+The push drain went from 2,382 (79e42d4) to 13,666 msg/s: a batch of pushed
+messages is credited and deleted in one `CREDIT`. Its reference is one raw
+request/reply at a time. The single-send p99 ratio was 1.71x-2.30x in the
+third session's quiet invocations and 2.87x-3.46x with one CPU kept busy by a
+spinning process):
 
 {queues}
 
@@ -183,52 +187,43 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5, W5-half) and the raw pyzmq
 ceiling come from the one invocation above, on the tree of commit
-{commit} (fifth session, the final code). Three earlier invocations of the
-session, on e693827, 688884e and 5051467 (the same pull-consumer path),
-gave W3 49,955, 48,079 and 54,763 msg/s (0.54x, 0.55x, 0.59x Redis), W5b
-31,176, 23,224 and 21,461 (2.55x, 2.01x, 1.95x NATS R=3) and W5 736, 673
-and 755 (0.72x, 0.67x, 0.73x); the fourth session's invocation (a1d56f4)
-and the second session's (788835c) are compared where it helps. Per-run
-ratios of this invocation (100 B): W3 0.50x, 0.59x, 0.56x Redis; W5b 2.81x,
-2.39x, 2.55x NATS R=3; W5 0.77x, 0.84x, 0.93x NATS R=3; W1 0.38x, 0.43x,
-0.32x Redis.
+{commit} (sixth session, the final code). An earlier invocation of the
+session, on 65c7844 (column groups and deletes by reference, before the
+push and chaos-test changes, which do not touch these workloads' path),
+gave W3 82,084 msg/s (0.88x Redis; 1,024 B 0.97x), W5b 38,311 (3.09x NATS
+R=3), W5 647 (0.64x) and W1 2,173 (0.37x). Per-run ratios of this
+invocation (100 B): W3 0.94x, 0.84x, 0.88x Redis; W5b 3.20x, 3.56x, 2.85x
+NATS R=3; W5 0.62x, 0.69x, 0.68x NATS R=3; W1 0.36x, 0.35x, 0.33x Redis.
 
-- **What moved** (100 B unless said; a1d56f4 -> this run): the consumer.
-  `Queue.delete_and_receive` carries a batch's deletes on the next receive
-  (one round trip per batch instead of two; the deletes are confirmed, and
-  at R=3 sync replicated, in that receive's reply), and a host reads a delete
-  batch's receipts by their tails only (`ReceiptEncoder.read`: the bytes
-  that name the stream are compared, not unpacked; the CRC is still
-  checked). Batched end to end, W3 31,304 -> 52,457 msg/s (1,024 B 25,647 ->
-  43,399) and W5b 13,250 -> 26,894, **2.55x NATS R=3** (1,024 B: 2.28x).
-  One message per request: W5 567 -> 785 (0.84x NATS R=3; 1,024 B 0.70x);
-  W1 2,052 -> 2,195 and W2 p99 1.40 -> 1.11 ms, within this machine's noise
-  (W1 was 1,842-2,039 in the session's other invocations).
-  Earlier sessions: the third halved a single request's CPU on client and
-  host (docs/perf/queues.md); the fourth made the replica's apply cheaper,
-  sends a released synchronous ack right after the loop's drain, has a
-  receive sweep ask the host that last had messages first, and sped up the
-  consumer behind a backlog larger than the ring (788835c -> a1d56f4: W3
-  22,379 -> 31,304, W5b 12,343 -> 13,250, W1 1,585 -> 2,052).
-- **What did not.** Redis answers one XADD in 0.14 ms (p50) where zmqueue
-  takes 0.43 ms for one confirmed send, so W1 and W2 stay behind Redis (and
-  W2 behind NATS's 0.80 ms p99). W3 end to end is still capped by the single
-  consumer (one synchronous round trip per 100 messages now: ~1.6-1.7 ms on
-  an otherwise idle host, of which the host ~0.9 ms and the client ~0.5 ms;
-  the producer side sends 89,200 msg/s) at under 60% of Redis's pipelined
-  XADD + XREADGROUP.
+- **What moved** (100 B; the fifth session's final invocation, 79e42d4 ->
+  this one): the consumer again. A host answers a receive of plain messages
+  with column groups, and the consumer hands the messages back to
+  `delete_and_receive`, which deletes them by (seq, receive count): no
+  receipt text is built, sent or parsed (see "Where the time goes"). W3
+  52,457 -> 69,033 msg/s end to end (0.57x -> 0.84x Redis; 82,084 and 0.88x
+  in the session's other invocation), W5b 26,894 -> 36,142 (2.55x -> 3.20x
+  NATS R=3). In W3 the producer side sends 90,800 msg/s and the consumer
+  still trails it (e2e p50 ~1 s: a backlog builds up during the run).
+- **What did not.** One message per request: W1 2,195 -> 2,027 and W5 785 ->
+  692 (0.84x -> 0.66x NATS R=3; 0.64x in the other invocation). zmqueue's
+  own W5 did not get slower: `zmqueue bench --workload W5`, 2953ff7 (before
+  the session) and 26b4738 alternately, 3 pairs: 743 -> 795 msg/s
+  (medians). W5's ratio has moved between 0.62x and 0.93x over single runs
+  of the last two sessions, and this session's runs had a busier machine
+  (load {load}). Redis answers one XADD in 0.14 ms (p50) where zmqueue takes
+  0.44-0.46 ms for one confirmed send, so W1 and W2 stay behind Redis (and W2
+  behind NATS).
 - **Targets.** Met: no losses or duplicates in any run of any system, the
-  R=3 send p99 at half rate (3.77 ms < 10 ms), W5b at 1.5x NATS R=3 (2.55x,
-  1,024 B 2.28x), FIFO failover (fourth session, 6eabf3a: p50 1.62 s, max
-  1.68 s over 20 kills), CURVE cost (6.6%), R=3 sync throughput at 50% of R=1
-  (fourth session, 6eabf3a, replication.md: 63.4% with 16 producers, every
-  one of 5 rounds 57-66%; with one producer, i.e. one batch in flight,
-  43.7%), and (queues.md, 79e42d4, 9 runs) send_batch at 25% of raw pyzmq
-  (37.0%) and the single-send p99 at 3x raw (1.96x; 1.7-2.3x in every quiet
-  invocation of the third session, 2.87-3.46x with one CPU kept busy). Missed: 2x the best peer in W1/W3 (0.38x, 0.57x), W2 p99
-  at or below the best peer's (2.89x Redis's), W3 end to end at 25% of the
-  raw pyzmq batched round trip (9.0%), W5 (one message per request, R=3) at
-  1.5x NATS R=3 (0.84x).
+  R=3 send p99 at half rate (< 10 ms), W5b at 1.5x NATS R=3 (3.20x, 1,024 B
+  2.97x), FIFO failover (fourth session, 6eabf3a: p50 1.62 s, max 1.68 s over
+  20 kills), CURVE cost (6.6%), R=3 sync throughput at 50% of R=1 (fourth
+  session, 6eabf3a, replication.md: 63.4% with 16 producers; with one
+  producer, i.e. one batch in flight, 43.7%), and (queues.md, e8dfd72, 9
+  runs) send_batch at 25% of raw pyzmq (34.8%) and the single-send p99 at
+  3x raw (2.30x). Missed: 2x the best peer in W1/W3 (0.35x, 0.84x), W2 p99
+  at or below the best peer's (4.07x Redis's), W3 end to end at 25% of the
+  raw pyzmq batched round trip (11.7%; 9.0% in the fifth session), W5 (one
+  message per request, R=3) at 1.5x NATS R=3 (0.66x).
 - **Noise.** 2 CPUs shared with other sessions' test suites; the 1-minute
   load average was {load} during the peer runs (the R=3 rows ran with
   three hosts or three NATS servers up). Single runs move by up to 2x;
@@ -254,7 +249,7 @@ Python reader is ~0.33 s per query, half of it LZ4.
 """
 
 ANALYSIS = """\
-Measured on trees between 4cbb4f6 and ae13830 (second and third sessions) with thread CPU
+Measured on trees between 4cbb4f6 and e8dfd72 (second to sixth sessions) with thread CPU
 from `/proc/<pid>/task/*/stat` (user + system time per thread, per request
 or per batch), py-spy (`record --nonblocking --gil --format raw`) and
 cProfile on a host started under `python -m cProfile`; one client thread on
@@ -286,7 +281,7 @@ The storage append + commit of the batch is ~60-70 us of the host's part.
 **Next:** a window of batches in flight (raw pyzmq moves 5-6x more with 8 in
 flight than with 1 in the ceiling table).
 
-**Receive + delete (caps W3 end to end: 46-55 k msg/s in this session's runs).** Fifth
+**Receive + delete (caps W3 end to end).** Fifth
 session: one round trip per 100 messages (`delete_and_receive`: the deletes
 ride on the next receive). Alone on one host (a backlog of 150,000, no
 producer; old and new trees alternately, 2 x 3 rounds of 400 batches), a
@@ -300,17 +295,46 @@ replicas, which the receive now shares. `zmqueue bench`, 8bfbbde and
 d293c91 alternately (3 pairs of one run each): W3 +11%, W5b +30%, W5 +9%,
 W1 -13% (the quicker consumer is parked in its long poll more often when a
 send arrives, so the host wakes it in the send's loop pass: e2e p50 0.85
--> 0.59 ms, send p50 0.39 -> 0.46 ms). What is left per message: on the host, building the
+-> 0.59 ms, send p50 0.39 -> 0.46 ms). What was left per message then: on the host, building the
 reply item (`encode_delivered`: receipt encode, message id hex, blob)
 ~2.5 us and reading its receipt back ~1.1 us; on the client, the
 `Message` object (~2.3 us) and the receipt's CRC check for routing.
-Push subscriptions got the same treatment: `auto_delete`'s delete rides on
-the credit the subscription returns (one round trip per message instead of
-two): a drain of 3,000 messages on one host (prefetch 10) went from ~1,330
-to ~2,400 msg/s handled (old and new trees alternately, 2 x 3 rounds; the
-queues.md row is 2,382). **Next:** consumer pipelining (the next receive in
-flight while the application handles the batch); a columnar reply for
-receive; credits and deletes returned for several pushed messages at once.
+
+Sixth session: **column groups and deletes by reference.** A host answers a
+receive of plain messages (standard queue, no attributes) with one column
+group per stream (`[origin, epoch, ids, bodies, seqs, receive counts, sent
+ms]`); the client builds a message's receipt text and `sent_at` only if they
+are read, and a consumer that hands the messages themselves back to
+`delete_and_receive` deletes them by (seq, receive count) (`dref`), so on
+the consumer path no receipt is encoded, sent, parsed or CRC-checked
+(~0.9 us to encode and ~1.4 us to read one, on each side that did it). Alone
+on one host (old and new trees alternately, 2 x 3 rounds of 400 batches of
+100), a consumer loop took 1.6 -> 1.0 ms per batch: client 460 -> 250 us,
+host 900 -> 600 us. `zmqueue bench`, 2953ff7 and 65c7844 alternately (3
+pairs): W3 47.6k -> 71.4k msg/s (medians), W5b 25.7k -> 37.0k, W1 2.0k ->
+2.3k; W5 (3 more pairs, 2953ff7 and 26b4738) 743 -> 795.
+**Tried and dropped:** a receive-ahead consumer (`Queue.consumer()`: the
+next batch requested while the application handles this one, the deletes
+riding on that request, as in SQS's buffered client). In 3 alternating pairs
+it changed nothing (W3 medians 74.0k and 74.3k msg/s, W5b 34.5k and 34.2k),
+so it was not kept. In W3 the host's request loop is ~75% busy and about a
+third of the two CPUs idle; ~10% of the loop's wall time goes to `send`
+calls of replies (p50 32 us, p90 0.3 ms, p99 0.9 ms in a W3-like run): the
+three processes and their ZeroMQ I/O threads share 2 CPUs, and a woken I/O
+thread takes the CPU from the loop, so the consumer waiting less does not
+give the host more time.
+
+**Push subscriptions.** Fifth session: `auto_delete`'s delete rides on the
+credit (one round trip per message instead of two; ~1,330 -> ~2,400 msg/s).
+Sixth session: the subscription thread hands the handler every message
+pushed so far and returns that batch's credits, with its deletes, in one
+`CREDIT`; and it wakes on a push at once (it used to wait out its 100 ms
+pump interval unless a credit request was in flight). A drain of 3,000
+messages on one host (prefetch 10), old and new trees alternately, 2 x 3
+rounds: ~2,200 -> ~14,000 msg/s handled. **Next:** pushes in column groups
+and credits that delete by reference; the storage engine handing out
+columns without a `Delivered` tuple per message (~0.4 us each); the two
+records (VISIBILITY at receive, DELETE) each consumed message commits.
 
 **Replicated sends (W5, W5b).** R=3 sync keeps 63.4% of R=1's batched
 throughput with 16 producers (fourth session, 6eabf3a) and 43.7% with one
