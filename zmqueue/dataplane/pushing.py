@@ -92,7 +92,7 @@ class Pusher:
             streams = svc.set.led_streams(sub.part)
             if not any(st.store.has_visible(now) for st in streams):
                 continue
-            msgs = svc.take(streams, min(sub.credit, PUSH_BATCH_MAX), sub.visibility_s, now)
+            msgs = svc.take(streams, min(sub.credit, PUSH_BATCH_MAX), sub.visibility_s, now)["m"]
             if not msgs:
                 continue
             sub.credit -= len(msgs)

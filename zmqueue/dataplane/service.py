@@ -360,43 +360,24 @@ class QueueService:
         cols = body.get("cols") is True
         if body.get("del") is not None or body.get("dref") is not None:
             return self._delete_then_take(req, part, body, max_n, wait_ms, vis_s, cols, now)
-        streams = self.readable_streams(part)
-        if cols:
-            reply = self.take_columns(streams, max_n, vis_s, now)
-            if reply["m"] or "ms" in reply or wait_ms == 0:
-                return reply
-        else:
-            msgs = self.take(streams, max_n, vis_s, now)
-            if msgs or wait_ms == 0:
-                return {"m": msgs}
-        # a parked long poll is answered with message lists ("m"), which every client reads
-        self.waiters.park(part, req, max_n, vis_s, now + wait_ms)
+        reply = self.take(self.readable_streams(part), max_n, vis_s, now, cols)
+        if reply["m"] or "ms" in reply or wait_ms == 0:
+            return reply
+        self.waiters.park(part, req, max_n, vis_s, now + wait_ms, cols)
         return DEFERRED
 
-    def take(self, streams: list[Stream], max_n: int, vis_s: int | None, now: int) -> list[list[Any]]:
-        out: list[list[Any]] = []
-        for st in streams:
-            if len(out) >= max_n:
-                break
-            msgs, dead = st.receive(max_n - len(out), st.visibility_ms(vis_s), now)
-            if msgs or dead:
-                self.dirty.add(st.key)
-            if dead:
-                self.dlq.add(st, dead)
-            out.extend(msgs)
-        return out
-
-    def take_columns(self, streams: list[Stream], max_n: int, vis_s: int | None, now: int
-                     ) -> dict[str, Any]:
-        """:meth:`take` for a RECEIVE with ``cols``: ``{"m": lists, "ms": column
-        groups}`` (``ms`` only when there is one; see Stream.receive_columns)."""
+    def take(self, streams: list[Stream], max_n: int, vis_s: int | None, now: int,
+             cols: bool = False) -> dict[str, Any]:
+        """Up to ``max_n`` messages from ``streams``, as a RECEIVE reply:
+        ``{"m": message lists}``, plus ``"ms": column groups`` when ``cols``
+        and there is one (see Stream.receive)."""
         lists: list[list[Any]] = []
         groups: list[list[Any]] = []
         n = 0
         for st in streams:
             if n >= max_n:
                 break
-            group, msgs, dead = st.receive_columns(max_n - n, st.visibility_ms(vis_s), now)
+            group, msgs, dead = st.receive(max_n - n, st.visibility_ms(vis_s), now, cols)
             if group is not None or msgs or dead:
                 self.dirty.add(st.key)
             if dead:
@@ -437,9 +418,7 @@ class QueueService:
             origin, seqs, counts = _delete_refs(body)
             st = self.writer_stream(part[0], part[1], origin)
             results = _results(st.delete_refs(seqs, counts, now))
-        streams = self.readable_streams(part)
-        reply = self.take_columns(streams, max_n, vis_s, now) if cols else \
-            {"m": self.take(streams, max_n, vis_s, now)}
+        reply = self.take(self.readable_streams(part), max_n, vis_s, now, cols)
         reply["dr"] = results
         return self.after_commit(st, req, reply)
 

@@ -263,30 +263,23 @@ class Stream:
         self.store.append(msgs, now_ms, self.epoch)
 
     # --- receive -------------------------------------------------------------------
-    def receive(self, max_messages: int, visibility_ms: int, now_ms: int
-                ) -> tuple[list[list[Any]], list[Delivered]]:
-        """Up to ``max_messages`` wire-encoded messages, and the dead letters
-        the caller must move to the DLQ."""
-        mrc = self.config.max_receive_count if self.config.dead_letter_queue else None
-        delivered, dead = self.store.receive(max_messages, now_ms, visibility_ms,
-                                             max_receive_count=mrc)
-        return [self.encode_delivered(d) for d in delivered], dead
+    def receive(self, max_messages: int, visibility_ms: int, now_ms: int, cols: bool = False
+                ) -> tuple[list[Any] | None, list[list[Any]], list[Delivered]]:
+        """Up to ``max_messages`` messages: (column group or None, wire-encoded
+        message lists, the dead letters the caller must move to the DLQ).
 
-    def receive_columns(self, max_messages: int, visibility_ms: int, now_ms: int
-                        ) -> tuple[list[Any] | None, list[list[Any]], list[Delivered]]:
-        """:meth:`receive` for a client that reads columns (RECEIVE ``cols``):
+        With ``cols`` (a client that reads them: RECEIVE ``cols``), a batch of
         plain messages (no attributes, no cipher; not FIFO, whose messages
-        carry their group) as one column group ``[origin, epoch, ids (16
-        bytes each, joined), bodies, seqs, receive counts, sent ms]`` from
-        which the client builds each receipt only if it is read; any other
-        batch as :meth:`encode_delivered` lists. Returns (group or None,
-        lists, dead letters)."""
+        carry their group) is one column group ``[origin, epoch, ids (16 bytes
+        each, joined), bodies, seqs, receive counts, sent ms]``, from which the
+        client builds each receipt only if it is read; any other batch is
+        :meth:`encode_delivered` lists."""
         mrc = self.config.max_receive_count if self.config.dead_letter_queue else None
         delivered, dead = self.store.receive(max_messages, now_ms, visibility_ms,
                                              max_receive_count=mrc)
         if not delivered:
             return None, [], dead
-        if self.cipher is None and not self.config.fifo and not any(d.attributes for d in delivered):
+        if cols and self.cipher is None and not self.config.fifo and not any(d.attributes for d in delivered):
             seqs, mids, bodies, _attrs, _groups, sent, counts, _vis = zip(*delivered, strict=True)
             return [self.key[2], self.epoch, b"".join(mids), bodies, seqs, counts, sent], [], dead
         return None, [self.encode_delivered(d) for d in delivered], dead

@@ -23,6 +23,8 @@ class Waiter:
     max_messages: int
     visibility_s: int | None
     deadline_ms: int
+    cols: bool = False
+    """The client reads column groups (RECEIVE ``cols``)."""
 
 
 class Waiters:
@@ -30,11 +32,12 @@ class Waiters:
         self.by_part: dict[PartKey, deque[Waiter]] = {}
         self.total = 0
 
-    def park(self, part: PartKey, req: Request, max_n: int, vis_s: int | None, deadline: int) -> None:
+    def park(self, part: PartKey, req: Request, max_n: int, vis_s: int | None, deadline: int,
+             cols: bool = False) -> None:
         if self.total >= MAX_WAITERS:
             req.reply({"m": []})
             return
-        self.by_part.setdefault(part, deque()).append(Waiter(req, max_n, vis_s, deadline))
+        self.by_part.setdefault(part, deque()).append(Waiter(req, max_n, vis_s, deadline, cols))
         self.total += 1
 
     def count(self, part: PartKey) -> int:
@@ -55,11 +58,11 @@ class Waiters:
                     continue
                 if not any(st.store.has_visible(now) for st in streams):
                     break
-                msgs = svc.take(streams, w.max_messages, w.visibility_s, now)
-                if not msgs:
+                reply = svc.take(streams, w.max_messages, w.visibility_s, now, w.cols)
+                if not reply["m"] and "ms" not in reply:
                     break
                 q.popleft()
-                w.request.reply({"m": msgs})
+                w.request.reply(reply)
             for w in [w for w in q if w.deadline_ms <= now or w.request.answered]:
                 q.remove(w)
                 w.request.reply({"m": []})
