@@ -459,14 +459,14 @@ class Queue:
         (``ms``, from a host that reads ``cols``)."""
         out = [Message.from_wire(self.name, m) for m in reply["m"]]
         for group in reply.get("ms") or ():
-            try:
-                key = (p, group[0], group[1])
-                stream = self._streams.get(key)
-                if stream is None:
-                    stream = self._streams[key] = StreamRef(p, group[0], group[1],
-                                                            ReceiptEncoder(self.name, p, group[0]))
-            except (TypeError, IndexError, ValueError):
-                raise ProtocolError("malformed column group in a receive reply") from None
+            if not (isinstance(group, list) and len(group) == 7 and isinstance(group[0], str)
+                    and type(group[1]) is int):
+                raise ProtocolError("malformed column group in a receive reply")
+            key = (p, group[0], group[1])
+            stream = self._streams.get(key)
+            if stream is None:
+                stream = self._streams[key] = StreamRef(p, group[0], group[1],
+                                                        ReceiptEncoder(self.name, p, group[0]))
             out.extend(Message.from_columns(self.name, stream, group))
         return out
 

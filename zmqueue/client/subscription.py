@@ -138,7 +138,6 @@ class Subscription:
         body: dict[str, Any] = {"sub": sub_id, "n": n}
         carried: list[Message] = []
         if handled:
-            receipts = [m.receipt for m in handled]
             try:
                 groups = sorted(self.queue._group(list(handled)).values(), key=len, reverse=True)
             except ZmqueueError as exc:  # not expected: receipts of this queue's own pushes
@@ -146,7 +145,7 @@ class Subscription:
                 groups = []
             if groups:
                 carried = [handled[i] for i in groups[0]]
-                body["del"] = [receipts[i] for i in groups[0]]
+                body["del"] = [m.receipt for m in carried]
             for idxs in groups[1:]:
                 self._deleted([handled[i] for i in idxs], None)
         try:
