@@ -98,7 +98,7 @@ process, payloads msgpack-packed 100 to a frame, loopback TCP.
 
 One client thread, one host, 100-byte messages, batches of 100
 ([docs/perf/queues.md](perf/queues.md), `python -m benchmarks.queues --runs 9 --write`
-on commit e8dfd72 (sixth session, the final code), medians of 9 runs; the per-run figures
+on commit e8dfd72 (sixth session; the commits after it do not change these paths), medians of 9 runs; the per-run figures
 are on that page. The drain hands the received messages back to
 `delete_and_receive` (deletes by reference): 80,406 msg/s here (70.7k-93.2k
 over the 9 runs; 94,454 in an invocation on 65c7844 earlier in the session),
