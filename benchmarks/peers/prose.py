@@ -187,9 +187,10 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5, W5-half) and the raw pyzmq
 ceiling come from the one invocation above, on the tree of commit
-{commit} (sixth session; the commits after it answer a parked long poll in
-column groups too, which W1's consumer, often parked, may gain from: not
-measured here). An earlier invocation of the
+{commit} (sixth session; the commits after it also answer a parked long
+poll in column groups, which W1's consumer, often parked, could gain from:
+`zmqueue bench --workload W1`, e8dfd72 and cd2746f alternately, 3 pairs,
+showed no difference, 2.3k and 2.2k msg/s medians). An earlier invocation of the
 session, on 65c7844 (column groups and deletes by reference, before the
 push and chaos-test changes, which do not touch these workloads' path),
 gave W3 82,084 msg/s (0.88x Redis; 1,024 B 0.97x), W5b 38,311 (3.09x NATS
