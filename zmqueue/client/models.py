@@ -23,6 +23,13 @@ class StreamRef(NamedTuple):
     encode: Callable[[int, int, int], str]
 
 
+def column_ref(m: Message) -> tuple[StreamRef, int, int] | None:
+    """(stream, seq, receive count) of a message read from a column group
+    (:meth:`Message.from_columns`); None for any other message."""
+    ref: tuple[StreamRef, int, int] | None = m.__dict__.get("_ref")
+    return ref
+
+
 @dataclass(frozen=True)
 class OutgoingMessage:
     """One item of ``Queue.send_batch`` (a plain ``bytes`` item is a body)."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from zmqueue import protocol
-from zmqueue.client.models import AttributeValue, Message, OutgoingMessage, StreamRef
+from zmqueue.client.models import AttributeValue, Message, OutgoingMessage, StreamRef, column_ref
 from zmqueue.client.routing import FIFO_ORIGIN, Routes
 from zmqueue.config import QueueConfig
 from zmqueue.errors import (
@@ -85,7 +85,7 @@ def _refs(origin: str, items: list[Deletable]) -> list[Any] | None:
     seqs: list[int] = []
     counts: list[int] = []
     for m in items:
-        ref = m.__dict__.get("_ref") if isinstance(m, Message) else None
+        ref = column_ref(m) if isinstance(m, Message) else None
         if ref is None:
             return None
         seqs.append(ref[1])
@@ -504,7 +504,7 @@ class Queue:
         reader, group = self._reader
         for i, r in enumerate(receipts):
             if isinstance(r, Message):
-                ref = r.__dict__.get("_ref")
+                ref = column_ref(r)
                 if ref is not None and r.queue == self.name:  # read from a column group
                     groups.setdefault((ref[0].partition, ref[0].origin), []).append(i)
                     continue

@@ -492,9 +492,9 @@ class QueueService:
         credit = self.pusher.add_credit(sub, req.identity, n)
         if body.get("del") is None:
             return {"credit": credit}
-        # the pushed messages' deletes ride on the credit (auto_delete): one
-        # round trip per finished message; a stream this host no longer
-        # writes answers without "dr" and the client deletes on its own
+        # the deletes of a finished batch of pushed messages ride on its
+        # credits (auto_delete); a stream this host no longer writes answers
+        # without "dr" and the client deletes on its own
         items = F.get_list(body, "del", MAX_BATCH, name="del")
         first = Receipt.decode(items[0])
         try:
