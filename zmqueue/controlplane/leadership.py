@@ -178,6 +178,9 @@ class Leadership(threading.Thread):
                 elif now >= next_note:  # no election can happen meanwhile: say so now and then
                     next_note = now + OUTAGE_NOTE_S
                     log.warning("Consul still unreachable after %.0f s (%s)", now - outage_since, exc)
+                # the session may not have survived the outage (a restarted
+                # agent, a new server leader): check it on the first cycle after
+                self._renewed_at = 0.0
                 if self.held and now - outage_since < OUTAGE_GRACE_S:
                     # nobody can take a lock while Consul is down: keep serving
                     self.post(Confirmed(frozenset(self.held), now))
@@ -249,8 +252,8 @@ class Leadership(threading.Thread):
         self.post(Confirmed(frozenset(mine), sent_at))
         for s in free:
             if may_campaign(self.node, cands[s], passing, positions.get(s, (0, 0))[1],
-                            state.get(s, {})):
-                self._acquire(s, sid)
+                            state.get(s, {})) and not self._acquire(s, sid):
+                return True  # the session is gone: a new one campaigns next cycle
         self._publish_positions(positions)
         epochs = {s: e for s, (_, e) in holders.items()}
         moved, self._seen_holders = epochs != self._seen_holders, epochs
@@ -282,18 +285,30 @@ class Leadership(threading.Thread):
             return False
         return state.get(s, {}).get(pref, -1) >= positions.get(s, (0, 0))[1]
 
-    def _acquire(self, s: StreamKey, sid: str) -> None:
+    def _acquire(self, s: StreamKey, sid: str) -> bool:
+        """Try to take ``s``'s lock; False when Consul says the session is
+        invalid (every lock it held is lost then; the next cycle creates a new
+        session at once instead of retrying with this one until its renewal)."""
         key = lock_key(s)
-        ok = self.client.call(lambda c: c.kv.put(key, self.value, acquire=sid))
+        try:
+            ok = self.client.call(lambda c: c.kv.put(key, self.value, acquire=sid))
+        except consul.ConsulException as exc:
+            if "invalid session" not in str(exc):
+                raise
+            log.warning("session %s is no longer valid (%s); every lock it held is lost, "
+                        "campaigning with a new session", sid, exc)
+            self._lose_all()
+            return False
         if not ok:
-            return
+            return True
         _, item = self.client.call(lambda c: c.kv.get(key, consistency="consistent"))
         if item is None or item.get("Session") != sid:
-            return
+            return True
         epoch = int(item.get("LockIndex") or 0)
         self.held[s] = epoch
         log.info("became writer of %s at epoch %d", s, epoch)
         self.post(Elected(s, epoch))
+        return True
 
     def _release(self, s: StreamKey) -> None:
         sid = self.session
