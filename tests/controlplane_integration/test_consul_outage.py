@@ -70,10 +70,10 @@ def test_hosts_keep_serving_through_a_consul_outage_and_re_register(tmp_path: Pa
         wait_for(lambda: passing_nodes([agent.http_addr]) == {"o1", "o2"}, 30, "hosts re-registered")
 
         # Consul is back, but the routes a client reads may list no writer
-        # for a while (a writer whose session did not survive the restart is
-        # elected again). A send retries for request_timeout (5 s here); in
-        # one full CI run that was not enough ("partition 0 of 'outage' has no
-        # reachable host now"), so traffic must resume within a deadline
+        # for a moment (a writer whose session did not survive the restart is
+        # elected again with a new session, see REPLICATION.md). A send
+        # retries for request_timeout (5 s here); under CI load that was once
+        # not enough, so traffic must resume within a polled deadline
         def resumed() -> bool:
             try:
                 round_trip(q, b"after")
