@@ -19,6 +19,7 @@ from zmqueue.dataplane.storage.ring import IntArray, Ring
 from zmqueue.dataplane.storage.segment import BlockIndex, BlockReader
 
 U8Array = np.ndarray[tuple[int], np.dtype[np.uint8]]
+PAGE_AHEAD_MAX = 4096  # messages one page-ahead call loads at most (whole blocks: a little more)
 
 
 def payload_lens(rows: Table) -> IntArray:
@@ -60,13 +61,22 @@ class Backlog:
         return self.cursor is not None and seq >= self.cursor
 
     def page_in(
-        self, ring: Ring, reader: BlockReader, index: BlockIndex, last_written: int, expired_at: int
+        self, ring: Ring, reader: BlockReader, index: BlockIndex, last_written: int, expired_at: int,
+        needed: bool = True,
     ) -> int:
-        """Load what fits; return how many expired messages were skipped."""
+        """Load what fits; return how many expired messages were skipped.
+
+        ``needed=False`` pages ahead of the consumers: the ring compacts only
+        once half of it is dead (see :meth:`Ring.can_place`) and one call loads
+        about :data:`PAGE_AHEAD_MAX` messages at most (the rest in later calls),
+        so no single request waits for a long page-in."""
         expired = 0
+        start = ring.live
         while self.cursor is not None and self.cursor <= last_written and ring.live < ring.slots:
-            if not ring.can_place():
+            if not ring.can_place(needed):
                 break  # (a consumer's deletes free slots long before compacting pays: no block read)
+            if not needed and ring.live - start >= PAGE_AHEAD_MAX:
+                break
             table, heap = self._block(reader, index, self.cursor)
             is_msg = (table["type"] == RecordType.MESSAGE) & (table["seq"] >= self.cursor)
             rows = table[is_msg]
@@ -75,7 +85,7 @@ class Backlog:
             if self.gone:
                 keep = keep & ~np.isin(rows["seq"], np.fromiter(self.gone, np.uint64))
             kept = rows[keep]
-            k = ring.fit_count(payload_lens(kept))
+            k = ring.fit_count(payload_lens(kept), needed)
             full = k < len(kept)
             stop = int(kept["seq"][k]) if full else int(table["seq"][-1]) + 1
             if k:

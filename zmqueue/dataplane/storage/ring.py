@@ -25,6 +25,8 @@ from zmqueue.dataplane.storage.records import RECORD_DTYPE, WORDS, Table
 
 FREE, AVAILABLE, IN_FLIGHT, MOVING, DELETED = 0, 1, 2, 3, 4
 NEVER = 1 << 62
+COMPACT_WHEN_NEEDED = 8  # compact once 1/8 of the slots or arena is dead (see Ring.can_place)
+COMPACT_AHEAD = 2  # ... or 1/2 when only paging ahead
 IntArray = npt.NDArray[np.int64]
 MetaRows = npt.NDArray[np.void]  # rows of META_DTYPE
 
@@ -148,10 +150,11 @@ class Ring:
         self._arena_bytes = self.arena.data
 
     # -- space -------------------------------------------------------------
-    def fit_count(self, lens: IntArray) -> int:
-        """How many of the next messages (payload ``lens``) fit, compacting if useful."""
+    def fit_count(self, lens: IntArray, needed: bool = True) -> int:
+        """How many of the next messages (payload ``lens``) fit, compacting if
+        useful (``needed``: see :meth:`can_place`)."""
         k = self._fit(lens)
-        if k < len(lens) and self._worth_compacting():
+        if k < len(lens) and self._worth_compacting(needed):
             self.compact()
             k = self._fit(lens)
         return k
@@ -162,15 +165,23 @@ class Ring:
         by_bytes = int(np.searchsorted(np.cumsum(lens), free, side="right"))
         return min(len(lens), by_slots, by_bytes)
 
-    def can_place(self) -> bool:
+    def can_place(self, needed: bool = True) -> bool:
         """False when :meth:`fit_count` would place nothing whatever comes:
-        no slot is left at the tail and compacting is not worth it yet."""
-        return self.n < self.slots or self._worth_compacting()
+        no slot is left at the tail and compacting is not worth it yet.
 
-    def _worth_compacting(self) -> bool:
+        Compacting moves every live slot, so it waits until enough is dead:
+        1/8 of the slots or arena when the messages are ``needed`` (a receive
+        found too few, a new message), 1/2 when merely paging ahead of the
+        consumers (moving the live half then costs one row copy per freed slot,
+        not seven: a consumer draining a backlog larger than the ring paid
+        for a quarter of the host's time in compactions)."""
+        return self.n < self.slots or self._worth_compacting(needed)
+
+    def _worth_compacting(self, needed: bool = True) -> bool:
+        share = COMPACT_WHEN_NEEDED if needed else COMPACT_AHEAD
         dead_slots = self.n - self.live
         dead_bytes = self.top - self.live_bytes
-        return dead_slots * 8 >= self.slots or dead_bytes * 8 >= self.arena_bytes
+        return dead_slots * share >= self.slots or dead_bytes * share >= self.arena_bytes
 
     def compact(self) -> None:
         """Squeeze out removed slots and their arena bytes (order preserved)."""

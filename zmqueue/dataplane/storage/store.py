@@ -205,7 +205,7 @@ class PartitionStore:
             self._rollback(exc)
         self._last_written = last
         if self.backlog.cursor is not None and self.ring.live < self.ring.slots:
-            self._page_in(self._now)  # (a full ring pages nothing in)
+            self._page_in(self._now, needed=False)  # (a full ring pages nothing in)
         return last
 
     @property
@@ -227,9 +227,19 @@ class PartitionStore:
         self._check_open(now_ms)
         if max_messages <= 0:
             return [], []
-        self._page_in(now_ms)
         ring, fifo, log = self.ring, self.config.fifo, self._log_refs
-        return receive.receive(ring, fifo, now_ms, max_messages, visibility_ms, max_receive_count, log)
+        # A FIFO receive pages in first, as much as fits: a group's next
+        # messages come in the same receive. A standard one pages ahead only
+        # (cheap, see Ring.can_place) and pages in for real when the ring is short.
+        self._page_in(now_ms, needed=fifo)
+        got, dead = receive.receive(ring, fifo, now_ms, max_messages, visibility_ms, max_receive_count, log)
+        short = max_messages - len(got) - len(dead)
+        if short > 0 and not fifo and self.backlog.cursor is not None:
+            self._page_in(now_ms)
+            more, gone = receive.receive(ring, fifo, now_ms, short, visibility_ms, max_receive_count, log)
+            got += more
+            dead += gone
+        return got, dead
 
     def delete(self, seq: int, receive_count: int, now_ms: int) -> None:
         """Delete an in-flight message by its receipt (seq, receive count)."""
@@ -312,11 +322,11 @@ class PartitionStore:
             total += removed
         return total
 
-    def _page_in(self, now_ms: int) -> int:
+    def _page_in(self, now_ms: int, needed: bool = True) -> int:
         if self.backlog.cursor is None:
             return 0
         cutoff = now_ms - self.config.retention_ms
-        return self.backlog.page_in(self.ring, self.reader, self.index, self._last_written, cutoff)
+        return self.backlog.page_in(self.ring, self.reader, self.index, self._last_written, cutoff, needed)
 
     # -- maintenance and introspection ----------------------------------------
     def compact(self, max_files: int = 16) -> int:
@@ -333,8 +343,13 @@ class PartitionStore:
     def has_visible(self, now_ms: int) -> bool:
         """Whether receive(now_ms) would return something (dead letters included)."""
         self._check_open(now_ms)
-        self._page_in(now_ms)
-        return select.has_visible(self.ring, now_ms, self.config.fifo)
+        fifo = self.config.fifo
+        if select.has_visible(self.ring, now_ms, fifo):
+            return True
+        if self.backlog.cursor is None:
+            return False
+        self._page_in(now_ms)  # none visible in the ring: what receive would page in
+        return select.has_visible(self.ring, now_ms, fifo)
 
     def _total(self) -> int:
         return self.ring.live + self.backlog.count - len(self.backlog.gone)
