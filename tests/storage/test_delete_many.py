@@ -79,3 +79,37 @@ def test_the_array_path_deletes_a_consumers_batch_and_refuses_the_stale_ones() -
         assert isinstance(out[6], InvalidReceipt) and not out[6].details.get("gone")
         assert isinstance(out[7], InvalidReceipt) and out[7].details.get("gone") is True
         assert store.ring.live == 4
+
+
+@settings(max_examples=120, deadline=None)
+@given(n=st.integers(4, 40), data=st.data())
+def test_a_run_of_consecutive_seqs_does_what_deleting_them_one_by_one_does(n: int,
+                                                                          data: st.DataObject) -> None:
+    """The run path (a consumer's batch of consecutive messages, in order or
+    not; some perhaps stale or deleted already) against deleting one by one."""
+    with tempfile.TemporaryDirectory() as d:
+        batch, single, flying = _twins(Path(d), n)
+        seqs = sorted(flying)
+        for s in data.draw(st.lists(st.sampled_from(seqs), max_size=2, unique=True)):
+            for store in (batch, single):  # deleted before the batch comes
+                store.delete(s, flying[s], NOW)
+        a = data.draw(st.integers(0, n - 4))
+        b = data.draw(st.integers(a + 4, n))
+        run = seqs[a:b]
+        if data.draw(st.booleans()):
+            run = data.draw(st.permutations(run))
+        stale = data.draw(st.sampled_from([None, None, *run]))
+        counts = [flying[s] + (1 if s == stale else 0) for s in run]
+        got = [_outcome(e) for e in batch.delete_columns(run, counts, NOW)]
+        want: list[tuple[str, bool] | None] = []
+        for seq, count in zip(run, counts, strict=True):
+            try:
+                single.delete(seq, count, NOW)
+                want.append(None)
+            except InvalidReceipt as exc:
+                want.append(_outcome(exc))
+        assert got == want
+        left = [sorted(m.seq for m in st_.receive(n, NOW + 60_000, 1_000)[0]) for st_ in (batch, single)]
+        assert left[0] == left[1]
+        for st_ in (batch, single):
+            st_.close()

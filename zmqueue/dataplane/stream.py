@@ -325,7 +325,7 @@ class Stream:
     def delete_refs(self, seqs: list[int], counts: list[int], now_ms: int) -> list[InvalidReceipt | None]:
         """:meth:`delete_many` by (seq, receive count) pairs of this stream (RECEIVE
         ``dref``: the client read them from a column group, not from receipt texts)."""
-        return self.store.delete_many(list(zip(seqs, counts, strict=True)), now_ms)
+        return self.store.delete_columns(seqs, counts, now_ms)
 
     def change_visibility(self, receipt: Receipt, timeout_s: int, now_ms: int) -> int:
         self._own(receipt)

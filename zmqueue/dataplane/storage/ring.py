@@ -311,11 +311,12 @@ class Ring:
         i = bisect.bisect_left(self._seq, seq, 0, self.n)
         return i if i < self.n and int(self._seq[i]) == seq else -1
 
-    def remove(self, idx: IntArray | int) -> None:
+    def remove(self, idx: IntArray | int | slice) -> None:
         """Mark slots DELETED (they must be live).
 
         A single slot (``int``) costs a few scalar reads; an array of slots one
-        gather and sum per length column (no per-call reduction over the ring).
+        gather and sum per length column, a slice (a run of slots) no gather
+        (no per-call reduction over the ring either way).
         """
         self._state[idx] = DELETED
         self.version += 1
@@ -323,7 +324,7 @@ class Ring:
             self.live -= 1
             self.live_bytes -= int(self._blen[idx]) + int(self._alen[idx])
             return
-        self.live -= int(np.size(idx))
+        self.live -= len(range(*idx.indices(self.slots))) if isinstance(idx, slice) else int(np.size(idx))
         self.live_bytes -= int(self._blen[idx].sum(dtype=np.int64)) + int(self._alen[idx].sum(dtype=np.int64))
 
     def message_id(self, i: int) -> bytes:

@@ -253,19 +253,30 @@ class PartitionStore:
         outcome per receipt: None if deleted, else the InvalidReceipt
         :meth:`delete` would raise. Distinct seqs (a consumer's batch) are
         looked up, checked, removed and logged with array operations."""
+        return self.delete_columns([s for s, _ in receipts], [c for _, c in receipts], now_ms)
+
+    def delete_columns(self, seqs: list[int], counts: list[int], now_ms: int) -> list[InvalidReceipt | None]:
+        """:meth:`delete_many` of the receipts ``zip(seqs, counts)`` (as columns:
+        RECEIVE ``dref`` carries them so)."""
         self._check_open(now_ms)
-        seqs = [s for s, _ in receipts]
-        counts = [c for _, c in receipts]
-        if (len(receipts) < 4 or len(set(seqs)) != len(seqs)  # a repeated seq: order matters
-                or not 0 <= min(seqs) <= max(seqs) < 2**63 or not 0 <= min(counts) <= max(counts) < 2**63):
-            return [self._delete_one(s, c, now_ms) for s, c in receipts]
+        k = len(seqs)
+        if len(counts) != k:
+            raise ValueError(f"{k} seqs but {len(counts)} receive counts")
+        if k < 4:
+            return [self._delete_one(s, c, now_ms) for s, c in zip(seqs, counts, strict=True)]
+        lo, hi = min(seqs), max(seqs)
+        if (len(set(seqs)) != k  # a repeated seq: order matters
+                or not 0 <= lo <= hi < 2**63 or not 0 <= min(counts) <= max(counts) < 2**63):
+            return [self._delete_one(s, c, now_ms) for s, c in zip(seqs, counts, strict=True)]
         ring = self.ring
+        if hi - lo == k - 1 and self._delete_run(lo, hi, seqs, counts, now_ms):
+            return [None] * k
         slots = replay.lookup(ring, np.asarray(seqs, np.int64))
         found = slots >= 0
         at = np.where(found, slots, 0)
         ok = found & (ring.state[at] == IN_FLIGHT)
         ok &= ring.receive_count[at] == np.asarray(counts, np.int64)
-        out: list[InvalidReceipt | None] = [None] * len(receipts)
+        out: list[InvalidReceipt | None] = [None] * k
         for i in np.flatnonzero(~ok).tolist():
             # refused: delete() says why (distinct seqs: removing the others changes nothing here)
             out[i] = self._delete_one(seqs[i], counts[i], now_ms)
@@ -274,6 +285,30 @@ class PartitionStore:
             ring.remove(done)
             self._log_refs(RecordType.DELETE, ring.meta[done], now_ms)
         return out
+
+    def _delete_run(self, lo: int, hi: int, seqs: list[int], counts: list[int], now_ms: int) -> bool:
+        """delete_many's common case: the distinct seqs ``lo..hi`` (a consumer's
+        batch of consecutive messages) lie in consecutive slots, every one in
+        flight with the given receive count. Then they are checked, removed and
+        logged on one slice of the ring (no gather), and True is returned;
+        False (nothing changed) sends the caller down the general path."""
+        ring = self.ring
+        first = ring.index_of(lo)
+        last = first + hi - lo
+        if first < 0 or last >= ring.n or int(ring.meta["seq"][last]) != hi:
+            return False
+        run = slice(first, last + 1)
+        if seqs[0] != lo or seqs[-1] != hi:  # not in order: each count to its seq's slot
+            ordered = [0] * len(seqs)
+            for s, c in zip(seqs, counts, strict=True):
+                ordered[s - lo] = c
+            counts = ordered
+        if not (np.array_equal(ring.receive_count[run], counts)
+                and bool((ring.state[run] == IN_FLIGHT).all())):
+            return False
+        ring.remove(run)
+        self._log_refs(RecordType.DELETE, ring.meta[run], now_ms)
+        return True
 
     def _delete_one(self, seq: int, receive_count: int, now_ms: int) -> InvalidReceipt | None:
         try:
