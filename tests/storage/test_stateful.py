@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from zmqueue.dataplane.storage import NewMessage, PartitionStore, StorageConfig
+from zmqueue.dataplane.storage import Columns, NewMessage, PartitionStore, StorageConfig
 from zmqueue.dataplane.storage.ring import IN_FLIGHT, MOVING
 from zmqueue.errors import InvalidReceipt
 
@@ -134,10 +134,19 @@ class StoreMachine(RuleBasedStateMachine):
         k=st.integers(1, 4),
         visibility=st.sampled_from([10, 50, 200]),
         max_rc=st.sampled_from([None, None, 2]),
+        as_columns=st.booleans(),
     )
-    def receive(self, k: int, visibility: int, max_rc: int | None) -> None:
+    def receive(self, k: int, visibility: int, max_rc: int | None, as_columns: bool) -> None:
         expected = self.candidates()
-        got, dead = self.store.receive(k, self.now, visibility, max_receive_count=max_rc)
+        if as_columns:  # the same messages, as columns when all are plain
+            values, dead = self.store.receive_columns(k, self.now, visibility, max_receive_count=max_rc)
+            if isinstance(values, Columns):
+                assert values.visible_at_ms == self.now + visibility
+                assert all(not self.model[s].attributes and not self.model[s].group for s in values.seqs)
+                values = values.delivered()
+            got = values
+        else:
+            got, dead = self.store.receive(k, self.now, visibility, max_receive_count=max_rc)
         returned = sorted([d.seq for d in got] + [d.seq for d in dead])
         assert returned == expected[: len(returned)], (returned, expected)
         if len(returned) < min(k, len(expected)):

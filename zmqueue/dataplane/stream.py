@@ -33,7 +33,14 @@ from zmqueue.dataplane.messages import (
     new_message_id,
     validate_attributes,
 )
-from zmqueue.dataplane.storage import Delivered, NewMessage, PartitionStoreProtocol, Record, RecordType
+from zmqueue.dataplane.storage import (
+    Columns,
+    Delivered,
+    NewMessage,
+    PartitionStoreProtocol,
+    Record,
+    RecordType,
+)
 from zmqueue.dataplane.storage.records import Table
 from zmqueue.dataplane.topology import StreamKey
 from zmqueue.errors import InvalidParameter, InvalidReceipt
@@ -275,13 +282,14 @@ class Stream:
         client builds each receipt only if it is read; any other batch is
         :meth:`encode_delivered` lists."""
         mrc = self.config.max_receive_count if self.config.dead_letter_queue else None
-        delivered, dead = self.store.receive(max_messages, now_ms, visibility_ms,
-                                             max_receive_count=mrc)
-        if not delivered:
-            return None, [], dead
-        if cols and self.cipher is None and not self.config.fifo and not any(d.attributes for d in delivered):
-            seqs, mids, bodies, _attrs, _groups, sent, counts, _vis = zip(*delivered, strict=True)
-            return [self.key[2], self.epoch, b"".join(mids), bodies, seqs, counts, sent], [], dead
+        if cols and self.cipher is None and not self.config.fifo:
+            got, dead = self.store.receive_columns(max_messages, now_ms, visibility_ms, max_receive_count=mrc)
+            if isinstance(got, Columns):
+                return [self.key[2], self.epoch, got.message_ids, got.bodies, got.seqs, got.receive_counts,
+                        got.enqueue_ms], [], dead
+            delivered = got
+        else:
+            delivered, dead = self.store.receive(max_messages, now_ms, visibility_ms, max_receive_count=mrc)
         return None, [self.encode_delivered(d) for d in delivered], dead
 
     def encode_delivered(self, d: Delivered) -> list[Any]:

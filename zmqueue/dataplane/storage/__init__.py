@@ -7,12 +7,13 @@ on-disk format is documented in :mod:`zmqueue.dataplane.storage.records` and
 """
 
 from zmqueue.dataplane.storage.config import StorageConfig
-from zmqueue.dataplane.storage.model import Delivered, NewMessage, Record
+from zmqueue.dataplane.storage.model import Columns, Delivered, NewMessage, Record
 from zmqueue.dataplane.storage.records import RecordType
 from zmqueue.dataplane.storage.recovery import CorruptBlock, RecoveryReport
 from zmqueue.dataplane.storage.store import PartitionStore, PartitionStoreProtocol
 
 __all__ = [
+    "Columns",
     "CorruptBlock",
     "Delivered",
     "NewMessage",

@@ -37,6 +37,36 @@ class Delivered(NamedTuple):
     visible_at_ms: int  # the new visibility deadline
 
 
+class Columns(NamedTuple):
+    """Plain messages (no attributes, no group) handed out by
+    ``receive_columns()``, in seq order, as columns: no per-message object
+    is built (a receive of 100 built its Delivered tuples in ~4x the time)."""
+
+    seqs: list[int]
+    message_ids: bytes  # 16 bytes per message, joined
+    bodies: list[bytes]
+    receive_counts: list[int]  # counts AFTER this receive
+    enqueue_ms: list[int]
+    visible_at_ms: int  # the new visibility deadline, the same for all
+
+    @property
+    def size(self) -> int:
+        return len(self.seqs)
+
+    def extended(self, other: Columns) -> Columns:
+        """These then ``other`` (one request's two receives, paging in between)."""
+        return Columns(self.seqs + other.seqs, self.message_ids + other.message_ids,
+                       self.bodies + other.bodies, self.receive_counts + other.receive_counts,
+                       self.enqueue_ms + other.enqueue_ms, max(self.visible_at_ms, other.visible_at_ms))
+
+    def delivered(self) -> list[Delivered]:
+        """The same messages as :class:`Delivered` values."""
+        ids = self.message_ids
+        return [Delivered(seq, ids[16 * i : 16 * i + 16], body, b"", 0, enq, count, self.visible_at_ms)
+                for i, (seq, body, count, enq) in enumerate(zip(self.seqs, self.bodies, self.receive_counts,
+                                                                self.enqueue_ms, strict=True))]
+
+
 @dataclass(frozen=True)
 class Record:
     """One decoded log record (``read_records``; replication catch-up, tools)."""

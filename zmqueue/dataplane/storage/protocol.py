@@ -7,7 +7,7 @@ from typing import Protocol
 
 import numpy.typing as npt
 
-from zmqueue.dataplane.storage.model import Delivered, NewMessage, Record
+from zmqueue.dataplane.storage.model import Columns, Delivered, NewMessage, Record
 from zmqueue.dataplane.storage.records import Table
 from zmqueue.dataplane.storage.recovery import RecoveryReport
 from zmqueue.errors import InvalidReceipt
@@ -40,6 +40,9 @@ class PartitionStoreProtocol(Protocol):
     def receive(
         self, max_messages: int, now_ms: int, visibility_ms: int, *, max_receive_count: int | None = None
     ) -> tuple[list[Delivered], list[Delivered]]: ...
+    def receive_columns(
+        self, max_messages: int, now_ms: int, visibility_ms: int, *, max_receive_count: int | None = None
+    ) -> tuple[Columns | list[Delivered], list[Delivered]]: ...
     def mark_dead_lettered(self, seqs: Sequence[int], now_ms: int) -> None: ...
     def delete(self, seq: int, receive_count: int, now_ms: int) -> None: ...
     def delete_many(

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from zmqueue.dataplane.storage import replay, select
-from zmqueue.dataplane.storage.model import Delivered
+from zmqueue.dataplane.storage.model import Columns, Delivered
 from zmqueue.dataplane.storage.records import RecordType
 from zmqueue.dataplane.storage.ring import AVAILABLE, IN_FLIGHT, MOVING, IntArray, MetaRows, Ring
 from zmqueue.errors import InvalidReceipt
@@ -43,6 +43,26 @@ def mark(ring: Ring, deliver: IntArray, dead: IntArray, deadline: int) -> None:
         ring.note_deadline(deadline)
 
 
+def _payloads(ring: Ring, offs: list[int], ends: list[int]) -> list[bytes]:
+    """The arena bytes ``[off, end)`` of each row, cut from one copy of the span
+    they occupy when it wastes little (slots are in seq order)."""
+    lo, hi = min(offs), max(ends)
+    if hi - lo <= sum(ends) - sum(offs) + SPAN_SLACK_BYTES:
+        span = ring.arena[lo:hi].tobytes()
+        return [span[o - lo : e - lo] for o, e in zip(offs, ends, strict=True)]
+    return [ring.arena[o:e].tobytes() for o, e in zip(offs, ends, strict=True)]
+
+
+def columns(ring: Ring, rows: MetaRows, visible_at_ms: int) -> Columns | None:
+    """The rows as :class:`Columns`; None when one has attributes or a group."""
+    if rows["attr_len"].any() or rows["group_hash"].any():
+        return None
+    offs = rows["off"].tolist()
+    ends = (rows["off"] + rows["body_len"]).tolist()
+    return Columns(rows["seq"].tolist(), rows["message_id"].tobytes(), _payloads(ring, offs, ends),
+                   rows["receive_count"].tolist(), rows["enqueue_ms"].tolist(), visible_at_ms)
+
+
 def delivered(ring: Ring, rows: MetaRows) -> list[Delivered]:
     """One :class:`Delivered` per ring row (``ring.meta[slots]``), in order."""
     if not len(rows):
@@ -50,12 +70,7 @@ def delivered(ring: Ring, rows: MetaRows) -> list[Delivered]:
     offs = rows["off"].tolist()
     blens = rows["body_len"].tolist()
     ends = (rows["off"] + rows["body_len"] + rows["attr_len"]).tolist()
-    lo, hi = min(offs), max(ends)
-    if hi - lo <= sum(ends) - sum(offs) + SPAN_SLACK_BYTES:
-        span = ring.arena[lo:hi].tobytes()
-        raws = [span[o - lo : e - lo] for o, e in zip(offs, ends, strict=True)]
-    else:
-        raws = [ring.arena[o:e].tobytes() for o, e in zip(offs, ends, strict=True)]
+    raws = _payloads(ring, offs, ends)
     return [
         Delivered(seq, mid, raw[:blen], raw[blen:], group, enq, count, vis)
         for seq, mid, raw, blen, group, enq, count, vis in zip(
@@ -76,19 +91,22 @@ LogRefs = Callable[[RecordType, MetaRows, int, int], None]  # (type, rows, now_m
 
 
 def receive(
-    ring: Ring, fifo: bool, now_ms: int, k: int, visibility_ms: int, max_rc: int | None, log: LogRefs
-) -> tuple[list[Delivered], list[Delivered]]:
-    """Pick, mark, log one VISIBILITY record per delivery (``log``), build the values."""
+    ring: Ring, fifo: bool, now_ms: int, k: int, visibility_ms: int, max_rc: int | None, log: LogRefs,
+    as_columns: bool = False,
+) -> tuple[list[Delivered] | Columns, list[Delivered]]:
+    """Pick, mark, log one VISIBILITY record per delivery (``log``), build the
+    values: :class:`Columns` if ``as_columns`` and every message is plain,
+    else :class:`Delivered` (dead letters always)."""
     deliver, dead = pick(ring, fifo, now_ms, k, max_rc)
     if not len(deliver) and not len(dead):
         return [], []
     deadline = now_ms + visibility_ms
     mark(ring, deliver, dead, deadline)
-    got: list[Delivered] = []
+    got: list[Delivered] | Columns = []
     if len(deliver):
         rows = ring.meta[deliver]
         log(RecordType.VISIBILITY, rows, now_ms, deadline)
-        got = delivered(ring, rows)
+        got = (as_columns and columns(ring, rows, deadline)) or delivered(ring, rows)
     return got, delivered(ring, ring.meta[dead]) if len(dead) else []
 
 

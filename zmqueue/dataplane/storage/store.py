@@ -25,7 +25,7 @@ from zmqueue.dataplane.storage.backlog import Backlog
 from zmqueue.dataplane.storage.config import StorageConfig
 from zmqueue.dataplane.storage.limits import check_limits, require_space
 from zmqueue.dataplane.storage.logwriter import LogWriter
-from zmqueue.dataplane.storage.model import Delivered, NewMessage, Record
+from zmqueue.dataplane.storage.model import Columns, Delivered, NewMessage, Record
 from zmqueue.dataplane.storage.protocol import PartitionStoreProtocol
 from zmqueue.dataplane.storage.records import MAX_BLOCK_RAW, RecordType, Table, encode_payload
 from zmqueue.dataplane.storage.recovery import RecoveryReport, recover_directory
@@ -47,6 +47,21 @@ __all__ = ["PartitionStore", "PartitionStoreProtocol"]
 STATS_KEYS = ("visible", "in_flight", "delayed", "oldest_age_ms", "total", "bytes", "backlog_on_disk")
 """The counters of :meth:`PartitionStore.stats` (a partition with no stream on
 a host reports them as zeros)."""
+
+
+def _count(got: Columns | list[Delivered]) -> int:
+    return got.size if isinstance(got, Columns) else len(got)
+
+
+def _joined(a: Columns | list[Delivered], b: Columns | list[Delivered]) -> Columns | list[Delivered]:
+    """One request's two receives, in order (Delivered values unless both are columns)."""
+    if isinstance(a, Columns) and isinstance(b, Columns):
+        return a.extended(b)
+    if not b:
+        return a
+    if not a:
+        return b
+    return (a.delivered() if isinstance(a, Columns) else a) + (b.delivered() if isinstance(b, Columns) else b)
 
 
 class PartitionStore:
@@ -224,6 +239,25 @@ class PartitionStore:
         max_receive_count: int | None = None,
     ) -> tuple[list[Delivered], list[Delivered]]:
         """Mark up to ``max_messages`` visible messages in flight; see the contract."""
+        got, dead = self._receive(max_messages, now_ms, visibility_ms, max_receive_count, False)
+        assert isinstance(got, list)
+        return got, dead
+
+    def receive_columns(
+        self,
+        max_messages: int,
+        now_ms: int,
+        visibility_ms: int,
+        *,
+        max_receive_count: int | None = None,
+    ) -> tuple[Columns | list[Delivered], list[Delivered]]:
+        """:meth:`receive`, the messages as :class:`Columns` when every one is
+        plain (no attributes, no group), else as :class:`Delivered` values."""
+        return self._receive(max_messages, now_ms, visibility_ms, max_receive_count, True)
+
+    def _receive(
+        self, max_messages: int, now_ms: int, visibility_ms: int, max_rc: int | None, as_columns: bool
+    ) -> tuple[Columns | list[Delivered], list[Delivered]]:
         self._check_open(now_ms)
         if max_messages <= 0:
             return [], []
@@ -232,12 +266,13 @@ class PartitionStore:
         # messages come in the same receive. A standard one pages ahead only
         # (cheap, see Ring.can_place) and pages in for real when the ring is short.
         self._page_in(now_ms, needed=fifo)
-        got, dead = receive.receive(ring, fifo, now_ms, max_messages, visibility_ms, max_receive_count, log)
-        short = max_messages - len(got) - len(dead)
+        got, dead = receive.receive(ring, fifo, now_ms, max_messages, visibility_ms, max_rc, log, as_columns)
+        short = max_messages - _count(got) - len(dead)
         if short > 0 and not fifo and self.backlog.cursor is not None:
+            # (the values above are built: paging in may compact the arena)
             self._page_in(now_ms)
-            more, gone = receive.receive(ring, fifo, now_ms, short, visibility_ms, max_receive_count, log)
-            got += more
+            more, gone = receive.receive(ring, fifo, now_ms, short, visibility_ms, max_rc, log, as_columns)
+            got = _joined(got, more)
             dead += gone
         return got, dead
 
