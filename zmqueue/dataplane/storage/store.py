@@ -383,12 +383,20 @@ class PartitionStore:
 
         Not logged: expiry is derived from enqueue_ms, so recovery (which
         calls this) and paging drop the same messages.
+
+        Pages in ahead only (no compaction below 1/2 holes, see
+        Ring.can_place): the oldest messages are in the ring, so the backlog
+        can hold expired ones only once the ring's have all expired, and then
+        the ring is all holes or has room at its tail. (Were enqueue times out
+        of seq order, an expired message beyond the ring is dropped when paging
+        passes it.) Called every tick: the 1/8 rule here undid what paging
+        ahead saves.
         """
         self._check_open(now_ms)
         cutoff = now_ms - self.config.retention_ms
         total, removed = 0, -1
         while removed:
-            removed = select.remove_enqueued_by(self.ring, cutoff) + self._page_in(now_ms)
+            removed = select.remove_enqueued_by(self.ring, cutoff) + self._page_in(now_ms, needed=False)
             total += removed
         return total
 
