@@ -126,16 +126,13 @@ every round, every kill and the profile notes are on that page):
 ## Storage engine
 
 Copied from [docs/perf/storage.md](perf/storage.md) (the storage owner's
-page: the append rows measured at 149c75a, the others at c119677, each with
-old and new code run alternately; see there for the command, method and
-notes):
+page): its latest full run (`python -m benchmarks.storage.bench_storage`,
+seventh session, tree of 21f8b81, a quiet machine) and the consumer-path
+change of that session, old and new code run alternately. Earlier sessions'
+alternating runs (append at 149c75a, drain and has_visible at c119677) and
+where the append time goes are on that page.
 
 {storage}
-
-A full run of `python -m benchmarks.storage.bench_storage` on 149c75a (second
-session) shows the other rows where they were: receive 10 + delete 87,750
-msg/s, has_visible 0.4 / 0.6 µs, receive 10 on the 10 M backlog 30.2 µs
-(1.00x of 10 k), recovery 621 MB/s, RSS growth 0.3 MiB.
 
 ## Security: CURVE and encryption at rest
 
@@ -249,7 +246,7 @@ Python reader is ~0.33 s per query, half of it LZ4.
 """
 
 ANALYSIS = """\
-Measured on trees between 4cbb4f6 and e8dfd72 (second to sixth sessions) with thread CPU
+Measured on trees between 4cbb4f6 and 21f8b81 (second to seventh sessions) with thread CPU
 from `/proc/<pid>/task/*/stat` (user + system time per thread, per request
 or per batch), py-spy (`record --nonblocking --gil --format raw`) and
 cProfile on a host started under `python -m cProfile`; one client thread on
@@ -323,6 +320,26 @@ calls of replies (p50 32 us, p90 0.3 ms, p99 0.9 ms in a W3-like run): the
 three processes and their ZeroMQ I/O threads share 2 CPUs, and a woken I/O
 thread takes the CPU from the loop, so the consumer waiting less does not
 give the host more time.
+
+Seventh session: **the storage side of the consumer path.** py-spy on the
+single host of a W3 run (`zmqueue bench --workload W3 --hosts 1`, 200
+samples/s for 6 s): of the request loop's busy samples, receive + delete
+were ~70%, sends ~6%. Receive: W3's consumer trails its producer, so the
+backlog outgrows the ring (65,536 slots) and pages in from the log; at the
+1/8-holes rule every 8,192 freed slots compacted the other 57,344 (a
+quarter of page-in time), and building a `Delivered` tuple per message only
+to zip them back into a column group cost ~0.6 us per message. Delete: a
+`dref`'s seqs and counts were zipped into pairs and unzipped again, then
+gathered. Now paging ahead compacts at 1/2 holes, `receive_columns` builds
+no object per message, and a run of consecutive seqs is deleted on one
+ring slice (ADR 0002; docs/perf/storage.md: the store's drain of a backlog
+past the ring 375k -> 533k msg/s with receive + delete_many and 750k with
+receive_columns + delete_columns, 3 alternating pairs). `zmqueue bench
+--workload W3`, old and new trees alternately, 3 pairs per step: +3%, +5%,
++15% (78.9k -> 90.9k msg/s at the last step). After it the host's loop was
+~80% busy in W3, and its CPU was spread thin: receive ~25% (paging in ~6%,
+cutting bodies out of the arena ~4%), commits ~11% (block encode and
+write ~7%, paging ahead ~3%), replies' `send` ~7%, deletes ~7%, sends ~3%.
 
 **Push subscriptions.** Fifth session: `auto_delete`'s delete rides on the
 credit (one round trip per message instead of two; ~1,330 -> ~2,400 msg/s).

@@ -333,7 +333,9 @@ class PartitionStore:
         if first < 0 or last >= ring.n or int(ring.meta["seq"][last]) != hi:
             return False
         run = slice(first, last + 1)
-        if seqs[0] != lo or seqs[-1] != hi:  # not in order: each count to its seq's slot
+        # out of order: each count to its seq's slot (a batch whose ends are in
+        # place but whose middle is not only mismatches: the general path then)
+        if seqs[0] != lo or seqs[-1] != hi:
             ordered = [0] * len(seqs)
             for s, c in zip(seqs, counts, strict=True):
                 ordered[s - lo] = c
