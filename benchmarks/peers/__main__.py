@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import sys
@@ -42,6 +43,13 @@ SPECS = {
 }
 SINGLE_NODE = ["zmqueue", "rabbitmq", "nats", "redis"]
 REPLICATED = ["zmqueue-r3", "nats-r3"]
+CLIENTS = {"rabbitmq": "pika", "nats": "nats", "redis": "redis"}  # each peer's Python client
+
+
+def missing_clients(systems: list[str]) -> list[str]:
+    """The peers' Python client modules that cannot be imported (the ``bench`` extra)."""
+    wanted = sorted({CLIENTS[s.split("-")[0]] for s in systems if s.split("-")[0] in CLIENTS})
+    return [m for m in wanted if importlib.util.find_spec(m) is None]
 
 
 @contextlib.contextmanager
@@ -109,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     bad = set(systems) - set(SPECS)
     if bad:
         ap.error(f"unknown systems {sorted(bad)}; known: {sorted(SPECS)}")
+    missing = missing_clients(systems)
+    if missing:  # fail before starting anything, not once per run
+        ap.error(f"the peers' Python clients are not installed ({', '.join(missing)}): "
+                 "run `.venv/bin/pip install -e '.[bench]'` first")
     sizes = [int(x) for x in args.sizes.split(",")]
     todo = plan(args.workloads.split(","), sizes, systems, args.duration)
     results: list[dict[str, Any]] = []

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import QueueCluster
 from zmqueue.bench import ceiling
 from zmqueue.bench.queueops import PUSH_COUNT, measure_queue
@@ -42,3 +44,19 @@ def test_zmqueue_bench_checks_every_message_and_prints_a_json_line_per_run(qclus
     assert line["sent"] > 0 and line["lost"] == 0 and line["duplicates"] == 0
     assert line["unique_received"] == line["sent"] and line["errors"] == []
     assert line["send_p99_ms"] > 0 and "lost" in proc.stdout
+
+
+def test_the_peer_harness_refuses_to_start_without_the_peers_clients(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without the `bench` extra every peer run used to fail one by one; now
+    the harness says what to install before it starts anything."""
+    from benchmarks.peers import __main__ as peers
+
+    monkeypatch.setitem(peers.CLIENTS, "redis", "zmqueue_no_such_client")
+    assert peers.missing_clients(["zmqueue", "redis"]) == ["zmqueue_no_such_client"]
+    assert peers.missing_clients(["zmqueue", "zmqueue-r3"]) == []
+    with pytest.raises(SystemExit) as exc:
+        peers.main(["--systems", "zmqueue,redis", "--runs", "1"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "zmqueue_no_such_client" in err and "pip install -e '.[bench]'" in err
