@@ -98,14 +98,15 @@ process, payloads msgpack-packed 100 to a frame, loopback TCP.
 
 One client thread, one host, 100-byte messages, batches of 100
 ([docs/perf/queues.md](perf/queues.md), `python -m benchmarks.queues --runs 9 --write`
-on commit 999a770 (sixth session, the final code), medians of 9 runs; the per-run figures
+on commit 21f8b81 (seventh session), medians of 9 runs; the per-run figures
 are on that page. The drain hands the received messages back to
-`delete_and_receive` (deletes by reference): 97,125 msg/s here (86.9k-100.5k
-over the 9 runs; 80,406 and 94,454 in invocations on e8dfd72 and 65c7844
-earlier in the session), where the fifth session's final invocation
-(79e42d4, receipts) drained 60,211 and the third session's (ae13830,
-receive + `delete_batch`) 28,361. The push drain went from 2,382 (79e42d4)
-to 16,659 msg/s (13,666 on e8dfd72): a batch of pushed messages is credited
+`delete_and_receive` (deletes by reference): 118,671 msg/s here (107.3k-122.0k
+over the 9 runs), where the sixth session's final invocation (999a770) drained
+97,125 (the host now builds no object per message and deletes a batch on one
+ring slice: docs/perf/storage.md), the fifth session's (79e42d4, receipts)
+60,211 and the third session's (ae13830, receive + `delete_batch`) 28,361.
+The push drain went from 2,382 (79e42d4) to 16,659 (999a770) and 16,812 msg/s
+here: a batch of pushed messages is credited
 and deleted in one `CREDIT`. Its reference is one raw request/reply at a
 time. The single-send p99 ratio was 1.71x-2.30x in the third session's quiet
 invocations and 2.87x-3.46x with one CPU kept busy by a
@@ -185,43 +186,40 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5, W5-half) and the raw pyzmq
 ceiling come from the one invocation above, on the tree of commit
-{commit} (sixth session, the final code). Two earlier invocations of the
-session: on 65c7844 (column groups and deletes by reference, before the
-push, review and chaos-test changes) W3 82,084 msg/s (0.88x Redis), W5b
-3.09x NATS R=3, W5 0.64x, W1 0.37x; on e8dfd72 W3 69,033 (0.84x), W5b
-3.20x, W5 0.66x, W1 0.35x. Per-run ratios of this invocation (100 B): W3
-0.82x, 0.86x, 0.83x Redis; W5b 2.63x, 3.20x, 2.80x NATS R=3; W5 0.75x,
-0.90x, 0.89x NATS R=3; W1 0.36x, 0.36x, 0.31x Redis.
+{commit} (seventh session, the storage side of the consumer path). Per-run
+ratios of this invocation (100 B): W3 1.04x, 1.02x, 1.15x Redis; W5b 3.40x,
+3.91x, 4.37x NATS R=3; W5 0.74x, 0.83x, 0.87x NATS R=3; W1 0.35x, 0.37x,
+0.34x Redis.
 
-- **What moved** (100 B; the fifth session's final invocation, 79e42d4 ->
-  this one): the consumer again. A host answers a receive of plain messages
-  with column groups, and the consumer hands the messages back to
-  `delete_and_receive`, which deletes them by (seq, receive count): no
-  receipt text is built, sent or parsed (see "Where the time goes"). W3
-  52,457 -> 73,554 msg/s end to end (0.57x -> 0.83x Redis; 1,024 B 0.58x ->
-  0.81x), W5b 26,894 -> 41,686 (2.55x -> 3.20x NATS R=3; 1,024 B 3.88x). In
-  W3 the producer side sends 111,200 msg/s and the consumer still trails it
-  (e2e p50 ~1.4 s: a backlog builds up during the run).
-- **What did not.** One message per request: W1 2,195 -> 2,125 (0.38x ->
-  0.35x Redis) and W5 785 -> 829 (0.84x -> 0.89x NATS R=3; the session's
-  other invocations gave 0.64x and 0.66x: W5's ratio has moved between
-  0.62x and 0.93x over single runs of the last two sessions). zmqueue's own
-  W5 in alternating runs (`zmqueue bench --workload W5`, 2953ff7 and
-  26b4738, 3 pairs): 743 -> 795 msg/s (medians). Redis answers one XADD in
-  0.14 ms (p50) where zmqueue takes 0.43 ms for one confirmed send, so W1
-  and W2 stay behind Redis (and W2 behind NATS).
+- **What moved** (100 B; the sixth session's final invocation, 999a770 ->
+  this one): the host's side of the consumer path. Paging a backlog larger
+  than the ring in ahead of the consumers no longer compacts at 1/8 holes, a
+  receive of plain messages builds no object per message
+  (`receive_columns`), and a batch of consecutive deletes is removed on one
+  ring slice (see "Where the time goes" and docs/perf/storage.md). W3
+  73,554 -> 96,162 msg/s end to end (0.83x -> 1.05x Redis; 1,024 B 0.81x ->
+  1.03x), W5b 41,686 -> 43,809 (3.20x -> 3.97x NATS R=3). In W3 the producer
+  side sends ~129,000 msg/s and the consumer still trails it (e2e p50
+  ~0.9 s: a backlog builds up during the run, and pages in from the log).
+  queues.md: the `delete_and_receive` drain 97,125 -> 118,671 msg/s.
+- **What did not.** One message per request: W1 2,125 -> 2,304 (0.35x ->
+  0.36x Redis) and W5 829 -> 835 (0.89x -> 0.83x NATS R=3: W5's ratio has
+  moved between 0.62x and 0.93x over single runs of the last three
+  sessions). Redis answers one XADD in 0.12 ms (p50) where zmqueue takes
+  0.41 ms for one confirmed send, so W1 and W2 stay behind Redis (and W2
+  behind NATS).
 - **Targets.** Met: no losses or duplicates in any run of any system, the
-  R=3 send p99 at half rate (< 10 ms), W5b at 1.5x NATS R=3 (3.20x, 1,024 B
-  3.88x), FIFO failover (fourth session, 6eabf3a: p50 1.62 s, max 1.68 s over
+  R=3 send p99 at half rate (< 10 ms), W5b at 1.5x NATS R=3 (3.97x, 1,024 B
+  4.31x), FIFO failover (fourth session, 6eabf3a: p50 1.62 s, max 1.68 s over
   20 kills), CURVE cost (6.6%), R=3 sync throughput at 50% of R=1 (fourth
   session, 6eabf3a, replication.md: 63.4% with 16 producers; with one
-  producer, i.e. one batch in flight, 43.7%), and (queues.md, 999a770, 9
-  runs) send_batch at 25% of raw pyzmq (36.1%) and the single-send p99 at
-  3x raw (2.05x). Missed: 2x the best peer in W1/W3 (0.35x, 0.83x), W2 p99
-  at or below the best peer's (3.50x Redis's), W3 end to end at 25% of the
-  raw pyzmq batched round trip (11.8%; 9.0% in the fifth session), W5 (one
-  message per request, R=3) at 1.5x NATS R=3 (0.89x).
-- **Noise.** 2 CPUs shared with other sessions' test suites; the 1-minute
+  producer, i.e. one batch in flight, 43.7%), and (queues.md, 21f8b81, 9
+  runs) send_batch at 25% of raw pyzmq (34.7%) and the single-send p99 at
+  3x raw (2.04x). Missed: 2x the best peer in W1/W3 (0.36x, 1.05x), W2 p99
+  at or below the best peer's (3.11x Redis's), W3 end to end at 25% of the
+  raw pyzmq batched round trip (14.0%; 11.8% in the sixth session), W5
+  (one message per request, R=3) at 1.5x NATS R=3 (0.83x).
+- **Noise.** 2 CPUs shared with other sessions' work; the 1-minute
   load average was {load} during the peer runs (the R=3 rows ran with
   three hosts or three NATS servers up). Single runs move by up to 2x;
   read the medians and the ratios.
