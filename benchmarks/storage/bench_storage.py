@@ -169,12 +169,10 @@ def receive_cost_us(store: PartitionStore, calls: int = 100) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def drain_rate(tmp: Path, total: int = 20_000, k: int = 10) -> float:
-    """receive(k) + delete each by its receipt + commit, until ``total`` are gone; msgs/s.
-
-    The consumer side of W3 inside one store: per call one VISIBILITY record
-    per message, then k single DELETEs, then one block.  fsync=interval.
-    """
+def _drain(tmp: Path, total: int, take: Callable[[PartitionStore], int]) -> float:
+    """A store of ``total`` 100-byte messages (ring 65,536 slots and 8 MiB,
+    fsync=interval), emptied by ``take`` (one consumer step: receive,
+    delete, return how many) and a commit per step; msgs/s."""
     d = Path(tempfile.mkdtemp(dir=tmp))
     config = StorageConfig(ring_slots=65536, arena_bytes=8 << 20, fsync="interval")
     store = PartitionStore.open(d, config, now_ms=1)
@@ -185,16 +183,29 @@ def drain_rate(tmp: Path, total: int = 20_000, k: int = 10) -> float:
     done = 0
     start = time.perf_counter()
     while done < total:
-        got, _ = store.receive(k, 1, 30_000)
-        for m in got:
-            store.delete(m.seq, m.receive_count, 1)
+        done += take(store)
         store.commit()
-        done += len(got)
     elapsed = time.perf_counter() - start
     assert store.stats(1)["total"] == 0
     store.close()
     shutil.rmtree(d)
     return total / elapsed
+
+
+def drain_rate(tmp: Path, total: int = 20_000, k: int = 10) -> float:
+    """receive(k) + delete each by its receipt + commit, until ``total`` are gone; msgs/s.
+
+    The consumer side of W3 inside one store: per call one VISIBILITY record
+    per message, then k single DELETEs, then one block.  fsync=interval.
+    """
+
+    def take(store: PartitionStore) -> int:
+        got, _ = store.receive(k, 1, 30_000)
+        for m in got:
+            store.delete(m.seq, m.receive_count, 1)
+        return len(got)
+
+    return _drain(tmp, total, take)
 
 
 def drain_batch_rate(tmp: Path, columns: bool, total: int = 200_000, k: int = 100) -> float:
@@ -203,31 +214,19 @@ def drain_batch_rate(tmp: Path, columns: bool, total: int = 200_000, k: int = 10
     backlog (20 MB) is larger than the ring's 8 MiB arena, so it pages in.
     ``columns``: receive_columns + delete_columns (a RECEIVE ``cols`` with
     ``dref``), else receive (Delivered values) + delete_many (receipts)."""
-    d = Path(tempfile.mkdtemp(dir=tmp))
-    config = StorageConfig(ring_slots=65536, arena_bytes=8 << 20, fsync="interval")
-    store = PartitionStore.open(d, config, now_ms=1)
-    bodies = [b for bs, _ in _batches(10) for b in bs]  # 1000 x 100 B
-    for _ in range(total // len(bodies)):
-        store.append_batch(bodies, 1)
-        store.commit()
-    done = 0
-    start = time.perf_counter()
-    while done < total:
-        if columns:
-            cols, _ = store.receive_columns(k, 1, 30_000)
-            assert isinstance(cols, Columns)
-            store.delete_columns(cols.seqs, cols.receive_counts, 1)
-            done += cols.size
-        else:
-            got, _ = store.receive(k, 1, 30_000)
-            store.delete_many([(m.seq, m.receive_count) for m in got], 1)
-            done += len(got)
-        store.commit()
-    elapsed = time.perf_counter() - start
-    assert store.stats(1)["total"] == 0
-    store.close()
-    shutil.rmtree(d)
-    return total / elapsed
+
+    def take_columns(store: PartitionStore) -> int:
+        cols, _ = store.receive_columns(k, 1, 30_000)
+        assert isinstance(cols, Columns)
+        store.delete_columns(cols.seqs, cols.receive_counts, 1)
+        return cols.size
+
+    def take_rows(store: PartitionStore) -> int:
+        got, _ = store.receive(k, 1, 30_000)
+        store.delete_many([(m.seq, m.receive_count) for m in got], 1)
+        return len(got)
+
+    return _drain(tmp, total, take_columns if columns else take_rows)
 
 
 def bench_drain(tmp: Path) -> list[tuple[str, str, str, str]]:

@@ -32,6 +32,18 @@ def _outcome(err: InvalidReceipt | None) -> tuple[str, bool] | None:
     return None if err is None else (str(err), bool(err.details.get("gone")))
 
 
+def _one_by_one(store: PartitionStore, receipts: list[tuple[int, int]]) -> list[tuple[str, bool] | None]:
+    """The outcomes of deleting ``receipts`` one at a time, in order."""
+    want: list[tuple[str, bool] | None] = []
+    for seq, count in receipts:
+        try:
+            store.delete(seq, count, NOW)
+            want.append(None)
+        except InvalidReceipt as exc:
+            want.append(_outcome(exc))
+    return want
+
+
 @settings(max_examples=120, deadline=None)
 @given(n=st.integers(4, 40), data=st.data())
 def test_a_batch_of_receipts_does_what_deleting_them_one_by_one_does(n: int, data: st.DataObject) -> None:
@@ -45,14 +57,7 @@ def test_a_batch_of_receipts_does_what_deleting_them_one_by_one_does(n: int, dat
         receipts = data.draw(st.permutations(receipts))
 
         got = [_outcome(e) for e in batch.delete_many(receipts, NOW)]
-        want: list[tuple[str, bool] | None] = []
-        for seq, count in receipts:
-            try:
-                single.delete(seq, count, NOW)
-                want.append(None)
-            except InvalidReceipt as exc:
-                want.append(_outcome(exc))
-        assert got == want
+        assert got == _one_by_one(single, receipts)
         for s in (batch, single):
             s.commit()
         # the same messages are left, and they stay so across a restart (the
@@ -101,14 +106,7 @@ def test_a_run_of_consecutive_seqs_does_what_deleting_them_one_by_one_does(n: in
         stale = data.draw(st.sampled_from([None, None, *run]))
         counts = [flying[s] + (1 if s == stale else 0) for s in run]
         got = [_outcome(e) for e in batch.delete_columns(run, counts, NOW)]
-        want: list[tuple[str, bool] | None] = []
-        for seq, count in zip(run, counts, strict=True):
-            try:
-                single.delete(seq, count, NOW)
-                want.append(None)
-            except InvalidReceipt as exc:
-                want.append(_outcome(exc))
-        assert got == want
+        assert got == _one_by_one(single, list(zip(run, counts, strict=True)))
         left = [sorted(m.seq for m in st_.receive(n, NOW + 60_000, 1_000)[0]) for st_ in (batch, single)]
         assert left[0] == left[1]
         for st_ in (batch, single):
