@@ -83,6 +83,11 @@ def test_hosts_keep_serving_through_a_consul_outage_and_re_register(tmp_path: Pa
 
         wait_for(resumed, 30, "traffic after Consul returned", interval_s=0.2)
         assert all(h.alive() for h in hosts)
+        # a session Consul calls invalid is dropped at once, not retried until
+        # its renewal is due (that kept a stream without a writer for 2-3 s)
+        for h in hosts:
+            log = (tmp_path / "logs" / f"host-{h.node}.log").read_text()
+            assert "leadership cycle: 500 invalid session" not in log, h.log_tail()
     finally:
         if client is not None:
             client.close()

@@ -249,6 +249,8 @@ class Leadership(threading.Thread):
             if s not in cands or self._should_hand_back(s, cands[s], passing, positions, state):
                 self._release(s)
                 mine.discard(s)
+                if self.session is None:
+                    return True  # the session is gone (all deposed): a new one next cycle
         self.post(Confirmed(frozenset(mine), sent_at))
         for s in free:
             if may_campaign(self.node, cands[s], passing, positions.get(s, (0, 0))[1],
@@ -285,19 +287,27 @@ class Leadership(threading.Thread):
             return False
         return state.get(s, {}).get(pref, -1) >= positions.get(s, (0, 0))[1]
 
-    def _acquire(self, s: StreamKey, sid: str) -> bool:
-        """Try to take ``s``'s lock; False when Consul says the session is
-        invalid (every lock it held is lost then; the next cycle creates a new
-        session at once instead of retrying with this one until its renewal)."""
-        key = lock_key(s)
+    def _lock_write(self, sid: str, key: str, **how: str) -> bool | None:
+        """``kv.put(key, acquire=sid)`` or ``release=sid``: Consul's answer, or
+        None when it says the session is invalid. Every lock the session held
+        is lost then, and the next cycle creates a new session at once instead
+        of retrying with this one until its renewal is due (which kept a
+        stream without a writer for 2-3 s after a Consul restart)."""
         try:
-            ok = self.client.call(lambda c: c.kv.put(key, self.value, acquire=sid))
+            return bool(self.client.call(lambda c: c.kv.put(key, self.value, **how)))
         except consul.ConsulException as exc:
             if "invalid session" not in str(exc):
                 raise
             log.warning("session %s is no longer valid (%s); every lock it held is lost, "
                         "campaigning with a new session", sid, exc)
             self._lose_all()
+            return None
+
+    def _acquire(self, s: StreamKey, sid: str) -> bool:
+        """Try to take ``s``'s lock; False when the session is invalid."""
+        key = lock_key(s)
+        ok = self._lock_write(sid, key, acquire=sid)
+        if ok is None:
             return False
         if not ok:
             return True
@@ -312,9 +322,8 @@ class Leadership(threading.Thread):
 
     def _release(self, s: StreamKey) -> None:
         sid = self.session
-        if sid is None:
+        if sid is None or self._lock_write(sid, lock_key(s), release=sid) is None:
             return
-        self.client.call(lambda c: c.kv.put(lock_key(s), self.value, release=sid))
         if self.held.pop(s, None) is not None:
             log.info("released the writer lock of %s", s)
             self.post(Deposed(s))
