@@ -272,7 +272,7 @@ class Queue:
         if not receipts:
             return [], self.receive(max_messages, wait_time, visibility_timeout)
         self._check_receive(max_messages, wait_time)
-        groups = self._group(receipts)
+        groups = self.by_stream(receipts)
         out: list[ZmqueueError | None] = [None] * len(receipts)
         carry: _Carry | None = None
         targets: list[tuple[int, str]] | None = None
@@ -449,10 +449,9 @@ class Queue:
         asked = pending.pop(frame.request_id, None) if frame.command == Command.RECEIVE else None
         if asked is None:
             return None
-        pending_p = asked[0]
         if frame.is_error:
             return from_wire(frame.body)
-        return self._messages(pending_p, frame.body)
+        return self._messages(asked[0], frame.body)
 
     def _messages(self, p: int, reply: dict[str, Any]) -> list[Message]:
         """The messages of a RECEIVE reply: lists (``m``), then column groups
@@ -492,12 +491,13 @@ class Queue:
     def _batch(self, command: Command, receipts: list[Deletable], timeout: int | None
                ) -> list[ZmqueueError | None]:
         out: list[ZmqueueError | None] = [None] * len(receipts)
-        for (p, origin), idxs in self._group(receipts).items():
+        for (p, origin), idxs in self.by_stream(receipts).items():
             self._apply(command, receipts, idxs, p, origin, timeout, out)
         return out
 
-    def _group(self, receipts: list[Deletable]) -> dict[tuple[int, str], list[int]]:
-        """Receipt indexes by stream (partition, origin); checks count and queue."""
+    def by_stream(self, receipts: list[Deletable]) -> dict[tuple[int, str], list[int]]:
+        """Receipt indexes by stream (partition, origin); checks count and queue
+        (used by the delete calls and by push subscriptions' batched deletes)."""
         if not 1 <= len(receipts) <= MAX_BATCH:
             raise InvalidParameter(f"1 to {MAX_BATCH} receipts per batch, got {len(receipts)}")
         groups: dict[tuple[int, str], list[int]] = {}

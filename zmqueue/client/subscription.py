@@ -139,7 +139,7 @@ class Subscription:
         carried: list[Message] = []
         if handled:
             try:
-                groups = sorted(self.queue._group(list(handled)).values(), key=len, reverse=True)
+                groups = sorted(self.queue.by_stream(list(handled)).values(), key=len, reverse=True)
             except ZmqueueError as exc:  # not expected: receipts of this queue's own pushes
                 log.warning("deleting pushed messages failed: %s", exc)
                 groups = []

@@ -36,7 +36,7 @@ from zmqueue.dataplane.storage.store import STATS_KEYS
 from zmqueue.dataplane.stream import LEASE_S, PendingAck, Role, Stream
 from zmqueue.dataplane.streamset import StreamSet
 from zmqueue.dataplane.topology import FIFO_ORIGIN, Metadata, PartKey, StreamKey
-from zmqueue.dataplane.waiting import Waiters
+from zmqueue.dataplane.waiting import Waiters, has_messages
 from zmqueue.errors import (
     InvalidParameter,
     InvalidReceipt,
@@ -361,7 +361,7 @@ class QueueService:
         if body.get("del") is not None or body.get("dref") is not None:
             return self._delete_then_take(req, part, body, max_n, wait_ms, vis_s, cols, now)
         reply = self.take(self.readable_streams(part), max_n, vis_s, now, cols)
-        if reply["m"] or "ms" in reply or wait_ms == 0:
+        if has_messages(reply) or wait_ms == 0:
             return reply
         self.waiters.park(part, req, max_n, vis_s, now + wait_ms, cols)
         return DEFERRED

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zmqueue.dataplane.dispatch import Request
 from zmqueue.dataplane.topology import PartKey
@@ -15,6 +15,12 @@ if TYPE_CHECKING:
     from zmqueue.dataplane.service import QueueService
 
 MAX_WAITERS = 100_000
+
+
+def has_messages(reply: dict[str, Any]) -> bool:
+    """Whether a RECEIVE reply (``QueueService.take``: lists ``m``, column
+    groups ``ms`` only when there is one) holds any message."""
+    return bool(reply["m"]) or "ms" in reply
 
 
 @dataclass
@@ -59,7 +65,7 @@ class Waiters:
                 if not any(st.store.has_visible(now) for st in streams):
                     break
                 reply = svc.take(streams, w.max_messages, w.visibility_s, now, w.cols)
-                if not reply["m"] and "ms" not in reply:
+                if not has_messages(reply):
                     break
                 q.popleft()
                 w.request.reply(reply)
