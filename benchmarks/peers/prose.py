@@ -98,14 +98,15 @@ process, payloads msgpack-packed 100 to a frame, loopback TCP.
 
 One client thread, one host, 100-byte messages, batches of 100
 ([docs/perf/queues.md](perf/queues.md), `python -m benchmarks.queues --runs 9 --write`
-on commit 21f8b81 (seventh session), medians of 9 runs; the per-run figures
+on commit 76b8fdf (seventh session, the final code), medians of 9 runs; the per-run figures
 are on that page. The drain hands the received messages back to
-`delete_and_receive` (deletes by reference): 118,671 msg/s here (107.3k-122.0k
-over the 9 runs), where the sixth session's final invocation (999a770) drained
-97,125 (the host now builds no object per message and deletes a batch on one
-ring slice: docs/perf/storage.md), the fifth session's (79e42d4, receipts)
-60,211 and the third session's (ae13830, receive + `delete_batch`) 28,361.
-The push drain went from 2,382 (79e42d4) to 16,659 (999a770) and 16,812 msg/s
+`delete_and_receive` (deletes by reference): 115,195 msg/s here (97.7k-121.1k
+over the 9 runs; 118,671 in the session's invocation on 21f8b81), where the
+sixth session's final invocation (999a770) drained 97,125 (the host now
+builds no object per message and deletes a batch on one ring slice:
+docs/perf/storage.md), the fifth session's (79e42d4, receipts) 60,211 and
+the third session's (ae13830, receive + `delete_batch`) 28,361. The push
+drain went from 2,382 (79e42d4) to 16,659 (999a770) and 17,868 msg/s
 here: a batch of pushed messages is credited
 and deleted in one `CREDIT`. Its reference is one raw request/reply at a
 time. The single-send p99 ratio was 1.71x-2.30x in the third session's quiet
@@ -186,39 +187,46 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5, W5-half) and the raw pyzmq
 ceiling come from the one invocation above, on the tree of commit
-{commit} (seventh session, the storage side of the consumer path). Per-run
-ratios of this invocation (100 B): W3 1.04x, 1.02x, 1.15x Redis; W5b 3.40x,
-3.91x, 4.37x NATS R=3; W5 0.74x, 0.83x, 0.87x NATS R=3; W1 0.35x, 0.37x,
-0.34x Redis.
+{commit} (seventh session, the final code). Per-run ratios of this
+invocation (100 B): W3 1.15x, 1.06x, 0.93x Redis; W5b 3.59x, 3.42x, 3.37x
+NATS R=3; W5 0.75x, 0.67x, 0.81x NATS R=3; W1 0.34x, 0.33x, 0.36x Redis.
+The machine was busier than in the session's other invocation (load
+{load}; raw pyzmq's batched round trip 475k against 686k payloads/s). That
+invocation, on 21f8b81 (the same storage and host code before a review
+refactor of how a reply is tested for messages), gave at load 0.6-5.9: W3
+96,162 msg/s (1.05x Redis; 1,024 B 1.03x), W5b 43,809 (3.97x NATS R=3), W5
+835 (0.83x), W1 2,304 (0.36x), W2 p99 3.11x Redis, W3 14.0% of raw pyzmq.
 
 - **What moved** (100 B; the sixth session's final invocation, 999a770 ->
-  this one): the host's side of the consumer path. Paging a backlog larger
-  than the ring in ahead of the consumers no longer compacts at 1/8 holes, a
-  receive of plain messages builds no object per message
+  this session): the host's side of the consumer path. Paging a backlog
+  larger than the ring in ahead of the consumers no longer compacts at 1/8
+  holes, a receive of plain messages builds no object per message
   (`receive_columns`), and a batch of consecutive deletes is removed on one
   ring slice (see "Where the time goes" and docs/perf/storage.md). W3
-  73,554 -> 96,162 msg/s end to end (0.83x -> 1.05x Redis; 1,024 B 0.81x ->
-  1.03x), W5b 41,686 -> 43,809 (3.20x -> 3.97x NATS R=3). In W3 the producer
-  side sends ~129,000 msg/s and the consumer still trails it (e2e p50
-  ~0.9 s: a backlog builds up during the run, and pages in from the log).
-  queues.md: the `delete_and_receive` drain 97,125 -> 118,671 msg/s.
-- **What did not.** One message per request: W1 2,125 -> 2,304 (0.35x ->
-  0.36x Redis) and W5 829 -> 835 (0.89x -> 0.83x NATS R=3: W5's ratio has
+  73,554 -> 78,997 msg/s end to end here and 96,162 on 21f8b81 (0.83x ->
+  0.93x and 1.05x Redis); W5b 41,686 -> 42,852 and 43,809 (3.20x -> 3.55x
+  and 3.97x NATS R=3). `zmqueue bench --workload W3` on old and new trees
+  alternately: 78.9k -> 90.9k msg/s (3 pairs). In W3 the producer side sends
+  faster than the consumer takes (e2e p50 ~1 s: a backlog builds up during
+  the run, and pages in from the log). queues.md: the `delete_and_receive`
+  drain 97,125 -> 115,195 msg/s here (118,671 on 21f8b81).
+- **What did not.** One message per request: W1 2,125 -> 2,047 (0.35x Redis
+  both times) and W5 829 -> 793 (0.89x -> 0.75x NATS R=3: W5's ratio has
   moved between 0.62x and 0.93x over single runs of the last three
-  sessions). Redis answers one XADD in 0.12 ms (p50) where zmqueue takes
-  0.41 ms for one confirmed send, so W1 and W2 stay behind Redis (and W2
+  sessions). Redis answers one XADD in ~0.12 ms (p50) where zmqueue takes
+  ~0.4 ms for one confirmed send, so W1 and W2 stay behind Redis (and W2
   behind NATS).
 - **Targets.** Met: no losses or duplicates in any run of any system, the
-  R=3 send p99 at half rate (< 10 ms), W5b at 1.5x NATS R=3 (3.97x, 1,024 B
-  4.31x), FIFO failover (fourth session, 6eabf3a: p50 1.62 s, max 1.68 s over
+  R=3 send p99 at half rate (< 10 ms), W5b at 1.5x NATS R=3 (3.55x, 1,024 B
+  3.39x), FIFO failover (fourth session, 6eabf3a: p50 1.62 s, max 1.68 s over
   20 kills), CURVE cost (6.6%), R=3 sync throughput at 50% of R=1 (fourth
   session, 6eabf3a, replication.md: 63.4% with 16 producers; with one
-  producer, i.e. one batch in flight, 43.7%), and (queues.md, 21f8b81, 9
-  runs) send_batch at 25% of raw pyzmq (34.7%) and the single-send p99 at
-  3x raw (2.04x). Missed: 2x the best peer in W1/W3 (0.36x, 1.05x), W2 p99
-  at or below the best peer's (3.11x Redis's), W3 end to end at 25% of the
-  raw pyzmq batched round trip (14.0%; 11.8% in the sixth session), W5
-  (one message per request, R=3) at 1.5x NATS R=3 (0.83x).
+  producer, i.e. one batch in flight, 43.7%), and (queues.md, 76b8fdf, 9
+  runs) send_batch at 25% of raw pyzmq (33.7%) and the single-send p99 at
+  3x raw (2.02x). Missed: 2x the best peer in W1/W3 (0.35x, 0.93x), W2 p99
+  at or below the best peer's (3.23x Redis's), W3 end to end at 25% of the
+  raw pyzmq batched round trip (16.6%; 11.8% in the sixth session), W5
+  (one message per request, R=3) at 1.5x NATS R=3 (0.75x).
 - **Noise.** 2 CPUs shared with other sessions' work; the 1-minute
   load average was {load} during the peer runs (the R=3 rows ran with
   three hosts or three NATS servers up). Single runs move by up to 2x;
