@@ -12,6 +12,7 @@ consecutive messages touches one contiguous span).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +23,9 @@ from zmqueue.dataplane.storage.ring import AVAILABLE, IN_FLIGHT, MOVING, IntArra
 from zmqueue.errors import InvalidReceipt
 
 SPAN_SLACK_BYTES = 64 << 10  # copy one span if it wastes at most this much
+SMALL = 8  # receives of up to this many messages are marked and read on Python scalars
+# fields of a ring row as ``MetaRows.tolist()`` gives it (ring.META_DTYPE order)
+_SEQ, _OFF, _BODY_LEN, _ATTR_LEN, _ENQ, _VIS, _COUNT, _STATE, _GROUP, _ID = range(10)
 
 
 def pick(ring: Ring, fifo: bool, now_ms: int, k: int, max_rc: int | None) -> tuple[IntArray, IntArray]:
@@ -36,7 +40,14 @@ def mark(ring: Ring, deliver: IntArray, dead: IntArray, deadline: int) -> None:
     ring.version += 1
     if len(dead):
         meta["state"][dead] = MOVING
-    if len(deliver):
+    if 0 < len(deliver) <= SMALL:
+        counts, vis, state = ring.receive_count, ring.visible_at, ring.state
+        for i in deliver.tolist():
+            counts[i] += 1
+            vis[i] = deadline
+            state[i] = IN_FLIGHT
+        ring.note_deadline(deadline)
+    elif len(deliver):
         meta["receive_count"][deliver] += 1
         meta["visible_at_ms"][deliver] = deadline
         meta["state"][deliver] = IN_FLIGHT
@@ -55,12 +66,24 @@ def _payloads(ring: Ring, offs: list[int], ends: list[int]) -> list[bytes]:
 
 def columns(ring: Ring, rows: MetaRows, visible_at_ms: int) -> Columns | None:
     """The rows as :class:`Columns`; None when one has attributes or a group."""
+    if len(rows) <= SMALL:
+        return _columns_small(ring, rows.tolist(), visible_at_ms)
     if rows["attr_len"].any() or rows["group_hash"].any():
         return None
     offs = rows["off"].tolist()
     ends = (rows["off"] + rows["body_len"]).tolist()
     return Columns(rows["seq"].tolist(), rows["message_id"].tobytes(), _payloads(ring, offs, ends),
                    rows["receive_count"].tolist(), rows["enqueue_ms"].tolist(), visible_at_ms)
+
+
+def _columns_small(ring: Ring, rows: list[tuple[Any, ...]], visible_at_ms: int) -> Columns | None:
+    """:func:`columns` of a few rows (``MetaRows.tolist()``), on Python scalars."""
+    if any(r[_ATTR_LEN] or r[_GROUP] for r in rows):
+        return None
+    arena = ring.arena
+    return Columns([r[_SEQ] for r in rows], b"".join([r[_ID] for r in rows]),
+                   [arena[r[_OFF] : r[_OFF] + r[_BODY_LEN]].tobytes() for r in rows],
+                   [r[_COUNT] for r in rows], [r[_ENQ] for r in rows], visible_at_ms)
 
 
 def delivered(ring: Ring, rows: MetaRows) -> list[Delivered]:

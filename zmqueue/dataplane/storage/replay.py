@@ -9,6 +9,7 @@ from the last VISIBILITY record, a PURGE drops everything before it.
 from __future__ import annotations
 
 import bisect
+from typing import Any
 
 import numpy as np
 
@@ -75,8 +76,23 @@ def live_mask(ring: Ring, slots: IntArray) -> np.ndarray[tuple[int], np.dtype[np
     return (slots >= 0) & (states >= AVAILABLE) & (states <= MOVING)
 
 
-def apply_block(ring: Ring, backlog: Backlog, table: Table, heap: U8Array) -> None:
+SMALL_CHUNK = 8
+"""Tables of at most this many records are applied record by record with
+Python scalars (:func:`apply_records`): a replica applying one send, receive
+or delete at a time paid ~100 µs for the array path's masks and gathers."""
+
+# fields of a record row as ``Table.tolist()`` gives it (records.RECORD_DTYPE order)
+(F_TYPE, _F_VERSION, _F_FLAGS, F_BODY_LEN, F_EPOCH, F_SEQ, F_TARGET, F_ID, F_TIME, F_VISIBLE, F_GROUP,
+ F_COUNT, F_ATTR_LEN, F_DATA_OFF, _F_RESERVED) = range(15)
+_MESSAGE, _VISIBILITY, _PURGE = int(RecordType.MESSAGE), int(RecordType.VISIBILITY), int(RecordType.PURGE)
+_DELETE, _DLQ_MOVE = int(RecordType.DELETE), int(RecordType.DLQ_MOVE)
+
+
+def apply_block(ring: Ring, backlog: Backlog, table: Table, heap: U8Array | bytes) -> None:
     """Apply one block's records in order (split at PURGE records)."""
+    if len(table) <= SMALL_CHUNK:
+        apply_records(ring, backlog, table, table.tolist(), heap)
+        return
     types = table["type"]
     start = 0
     for p in [*np.flatnonzero(types == RecordType.PURGE).tolist(), len(table)]:
@@ -88,7 +104,47 @@ def apply_block(ring: Ring, backlog: Backlog, table: Table, heap: U8Array) -> No
         start = p + 1
 
 
-def _apply_chunk(ring: Ring, backlog: Backlog, chunk: Table, heap: U8Array) -> None:
+def apply_records(ring: Ring, backlog: Backlog, table: Table, recs: list[tuple[Any, ...]],
+                  heap: U8Array | bytes) -> None:
+    """:func:`apply_block` of a few records (``recs``: ``table.tolist()``), one
+    at a time: the same outcome as the array path, which applies a chunk's
+    messages, then its visibility changes, then its removals (records of one
+    chunk never target a message of a later record)."""
+    for j, r in enumerate(recs):
+        kind = r[F_TYPE]
+        if kind == _MESSAGE:
+            total = r[F_BODY_LEN] + r[F_ATTR_LEN]
+            if (backlog.cursor is not None or ring.n >= ring.slots
+                    or ring.top + total > ring.arena_bytes):
+                place(ring, backlog, table[j : j + 1], heap)  # compaction or the backlog
+            else:
+                ring.insert_record(r[F_SEQ], r[F_ID], r[F_TIME], r[F_VISIBLE], r[F_GROUP],
+                                   r[F_BODY_LEN], r[F_ATTR_LEN], heap, r[F_DATA_OFF])
+        elif kind == _VISIBILITY:
+            target = r[F_TARGET]
+            i = ring.index_of(target)
+            if i >= 0 and AVAILABLE <= int(ring.state[i]) <= MOVING:
+                ring.receive_count[i] = r[F_COUNT]
+                ring.visible_at[i] = r[F_VISIBLE]
+                ring.state[i] = IN_FLIGHT
+            elif backlog.beyond(target):
+                backlog.receive_counts[target] = r[F_COUNT]
+            ring.hint, ring.hint_deadline = 0, -1
+            ring.version += 1
+        elif kind in (_DELETE, _DLQ_MOVE):
+            target = r[F_TARGET]
+            i = ring.index_of(target)
+            if i >= 0 and AVAILABLE <= int(ring.state[i]) <= MOVING:
+                ring.remove(i)
+            elif backlog.beyond(target):
+                backlog.gone.add(target)
+                backlog.receive_counts.pop(target, None)
+        elif kind == _PURGE:
+            ring.clear()
+            backlog.reset()
+
+
+def _apply_chunk(ring: Ring, backlog: Backlog, chunk: Table, heap: U8Array | bytes) -> None:
     types = chunk["type"]
     msgs = chunk[types == RecordType.MESSAGE]
     if len(msgs):

@@ -10,7 +10,7 @@ store.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,6 +58,9 @@ def validate(table_bytes: bytes, heap: bytes) -> Table:
     if n == 0 or rest:
         raise InvalidParameter("replicated table is not whole records")
     table = np.frombuffer(table_bytes, RECORD_DTYPE)
+    if n <= replay.SMALL_CHUNK:
+        _validate_small(table.tolist(), len(heap))
+        return table
     seqs = table["seq"]
     if int(seqs[-1]) - int(seqs[0]) != n - 1 or (n > 2 and not (np.diff(seqs) == 1).all()):
         raise InvalidParameter("replicated records are not contiguous")
@@ -74,12 +77,28 @@ def validate(table_bytes: bytes, heap: bytes) -> Table:
     return table
 
 
+def _validate_small(recs: list[tuple[Any, ...]], heap_len: int) -> None:
+    """:func:`validate` of a few records, on Python scalars."""
+    first = recs[0][replay.F_SEQ]
+    for j, r in enumerate(recs):
+        if r[replay.F_SEQ] != first + j:
+            raise InvalidParameter("replicated records are not contiguous")
+        kind = r[replay.F_TYPE]
+        if kind == _MESSAGE:
+            if r[replay.F_DATA_OFF] + r[replay.F_BODY_LEN] + r[replay.F_ATTR_LEN] > heap_len:
+                raise InvalidParameter("replicated payload outside its heap")
+        elif not _KNOWN_TYPE[kind]:
+            raise InvalidParameter("replicated record of unknown type")
+
+
 def apply_chunk(store: PartitionStore, table: Table, heap: bytes) -> int:
     """Append a writer's rows (those after our last seq; ``table`` as :func:`validate`
     returns it, seqs contiguous) to this replica;
     staged until commit(). Returns how many rows were applied. The first new
     row must follow our last seq, except in an empty store (a fresh replica
     may start at the writer's first retained record)."""
+    if len(table) <= replay.SMALL_CHUNK:
+        return _apply_small(store, table, heap)
     last = store.last_seq
     seqs = table["seq"]  # contiguous: validate() checked
     skip = max(0, last - int(seqs[0]) + 1) if len(table) else 0
@@ -101,3 +120,26 @@ def apply_chunk(store: PartitionStore, table: Table, heap: bytes) -> int:
     store._last_epoch = int(rows["epoch"][-1])
     store.epoch = max(store.epoch, int(rows["epoch"].max()))
     return len(rows)
+
+
+def _apply_small(store: PartitionStore, table: Table, heap: bytes) -> int:
+    """:func:`apply_chunk` of a few records (one send, receive or delete at a
+    time is the usual chunk a writer publishes), on Python scalars."""
+    recs = table.tolist()
+    last = store.last_seq
+    skip = max(0, last - recs[0][replay.F_SEQ] + 1)
+    if skip >= len(recs):
+        return 0
+    if skip:
+        table, recs = table[skip:], recs[skip:]
+    first = recs[0][replay.F_SEQ]
+    if last and first != last + 1:
+        raise InvalidParameter(f"replicated records start at {first}, expected {last + 1}")
+    store._check_open(max(r[replay.F_TIME] for r in recs))
+    replay.apply_records(store.ring, store.backlog, table, recs, heap)
+    has_message = any(r[replay.F_TYPE] == _MESSAGE for r in recs)
+    store.staged.stage(table, heap if has_message else b"")
+    store._next_seq = recs[-1][replay.F_SEQ] + 1
+    store._last_epoch = recs[-1][replay.F_EPOCH]
+    store.epoch = max(store.epoch, max(r[replay.F_EPOCH] for r in recs))
+    return len(recs)

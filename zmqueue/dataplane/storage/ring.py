@@ -232,6 +232,22 @@ class Ring:
         self.live_bytes += total
         self.version += 1
 
+    def insert_record(self, seq: int, message_id: bytes, enqueue_ms: int, visible_at_ms: int, group: int,
+                      body_len: int, attr_len: int, heap: npt.NDArray[np.uint8] | bytes, data_off: int
+                      ) -> None:
+        """:meth:`insert` of one MESSAGE record given as scalars (it must fit):
+        two buffer writes."""
+        a, top = self.n, self.top
+        total = body_len + attr_len
+        src = heap if isinstance(heap, bytes) else heap.data
+        self._arena_bytes[top : top + total] = src[data_off : data_off + total]
+        _META_STRUCT.pack_into(self._meta_bytes, a * META_BYTES, seq, top, body_len, attr_len, enqueue_ms,
+                               visible_at_ms, 0, AVAILABLE, group, message_id)
+        self.n, self.top = a + 1, top + total
+        self.live += 1
+        self.live_bytes += total
+        self.version += 1
+
     def insert_packed(self, k: int, batch: Packed, seq0: int, now_ms: int, total: int) -> None:
         """Append the first ``k`` messages of a batch just appended (seqs from
         ``seq0``; their payloads, ``total`` bytes, lie back to back at the

@@ -16,6 +16,8 @@ import numpy as np
 from zmqueue.dataplane.storage.ring import AVAILABLE, IN_FLIGHT, MOVING, NEVER, IntArray, Ring
 
 FIRST_CHUNK = 256
+SCALAR_PICK = 8  # receives of up to this many messages scan the first slots one at a time
+SCALAR_SCAN = 16  # ... this many slots, then the array scan goes on
 
 
 def split_dead(ring: Ring, idx: IntArray, max_rc: int | None) -> tuple[IntArray, IntArray]:
@@ -32,7 +34,15 @@ def pick_standard(ring: Ring, now: int, k: int) -> IntArray:
         ring.hint, ring.hint_deadline = 0, NEVER
     state, vis = ring.state, ring.visible_at
     start, chunk, got = ring.hint, FIRST_CHUNK, []
-    need, scanned_to = k, ring.hint
+    if k <= SCALAR_PICK:
+        start, first = _scan_scalar(ring, now, k, start)
+        if len(first) == k or start >= ring.n:
+            ring.hint = start
+            return np.array(first, np.int64)
+        if first:
+            got.append(np.array(first, np.int64))
+            k -= len(first)
+    need, scanned_to = k, start
     while start < ring.n and need > 0:
         end = min(ring.n, start + chunk)
         v = vis[start:end]
@@ -50,6 +60,27 @@ def pick_standard(ring: Ring, now: int, k: int) -> IntArray:
     if len(got) == 1:
         return got[0]
     return np.concatenate(got) if got else np.zeros(0, np.int64)
+
+
+def _scan_scalar(ring: Ring, now: int, k: int, start: int) -> tuple[int, list[int]]:
+    """The first :data:`SCALAR_SCAN` slots from ``start``, one at a time (a
+    receive of one message usually finds it at the hint: a few scalar reads
+    instead of a dozen array operations). Returns (where the scan stopped,
+    receivable slots found); notes the deadlines of the live slots it passed."""
+    state, vis = ring.state, ring.visible_at
+    got: list[int] = []
+    i, stop = start, min(ring.n, start + SCALAR_SCAN)
+    while i < stop:
+        if AVAILABLE <= state[i] <= IN_FLIGHT:
+            v = int(vis[i])
+            if v <= now:
+                got.append(i)
+                if len(got) == k:
+                    return i + 1, got
+            else:
+                ring.note_deadline(v)
+        i += 1
+    return i, got
 
 
 def pick_fifo(ring: Ring, now: int, k: int) -> IntArray:
