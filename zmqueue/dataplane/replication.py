@@ -38,6 +38,7 @@ import zmq
 
 from zmqueue import protocol
 from zmqueue.dataplane.forwarder import Forwarder
+from zmqueue.dataplane.storage import replay
 from zmqueue.dataplane.storage.records import Table
 from zmqueue.dataplane.storage.replica import validate
 from zmqueue.dataplane.stream import Role, Stream
@@ -257,16 +258,17 @@ class Replicator:
     def apply(self, st: Stream, chunks: list[tuple[Table, bytes]], epoch: int) -> bool:
         """Apply chunks that extend the local log; False on a gap or divergence."""
         for table, heap in chunks:
-            if int(table["epoch"].max()) > epoch:
+            small = len(table) <= replay.SMALL_CHUNK  # (a few records: Python scalars are cheaper)
+            epochs = table["epoch"].tolist() if small else table["epoch"]
+            if (max(epochs) if small else int(epochs.max())) > epoch:
                 raise StaleEpoch("a record's epoch is newer than its sender's term")
             last = st.store.last_seq
-            seqs = table["seq"]
-            first = int(seqs[0])  # seqs are contiguous (validated on decode)
+            first = int(table["seq"][0])  # seqs are contiguous (validated on decode)
             at_last = last - first if last else -1
-            if 0 <= at_last < len(table) and int(table["epoch"][at_last]) != st.store.last_epoch:
+            if 0 <= at_last < len(table) and int(epochs[at_last]) != st.store.last_epoch:
                 self._resync(st)  # the writer holds another record at our last seq
                 return False
-            if int(seqs[-1]) <= last:
+            if first + len(table) - 1 <= last:
                 continue
             if first > last + 1 and last:
                 self.counters["gaps"] += 1
