@@ -128,11 +128,13 @@ every round, every kill and the profile notes are on that page):
 ## Storage engine
 
 Copied from [docs/perf/storage.md](perf/storage.md) (the storage owner's
-page): its latest full run (`python -m benchmarks.storage.bench_storage`,
-seventh session, tree of 21f8b81, a quiet machine) and the consumer-path
-change of that session, old and new code run alternately. Earlier sessions'
-alternating runs (append at 149c75a, drain and has_visible at c119677) and
-where the append time goes are on that page.
+page): the eighth session's one-message-per-call costs, old and new code run
+alternately (`python -m benchmarks.storage.bench_storage --only single`:
+the scalar paths for small blocks and receives), then its latest full run
+(`python -m benchmarks.storage.bench_storage`, seventh session, tree of
+21f8b81, a quiet machine) and the consumer-path change of that session.
+Earlier sessions' alternating runs (append at 149c75a, drain and has_visible
+at c119677) and where the append time goes are on that page.
 
 {storage}
 
@@ -187,50 +189,58 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5, W5-half) and the raw pyzmq
 ceiling come from the one invocation above, on the tree of commit
-{commit} (seventh session, the final code). Per-run ratios of this
-invocation (100 B): W3 1.15x, 1.06x, 0.93x Redis; W5b 3.59x, 3.42x, 3.37x
-NATS R=3; W5 0.75x, 0.67x, 0.81x NATS R=3; W1 0.34x, 0.33x, 0.36x Redis.
-The machine was busier than in the session's other invocation (load
-{load}; raw pyzmq's batched round trip 475k against 686k payloads/s). That
-invocation, on 21f8b81 (the same storage and host code before a review
-refactor of how a reply is tested for messages), gave at load 0.6-5.9: W3
-96,162 msg/s (1.05x Redis; 1,024 B 1.03x), W5b 43,809 (3.97x NATS R=3), W5
-835 (0.83x), W1 2,304 (0.36x), W2 p99 3.11x Redis, W3 14.0% of raw pyzmq.
+{commit} (eighth session). Per-run ratios of this invocation (100 B): W5
+0.95x, 0.93x, 0.73x NATS R=3 (1,024 B 1.01x, 1.20x, 0.84x); W5b 3.25x,
+3.74x, 3.10x; W3 1.09x, 1.02x, 1.02x Redis; W1 0.34x, 0.35x, 0.29x Redis.
 
-- **What moved** (100 B; the sixth session's final invocation, 999a770 ->
-  this session): the host's side of the consumer path. Paging a backlog
-  larger than the ring in ahead of the consumers no longer compacts at 1/8
-  holes, a receive of plain messages builds no object per message
-  (`receive_columns`), and a batch of consecutive deletes is removed on one
-  ring slice (see "Where the time goes" and docs/perf/storage.md). W3
-  73,554 -> 78,997 msg/s end to end here and 96,162 on 21f8b81 (0.83x ->
-  0.93x and 1.05x Redis); W5b 41,686 -> 42,852 and 43,809 (3.20x -> 3.55x
-  and 3.97x NATS R=3). `zmqueue bench --workload W3` on old and new trees
-  alternately: 78.9k -> 90.9k msg/s (3 pairs). In W3 the producer side sends
-  faster than the consumer takes (e2e p50 ~1 s: a backlog builds up during
-  the run, and pages in from the log). queues.md: the `delete_and_receive`
-  drain 97,125 -> 115,195 msg/s here (118,671 on 21f8b81).
-- **What did not.** One message per request: W1 2,125 -> 2,047 (0.35x Redis
-  both times) and W5 829 -> 793 (0.89x -> 0.75x NATS R=3: W5's ratio has
-  moved between 0.62x and 0.93x over single runs of the last three
-  sessions). Redis answers one XADD in ~0.12 ms (p50) where zmqueue takes
-  ~0.4 ms for one confirmed send, so W1 and W2 stay behind Redis (and W2
-  behind NATS).
-- **Targets.** Met: no losses or duplicates in any run of any system, the
-  R=3 send p99 at half rate (< 10 ms), W5b at 1.5x NATS R=3 (3.55x, 1,024 B
-  3.39x), FIFO failover (fourth session, 6eabf3a: p50 1.62 s, max 1.68 s over
-  20 kills), CURVE cost (6.6%), R=3 sync throughput at 50% of R=1 (fourth
-  session, 6eabf3a, replication.md: 63.4% with 16 producers; with one
-  producer, i.e. one batch in flight, 43.7%), and (queues.md, 76b8fdf, 9
-  runs) send_batch at 25% of raw pyzmq (33.7%) and the single-send p99 at
-  3x raw (2.02x). Missed: 2x the best peer in W1/W3 (0.35x, 0.93x), W2 p99
-  at or below the best peer's (3.23x Redis's), W3 end to end at 25% of the
-  raw pyzmq batched round trip (16.6%; 11.8% in the sixth session), W5
-  (one message per request, R=3) at 1.5x NATS R=3 (0.75x).
-- **Noise.** 2 CPUs shared with other sessions' work; the 1-minute
-  load average was {load} during the peer runs (the R=3 rows ran with
-  three hosts or three NATS servers up). Single runs move by up to 2x;
-  read the medians and the ratios.
+- **What moved:** one message per request at R=3 (100 B; from the seventh
+  session's final invocation on 76b8fdf to this one).
+  - **The change.** A replica applying a one-record block, and a writer
+    receiving one message, now take scalar paths (ADR 0002, decision 13).
+    In-process, the replica's apply + commit of one record went from
+    51-109 µs to 12-13 µs (docs/perf/storage.md).
+  - **W5 in this table:** 793 -> 831 msg/s. Against NATS R=3 that is 0.75x
+    -> 0.95x; with 1,024 B, 669 -> 866 msg/s and 0.77x -> 1.15x.
+  - **Much of the ratio's move is NATS, not us.** NATS R=3 ran slower in
+    this invocation: 871 msg/s, against 1,052 in the last one.
+  - **The change's own effect** comes from `zmqueue bench --workload W5`,
+    old and new trees run alternately, 3 pairs per set (medians): 732 ->
+    862 msg/s (+18%) in one set, 848 -> 926 (+9%) in another.
+  - **W1:** 2,191 -> 2,252 msg/s in 3 alternating pairs (+3%).
+- **What did not.** The other rows moved within the noise:
+  - W3 1.02x Redis, against 0.93x and 1.05x in the last session's two
+    invocations;
+  - W5b 3.33x NATS R=3;
+  - W1 0.34x Redis.
+
+  Redis answers one XADD in ~0.14 ms (p50). zmqueue takes ~0.4 ms for one
+  confirmed send, so W1 and W2 stay behind Redis, and W2 behind NATS. The
+  single-send latency tail was probed three ways on an otherwise idle host
+  (see "Where the time goes"); none of them changed it.
+- **Targets met:**
+  - no losses or duplicates in any run of any system;
+  - the R=3 send p99 at half rate (< 10 ms);
+  - W5b at 1.5x NATS R=3 (3.33x; 1,024 B 3.90x);
+  - FIFO failover (fourth session, 6eabf3a: p50 1.62 s, max 1.68 s over 20
+    kills);
+  - CURVE cost (6.6%);
+  - R=3 sync throughput at 50% of R=1 (fourth session, 6eabf3a,
+    replication.md: 63.4% with 16 producers; with one producer, i.e. one
+    batch in flight, 43.7%);
+  - queues.md (76b8fdf, 9 runs): send_batch at 25% of raw pyzmq (33.7%),
+    and the single-send p99 at 3x raw (2.02x).
+- **Targets missed:**
+  - 2x the best peer in W1 (0.34x) and W3 (1.02x);
+  - W2 p99 at or below the best peer's (4.12x Redis's; this invocation's
+    W1 runs 2 and 3 ran at a load of 3.5-3.9, and the last session's
+    invocations gave 3.23x and 3.11x);
+  - W3 end to end at 25% of the raw pyzmq batched round trip (15.7%);
+  - W5 (one message per request, R=3) at 1.5x NATS R=3 (0.95x; 1,024 B
+    1.15x).
+- **Noise.** The 2 CPUs are shared with other sessions' work; the 1-minute
+  load average was {load} during the peer runs. The R=3 rows ran with three
+  hosts or three NATS servers up. Single runs move by up to 2x: read the
+  medians and the ratios.
 """
 
 ANALYTICS = """\
@@ -252,7 +262,7 @@ Python reader is ~0.33 s per query, half of it LZ4.
 """
 
 ANALYSIS = """\
-Measured on trees between 4cbb4f6 and 21f8b81 (second to seventh sessions) with thread CPU
+Measured on trees between 4cbb4f6 and b8fb9ae (second to eighth sessions) with thread CPU
 from `/proc/<pid>/task/*/stat` (user + system time per thread, per request
 or per batch), py-spy (`record --nonblocking --gil --format raw`) and
 cProfile on a host started under `python -m cProfile`; one client thread on
@@ -371,7 +381,47 @@ of copied, ring rows written as u64 words, a back-to-back heap moved in one
 memmove), encodes the writer's replies while the replicas work, sends a
 released ack right after the drain, and takes the replicas' one-way
 position reports off the request path. Details:
-[docs/perf/replication.md](perf/replication.md). **Next:** publish the
-writer's compressed block as is (the replica would write it without
-recompressing), and less Python per loop pass on the replica.
+[docs/perf/replication.md](perf/replication.md).
+
+Eighth session: **one message per request at R=3 (W5).**
+- **The profile.** cProfile of the three hosts under a send / receive +
+  delete loop at R=3, and py-spy of a W5 run: each replica spent a third of
+  its busy time in `Replicator._on_pub`.
+- **Why.** A one-record block took the same array path as a block of
+  thousands: per chunk, the type masks, the gathers, `np.unique` on the
+  visibility targets and a numpy `max` per check. In-process that was
+  51-109 µs per record.
+- **The fix.** Blocks of up to 8 records are now validated, applied and
+  staged record by record on Python scalars (12-13 µs). A receive of up to
+  8 messages on the writer reads its slots one at a time (42 -> 16 µs with
+  its commit).
+- **The effect.** W5 +9% and +18% in two sets of alternating old/new pairs.
+- **What is left on a replica, per replicated block** (cProfile, wall time,
+  so inflated):
+  - the `send` of its one-way POSITION report, 55-85 µs. The DEALER's
+    ZeroMQ I/O thread is woken and takes the CPU;
+  - the writer's PUB `send_multipart`, ~75 µs, for the same reason;
+  - the loop pass around them.
+- **Why that is the floor here.** One publish and one report per
+  replicated block is what synchronous replication needs. At one message
+  per request, each message carries that cost alone. Several requests in
+  one block share it, as W5b's batches do (3.33x NATS R=3). The client has
+  no way yet to keep several sends in flight.
+
+**The single-send latency tail (W2).** On an otherwise idle one-host
+cluster, 15,000 sends one at a time gave p50 ~0.29 ms, p99 0.45-0.50 ms,
+p99.9 1.7-2.7 ms and a max of 13-27 ms. The slow sends (> 1 ms, ~0.4%)
+come every 100-250 ms. Three suspects were tested, each in 2-3 alternating
+pairs against the unchanged host, and none changed p99 or p99.9 beyond the
+run-to-run spread:
+- **GIL hand-offs from the host's Consul threads** (leadership, heartbeat,
+  metadata watch, health checks; together ~7 ms of CPU per second):
+  `sys.setswitchinterval(0.0005)` in the host;
+- **the interval fdatasync:** a queue with `fsync=never`;
+- **garbage collection:** generation-0 threshold 100,000 in host and
+  client.
+
+We attribute the tail to the scheduling of a shared 2-CPU VM, with four
+threads awake per round trip (client, host loop, two ZeroMQ I/O threads).
+No change was kept.
 """

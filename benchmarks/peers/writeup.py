@@ -165,16 +165,15 @@ def chart(g: dict[Key, dict[str, Any]], path: Path, size: int = 100) -> None:
     plt.close(fig)
 
 
-def storage_summary() -> str:
-    """The tables of storage.md's first section (its latest full run and the
-    latest change); the older sections stay on that page."""
+def storage_summary(sections_kept: int = 2) -> str:
+    """The tables of storage.md's first ``sections_kept`` sections (the latest
+    change, then the latest full run); the older sections stay on that page."""
     path = DOCS / "perf" / "storage.md"
     if not path.exists():
         return "_(docs/perf/storage.md is not written yet)_"
-    sections = re.split(r"^## ", path.read_text(), flags=re.M)
-    first = sections[1] if len(sections) > 1 else ""
-    found = [m.group(0).rstrip() for m in re.finditer(r"(^\|.*\|\n)+", first, re.M)
-             if m.group(0).startswith("| measure |")]
+    sections = re.split(r"^## ", path.read_text(), flags=re.M)[1 : 1 + sections_kept]
+    found = [m.group(0).rstrip() for text in sections for m in re.finditer(r"(^\|.*\|\n)+", text, re.M)
+             if m.group(0).startswith(("| measure |", "| per call"))]
     return "\n\n".join(found) or "_(no table found in docs/perf/storage.md)_"
 
 

@@ -1,7 +1,7 @@
 """Storage engine benchmarks, each beside a ceiling measured in the same run.
 
 Run: ``python -m benchmarks.storage.bench_storage [--backlog 10000000] [--out docs/perf/storage.md]
-[--only append|drain|probe|backlog ...]``
+[--only append|drain|probe|single|backlog ...]``
 Prints a markdown table (medians of RUNS interleaved rounds) and writes it with the machine
 description to ``--out``.  Bounded to a few minutes.
 """
@@ -285,6 +285,65 @@ def bench_probe(tmp: Path) -> list[tuple[str, str, str, str]]:
     ]
 
 
+def single_costs_us(tmp: Path, rounds: int = RUNS, n: int = 3000) -> dict[str, list[float]]:
+    """One message per request, as W1/W5 drive a host: send 1, receive 1,
+    delete 1 on a writer store, each committed and its block applied and
+    committed by a replica store (what a replica does per REPLICATE). Thread
+    CPU per call, one figure per round (fresh stores each round)."""
+    out: dict[str, list[float]] = {}
+    for r in range(rounds):
+        w = PartitionStore.open(tmp / f"single_w{r}", StorageConfig())
+        rep = PartitionStore.open(tmp / f"single_r{r}", StorageConfig())
+        for name, total in _single_round(w, rep, n).items():
+            out.setdefault(name, []).append(total / n * 1e6)
+        w.close()
+        rep.close()
+    return out
+
+
+def _single_round(w: PartitionStore, rep: PartitionStore, n: int) -> dict[str, float]:
+    from zmqueue.dataplane.replication import decode_chunks, encode_chunks
+
+    clock = time.thread_time
+    acc = dict.fromkeys(("writer: send 1 + commit", "writer: receive_columns 1 + commit",
+                         "writer: delete_columns 1 + commit", "replica: apply + commit, MESSAGE",
+                         "replica: apply + commit, VISIBILITY", "replica: apply + commit, DELETE"), 0.0)
+    now = int(time.time() * 1000)
+
+    def replicate(kind: str) -> None:
+        wire = encode_chunks(w.read_chunks(w.last_seq, 2000))
+        t = clock()
+        for table, heap in decode_chunks(wire):
+            rep.apply_chunk(table, heap)
+        rep.commit()
+        acc[f"replica: apply + commit, {kind}"] += clock() - t
+
+    for _ in range(n):
+        t = clock()
+        w.append_batch([b"x" * BODY], now)
+        w.commit()
+        acc["writer: send 1 + commit"] += clock() - t
+        replicate("MESSAGE")
+        t = clock()
+        got, _ = w.receive_columns(1, now, 30_000)
+        w.commit()
+        acc["writer: receive_columns 1 + commit"] += clock() - t
+        assert isinstance(got, Columns) and got.size == 1
+        replicate("VISIBILITY")
+        t = clock()
+        w.delete_columns(got.seqs, got.receive_counts, now)
+        w.commit()
+        acc["writer: delete_columns 1 + commit"] += clock() - t
+        replicate("DELETE")
+    return acc
+
+
+def bench_single(tmp: Path) -> list[tuple[str, str, str, str]]:
+    return [(f"one message per call: {name} (thread CPU)", f"{statistics.median(v):.1f} us/call",
+             "per round " + ", ".join(f"{x:.1f}" for x in v), "")
+            for name, v in single_costs_us(tmp).items()]
+
+
 def rss_bytes() -> int:
     with open("/proc/self/status") as f:
         for line in f:
@@ -391,18 +450,20 @@ def main() -> None:
     parser.add_argument("--backlog", type=int, default=10_000_000)
     parser.add_argument("--append-messages", type=int, default=300_000)
     parser.add_argument("--out", default="")
-    parser.add_argument("--only", choices=["append", "drain", "probe", "backlog"], action="append")
+    parser.add_argument("--only", choices=["append", "drain", "probe", "single", "backlog"], action="append")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="zmq-bench-"))
     rows: list[tuple[str, str, str, str]] = []
     try:
-        only = set(args.only or ["append", "drain", "probe", "backlog"])
+        only = set(args.only or ["append", "drain", "probe", "single", "backlog"])
         if "append" in only:
             rows += bench_append(tmp, args.append_messages)
         if "drain" in only:
             rows += bench_drain(tmp)
         if "probe" in only:
             rows += bench_probe(tmp)
+        if "single" in only:
+            rows += bench_single(tmp)
         if "backlog" in only:
             rows += bench_backlog(tmp, args.backlog)
     finally:
