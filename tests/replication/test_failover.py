@@ -161,3 +161,49 @@ def test_a_replica_lost_for_good_is_replaced_and_the_new_one_catches_up(
              30, "the new replica to catch up")
     got = drain(q, len(ids))
     assert set(ids) <= set(got)
+
+
+def test_a_new_fifo_writer_keeps_the_deletes_receive_counts_and_deadlines_replicated_one_at_a_time(
+        hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
+    """Consumer state crosses a failover: one send, receive and delete per
+    request (one-record blocks, the replicas' scalar path). Deleted messages
+    never come back; messages in flight stay hidden until their deadline,
+    their receipts still delete them, and those left come back with their
+    receive count carried on."""
+    hs = three_hosts(hosts, consul_agent)
+    vis_s = 12
+    q = client.create_queue("state.fifo", fifo=True, replication_factor=3, visibility_timeout=vis_s)
+    for i in range(6):  # one group each: every message is receivable on its own
+        q.send(f"m{i}".encode(), group_id=f"g{i}", dedup_id=f"d{i}")
+    held = []
+    for _ in range(4):
+        [m] = q.receive(max_messages=1, wait_time=2)
+        held.append(m)
+    received_at = time.monotonic()
+    assert sorted(m.body for m in held) == [b"m0", b"m1", b"m2", b"m3"]
+    assert all(m.receive_count == 1 for m in held)
+    deleted, in_flight = held[:2], held[2:]
+    for m in deleted:  # quorum-acked: every earlier record (the receives too) is on a replica
+        assert q.delete_batch([m.receipt]) == [None]
+    node, epoch = wait_for(lambda: writer_of(consul_agent, "state.fifo", "fifo"), 10, "a writer")
+    by_node(hs, node).kill9()
+    wait_for(lambda: (w := writer_of(consul_agent, "state.fifo", "fifo")) and w[0] != node and w[1] > epoch,
+             15, "a new writer")
+    visible = drain_in_order(q, 2, 8)
+    assert time.monotonic() < received_at + vis_s, "the failover outlasted the visibility timeout"
+    assert sorted(visible) == [b"m4", b"m5"], "only the never-received messages are visible"
+    # a receipt taken before the failover still deletes (its delivery is in flight on the new writer)
+    kept, returning = in_flight
+    assert q.delete_batch([kept.receipt]) == [None]
+    in_flight = [returning]
+    again: list[zmqueue.Message] = []
+    deadline = time.monotonic() + vis_s + 15
+    while len(again) < 1 and time.monotonic() < deadline:
+        msgs = q.receive(max_messages=10, wait_time=1)
+        if msgs:  # not before their deadline (received_at is taken after the receives)
+            assert time.monotonic() >= received_at + vis_s - 1, f"{[m.body for m in msgs]} came back early"
+        again += msgs
+    assert [m.body for m in again] == [returning.body], "deleted ones stay gone"
+    assert all(m.receive_count == 2 for m in again), [m.receive_count for m in again]
+    q.delete_batch([m.receipt for m in again])
+    assert q.receive(max_messages=10, wait_time=1) == []
