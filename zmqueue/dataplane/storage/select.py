@@ -2,7 +2,9 @@
 
 Standard queues take the oldest receivable messages, scanning forward from a
 hint (everything before it was not receivable, and cannot become so before
-``hint_deadline``), so a receive costs O(messages skipped), not O(ring).
+``hint_deadline``), so a receive costs O(messages skipped), not O(ring). A
+receive of a few messages reads the first slots from the hint one at a time
+(usually the first one is receivable) before scanning arrays.
 
 FIFO queues scan the whole window: a group is skipped while any of its
 messages is IN_FLIGHT (deadline not passed); otherwise its receivable messages
