@@ -1,9 +1,14 @@
-"""A consumer whose routes went stale without an error still finds every host's messages."""
+"""Where a receive looks: a consumer whose routes went stale without an error
+still finds every host's messages, and a host's hint (RECEIVE ``x``) spares
+asking hosts that hold nothing."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import zmqueue
 from tests.conftest import QueueCluster, wait_for
+from zmqueue.protocol import Command
 
 
 def test_a_receive_re_reads_stale_routes_and_finds_messages_on_a_host_it_did_not_ask(
@@ -32,3 +37,57 @@ def test_a_receive_re_reads_stale_routes_and_finds_messages_on_a_host_it_did_not
 
         wait_for(received, 10, "the message on b received by the stale consumer")
         assert consumer.routes.part(0).writers[b] == b
+
+
+def _requests(qcluster: QueueCluster, endpoint: str) -> int:
+    status = qcluster.client.request(endpoint, Command.STATUS, None)
+    return int(status["counters"]["requests"])
+
+
+def test_a_host_says_whether_its_copies_of_the_other_streams_hold_messages(qcluster: QueueCluster) -> None:
+    name = qcluster.queue_name("hint")
+    q = qcluster.client.create_queue(name, replication_factor=2, sync_replication=True)
+    wait_for(lambda: len(q.refresh() or q.routes.part(0).writers) == 2, 20, "both streams written")
+    route = q.routes.part(0)
+    a, b = sorted(route.replicas)
+    ask = {"q": name, "p": 0, "max": 10, "cols": True}
+
+    def receive_at(node: str) -> dict[str, Any]:
+        reply: dict[str, Any] = qcluster.client.request(route.endpoint(node), Command.RECEIVE, ask)
+        return reply
+
+    def send_at(node: str, body: bytes) -> None:
+        qcluster.client.request(route.endpoint(node), Command.SEND,
+                                {"q": name, "p": 0, "m": [[body, None, None, None, None]]})
+
+    assert receive_at(a) == {"m": [], "x": False}
+    send_at(a, b"on-a")
+    got = receive_at(a)
+    assert got["ms"][0][3] == [b"on-a"] and got["x"] is False, "b's stream, copied on a, is empty"
+    send_at(b, b"on-b")  # R=2 sync: acknowledged once a has applied it too
+    assert receive_at(a) == {"m": [], "x": True}, "nothing left in a's own stream, on-b in its copy of b's"
+    assert receive_at(b)["ms"][0][3] == [b"on-b"]
+    # once a's receive (replicated, not waited for) reaches b, b sees nothing visible on a either
+    wait_for(lambda: receive_at(b) == {"m": [], "x": False}, 10, "a's VISIBILITY record applied on b")
+
+
+def test_a_consumer_does_not_ask_the_other_hosts_when_the_first_says_they_hold_nothing(
+        qcluster: QueueCluster) -> None:
+    name = qcluster.queue_name("skip")
+    q = qcluster.client.create_queue(name, replication_factor=2, sync_replication=True)
+    wait_for(lambda: len(q.refresh() or q.routes.part(0).writers) == 2, 20, "both streams written")
+    route = q.routes.part(0)
+    a, b = sorted(route.replicas)
+    route.home = a  # every send goes to a's own stream: b's stays empty
+    with zmqueue.connect(qcluster.factory.agent.http_addr, request_timeout=10) as other:
+        consumer = other.get_queue(name)
+        before = _requests(qcluster, route.endpoint(b))
+        for i in range(20):
+            q.send(f"m{i}".encode())
+            [m] = consumer.receive(max_messages=10)  # one message, fewer than asked for
+            assert m.body == f"m{i}".encode()
+        asked_b = _requests(qcluster, route.endpoint(b)) - before - 1  # (the second STATUS)
+    # a sweep asks b first only when its order is shuffled (1 in 8) and b comes
+    # out first; b's other requests are once-a-second position reports. Asking
+    # every host until 10 messages are collected would have asked b 20 times.
+    assert asked_b < 10, f"b was asked {asked_b} times for 20 receives"

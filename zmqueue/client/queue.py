@@ -374,12 +374,18 @@ class Queue:
     def _sweep(self, targets: list[tuple[int, str]], body: dict[str, Any], max_n: int,
                carry: _Carry | None = None) -> list[Message]:
         """Ask each target once without waiting, until max_n are collected;
-        the first carries ``carry``'s deletes (``carry`` is the first target)."""
+        the first carries ``carry``'s deletes (``carry`` is the first target).
+        A host that answered with messages and ``"x": false`` (its copies of
+        the partition's other streams hold nothing visible) ends the sweep of
+        that partition: one round trip where a sweep of R hosts took R."""
         out: list[Message] = []
         stale = False
+        done: set[int] = set()  # partitions whose other hosts hold nothing visible (reply "x")
         for k, (p, ep) in enumerate(targets):
             if len(out) >= max_n:
                 break
+            if p in done:
+                continue
             ask = {**body, "p": p, "max": max_n - len(out), "wait_ms": 0}
             if k == 0 and carry is not None:
                 ask[carry.field] = carry.items
@@ -394,6 +400,8 @@ class Queue:
             if got:
                 self._lucky = (p, ep)
                 out.extend(got)
+                if reply.get("x") is False:  # its copies of the partition's other streams are empty
+                    done.add(p)
         if stale:
             self.refresh()
         return out

@@ -362,9 +362,18 @@ class QueueService:
             return self._delete_then_take(req, part, body, max_n, wait_ms, vis_s, cols, now)
         reply = self.take(self.readable_streams(part), max_n, vis_s, now, cols)
         if has_messages(reply) or wait_ms == 0:
+            reply["x"] = self._elsewhere(part, now)
             return reply
         self.waiters.park(part, req, max_n, vis_s, now + wait_ms, cols)
         return DEFERRED
+
+    def _elsewhere(self, part: PartKey, now: int) -> bool:
+        """Whether this host's copies of the partition's streams it does not
+        write show a receivable message (RECEIVE reply ``x``; False lets a
+        client that got messages here skip the partition's other hosts).
+        Replicas trail their writers a little: a hint, not a promise."""
+        return any(st.store.may_have_visible(now) for st in self.set.partition_streams(part)
+                   if not st.writable)
 
     def take(self, streams: list[Stream], max_n: int, vis_s: int | None, now: int,
              cols: bool = False) -> dict[str, Any]:
@@ -420,6 +429,7 @@ class QueueService:
             results = _results(st.delete_refs(seqs, counts, now))
         reply = self.take(self.readable_streams(part), max_n, vis_s, now, cols)
         reply["dr"] = results
+        reply["x"] = self._elsewhere(part, now)
         return self.after_commit(st, req, reply)
 
     def h_delete(self, req: Request, body: dict[str, Any], now: int) -> Any:

@@ -431,6 +431,11 @@ class PartitionStore:
         self._page_in(now_ms)  # none visible in the ring: what receive would page in
         return select.has_visible(self.ring, now_ms, fifo)
 
+    def may_have_visible(self, now_ms: int) -> bool:
+        """:meth:`has_visible` without paging in: a backlog on disk counts as
+        visible (cheap enough to ask on every receive; a hint, not a promise)."""
+        return self.backlog.cursor is not None or select.has_visible(self.ring, now_ms, self.config.fifo)
+
     def _total(self) -> int:
         return self.ring.live + self.backlog.count - len(self.backlog.gone)
 
