@@ -34,6 +34,11 @@ class StreamSet:
         self.root = root
         self.defaults = defaults
         self.streams: dict[StreamKey, Stream] = {}
+        """Every stream by key; changed only by :meth:`open_stream` and
+        :meth:`close_stream`, which keep ``_by_part`` in step."""
+        self._by_part: dict[PartKey, dict[StreamKey, Stream]] = {}
+        """The same streams by partition: a receive, a parked long poll's tick
+        and a push look up their partition's streams without a scan of all."""
         self.cipher_for: Callable[[QueueConfig], Any] | None = None
         """At-rest cipher of an encrypted queue (set by the host), else None."""
 
@@ -74,10 +79,15 @@ class StreamSet:
         log.info("opened stream %s: %s", "/".join(map(str, key)), store.recovery_report)
         st = Stream(key, cfg, store, replicas, self.cipher_for(cfg) if self.cipher_for else None)
         self.streams[key] = st
+        self._by_part.setdefault((key[0], key[1]), {})[key] = st
         return st
 
     def close_stream(self, key: StreamKey, remove: bool) -> None:
         st = self.streams.pop(key)
+        part = (key[0], key[1])
+        self._by_part[part].pop(key)
+        if not self._by_part[part]:
+            del self._by_part[part]
         st.store.close()
         if remove:
             shutil.rmtree(self.path(key), ignore_errors=True)
@@ -92,7 +102,8 @@ class StreamSet:
         fresh.epoch = st.epoch
 
     def partition_streams(self, part: PartKey) -> list[Stream]:
-        return [st for k, st in self.streams.items() if (k[0], k[1]) == part]
+        by_key = self._by_part.get(part)
+        return list(by_key.values()) if by_key else []
 
     def led_streams(self, part: PartKey) -> list[Stream]:
         return [st for st in self.partition_streams(part) if st.writable]

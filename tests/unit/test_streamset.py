@@ -1,0 +1,43 @@
+"""StreamSet keeps its streams indexed by partition in step with the streams
+themselves, through reconcile (open and close) and wipe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from zmqueue.config import QueueConfig
+from zmqueue.dataplane.storage import StorageConfig
+from zmqueue.dataplane.streamset import StreamSet
+from zmqueue.dataplane.topology import Metadata, PartitionInfo
+
+NOW = 1_000_000
+
+
+def meta(queues: dict[str, int], replicas: tuple[str, ...] = ("h1", "h2")) -> Metadata:
+    return Metadata(configs={q: QueueConfig(name=q, partitions=n) for q, n in queues.items()},
+                    partitions={(q, p): PartitionInfo(replicas) for q, n in queues.items() for p in range(n)})
+
+
+def by_scan(ss: StreamSet, part: tuple[str, int]) -> list[tuple[str, int, str]]:
+    return [k for k in ss.streams if (k[0], k[1]) == part]
+
+
+def test_partition_streams_follow_reconcile_and_wipe(tmp_path: Path) -> None:
+    ss = StreamSet("h1", tmp_path, StorageConfig(fsync="never"))
+    try:
+        ss.reconcile(meta({"a": 2, "b": 1}), NOW)
+        parts = [("a", 0), ("a", 1), ("b", 0), ("c", 0)]
+        for part in parts:
+            assert [st.key for st in ss.partition_streams(part)] == by_scan(ss, part)
+        assert sorted(st.key for st in ss.partition_streams(("a", 1))) == [("a", 1, "h1"), ("a", 1, "h2")]
+        ss.wipe(("a", 1, "h1"), NOW)  # closed and opened again: still listed once
+        assert sorted(st.key for st in ss.partition_streams(("a", 1))) == [("a", 1, "h1"), ("a", 1, "h2")]
+        closed = ss.reconcile(meta({"a": 1}), NOW)  # b deleted, a shrank to one partition
+        assert sorted(closed) == [("a", 1, "h1"), ("a", 1, "h2"), ("b", 0, "h1"), ("b", 0, "h2")]
+        for part in parts:
+            assert [st.key for st in ss.partition_streams(part)] == by_scan(ss, part)
+        assert ss.partition_streams(("b", 0)) == [] and ss.partition_streams(("a", 1)) == []
+        assert all(ss.partition_streams(("a", 0)))
+    finally:
+        ss.close()
+    assert ss.partition_streams(("a", 0)) == []
