@@ -189,38 +189,68 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5, W5-half) and the raw pyzmq
 ceiling come from the one invocation above, on the tree of commit
-{commit} (eighth session). Per-run ratios of this invocation (100 B): W5
-0.95x, 0.93x, 0.73x NATS R=3 (1,024 B 1.01x, 1.20x, 0.84x); W5b 3.25x,
-3.74x, 3.10x; W3 1.09x, 1.02x, 1.02x Redis; W1 0.34x, 0.35x, 0.29x Redis.
+{commit}, the eighth session's final code.
 
-- **What moved:** one message per request at R=3 (100 B; from the seventh
-  session's final invocation on 76b8fdf to this one).
+Per-run ratios of this invocation (100 B):
+
+| row | run 1 | run 2 | run 3 |
+|---|---:|---:|---:|
+| W5 vs NATS R=3 | 1.03x | 0.83x | 0.69x |
+| W5 vs NATS R=3, 1,024 B | 1.12x | 0.73x | 0.94x |
+| W5b vs NATS R=3 | 3.66x | 3.89x | 2.99x |
+| W3 vs Redis | 0.88x | 0.90x | 0.87x |
+| W1 vs Redis | 0.35x | 0.37x | 0.30x |
+
+The session's other invocation was on b8fb9ae: the same storage and
+replication code, without the receive hint and the partition index that
+came after it. At a similar load (1.0-6.5) it gave:
+
+| row | b8fb9ae | this invocation |
+|---|---:|---:|
+| W5 vs NATS R=3 (msg/s) | 0.95x (831 vs 871) | 0.83x |
+| W5 vs NATS R=3, 1,024 B | 1.15x | 0.92x |
+| W5b vs NATS R=3 | 3.33x | 3.66x |
+| W3 vs Redis | 1.02x | 0.87x |
+| W1 vs Redis | 0.34x | 0.32x |
+
+docs/perf/peers.md holds this invocation's JSON lines. The b8fb9ae
+invocation's are in that page's history (commit 57ec271).
+
+- **What moved:** one message per request at R=3.
   - **The change.** A replica applying a one-record block, and a writer
     receiving one message, now take scalar paths (ADR 0002, decision 13).
     In-process, the replica's apply + commit of one record went from
     51-109 µs to 12-13 µs (docs/perf/storage.md).
-  - **W5 in this table:** 793 -> 831 msg/s. Against NATS R=3 that is 0.75x
-    -> 0.95x; with 1,024 B, 669 -> 866 msg/s and 0.77x -> 1.15x.
-  - **Much of the ratio's move is NATS, not us.** NATS R=3 ran slower in
-    this invocation: 871 msg/s, against 1,052 in the last one.
-  - **The change's own effect** comes from `zmqueue bench --workload W5`,
-    old and new trees run alternately, 3 pairs per set (medians): 732 ->
-    862 msg/s (+18%) in one set, 848 -> 926 (+9%) in another.
-  - **W1:** 2,191 -> 2,252 msg/s in 3 alternating pairs (+3%).
-- **What did not.** The other rows moved within the noise:
-  - W3 1.02x Redis, against 0.93x and 1.05x in the last session's two
-    invocations;
-  - W5b 3.33x NATS R=3;
-  - W1 0.34x Redis.
-
-  Redis answers one XADD in ~0.14 ms (p50). zmqueue takes ~0.4 ms for one
-  confirmed send, so W1 and W2 stay behind Redis, and W2 behind NATS. The
-  single-send latency tail was probed three ways on an otherwise idle host
-  (see "Where the time goes"); none of them changed it.
+  - **Measured alone:** `zmqueue bench --workload W5`, old (76b8fdf) and
+    new trees alternately, 3 pairs per set (medians): 732 -> 862 msg/s
+    (+18%) in one set, 848 -> 926 (+9%) in another. W1: 2,191 -> 2,252
+    (+3%).
+  - **In the peers invocations:** W5 went from 793 msg/s (0.75x NATS R=3)
+    in the seventh session's final invocation to 831 (0.95x) on b8fb9ae
+    and 763 (0.83x) here.
+  - **NATS moves too.** NATS R=3's own W5 was 1,052, 871 and 920 msg/s in
+    those three invocations.
+  - **Read W5 through the alternating pairs.** Single invocations of W5
+    move by ±20% on this shared machine.
+- **Also this session, no measurable end-to-end effect:**
+  - **The receive hint.** A host's RECEIVE reply says whether its copies of
+    the partition's other streams hold anything visible. A consumer's
+    sweep that got messages skips the other hosts when they hold nothing.
+    In a test, 20 receives asked the other host of an R=2 queue about once
+    instead of 20 times. W5 moved +5% in 3 alternating pairs, which is
+    within the noise.
+  - **Streams indexed by partition.** Receives, parked long polls and
+    pushes no longer scan every stream of a host.
+- **What did not move:** W3 (0.87x and 1.02x Redis in the two invocations;
+  0.93x and 1.05x last session) and W1 (0.32x and 0.34x). Redis answers one
+  XADD in ~0.16 ms (p50). zmqueue takes ~0.5 ms for one confirmed send, so
+  W1 and W2 stay behind Redis, and W2 behind NATS. The single-send latency
+  tail was probed three ways on an otherwise idle host (see "Where the time
+  goes"); none of them changed it.
 - **Targets met:**
   - no losses or duplicates in any run of any system;
   - the R=3 send p99 at half rate (< 10 ms);
-  - W5b at 1.5x NATS R=3 (3.33x; 1,024 B 3.90x);
+  - W5b at 1.5x NATS R=3 (3.66x; 1,024 B 3.87x);
   - FIFO failover (fourth session, 6eabf3a: p50 1.62 s, max 1.68 s over 20
     kills);
   - CURVE cost (6.6%);
@@ -230,13 +260,12 @@ ceiling come from the one invocation above, on the tree of commit
   - queues.md (76b8fdf, 9 runs): send_batch at 25% of raw pyzmq (33.7%),
     and the single-send p99 at 3x raw (2.02x).
 - **Targets missed:**
-  - 2x the best peer in W1 (0.34x) and W3 (1.02x);
-  - W2 p99 at or below the best peer's (4.12x Redis's; this invocation's
-    W1 runs 2 and 3 ran at a load of 3.5-3.9, and the last session's
-    invocations gave 3.23x and 3.11x);
-  - W3 end to end at 25% of the raw pyzmq batched round trip (15.7%);
-  - W5 (one message per request, R=3) at 1.5x NATS R=3 (0.95x; 1,024 B
-    1.15x).
+  - 2x the best peer in W1 and W3;
+  - W2 p99 at or below the best peer's;
+  - W3 end to end at 25% of the raw pyzmq batched round trip;
+  - W5 (one message per request, R=3) at 1.5x NATS R=3.
+
+  The rows above have the figures.
 - **Noise.** The 2 CPUs are shared with other sessions' work; the 1-minute
   load average was {load} during the peer runs. The R=3 rows ran with three
   hosts or three NATS servers up. Single runs move by up to 2x: read the
@@ -405,7 +434,7 @@ Eighth session: **one message per request at R=3 (W5).**
 - **Why that is the floor here.** One publish and one report per
   replicated block is what synchronous replication needs. At one message
   per request, each message carries that cost alone. Several requests in
-  one block share it, as W5b's batches do (3.33x NATS R=3). The client has
+  one block share it, as W5b's batches do (3.3x-3.7x NATS R=3). The client has
   no way yet to keep several sends in flight.
 
 **The single-send latency tail (W2).** On an otherwise idle one-host
