@@ -264,12 +264,10 @@ class Ring:
         delay = batch.delay_ms
         if k == 1 and is_plain(batch):  # a single send: two buffer writes instead of ~8 numpy calls
             assert isinstance(body_len, int) and isinstance(delay, int)
-            heap = batch.heap
-            self._arena_bytes[top : top + total] = heap if len(heap) == total else heap[:total]
-            _META_STRUCT.pack_into(self._meta_bytes, a * META_BYTES, seq0, top, body_len, 0, now_ms,
-                                   now_ms + delay, 0, AVAILABLE, 0, batch.message_ids[:16])
-        else:
-            self._insert_columns(a, b, k, batch, seq0, now_ms, top, total)
+            self.insert_record(seq0, batch.message_ids[:16], now_ms, now_ms + delay, 0, body_len, 0,
+                               batch.heap, 0)
+            return
+        self._insert_columns(a, b, k, batch, seq0, now_ms, top, total)
         self.n, self.top = b, top + total
         self.live += k
         self.live_bytes += total
