@@ -189,7 +189,9 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5, W5-half) and the raw pyzmq
 ceiling come from the one invocation above, on the tree of commit
-{commit}, the eighth session's final code.
+{commit}, the eighth session's final code (8829804 after it only moves a
+single send's ring write into `Ring.insert_record`: `bench_storage --only
+single` gave the same 12-13 µs per send after it).
 
 Per-run ratios of this invocation (100 B):
 
