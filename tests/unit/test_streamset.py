@@ -41,3 +41,32 @@ def test_partition_streams_follow_reconcile_and_wipe(tmp_path: Path) -> None:
     finally:
         ss.close()
     assert ss.partition_streams(("a", 0)) == []
+
+
+def keys(ss: StreamSet) -> list[tuple[str, int, str]]:
+    return sorted(ss.streams)
+
+
+def test_streams_kept_on_disk_are_reopened_and_removed_ones_are_not(tmp_path: Path) -> None:
+    """Origins on disk are listed once per partition and then tracked in
+    memory: what reconcile opens must match what is on disk throughout."""
+    first = StreamSet("h1", tmp_path, StorageConfig(fsync="never"))
+    first.reconcile(meta({"a": 1}, ("h1", "h9")), NOW)
+    first.close()
+    ss = StreamSet("h1", tmp_path, StorageConfig(fsync="never"))
+    try:
+        # h9 left the replica set; its stream's directory is still on disk: kept
+        ss.reconcile(meta({"a": 1}), NOW)
+        assert keys(ss) == [("a", 0, "h1"), ("a", 0, "h2"), ("a", 0, "h9")]
+        ss.reconcile(meta({}), NOW)  # queue deleted: every stream and directory removed
+        assert keys(ss) == []
+        assert not any((tmp_path / "a" / "0" / o).exists() for o in ("h1", "h2", "h9"))
+        ss.reconcile(meta({"a": 1}), NOW)  # created again: h9's old directory is gone
+        assert keys(ss) == [("a", 0, "h1"), ("a", 0, "h2")]
+        ss.reconcile(meta({"a": 1}, ("h2", "h3")), NOW)  # this host left: closed, kept on disk
+        assert keys(ss) == []
+        ss.reconcile(meta({"a": 1}, ("h1", "h3")), NOW)  # back: h2's kept copy reopens too
+        assert keys(ss) == [("a", 0, "h1"), ("a", 0, "h2"), ("a", 0, "h3")]
+        assert {p.name for p in (tmp_path / "a" / "0").iterdir()} == {"h1", "h2", "h3"}
+    finally:
+        ss.close()

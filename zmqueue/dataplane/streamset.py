@@ -41,13 +41,28 @@ class StreamSet:
         and a push look up their partition's streams without a scan of all."""
         self.cipher_for: Callable[[QueueConfig], Any] | None = None
         """At-rest cipher of an encrypted queue (set by the host), else None."""
+        self.version = 0
+        """Bumped whenever a stream opens or closes or its replica set
+        changes: what depends only on those (the leadership candidacies) is
+        rebuilt when it moves."""
+        self._on_disk: dict[PartKey, set[str]] = {}
+        """Origins with a directory under each partition, read from disk once
+        per partition, then kept in step by :meth:`open_stream` and
+        :meth:`close_stream` (the data dir is locked: nothing else writes it).
+        Every metadata change reconciles every partition, and a directory
+        listing per partition per change was most of a host's loop time once
+        it carried a few hundred streams."""
 
     def path(self, key: StreamKey) -> Path:
         return self.root / key[0] / str(key[1]) / key[2]
 
-    def _local_origins(self, part: PartKey) -> list[str]:
-        d = self.root / part[0] / str(part[1])
-        return sorted(p.name for p in d.iterdir() if p.is_dir()) if d.is_dir() else []
+    def _local_origins(self, part: PartKey) -> set[str]:
+        known = self._on_disk.get(part)
+        if known is None:
+            d = self.root / part[0] / str(part[1])
+            known = {p.name for p in d.iterdir() if p.is_dir()} if d.is_dir() else set()
+            self._on_disk[part] = known
+        return known
 
     def reconcile(self, meta: Metadata, now_ms: int) -> list[StreamKey]:
         """Open what ``meta`` assigns here, close what it no longer does;
@@ -57,7 +72,7 @@ class StreamSet:
             cfg = meta.configs.get(part[0])
             if cfg is None or self.node not in info.replicas:
                 continue
-            origins = set(meta.origins(part)) | set(self._local_origins(part))
+            origins = set(meta.origins(part)) | self._local_origins(part)
             for origin in origins:
                 want[(part[0], part[1], origin)] = (cfg, info.replicas)
         closed = []
@@ -70,6 +85,8 @@ class StreamSet:
             if st is None:
                 self.open_stream(key, cfg, replicas, now_ms)
             else:
+                if st.replicas != replicas:
+                    self.version += 1
                 st.config, st.replicas = cfg, replicas
         return closed
 
@@ -79,11 +96,14 @@ class StreamSet:
         log.info("opened stream %s: %s", "/".join(map(str, key)), store.recovery_report)
         st = Stream(key, cfg, store, replicas, self.cipher_for(cfg) if self.cipher_for else None)
         self.streams[key] = st
+        self.version += 1
         self._by_part.setdefault((key[0], key[1]), {})[key] = st
+        self._local_origins((key[0], key[1])).add(key[2])
         return st
 
     def close_stream(self, key: StreamKey, remove: bool) -> None:
         st = self.streams.pop(key)
+        self.version += 1
         part = (key[0], key[1])
         self._by_part[part].pop(key)
         if not self._by_part[part]:
@@ -91,6 +111,10 @@ class StreamSet:
         st.store.close()
         if remove:
             shutil.rmtree(self.path(key), ignore_errors=True)
+            on_disk = self._local_origins(part)
+            on_disk.discard(key[2])
+            if not on_disk:
+                del self._on_disk[part]
             log.info("queue %s deleted: removed stream %s/%s", key[0], key[1], key[2])
 
     def wipe(self, key: StreamKey, now_ms: int) -> None:

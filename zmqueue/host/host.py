@@ -33,6 +33,7 @@ from zmqueue.dataplane.dispatch import Dispatcher, Request
 from zmqueue.dataplane.forwarder import Forwarder
 from zmqueue.dataplane.server import RequestLoop, Sockets
 from zmqueue.dataplane.service import QueueService
+from zmqueue.dataplane.topology import StreamKey
 from zmqueue.errors import ConsulUnavailable, StartupError
 from zmqueue.host.admin import AdminHandlers
 from zmqueue.host.metadata import MetadataCache, to_metadata
@@ -79,6 +80,8 @@ class HostHooks:
         self.service = service
         self.leadership: Leadership | None = None
         self.next_update = 0.0
+        self.cands: dict[StreamKey, Candidacy] = {}
+        self.cands_version = -1
         self.security: HostSecurity | None = None
 
     def tick(self, now_ms: int, ready: frozenset[zmq.Socket[bytes]] | None = None) -> int | None:
@@ -90,8 +93,10 @@ class HostHooks:
         if self.leadership is not None and mono >= self.next_update:
             self.next_update = mono + 0.1
             svc = self.service
-            cands = {k: Candidacy(r, pref) for k, (r, pref) in svc.candidacies().items()}
-            self.leadership.update(cands, svc.positions())
+            if svc.set.version != self.cands_version:  # (hundreds of streams: not every time)
+                self.cands_version = svc.set.version
+                self.cands = {k: Candidacy(r, pref) for k, (r, pref) in svc.candidacies().items()}
+            self.leadership.update(self.cands, svc.positions())
         return wake
 
     def wake_sockets(self) -> list[zmq.Socket[bytes]]:
