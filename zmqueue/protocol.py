@@ -83,6 +83,7 @@ class Command(IntEnum):
     CATCH_UP = 51
     POSITION = 52
     HEARTBEAT = 53
+    POSITIONS = 54
 
 
 class Flags(IntFlag):

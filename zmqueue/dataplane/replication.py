@@ -2,13 +2,21 @@
 over the peer channel, durable positions, heartbeats.
 
 Writer side: after each group commit the writer publishes the stream's new
-records on its PUB socket (topic = stream key), and a heartbeat with its last
-seq every ``HEARTBEAT_MS``. Replica side: a SUB socket connected to every peer
-applies records that follow its last seq; a gap (PUB/SUB drops under load and
-misses what was sent before a subscriber joined), a heartbeat announcing
-more, or a restart makes it fetch the missing range with CATCH_UP from the
-writer's peer ROUTER. After each commit a replica reports its durable
-position (POSITION), which is what synchronous replication waits for.
+records on its PUB socket (topic = stream key). Every ``HEARTBEAT_MS`` it
+publishes one heartbeat frame for all of its streams that some replica has
+not reported caught up with (topic :data:`HEARTBEAT_TOPIC`). Replica side: a
+SUB socket connected to every peer applies records that follow its last seq;
+a gap (PUB/SUB drops under load and misses what was sent before a subscriber
+joined), a heartbeat announcing more, or a restart makes it fetch the missing
+range with CATCH_UP from the writer's peer ROUTER. After each commit a
+replica reports its durable position (POSITION, one-way), which is what
+synchronous replication waits for; every ``REPORT_EVERY_MS`` it reports all
+of its replica streams to each writer host in one POSITIONS request.
+
+Per-host batching: a host's fixed cost per stream is a few dictionary
+lookups a second, not a frame or a request per stream (a host carrying
+hundreds of idle streams spent its loop on per-stream heartbeats and
+reports; docs/OPERATOR_GUIDE.md, "How many queues a host carries").
 
 Fencing: a replica refuses records whose epoch is below the stream's current
 epoch. A replica whose log diverged from the writer's (it holds records of an
@@ -20,11 +28,15 @@ Wire bodies (MessagePack). Records travel as chunks ``[table, heap]``: the
 (docs/SEGMENT_FORMAT.md), validated before use.
 
 - PUB ``[topic, REPLICATE push {"s": key, "e": epoch, "prev": [epoch, seq], "c": [chunk...]}]``
-- PUB ``[topic, HEARTBEAT push {"s": key, "e": epoch, "last": seq}]``
+- PUB ``[HEARTBEAT_TOPIC, HEARTBEAT push {"n": node, "h": [[key, epoch, last seq], ...]}]``
+  (a single-stream body ``{"s", "e", "last"}`` from an older host is accepted)
 - peer ``CATCH_UP {"s", "from", "prev": [epoch, seq], "max"}`` ->
   ``{"e", "c": [chunk...], "last"}`` or ``{"resync": true, "e"}``
 - peer ``POSITION {"s", "node", "e", "seq"}`` -> ``{"e", "last_epoch", "last"}``;
   with ``"ack": false`` (the report after each commit) no reply is sent
+- peer ``POSITIONS {"node", "b": [[key, epoch, seq], ...]}`` ->
+  ``{"b": [[epoch, last_epoch, last] or None, ...]}`` (one entry per asked
+  stream, in order; None for a stream the writer host does not have)
 """
 
 from __future__ import annotations
@@ -49,7 +61,12 @@ from zmqueue.protocol import Command
 log = logging.getLogger(__name__)
 
 HEARTBEAT_MS = 200
+HEARTBEAT_TOPIC = b"\x01heartbeats\x00"
+"""Topic of the batched heartbeats (stream topics start with a queue name,
+which never starts with a control character)."""
 REPORT_EVERY_MS = 1000
+BATCH_MAX = 1000
+"""Streams per heartbeat frame and per POSITIONS request."""
 CATCH_UP_MAX = 2000
 PUBLISH_MAX = 2000
 
@@ -104,11 +121,15 @@ class Replicator:
         self.sub.setsockopt(zmq.LINGER, 0)
         self.sub.setsockopt(zmq.RCVHWM, 100_000)
         self.sub.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
+        self.sub.setsockopt(zmq.SUBSCRIBE, HEARTBEAT_TOPIC)
         self.connected: set[str] = set()
         self.subscribed: set[StreamKey] = set()
         self.writer_of: dict[StreamKey, str] = {}
         self.catching_up: dict[StreamKey, float] = {}
-        self.reported: dict[StreamKey, tuple[int, float]] = {}
+        self.due: set[StreamKey] = set()
+        """Replica streams to report at the next flush, not up to
+        ``REPORT_EVERY_MS`` later (their writer changed)."""
+        self.next_report_ms = 0
         self.next_heartbeat_ms = 0
         self.counters: dict[str, int] = {"gaps": 0, "stale_refused": 0, "resyncs": 0,
                                          "published": 0, "applied": 0}
@@ -129,7 +150,7 @@ class Replicator:
                 # a new writer (failover): report our position to it at the next
                 # flush, not up to REPORT_EVERY_MS later; it finishes recovering
                 # (and takes sends) once every live replica has reported
-                self.reported.pop(key, None)
+                self.due.add(key)
         self.writer_of = dict(writers)
         want = set(self.streams())
         for key in want - self.subscribed:
@@ -147,23 +168,34 @@ class Replicator:
                 return
             body = {"s": stream_id(st.key), "e": st.epoch,
                     "prev": [st.published_epoch, st.published_seq], "c": encode_chunks(chunks)}
-            self._send_pub(st.key, protocol.encode_push(Command.REPLICATE, body))
+            self._send_pub(stream_topic(st.key), protocol.encode_push(Command.REPLICATE, body))
             last = chunks[-1][0]
             st.published_seq, st.published_epoch = int(last["seq"][-1]), int(last["epoch"][-1])
             self.counters["published"] += sum(len(t) for t, _ in chunks)
 
     def heartbeats(self, now_ms: int) -> None:
+        """Every ``HEARTBEAT_MS``: one frame with ``[key, epoch, last seq]`` of
+        each written stream that a replica has not reported caught up with
+        (a replica that has reported ``last`` in this epoch needs no beat;
+        after a failover the new writer knows no position, so it beats until
+        each replica has reported)."""
         if now_ms < self.next_heartbeat_ms:
             return
         self.next_heartbeat_ms = now_ms + HEARTBEAT_MS
+        beats = []
         for st in self.streams().values():
-            if st.role is Role.WRITER and len(st.replicas) > 1:
-                body = {"s": stream_id(st.key), "e": st.epoch, "last": st.store.last_seq}
-                self._send_pub(st.key, protocol.encode_push(Command.HEARTBEAT, body))
+            if st.role is not Role.WRITER or len(st.replicas) < 2:
+                continue
+            last, pos = st.store.last_seq, st.follower_pos
+            if any(pos.get(n, -1) < last for n in st.replicas if n != self.node):
+                beats.append([stream_id(st.key), st.epoch, last])
+        for i in range(0, len(beats), BATCH_MAX):
+            body = {"n": self.node, "h": beats[i:i + BATCH_MAX]}
+            self._send_pub(HEARTBEAT_TOPIC, protocol.encode_push(Command.HEARTBEAT, body))
 
-    def _send_pub(self, key: StreamKey, payload: bytes) -> None:
+    def _send_pub(self, topic: bytes, payload: bytes) -> None:
         try:
-            self.pub.send_multipart([stream_topic(key), payload], zmq.NOBLOCK)
+            self.pub.send_multipart([topic, payload], zmq.NOBLOCK)
         except zmq.Again:
             self.counters["pub_dropped"] = self.counters.get("pub_dropped", 0) + 1
 
@@ -235,25 +267,42 @@ class Replicator:
     def _on_pub(self, cmd: Command, body: Any, now_ms: int) -> None:
         if not isinstance(body, dict):
             return
-        st = self.streams().get(parse_stream_id(body.get("s")))
-        if st is None or st.role is not Role.REPLICA:
+        if cmd == Command.HEARTBEAT and "h" in body:
+            beats = body["h"]
+            if not isinstance(beats, list):
+                raise ProtocolError("heartbeats must be a list of [stream, epoch, last seq]")
+            for beat in beats:
+                if isinstance(beat, list) and len(beat) == 3:
+                    st = self._replica_in(beat[0], beat[1])
+                    if st is not None and isinstance(beat[2], int) and beat[2] > st.store.last_seq:
+                        self.catch_up(st, now_ms)
             return
-        epoch = body.get("e")
-        if not isinstance(epoch, int) or epoch < st.epoch:
-            self.counters["stale_refused"] += 1
+        st = self._replica_in(body.get("s"), body.get("e"))
+        if st is None:
             return
-        st.epoch = epoch
         if cmd == Command.REPLICATE:
             prev = body.get("prev")
             if (isinstance(prev, list) and len(prev) == 2 and prev[1] == st.store.last_seq
                     and prev[1] > 0 and prev[0] != st.store.last_epoch):
                 self._resync(st)
                 return
-            self.apply(st, decode_chunks(body.get("c")), epoch)
+            self.apply(st, decode_chunks(body.get("c")), st.epoch)
         elif cmd == Command.HEARTBEAT:
             last = body.get("last")
             if isinstance(last, int) and last > st.store.last_seq:
                 self.catch_up(st, now_ms)
+
+    def _replica_in(self, sid: Any, epoch: Any) -> Stream | None:
+        """The replica stream ``sid`` if a frame of term ``epoch`` may touch
+        it (the stream's epoch moves up to it); None otherwise."""
+        st = self.streams().get(parse_stream_id(sid))
+        if st is None or st.role is not Role.REPLICA:
+            return None
+        if not isinstance(epoch, int) or epoch < st.epoch:
+            self.counters["stale_refused"] += 1
+            return None
+        st.epoch = epoch
+        return st
 
     def apply(self, st: Stream, chunks: list[tuple[Table, bytes]], epoch: int) -> bool:
         """Apply chunks that extend the local log; False on a gap or divergence."""
@@ -323,41 +372,87 @@ class Replicator:
     def report_positions(self, now_ms: int, force: set[StreamKey]) -> None:
         """Tell writers our durable position: after commits, and every second.
 
-        The report after a commit is one-way (``"ack": False``: the writer
-        records it and sends nothing back), because it is on the path of every
-        synchronous send and a reply costs both hosts a loop iteration. The
-        periodic report asks for the reply, which carries the writer's epoch
-        and last seq (a replica behind starts a catch-up; heartbeats do too)."""
-        for key, st in self.streams().items():
-            if st.role is not Role.REPLICA:
-                continue
-            writer = self.writer_of.get(key)
-            endpoint = self.peer_endpoint(writer) if writer and writer != self.node else None
-            if endpoint is None:
-                continue
-            last = self.reported.get(key, (-1, 0.0))
-            pos = st.store.last_seq
-            if key not in force and pos == last[0] and now_ms - last[1] < REPORT_EVERY_MS:
-                continue
-            periodic = now_ms - last[1] >= REPORT_EVERY_MS
-            self.reported[key] = (pos, now_ms if periodic else last[1])
-            body = {"s": stream_id(key), "node": self.node, "e": st.epoch, "seq": pos}
-            if periodic:
-                self.forwarder.request(endpoint, Command.POSITION, body,
-                                       self._on_position_reply(key), now_ms, timeout_ms=2000)
-            else:
-                self.forwarder.notify(endpoint, Command.POSITION, {**body, "ack": False})
+        The report after a commit (the streams in ``force``) is one-way
+        (``"ack": False``: the writer records it and sends nothing back),
+        because it is on the path of every synchronous send and a reply costs
+        both hosts a loop iteration. Every ``REPORT_EVERY_MS`` (and at once
+        for streams whose writer changed) one POSITIONS request per writer
+        host reports all of our replica streams it writes; its reply carries
+        the writer's epoch and last seq of each (a replica behind starts a
+        catch-up; heartbeats do too)."""
+        streams = self.streams()
+        for key in force:
+            st = streams.get(key)
+            endpoint = self._writer_endpoint(key)
+            if st is not None and st.role is Role.REPLICA and endpoint is not None:
+                self.forwarder.notify(endpoint, Command.POSITION, {
+                    "s": stream_id(key), "node": self.node, "e": st.epoch,
+                    "seq": st.store.last_seq, "ack": False})
+        if now_ms >= self.next_report_ms:
+            self.next_report_ms = now_ms + REPORT_EVERY_MS
+            keys: set[StreamKey] | dict[StreamKey, Stream] = streams
+        elif self.due:
+            keys = self.due
+        else:
+            return
+        by_writer: dict[str, list[Stream]] = {}
+        for key in keys:
+            st = streams.get(key)
+            endpoint = self._writer_endpoint(key)
+            if st is not None and st.role is Role.REPLICA and endpoint is not None:
+                by_writer.setdefault(endpoint, []).append(st)
+        self.due = set()
+        for endpoint, sts in by_writer.items():
+            for i in range(0, len(sts), BATCH_MAX):
+                batch = sts[i:i + BATCH_MAX]
+                body = {"node": self.node,
+                        "b": [[stream_id(st.key), st.epoch, st.store.last_seq] for st in batch]}
+                self.forwarder.request(endpoint, Command.POSITIONS, body,
+                                       self._on_positions_reply([st.key for st in batch]),
+                                       now_ms, timeout_ms=2000)
 
-    def _on_position_reply(self, key: StreamKey) -> Callable[[Any, ZmqueueError | None], None]:
+    def _writer_endpoint(self, key: StreamKey) -> str | None:
+        writer = self.writer_of.get(key)
+        return self.peer_endpoint(writer) if writer and writer != self.node else None
+
+    def h_positions(self, body: dict[str, Any]) -> tuple[dict[str, Any], list[Stream]]:
+        """A replica host's periodic POSITIONS: record each report; the reply
+        (our epoch and last seq of each stream, None where we have none) and
+        the streams whose follower positions were recorded."""
+        node, items = body.get("node"), body.get("b")
+        if not isinstance(node, str) or not isinstance(items, list) or len(items) > BATCH_MAX:
+            raise InvalidParameter(f"POSITIONS needs node and b: up to {BATCH_MAX} "
+                                   "[stream, epoch, seq] items")
+        streams = self.streams()
+        out: list[Any] = []
+        noted: list[Stream] = []
+        for item in items:
+            if not isinstance(item, list) or len(item) != 3:
+                raise InvalidParameter("a POSITIONS item is [stream, epoch, seq]", field="b")
+            st = streams.get(parse_stream_id(item[0]))
+            if st is None:
+                out.append(None)
+                continue
+            self._note(st, {"node": node, "e": item[1], "seq": item[2]})
+            noted.append(st)
+            out.append([st.epoch, st.store.last_epoch, st.store.last_seq])
+        return {"b": out}, noted
+
+    def _on_positions_reply(self, keys: list[StreamKey]) -> Callable[[Any, ZmqueueError | None], None]:
         def done(reply: Any, err: ZmqueueError | None) -> None:
-            st = self.streams().get(key)
-            if err is not None or st is None or not isinstance(reply, dict):
+            items = reply.get("b") if err is None and isinstance(reply, dict) else None
+            if not isinstance(items, list) or len(items) != len(keys):
                 return
-            last, e = reply.get("last"), reply.get("e")
-            if st.role is Role.REPLICA and isinstance(e, int) and e >= st.epoch:
-                st.epoch = e
-                if isinstance(last, int) and last > st.store.last_seq:
-                    self.catch_up(st, int(time.time() * 1000))
+            now = int(time.time() * 1000)
+            for key, item in zip(keys, items, strict=True):
+                st = self.streams().get(key)
+                if st is None or not isinstance(item, list) or len(item) != 3:
+                    continue
+                e, _, last = item
+                if st.role is Role.REPLICA and isinstance(e, int) and e >= st.epoch:
+                    st.epoch = e
+                    if isinstance(last, int) and last > st.store.last_seq:
+                        self.catch_up(st, now)
         return done
 
     def close(self) -> None:

@@ -114,6 +114,9 @@ class QueueService:
         """Streams that took dead letters this iteration: committed first, so a
         source's DLQ_MOVE record is never durable before the copy is."""
         self.new_acks: dict[StreamKey, list[PendingAck]] = {}
+        self.acking: dict[StreamKey, Stream] = {}
+        """Streams with sends waiting for their replicas (``st.acks``): the
+        per-iteration timeout check looks at these, not at every stream."""
         self.waiters = Waiters()
         self.pusher = Pusher()
         self.next_housekeeping_ms = 0
@@ -141,6 +144,7 @@ class QueueService:
         d.register(Command.CATCH_UP, lambda req: self.replicator.h_catch_up(F.body_map(req.body)),
                    sockets=("peer",))
         d.register(Command.POSITION, self._h_position, sockets=("peer",))
+        d.register(Command.POSITIONS, self._h_positions, sockets=("peer",))
         d.one_way[Command.POSITION] = self._note_position
 
     # --- metadata and leadership --------------------------------------------------
@@ -541,6 +545,12 @@ class QueueService:
             self._release(st)
         return reply
 
+    def _h_positions(self, req: Request) -> Any:
+        reply, noted = self.replicator.h_positions(F.body_map(req.body))
+        for st in noted:
+            self._release(st)
+        return reply
+
     @staticmethod
     def replicator_key(body: Any) -> StreamKey:
         from zmqueue.dataplane.replication import parse_stream_id
@@ -573,8 +583,12 @@ class QueueService:
         return wake
 
     def _expire_acks(self) -> None:
+        if not self.acking:
+            return
         limit = time.monotonic() - ACK_TIMEOUT_S
-        for st in self.set.streams.values():
+        for key, st in list(self.acking.items()):
+            if not st.acks:
+                del self.acking[key]
             while st.acks and st.acks[0].at < limit:
                 a = st.acks.popleft()
                 have = 1 + sum(1 for v in st.follower_pos.values() if v >= a.seq)
@@ -619,6 +633,8 @@ class QueueService:
                     a.seq, a.at = st.store.last_seq, stamp
                     st.acks.append(a)
                 self._release(st)
+                if st.acks:
+                    self.acking[key] = st
                 for a in acks:  # still waiting for replicas: encode the replies meanwhile
                     if not a.request.answered:
                         a.request.prepare(a.result)
