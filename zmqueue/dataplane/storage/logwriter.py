@@ -1,23 +1,79 @@
 """Appending blocks to the active segment, rolling, and the fsync policy.
 
-``always``: fdatasync before ``append_block`` returns.  ``interval``: a daemon
-thread fdatasyncs the active file every ``fsync_interval_ms`` when something
-was written since the last sync (on a dup of the fd, outside the lock, so a
+``always``: fdatasync before ``append_block`` returns.  ``interval``: every
+``fsync_interval_ms`` a daemon thread fdatasyncs the active file of each log
+written since its last sync (on a dup of the fd, outside the log's lock, so a
 commit never waits for a sync).  ``never``: no fsync except at ``close()``.
+
+The interval thread is shared (:class:`IntervalFlusher`, one per interval
+per process): a log marks itself when its first unsynced block is written,
+and the thread syncs the marked logs one after another (about 0.15 ms each
+on the test machine, docs NOTES). A thread per log woke 20 times a second
+whether or not anything was written, which on a host carrying 300 logs was
+most of its idle CPU and competed with the request loop for the GIL.
 A rolled segment is fdatasynced before it is closed (``always``/``interval``)
 and the directory is fsynced after a new file is created.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from zmqueue.dataplane.storage.config import StorageConfig
 from zmqueue.dataplane.storage.recovery import SegmentInfo
 from zmqueue.dataplane.storage.segment import BlockIndex, SegmentWriter, fsync_dir, segment_name
+
+log = logging.getLogger(__name__)
+
+
+class IntervalFlusher:
+    """The thread that fdatasyncs marked logs every ``interval_ms``."""
+
+    _shared: dict[int, IntervalFlusher] = {}
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, interval_ms: int) -> IntervalFlusher:
+        with cls._shared_lock:
+            flusher = cls._shared.get(interval_ms)
+            if flusher is None:
+                flusher = cls._shared[interval_ms] = cls(interval_ms)
+            return flusher
+
+    def __init__(self, interval_ms: int) -> None:
+        self.interval_s = interval_ms / 1000
+        self._lock = threading.Lock()
+        self._marked: dict[int, LogWriter] = {}
+        self._thread = threading.Thread(target=self._run, name="zmq-fsync", daemon=True)
+        self._thread.start()
+
+    def mark(self, log: LogWriter) -> None:
+        with self._lock:
+            self._marked[id(log)] = log
+
+    def unmark(self, log: LogWriter) -> None:
+        with self._lock:
+            self._marked.pop(id(log), None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.interval_s)
+            self.sync_marked()
+
+    def sync_marked(self) -> None:
+        with self._lock:
+            marked, self._marked = self._marked, {}
+        for lw in marked.values():
+            try:
+                lw.flush()
+            except Exception:  # (os.dup out of descriptors, say): keep the thread, retry later
+                log.exception("interval fsync of %s failed; retrying", lw.path)
+                self.mark(lw)
 
 
 class LogWriter:
@@ -32,11 +88,8 @@ class LogWriter:
             last = segments[-1]
             self.writer = SegmentWriter(directory / segment_name(last.base), last.base)
         self._dirty = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        if config.fsync == "interval":
-            self._thread = threading.Thread(target=self._flusher, name="zmq-fsync", daemon=True)
-            self._thread.start()
+        self._flusher = (IntervalFlusher.shared(config.fsync_interval_ms)
+                         if config.fsync == "interval" else None)
 
     @property
     def path(self) -> Path:
@@ -54,8 +107,10 @@ class LogWriter:
             offset = writer.write_block(head, payload)
             if self.config.fsync == "always":
                 writer.sync()
-            else:
+            elif not self._dirty:
                 self._dirty = True
+                if self._flusher is not None:
+                    self._flusher.mark(self)
             self.index.add(first_seq, writer.base, offset)
             self.segments[-1].size = writer.size
             self.segments[-1].last_seq = last_seq
@@ -93,10 +148,11 @@ class LogWriter:
             removed += 1
         return removed
 
-    def _flusher(self) -> None:
-        interval = self.config.fsync_interval_ms / 1000
-        while not self._stop.wait(interval):
-            self.flush()
+    @property
+    def unsynced(self) -> bool:
+        """Blocks were written since the last fdatasync (``interval``/``never``)."""
+        with self.lock:
+            return self._dirty
 
     def flush(self) -> None:
         """fdatasync the active file if anything was written since the last sync."""
@@ -110,13 +166,14 @@ class LogWriter:
         except OSError:
             with self.lock:
                 self._dirty = True
+                if self._flusher is not None and self.writer is not None:
+                    self._flusher.mark(self)  # try again at the next interval
         finally:
             os.close(fd)
 
     def close(self, sync: bool = True) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        if self._flusher is not None:
+            self._flusher.unmark(self)
         with self.lock:
             if self.writer is not None:
                 if sync:

@@ -1,0 +1,63 @@
+"""fsync=interval: one thread per process syncs every log written since its
+last sync, however many logs are open (a thread per log woke 20 times a
+second each, written or not)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from zmqueue.dataplane.storage import NewMessage, PartitionStore, StorageConfig
+from zmqueue.dataplane.storage.logwriter import IntervalFlusher
+
+
+def fsync_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == "zmq-fsync")
+
+
+def write(store: PartitionStore, n: int = 1) -> None:
+    store.append([NewMessage(b"i" * 16, b"body", b"", 0, 0) for _ in range(n)], 1)
+    store.commit()
+
+
+def test_one_thread_syncs_each_written_log_once_per_interval(tmp_path: Path) -> None:
+    hour = 3_600_000  # the shared thread never ticks during the test: sync_marked() stands in
+    cfg = StorageConfig(fsync="interval", fsync_interval_ms=hour)
+    IntervalFlusher.shared(hour)
+    before = fsync_threads()
+    stores = [PartitionStore.open(tmp_path / str(i), cfg, now_ms=1) for i in range(40)]
+    try:
+        assert fsync_threads() == before  # 40 logs, no thread of their own
+        for st in stores[::2]:
+            write(st)
+        assert [st.log.unsynced for st in stores] == [i % 2 == 0 for i in range(40)]
+        IntervalFlusher.shared(hour).sync_marked()
+        assert not any(st.log.unsynced for st in stores)
+        write(stores[1], 3)  # written after the sync: marked again, and synced at the next tick
+        assert stores[1].log.unsynced
+        IntervalFlusher.shared(hour).sync_marked()
+        assert not stores[1].log.unsynced
+        write(stores[3])
+        stores[3].close()  # synced by close, and no longer marked
+        write(stores[5])
+        IntervalFlusher.shared(hour).sync_marked()  # a closed log is dropped, the others synced
+        assert not stores[5].log.unsynced
+    finally:
+        for st in stores:
+            st.close()
+
+
+def test_the_interval_thread_syncs_on_its_own(tmp_path: Path) -> None:
+    cfg = StorageConfig(fsync="interval", fsync_interval_ms=5)
+    stores = [PartitionStore.open(tmp_path / str(i), cfg, now_ms=1) for i in range(5)]
+    try:
+        for st in stores:
+            write(st)
+        deadline = time.monotonic() + 10
+        while any(st.log.unsynced for st in stores):
+            assert time.monotonic() < deadline, "the interval thread did not sync within 10 s"
+            time.sleep(0.005)
+    finally:
+        for st in stores:
+            st.close()
