@@ -159,6 +159,15 @@ def test_retention_drops_messages_older_than_the_retention_period(qcluster: Queu
     assert q.receive() == []
 
 
+def test_retention_reaches_every_queue_of_a_host(qcluster: QueueCluster) -> None:
+    """Housekeeping visits a slice of the host's streams at a time; every
+    stream still gets its turn (13 queues: slices that do not divide evenly)."""
+    queues = [qcluster.client.create_queue(f"{qcluster.queue_name()}-{i}", retention=1) for i in range(13)]
+    for q in queues:
+        q.send(b"old")
+    wait_for(lambda: all(q.stats()["total"] == 0 for q in queues), 15, "retention to empty every queue")
+
+
 def test_fifo_keeps_group_order_and_holds_a_group_while_a_message_is_in_flight(
         qcluster: QueueCluster) -> None:
     q = qcluster.client.create_queue(qcluster.queue_name() + ".fifo", fifo=True, visibility_timeout=30)

@@ -180,6 +180,8 @@ def _live(ring: Ring) -> np.ndarray[tuple[int], np.dtype[np.bool_]]:
 
 def remove_enqueued_by(ring: Ring, cutoff: int) -> int:
     """Remove live messages enqueued at or before ``cutoff`` (retention); return how many."""
+    if not ring.live:  # (an idle stream: no array work in the once-a-second housekeeping)
+        return 0
     old = np.flatnonzero(_live(ring) & (ring.meta["enqueue_ms"][: ring.n] <= cutoff))
     if len(old):
         ring.remove(old)
@@ -188,5 +190,7 @@ def remove_enqueued_by(ring: Ring, cutoff: int) -> int:
 
 def lowest_live_seq(ring: Ring) -> int | None:
     """Seq of the oldest live message in the ring, None if there is none."""
+    if not ring.live:
+        return None
     live = np.flatnonzero(_live(ring))
     return int(ring.meta["seq"][live[0]]) if len(live) else None
