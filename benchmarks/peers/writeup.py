@@ -273,6 +273,7 @@ def write_all(results: list[dict[str, Any]], command: str) -> None:
         "storage": storage_summary(), "queues": _queues_table(),
         "replication": _tables_headed("replication.md", "| measurement |") or "_(not measured yet)_",
         "security": _first_table("security.md") or "_(not measured yet)_",
+        "many_queues": _first_table("many_queues.md") or "_(not measured yet)_",
         "commit": code_commit(),
         "load": _load_range(results),
         "analytics": (prose.ANALYTICS
