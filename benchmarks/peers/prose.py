@@ -203,62 +203,46 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5, W5-half) and the raw pyzmq
 ceiling come from the one invocation above, on the tree of commit
-{commit}, the eighth session's final code (8829804 after it only moves a
-single send's ring write into `Ring.insert_record`: `bench_storage --only
-single` gave the same 12-13 µs per send after it).
+{commit}, the ninth session's code (after it only a refactor of the
+position reports into a helper, and docs).
 
 Per-run ratios of this invocation (100 B):
 
 | row | run 1 | run 2 | run 3 |
 |---|---:|---:|---:|
-| W5 vs NATS R=3 | 1.03x | 0.83x | 0.69x |
-| W5 vs NATS R=3, 1,024 B | 1.12x | 0.73x | 0.94x |
-| W5b vs NATS R=3 | 3.66x | 3.89x | 2.99x |
-| W3 vs Redis | 0.88x | 0.90x | 0.87x |
-| W1 vs Redis | 0.35x | 0.37x | 0.30x |
+| W5 vs NATS R=3 | 0.63x | 1.16x | 1.11x |
+| W5 vs NATS R=3, 1,024 B | 0.76x | 0.82x | 0.88x |
+| W5b vs NATS R=3 | 3.40x | 4.14x | 4.19x |
+| W3 vs Redis | 1.01x | 0.93x | 1.14x |
+| W1 vs Redis | 0.33x | 0.32x | 0.34x |
 
-The session's other invocation was on b8fb9ae: the same storage and
-replication code, without the receive hint and the partition index that
-came after it. At a similar load (1.0-6.5) it gave:
+NATS R=3's own W5 was 1,182, 715 and 861 msg/s in the three runs: a single
+run of W5 moves by ±25% on this shared machine, on either side.
 
-| row | b8fb9ae | this invocation |
+The eighth session's final invocation (f38fbe8) beside this one:
+
+| row | f38fbe8 | this invocation |
 |---|---:|---:|
-| W5 vs NATS R=3 (msg/s) | 0.95x (831 vs 871) | 0.83x |
-| W5 vs NATS R=3, 1,024 B | 1.15x | 0.92x |
-| W5b vs NATS R=3 | 3.33x | 3.66x |
-| W3 vs Redis | 1.02x | 0.87x |
-| W1 vs Redis | 0.34x | 0.32x |
+| W5 vs NATS R=3 | 0.83x (763 vs 920 msg/s) | 0.96x (829 vs 861) |
+| W5 vs NATS R=3, 1,024 B | 0.92x | 0.77x |
+| W5b vs NATS R=3 | 3.66x | 4.12x |
+| W3 vs Redis | 0.87x | 1.01x |
+| W1 vs Redis | 0.32x | 0.32x |
 
-docs/perf/peers.md holds this invocation's JSON lines. The b8fb9ae
-invocation's are in that page's history (commit 57ec271).
+docs/perf/peers.md holds this invocation's JSON lines; earlier ones are in
+that page's history.
 
-- **What moved:** one message per request at R=3.
-  - **The change.** A replica applying a one-record block, and a writer
-    receiving one message, now take scalar paths (ADR 0002, decision 13).
-    In-process, the replica's apply + commit of one record went from
-    51-109 µs to 12-13 µs (docs/perf/storage.md).
-  - **Measured alone:** `zmqueue bench --workload W5`, old (76b8fdf) and
-    new trees alternately, 3 pairs per set (medians): 732 -> 862 msg/s
-    (+18%) in one set, 848 -> 926 (+9%) in another. W1: 2,191 -> 2,252
-    (+3%).
-  - **In the peers invocations:** W5 went from 793 msg/s (0.75x NATS R=3)
-    in the seventh session's final invocation to 831 (0.95x) on b8fb9ae
-    and 763 (0.83x) here.
-  - **NATS moves too.** NATS R=3's own W5 was 1,052, 871 and 920 msg/s in
-    those three invocations.
-  - **Read W5 through the alternating pairs.** Single invocations of W5
-    move by ±20% on this shared machine.
-- **Also this session, no measurable end-to-end effect:**
-  - **The receive hint.** A host's RECEIVE reply says whether its copies of
-    the partition's other streams hold anything visible. A consumer's
-    sweep that got messages skips the other hosts when they hold nothing.
-    In a test, 20 receives asked the other host of an R=2 queue about once
-    instead of 20 times. W5 moved +5% in 3 alternating pairs, which is
-    within the noise.
-  - **Streams indexed by partition.** Receives, parked long polls and
-    pushes no longer scan every stream of a host.
-- **What did not move:** W3 (0.87x and 1.02x Redis in the two invocations;
-  0.93x and 1.05x last session) and W1 (0.32x and 0.34x). Redis answers one
+- **What this session changed: many queues per host, not one queue's
+  speed.** Heartbeats and periodic position reports are batched per host
+  (one frame, one `POSITIONS` request), one fsync thread serves every log,
+  metadata changes no longer list directories, and housekeeping is spread
+  over the second. With 201 idle R=3 queues the single-send p50 is now
+  0.72 ms and no loop stalls; before, 101 queues took it to 4.3 ms and 201
+  made the hosts lose their writer locks (see "Many idle queues per host"
+  below). The peers' workloads use one queue, where these costs were small:
+  the moves in W3 and W5b here are within the run-to-run spread above.
+- **What did not move:** W3 (1.01x Redis here; 0.87x and 1.02x in the
+  eighth session's two invocations) and W1 (0.32x). Redis answers one
   XADD in ~0.16 ms (p50). zmqueue takes ~0.5 ms for one confirmed send, so
   W1 and W2 stay behind Redis, and W2 behind NATS. The single-send latency
   tail was probed three ways on an otherwise idle host (see "Where the time
@@ -266,7 +250,7 @@ invocation's are in that page's history (commit 57ec271).
 - **Targets met:**
   - no losses or duplicates in any run of any system;
   - the R=3 send p99 at half rate (< 10 ms);
-  - W5b at 1.5x NATS R=3 (3.66x; 1,024 B 3.87x);
+  - W5b at 1.5x NATS R=3 (4.12x; 1,024 B 3.96x);
   - FIFO failover (fourth session, 6eabf3a: p50 1.62 s, max 1.68 s over 20
     kills);
   - CURVE cost (6.6%);

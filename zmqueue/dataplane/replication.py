@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 import zmq
@@ -380,27 +380,23 @@ class Replicator:
         host reports all of our replica streams it writes; its reply carries
         the writer's epoch and last seq of each (a replica behind starts a
         catch-up; heartbeats do too)."""
-        streams = self.streams()
         for key in force:
-            st = streams.get(key)
-            endpoint = self._writer_endpoint(key)
-            if st is not None and st.role is Role.REPLICA and endpoint is not None:
+            if (found := self._replica_and_writer(key)) is not None:
+                st, endpoint = found
                 self.forwarder.notify(endpoint, Command.POSITION, {
                     "s": stream_id(key), "node": self.node, "e": st.epoch,
                     "seq": st.store.last_seq, "ack": False})
         if now_ms >= self.next_report_ms:
             self.next_report_ms = now_ms + REPORT_EVERY_MS
-            keys: set[StreamKey] | dict[StreamKey, Stream] = streams
+            keys: Iterable[StreamKey] = self.streams()
         elif self.due:
             keys = self.due
         else:
             return
         by_writer: dict[str, list[Stream]] = {}
         for key in keys:
-            st = streams.get(key)
-            endpoint = self._writer_endpoint(key)
-            if st is not None and st.role is Role.REPLICA and endpoint is not None:
-                by_writer.setdefault(endpoint, []).append(st)
+            if (found := self._replica_and_writer(key)) is not None:
+                by_writer.setdefault(found[1], []).append(found[0])
         self.due = set()
         for endpoint, sts in by_writer.items():
             for i in range(0, len(sts), BATCH_MAX):
@@ -411,9 +407,14 @@ class Replicator:
                                        self._on_positions_reply([st.key for st in batch]),
                                        now_ms, timeout_ms=2000)
 
-    def _writer_endpoint(self, key: StreamKey) -> str | None:
+    def _replica_and_writer(self, key: StreamKey) -> tuple[Stream, str] | None:
+        """Our replica stream ``key`` and its writer's peer endpoint, if both are known."""
+        st = self.streams().get(key)
         writer = self.writer_of.get(key)
-        return self.peer_endpoint(writer) if writer and writer != self.node else None
+        if st is None or st.role is not Role.REPLICA or not writer or writer == self.node:
+            return None
+        endpoint = self.peer_endpoint(writer)
+        return (st, endpoint) if endpoint is not None else None
 
     def h_positions(self, body: dict[str, Any]) -> tuple[dict[str, Any], list[Stream]]:
         """A replica host's periodic POSITIONS: record each report; the reply
