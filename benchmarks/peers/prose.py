@@ -251,12 +251,14 @@ that page's history.
   - no losses or duplicates in any run of any system;
   - the R=3 send p99 at half rate (< 10 ms);
   - W5b at 1.5x NATS R=3 (4.12x; 1,024 B 3.96x);
-  - FIFO failover (fourth session, 6eabf3a: p50 1.62 s, max 1.68 s over 20
-    kills);
+  - FIFO failover (replication.md, rerun this session on the batched
+    reports: p50 1.62 s, max 1.67 s over 20 kills; fourth session 1.62 s /
+    1.68 s);
   - CURVE cost (6.6%);
-  - R=3 sync throughput at 50% of R=1 (fourth session, 6eabf3a,
-    replication.md: 63.4% with 16 producers; with one producer, i.e. one
-    batch in flight, 43.7%);
+  - R=3 sync throughput at 50% of R=1 (replication.md, this session: 59.0%
+    with 16 producers, median of the rounds' ratios 60.5%; with one
+    producer, i.e. one batch in flight, 44.8%; fourth session 63.4% /
+    43.7%);
   - queues.md (76b8fdf, 9 runs): send_batch at 25% of raw pyzmq (33.7%),
     and the single-send p99 at 3x raw (2.02x).
 - **Targets missed:**
