@@ -400,9 +400,9 @@ and credits that delete by reference; the storage engine handing out
 columns without a `Delivered` tuple per message (~0.4 us each); the two
 records (VISIBILITY at receive, DELETE) each consumed message commits.
 
-**Replicated sends (W5, W5b).** R=3 sync keeps 63.4% of R=1's batched
-throughput with 16 producers (fourth session, 6eabf3a) and 43.7% with one
-batch in flight. With one batch in flight the batch's path is serial and
+**Replicated sends (W5, W5b).** R=3 sync keeps 59.0% of R=1's batched
+throughput with 16 producers (ninth session's rerun; 63.4% in the fourth
+session's, 6eabf3a) and 44.8% with one batch in flight (43.7%). With one batch in flight the batch's path is serial and
 crosses four processes on 2 CPUs: client -> writer (decode, append, commit,
 publish) -> a replica (receive, validate, apply, commit, report) -> writer
 (release the ack) -> client, with a ZeroMQ I/O-thread hop on every arrow
