@@ -203,8 +203,9 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5, W5-half) and the raw pyzmq
 ceiling come from the one invocation above, on the tree of commit
-{commit}, the ninth session's code (after it only a refactor of the
-position reports into a helper, and docs).
+{commit}, the ninth session's code (after it only refactors: the
+position reports and heartbeats share helpers, same messages and rules;
+and docs).
 
 Per-run ratios of this invocation (100 B):
 

@@ -220,7 +220,7 @@ class Replicator:
 
     def h_position(self, body: dict[str, Any]) -> Any:
         st = self._stream(body.get("s"))
-        self._note(st, body)
+        self._note(st, body.get("node"), body.get("e"), body.get("seq"))
         return {"e": st.epoch, "last_epoch": st.store.last_epoch, "last": st.store.last_seq}
 
     def note_position(self, body: dict[str, Any]) -> Stream | None:
@@ -228,12 +228,12 @@ class Replicator:
         none by that id (a report is not answered; only a malformed id raises)."""
         st = self.streams().get(parse_stream_id(body.get("s")))
         if st is not None:
-            self._note(st, body)
+            self._note(st, body.get("node"), body.get("e"), body.get("seq"))
         return st
 
     @staticmethod
-    def _note(st: Stream, body: dict[str, Any]) -> None:
-        node, epoch, seq = body.get("node"), body.get("e"), body.get("seq")
+    def _note(st: Stream, node: Any, epoch: Any, seq: Any) -> None:
+        """Record a replica's reported position (a writer, in its own epoch)."""
         if isinstance(node, str) and isinstance(seq, int) and epoch == st.epoch and st.role is Role.WRITER:
             st.follower_pos[node] = seq
 
@@ -267,35 +267,35 @@ class Replicator:
     def _on_pub(self, cmd: Command, body: Any, now_ms: int) -> None:
         if not isinstance(body, dict):
             return
-        if cmd == Command.HEARTBEAT and "h" in body:
-            beats = body["h"]
+        if cmd == Command.HEARTBEAT:
+            beats = body["h"] if "h" in body else [[body.get("s"), body.get("e"), body.get("last")]]
             if not isinstance(beats, list):
                 raise ProtocolError("heartbeats must be a list of [stream, epoch, last seq]")
             for beat in beats:
                 if isinstance(beat, list) and len(beat) == 3:
-                    st = self._replica_in(beat[0], beat[1])
-                    if st is not None and isinstance(beat[2], int) and beat[2] > st.store.last_seq:
-                        self.catch_up(st, now_ms)
+                    self._heard_last(parse_stream_id(beat[0]), beat[1], beat[2], now_ms)
             return
-        st = self._replica_in(body.get("s"), body.get("e"))
-        if st is None:
+        st = self._replica_in(parse_stream_id(body.get("s")), body.get("e"))
+        if st is None or cmd != Command.REPLICATE:
             return
-        if cmd == Command.REPLICATE:
-            prev = body.get("prev")
-            if (isinstance(prev, list) and len(prev) == 2 and prev[1] == st.store.last_seq
-                    and prev[1] > 0 and prev[0] != st.store.last_epoch):
-                self._resync(st)
-                return
-            self.apply(st, decode_chunks(body.get("c")), st.epoch)
-        elif cmd == Command.HEARTBEAT:
-            last = body.get("last")
-            if isinstance(last, int) and last > st.store.last_seq:
-                self.catch_up(st, now_ms)
+        prev = body.get("prev")
+        if (isinstance(prev, list) and len(prev) == 2 and prev[1] == st.store.last_seq
+                and prev[1] > 0 and prev[0] != st.store.last_epoch):
+            self._resync(st)
+            return
+        self.apply(st, decode_chunks(body.get("c")), st.epoch)
 
-    def _replica_in(self, sid: Any, epoch: Any) -> Stream | None:
-        """The replica stream ``sid`` if a frame of term ``epoch`` may touch
+    def _heard_last(self, key: StreamKey, epoch: Any, last: Any, now_ms: int) -> None:
+        """A writer of term ``epoch`` says its log ends at ``last`` (a
+        heartbeat, a POSITIONS reply): catch up if our copy is behind."""
+        st = self._replica_in(key, epoch)
+        if st is not None and isinstance(last, int) and last > st.store.last_seq:
+            self.catch_up(st, now_ms)
+
+    def _replica_in(self, key: StreamKey, epoch: Any) -> Stream | None:
+        """Our replica stream ``key`` if a frame of term ``epoch`` may touch
         it (the stream's epoch moves up to it); None otherwise."""
-        st = self.streams().get(parse_stream_id(sid))
+        st = self.streams().get(key)
         if st is None or st.role is not Role.REPLICA:
             return None
         if not isinstance(epoch, int) or epoch < st.epoch:
@@ -434,7 +434,7 @@ class Replicator:
             if st is None:
                 out.append(None)
                 continue
-            self._note(st, {"node": node, "e": item[1], "seq": item[2]})
+            self._note(st, node, item[1], item[2])
             noted.append(st)
             out.append([st.epoch, st.store.last_epoch, st.store.last_seq])
         return {"b": out}, noted
@@ -446,14 +446,8 @@ class Replicator:
                 return
             now = int(time.time() * 1000)
             for key, item in zip(keys, items, strict=True):
-                st = self.streams().get(key)
-                if st is None or not isinstance(item, list) or len(item) != 3:
-                    continue
-                e, _, last = item
-                if st.role is Role.REPLICA and isinstance(e, int) and e >= st.epoch:
-                    st.epoch = e
-                    if isinstance(last, int) and last > st.store.last_seq:
-                        self.catch_up(st, now)
+                if isinstance(item, list) and len(item) == 3:
+                    self._heard_last(key, item[0], item[2], now)
         return done
 
     def close(self) -> None:
