@@ -1,20 +1,31 @@
 """A writer whose Consul session became invalid (a restarted agent, a
 destroyed session) campaigns again with a new session at once, instead of
-retrying the dead one until its renewal is due. Real Consul, the real
-leadership thread, in process."""
+retrying the dead one until its renewal is due; and a writer holding its
+locks confirms them without reading every lock each cycle. Real Consul, the
+real leadership thread, in process."""
 
 from __future__ import annotations
 
 import logging
 import queue
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import running_agent, wait_for
 from tests.controlplane_integration.conftest import kv_client
 from zmqueue.controlplane import leadership
-from zmqueue.controlplane.leadership import Candidacy, Deposed, Elected, Event, Leadership
+from zmqueue.controlplane.leadership import (
+    Candidacy,
+    Confirmed,
+    Deposed,
+    Elected,
+    Event,
+    Leadership,
+    lock_key,
+)
 from zmqueue.localcluster import ConsulAgent
 
 
@@ -53,3 +64,49 @@ def test_a_session_consul_calls_invalid_is_replaced_at_once(
         lead.stop()
         lead.join(10)
     assert not lead.is_alive()
+
+
+def test_steady_cycles_confirm_leases_without_reading_every_lock(tmp_path: Path) -> None:
+    """Holding every lock, a cycle confirms them from the prefix's index alone
+    (no full read of ``leaders/``); any change under the prefix (another
+    lock taken, this host's lock deleted) is seen within a cycle or two."""
+    node = f"lead-{uuid.uuid4().hex[:8]}"
+    stream = (f"q-{node}", 0, node)
+    events: queue.Queue[Event] = queue.Queue()
+    with running_agent(tmp_path / "consul") as agent:
+        c = kv_client(agent.http_addr)
+        lead = Leadership((agent.http_addr,), 2.0, node, [], {"node": node}, events.put)
+        lead.update({stream: Candidacy((node,), node)}, {stream: (0, 0)})
+        seen: list[Event] = []
+
+        def drain() -> list[Event]:
+            while not events.empty():
+                seen.append(events.get_nowait())
+            return seen
+
+        def confirmed_since(mark: int) -> int:
+            return sum(1 for e in drain()[mark:] if isinstance(e, Confirmed) and stream in e.streams)
+
+        lead.start()
+        try:
+            wait_for(lambda: any(isinstance(e, Elected) for e in drain()), 15, "the election")
+            # let the busy period after the election pass, then watch steady cycles
+            wait_for(lambda: time.monotonic() >= lead._busy_until, 10, "the steady state")
+            reads, mark = lead.full_reads, len(drain())
+            wait_for(lambda: confirmed_since(mark) >= 4, 10, "four steady confirmations")
+            assert lead.full_reads == reads, "a steady cycle read every lock"
+
+            # another stream's lock taken by someone else moves the index
+            other = c.session.create(behavior="release", lock_delay=0, ttl=30)
+            assert c.kv.put(lock_key(("other", 0, "x")), b"{}", acquire=other)
+            wait_for(lambda: lead.full_reads > reads, 5, "a full read after a foreign lock moved")
+
+            # this host's own lock deleted under it: deposed, not confirmed on
+            mark = len(drain())
+            c.kv.delete(lock_key(stream))
+            wait_for(lambda: any(isinstance(e, Deposed) and e.stream == stream
+                                 for e in drain()[mark:]), 5, "deposed after the lock was deleted")
+        finally:
+            lead.stop()
+            lead.join(10)
+        assert not lead.is_alive()
