@@ -240,7 +240,11 @@ class Leadership(threading.Thread):
         free = [s for s in cands if holders.get(s, (None, 0))[0] is None]
         borrowed = [s for s in mine if s in cands and cands[s].preferred not in (None, self.node)]
         passing = self._passing_now() if free or borrowed else set()
-        state = self._positions_of_others() if free or borrowed else {}
+        # peers' positions decide only a hand-back, or a free stream with no
+        # healthy preferred writer (a FIFO stream, a dead host's origin)
+        decide_by_position = borrowed or any(
+            cands[s].preferred not in passing and cands[s].preferred != self.node for s in free)
+        state = self._positions_of_others() if decide_by_position else {}
         for s in list(self.held):
             if s not in mine:
                 log.warning("lost the writer lock of %s", s)
