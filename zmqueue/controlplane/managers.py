@@ -113,8 +113,8 @@ class ManagerRoles(threading.Thread):
                 try_acquire(self.client, key, sid, self.cfg.node)
         index = prev.index if prev is not None else None
         wait = WATCH_WAIT_S if self.held else IDLE_WATCH_WAIT_S
-        snap = self.directory.snapshot(index, wait) if index else self.directory.snapshot()
-        if prev is not None:
+        snap = self.directory.snapshot(index, wait, prev) if index else self.directory.snapshot()
+        if prev is not None and snap.state is not prev.state:
             snap = Snapshot(snap.index, keep_last_good(prev.state, snap.state, snap.problems),
                             snap.problems, snap.hosts, snap.sessions)
         self._snap = snap

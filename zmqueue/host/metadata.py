@@ -131,11 +131,12 @@ class MetadataCache:
     def _watch(self) -> None:
         d = QueueDirectory(ConsulClient(self.addresses, self.timeout_s + WATCH_WAIT_S))
         index: int | None = None
+        prev: Snapshot | None = None
         failures = 0
         reporter = KvProblemReporter(d.client, self.service_id) if self.service_id else None
         while not self.stopped.is_set():
             try:
-                snap = d.snapshot(index, WATCH_WAIT_S) if index else d.snapshot()
+                snap = d.snapshot(index, WATCH_WAIT_S, prev) if index else d.snapshot()
             except ConsulUnavailable as exc:
                 failures += 1
                 if failures in (1, 10) or failures % 60 == 0:
@@ -145,6 +146,7 @@ class MetadataCache:
                 continue
             failures = 0
             index = snap.index if snap.index > 0 else None
+            prev = snap
             if reporter is not None:
                 reporter.report(snap.problems)
             self._publish(self._last_good(snap), always=False)
