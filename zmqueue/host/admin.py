@@ -4,6 +4,15 @@ They change or read Consul KV, so they run on the metadata cache's worker
 thread; the request loop never blocks on Consul. The reply is posted back to
 the loop. A successful create or delete also refreshes this host's metadata,
 so the data plane knows the queue before the client's next request.
+
+``GET_QUEUE`` of a queue the metadata cache knows is answered from the cache
+at once, on the loop: clients ask it every 50 ms while a new queue's writers
+are elected, and again whenever their routes go stale, and a consistent read
+of the whole KV tree grows with the number of queues. The cache follows
+Consul with a blocking query, so its writers lag a lock change by
+milliseconds, and a client that follows a stale route is answered
+``NOT_LEADER`` and asks again. A queue the cache does not know (created a
+moment ago through another host) is read from Consul, consistently.
 """
 
 from __future__ import annotations
@@ -23,10 +32,11 @@ from zmqueue.protocol import Command
 class AdminHandlers:
     def __init__(self, cache: MetadataCache) -> None:
         self.cache = cache
+        self._read_through = self._deferred(self._get)
 
     def register(self, d: Dispatcher) -> None:
         d.register(Command.CREATE_QUEUE, self._deferred(self._create))
-        d.register(Command.GET_QUEUE, self._deferred(self._get))
+        d.register(Command.GET_QUEUE, self._get_cached)
         d.register(Command.LIST_QUEUES, self._deferred(self._list))
         d.register(Command.DELETE_QUEUE, self._deferred(self._delete))
 
@@ -57,6 +67,13 @@ class AdminHandlers:
         info = d.create(cfg)
         self.cache.refresh()
         return {"queue": info}
+
+    def _get_cached(self, req: Request) -> Any:
+        snap = self.cache.last
+        name = F.get_queue(F.body_map(req.body), "name")
+        if snap is not None and name in snap.state.configs:
+            return {"queue": snap.queue_info(name)}
+        return self._read_through(req)
 
     def _get(self, d: QueueDirectory, body: dict[str, Any]) -> Any:
         return {"queue": d.get(F.get_queue(body, "name"))}
