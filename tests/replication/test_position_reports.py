@@ -127,6 +127,11 @@ def test_positions_are_reported_in_batches_and_heartbeats_name_streams_behind(
         # 200 ms) leave the stream out once it reported so (beats already sent
         # may still name it)
         wait_for(lambda: peer.beats_for(sid, 1.0) == [], 15, "heartbeats without the caught-up stream")
+        # a request with one malformed item is refused whole: the item before
+        # it (the stream reported behind) is not recorded, so no heartbeat names it
+        bad = peer.call(Command.POSITIONS, {"node": replica, "b": [[sid, epoch, 0], ["no-slashes", 0, 0]]})
+        assert bad.is_error and bad.body["code"] == 5 and "stream id" in bad.body["message"]
+        assert peer.beats_for(sid, 0.6) == []
 
         def beats_while_reported_behind() -> list[list[Any]]:
             # the replica reports its real position every second: report it

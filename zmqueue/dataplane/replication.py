@@ -424,13 +424,14 @@ class Replicator:
         if not isinstance(node, str) or not isinstance(items, list) or len(items) > BATCH_MAX:
             raise InvalidParameter(f"POSITIONS needs node and b: up to {BATCH_MAX} "
                                    "[stream, epoch, seq] items")
+        if not all(isinstance(item, list) and len(item) == 3 for item in items):
+            raise InvalidParameter("a POSITIONS item is [stream, epoch, seq]", field="b")
+        keys = [parse_stream_id(item[0]) for item in items]  # all checked before any is noted
         streams = self.streams()
         out: list[Any] = []
         noted: list[Stream] = []
-        for item in items:
-            if not isinstance(item, list) or len(item) != 3:
-                raise InvalidParameter("a POSITIONS item is [stream, epoch, seq]", field="b")
-            st = streams.get(parse_stream_id(item[0]))
+        for key, item in zip(keys, items, strict=True):
+            st = streams.get(key)
             if st is None:
                 out.append(None)
                 continue
