@@ -4,9 +4,12 @@ second each, written or not)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from zmqueue.dataplane.storage import NewMessage, PartitionStore, StorageConfig
 from zmqueue.dataplane.storage.logwriter import IntervalFlusher
@@ -61,3 +64,39 @@ def test_the_interval_thread_syncs_on_its_own(tmp_path: Path) -> None:
     finally:
         for st in stores:
             st.close()
+
+
+class FailingLog:
+    """Stands in for a LogWriter whose fdatasync fails until ``ok`` is set."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.ok = False
+        self.flushes = 0
+
+    def flush(self) -> None:
+        self.flushes += 1
+        if not self.ok:
+            raise OSError(24, "Too many open files")
+
+
+def test_a_log_whose_sync_keeps_failing_is_retried_every_interval_and_reported_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    hour = 3_600_000
+    flusher = IntervalFlusher.shared(hour)
+    bad = FailingLog(tmp_path / "bad.log")
+    caplog.set_level(logging.WARNING, logger="zmqueue.dataplane.storage.logwriter")
+    flusher.mark(bad)  # type: ignore[arg-type]
+    try:
+        for _ in range(5):
+            flusher.sync_marked()
+        assert bad.flushes == 5  # kept marked: retried at every tick
+        failed = [r for r in caplog.records if "failed" in r.getMessage()]
+        assert len(failed) == 1 and str(bad.path) in failed[0].getMessage()
+        bad.ok = True
+        flusher.sync_marked()
+        flusher.sync_marked()  # synced: no longer marked
+        assert bad.flushes == 6
+        assert sum("works again" in r.getMessage() for r in caplog.records) == 1
+    finally:
+        flusher.unmark(bad)  # type: ignore[arg-type]

@@ -30,6 +30,8 @@ from zmqueue.dataplane.storage.segment import BlockIndex, SegmentWriter, fsync_d
 
 log = logging.getLogger(__name__)
 
+FAILURE_NOTE_S = 10.0
+
 
 class IntervalFlusher:
     """The thread that fdatasyncs marked logs every ``interval_ms``."""
@@ -49,6 +51,8 @@ class IntervalFlusher:
         self.interval_s = interval_ms / 1000
         self._lock = threading.Lock()
         self._marked: dict[int, LogWriter] = {}
+        self._failing: dict[int, float] = {}
+        """Logs whose last sync failed: when the next failure may be logged."""
         self._thread = threading.Thread(target=self._run, name="zmq-fsync", daemon=True)
         self._thread.start()
 
@@ -59,6 +63,7 @@ class IntervalFlusher:
     def unmark(self, log: LogWriter) -> None:
         with self._lock:
             self._marked.pop(id(log), None)
+            self._failing.pop(id(log), None)
 
     def _run(self) -> None:
         while True:
@@ -68,12 +73,19 @@ class IntervalFlusher:
     def sync_marked(self) -> None:
         with self._lock:
             marked, self._marked = self._marked, {}
-        for lw in marked.values():
+        for key, lw in marked.items():
             try:
                 lw.flush()
             except Exception:  # (os.dup out of descriptors, say): keep the thread, retry later
-                log.exception("interval fsync of %s failed; retrying", lw.path)
+                now = time.monotonic()
+                if now >= self._failing.get(key, 0.0):  # a failing log is reported once per period
+                    self._failing[key] = now + FAILURE_NOTE_S
+                    log.exception("interval fsync of %s failed; retrying every %.0f ms (said at "
+                                  "most every %.0f s)", lw.path, self.interval_s * 1000, FAILURE_NOTE_S)
                 self.mark(lw)
+            else:
+                if self._failing.pop(key, None) is not None:
+                    log.warning("interval fsync of %s works again", lw.path)
 
 
 class LogWriter:
