@@ -168,13 +168,51 @@ def test_parse_tree_reports_and_skips_bad_items():
     assert {p.key for p in problems} >= {"zmqueue/queues/q/config", "zmqueue/mystery/key"}
 
 
-@given(st.lists(st.fixed_dictionaries(
+LISTINGS = st.lists(st.fixed_dictionaries(
     {"Key": st.one_of(st.text(max_size=30), st.sampled_from([
         "zmqueue/queues/q/config", "zmqueue/queues/q/partitions/1", "zmqueue/leaders/q/1",
         "zmqueue/positions/q/1/n", "zmqueue/managers/external", "zmqueue/hosts/n/drain"]),
         st.text(max_size=20).map(lambda s: "zmqueue/" + s)),
      "Value": st.none() | st.binary(max_size=60),
      "Session": st.none() | st.just("s"),
-     "LockIndex": st.integers(-2, 5)}), max_size=10))
+     "LockIndex": st.integers(-2, 5)}), max_size=10)
+
+
+@given(LISTINGS)
 def test_parse_tree_never_raises(items):
     kv.parse_tree(items)
+
+
+def valid_listing(n_queues: int, version: int) -> list[dict]:
+    """A tree of well-formed items; ``version`` changes some of the values."""
+    out = []
+    for i in range(n_queues):
+        pid = kv.PartitionId(f"q{i}", 0)
+        cfg = QueueConfig(f"q{i}", visibility_timeout_s=30 + (version if i % 2 else 0))
+        out.append(item(kv.queue_config_key(cfg.name), kv.encode_queue_config(cfg)))
+        out.append(item(kv.partition_key(pid), kv.encode_assignment(
+            PartitionAssignment("c1", ("a", "b"), 1 + (version if i % 3 == 0 else 0)))))
+        out.append(item(kv.leader_key(pid), kv.encode_leader(LeaderRecord("a", "tcp://a", 0)),
+                        session="s1", lock_index=1 + version))
+    return out
+
+
+@given(st.lists(st.one_of(LISTINGS, st.builds(valid_listing, st.integers(0, 6), st.integers(0, 3))),
+                min_size=1, max_size=6))
+def test_a_decode_memo_never_changes_what_a_listing_parses_to(listings):
+    memo = kv.DecodeMemo()
+    for items in listings:
+        assert kv.parse_tree(items, memo) == kv.parse_tree(items)
+
+
+def test_a_decode_memo_decodes_only_the_values_that_changed():
+    memo = kv.DecodeMemo()
+    kv.parse_tree(valid_listing(6, 0), memo)
+    assert memo.decoded == 18
+    kv.parse_tree(valid_listing(6, 0), memo)
+    assert memo.decoded == 0
+    state, _ = kv.parse_tree(valid_listing(6, 1), memo)  # odd configs, partitions of q0 and q3
+    assert memo.decoded == 3 + 2
+    assert state.configs["q1"].visibility_timeout_s == 31
+    assert state.leaders[kv.PartitionId("q2", 0)].epoch == 2  # a new LockIndex, same value
+    assert state == kv.parse_tree(valid_listing(6, 1))[0]

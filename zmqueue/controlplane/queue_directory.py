@@ -67,8 +67,12 @@ def config_diff(a: QueueConfig, b: QueueConfig) -> list[str]:
 
 
 class QueueDirectory:
+    """Queue administration and snapshots of the KV tree; one per thread (its
+    decode memo is not thread safe)."""
+
     def __init__(self, client: ConsulClient) -> None:
         self.client = client
+        self.memo = kv.DecodeMemo()
 
     def snapshot(self, index: int | None = None, wait_s: float | None = None,
                  prev: Snapshot | None = None) -> Snapshot:
@@ -88,7 +92,7 @@ class QueueDirectory:
         idx, items = self.client.call(get)
         if prev is not None and index is not None and prev.index == index == int(idx):
             return Snapshot(index, prev.state, prev.problems, list_hosts(self.client), prev.sessions)
-        state, problems = kv.parse_tree(items)
+        state, problems = kv.parse_tree(items, self.memo)
         sessions = {str(i["Key"]): str(i["Session"]) for i in items or []
                     if isinstance(i, dict) and i.get("Session") and i.get("Key")}
         return Snapshot(int(idx), state, problems, list_hosts(self.client), sessions)
