@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -183,7 +184,7 @@ def test_parse_tree_never_raises(items):
     kv.parse_tree(items)
 
 
-def valid_listing(n_queues: int, version: int) -> list[dict]:
+def valid_listing(n_queues: int, version: int) -> list[dict[str, Any]]:
     """A tree of well-formed items; ``version`` changes some of the values."""
     out = []
     for i in range(n_queues):
