@@ -6,8 +6,10 @@ Each round it
 
 1. keeps its Consul session alive (tied to its checks, see ``roles.py``);
 2. tries to take each role lock that is free (``kv.put(acquire=session)``);
-3. reads the ``zmqueue/`` tree with a blocking query (``wait`` always set),
-   plus the service catalog, and judges host health with a grace period;
+3. takes the next snapshot of the ``zmqueue/`` tree and of the service
+   catalog from the host's metadata watch (a :class:`SnapshotFeed`: the
+   watch's blocking query returns on any change and at least every 2 s),
+   and judges host health with a grace period;
 4. for each role it holds, plans with the pure modules (``assignment.py``
    via ``external_manager.py``, ``placement.py`` via ``internal_manager.py``)
    and writes each changed assignment in a transaction that checks the
@@ -33,21 +35,17 @@ from zmqueue.controlplane.external_manager import plan_external
 from zmqueue.controlplane.fleetview import AssignmentWrite, HealthGrace
 from zmqueue.controlplane.internal_manager import plan_internal
 from zmqueue.controlplane.kvhealth import keep_last_good
-from zmqueue.controlplane.queue_directory import QueueDirectory, Snapshot
+from zmqueue.controlplane.queue_directory import Snapshot
 from zmqueue.controlplane.roles import Session, try_acquire
+from zmqueue.controlplane.snapshot_feed import SnapshotFeed
 from zmqueue.errors import ConsulUnavailable
 
 log = logging.getLogger(__name__)
 
-WATCH_WAIT_S = 2.0
-"""Blocking-query wait of a host holding a manager role: also the longest a
-health change goes unnoticed (a host counts as failed only after
-``fleetview.FAILOVER_GRACE_S`` anyway)."""
-IDLE_WATCH_WAIT_S = 5.0
-"""The same for a host holding no role: it only waits for a role to fall
-free, and a lock released by a dead holder changes the KV tree, which ends
-the blocking query at once. (Each round reads and parses the whole tree:
-GIL time the request loop's latency tail pays for.)"""
+FEED_TIMEOUT_S = 10.0
+"""A round waits this long for the watch's next snapshot (it publishes one at
+least every ``metadata.WATCH_WAIT_S`` = 2 s while Consul answers); past it,
+the round counts as Consul unreachable."""
 
 
 @dataclass(frozen=True)
@@ -68,11 +66,12 @@ def txn_ops(w: AssignmentWrite, lock_key: str, sid: str) -> list[dict[str, Any]]
 
 
 class ManagerRoles(threading.Thread):
-    def __init__(self, cfg: RolesConfig) -> None:
+    def __init__(self, cfg: RolesConfig, feed: SnapshotFeed) -> None:
         super().__init__(name="manager-roles", daemon=True)
         self.cfg = cfg
-        self.client = ConsulClient(cfg.consul, cfg.timeout_s + IDLE_WATCH_WAIT_S)
-        self.directory = QueueDirectory(self.client)
+        self.client = ConsulClient(cfg.consul, cfg.timeout_s)
+        self.feed = feed
+        self._seq = 0
         self.session = Session(self.client, cfg.node, cfg.service_id)
         self.grace = HealthGrace(cfg.failover_grace_s)
         self.locks = {"external": kv.external_manager_key(),
@@ -111,9 +110,7 @@ class ManagerRoles(threading.Thread):
         for key in self.locks.values():
             if prev is None or key not in prev.sessions:
                 try_acquire(self.client, key, sid, self.cfg.node)
-        index = prev.index if prev is not None else None
-        wait = WATCH_WAIT_S if self.held else IDLE_WATCH_WAIT_S
-        snap = self.directory.snapshot(index, wait, prev) if index else self.directory.snapshot()
+        self._seq, snap = self.feed.next(self._seq, FEED_TIMEOUT_S)
         if prev is not None and snap.state is not prev.state:
             snap = Snapshot(snap.index, keep_last_good(prev.state, snap.state, snap.problems),
                             snap.problems, snap.hosts, snap.sessions)

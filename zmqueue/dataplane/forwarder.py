@@ -14,6 +14,7 @@ from typing import Any
 import zmq
 
 from zmqueue import protocol
+from zmqueue.dataplane.server import Wakeable
 from zmqueue.errors import ProtocolError, RequestTimeout, ZmqueueError, from_wire
 from zmqueue.protocol import Command, RequestIds
 
@@ -80,7 +81,7 @@ class Forwarder:
             return
         self.pending[rid] = _Pending(endpoint, now_ms + timeout_ms, callback)
 
-    def poll(self, now_ms: int, ready: frozenset[zmq.Socket[bytes]] | None = None) -> None:
+    def poll(self, now_ms: int, ready: frozenset[Wakeable] | None = None) -> None:
         """Replies on the sockets in ``ready`` (None: every socket), then timeouts."""
         if not self.pending and ((ready is not None and not ready) or not self.socks):
             return  # nothing awaited and nothing ready to read

@@ -50,6 +50,7 @@ import zmq
 
 from zmqueue import protocol
 from zmqueue.dataplane.forwarder import Forwarder
+from zmqueue.dataplane.server import Wakeable
 from zmqueue.dataplane.storage import replay
 from zmqueue.dataplane.storage.records import Table
 from zmqueue.dataplane.storage.replica import validate
@@ -244,7 +245,7 @@ class Replicator:
         return st
 
     # --- replica side ------------------------------------------------------------------
-    def poll(self, now_ms: int, ready: frozenset[zmq.Socket[bytes]] | None = None) -> None:
+    def poll(self, now_ms: int, ready: frozenset[Wakeable] | None = None) -> None:
         """Records on the SUB socket if it is in ``ready`` (None: look), then heartbeats."""
         sub = self.sub
         for _ in range(1000 if ready is None or sub in ready else 0):

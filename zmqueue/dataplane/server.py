@@ -35,7 +35,10 @@ DRAIN_MAX = 2000
 POLL_MAX_MS = 50
 
 
-NOTHING_READY: frozenset[zmq.Socket[bytes]] = frozenset()
+Wakeable = zmq.Socket[bytes] | int
+"""What the loop's poller can wait on: a socket, or a file descriptor (the
+metadata cache's wake pipe)."""
+NOTHING_READY: frozenset[Wakeable] = frozenset()
 
 _NOBLOCK = int(zmq.NOBLOCK)
 _NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
@@ -46,16 +49,17 @@ _POLLIN = int(zmq.POLLIN)
 
 
 class LoopHooks(Protocol):
-    def tick(self, now_ms: int, ready: frozenset[zmq.Socket[bytes]] | None = None) -> int | None:
+    def tick(self, now_ms: int, ready: frozenset[Wakeable] | None = None) -> int | None:
         """Run timers and read the :meth:`wake_sockets` in ``ready`` (None:
         all of them); return ms until the next timer, or None."""
 
     def flush(self) -> None:
         """Make everything appended this iteration durable per policy."""
 
-    def wake_sockets(self) -> list[zmq.Socket[bytes]]:
+    def wake_sockets(self) -> list[Wakeable]:
         """Sockets the hooks read themselves in tick() (replication SUB,
-        host-to-host DEALERs): their input wakes the loop at once."""
+        host-to-host DEALERs, the wake pipe of posted work): their input wakes
+        the loop at once."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,7 @@ class RequestLoop:
         for s in sockets.by_name.values():
             self.poller.register(s, zmq.POLLIN)
         self.names = {s: n for n, s in sockets.by_name.items()}
-        self.extra: set[zmq.Socket[bytes]] = set()
+        self.extra: set[Wakeable] = set()
         self.last_progress = time.monotonic()
         self.iterations = 0
         self.next_timer_ms: int | None = 0
@@ -141,7 +145,7 @@ class RequestLoop:
         if self.dispatcher.outbox.items or self.dispatcher.outbox.early:
             timeout = 0
         self._watch_extra()
-        ready: list[zmq.Socket[bytes]] = []
+        ready: list[Wakeable] = []
         for sock, _ in self.poller.poll(timeout):
             if sock in self.names:
                 self._drain(sock)

@@ -23,14 +23,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import zmq
-
 from zmqueue.dataplane import fields as F
 from zmqueue.dataplane.deadletters import DeadLetterMover
 from zmqueue.dataplane.dispatch import DEFERRED, Dispatcher, Request, now_ms
 from zmqueue.dataplane.forwarder import Forwarder
 from zmqueue.dataplane.pushing import Pusher
 from zmqueue.dataplane.replication import Replicator
+from zmqueue.dataplane.server import Wakeable
 from zmqueue.dataplane.storage import StorageConfig
 from zmqueue.dataplane.storage.store import STATS_KEYS
 from zmqueue.dataplane.stream import LEASE_S, PendingAck, Role, Stream
@@ -561,7 +560,7 @@ class QueueService:
         return parse_stream_id(body.get("s") if isinstance(body, dict) else None)
 
     # --- loop hooks ----------------------------------------------------------------------
-    def tick(self, now: int, ready: frozenset[zmq.Socket[bytes]] | None = None) -> int | None:
+    def tick(self, now: int, ready: frozenset[Wakeable] | None = None) -> int | None:
         """Timers, and the host-to-host sockets in ``ready`` (None: all)."""
         self.forwarder.poll(now, ready)
         self.replicator.poll(now, ready)

@@ -31,7 +31,7 @@ from zmqueue.controlplane.queue_directory import Snapshot
 from zmqueue.controlplane.registry import Heartbeat, Registrar, Registration
 from zmqueue.dataplane.dispatch import Dispatcher, Request
 from zmqueue.dataplane.forwarder import Forwarder
-from zmqueue.dataplane.server import RequestLoop, Sockets
+from zmqueue.dataplane.server import RequestLoop, Sockets, Wakeable
 from zmqueue.dataplane.service import QueueService
 from zmqueue.dataplane.topology import StreamKey
 from zmqueue.errors import ConsulUnavailable, StartupError
@@ -84,7 +84,9 @@ class HostHooks:
         self.cands_version = -1
         self.security: HostSecurity | None = None
 
-    def tick(self, now_ms: int, ready: frozenset[zmq.Socket[bytes]] | None = None) -> int | None:
+    def tick(self, now_ms: int, ready: frozenset[Wakeable] | None = None) -> int | None:
+        if ready is None or self.cache.wake_fd in ready:
+            self.cache.drain_wake()
         self.cache.run_posted()
         wake = self.service.tick(now_ms, ready)
         if self.security is not None:
@@ -99,9 +101,9 @@ class HostHooks:
             self.leadership.update(self.cands, svc.positions())
         return wake
 
-    def wake_sockets(self) -> list[zmq.Socket[bytes]]:
+    def wake_sockets(self) -> list[Wakeable]:
         svc = self.service
-        return [svc.replicator.sub, *svc.forwarder.socks.values()]
+        return [svc.replicator.sub, *svc.forwarder.socks.values(), self.cache.wake_fd]
 
     def flush(self) -> None:
         busy = bool(self.service.dirty)
@@ -217,7 +219,7 @@ class Host:
         self.hooks.leadership = self.leadership
         self.leadership.start()
         self.roles = ManagerRoles(RolesConfig(cfg.node, cfg.cluster, reg.service_id, cfg.consul,
-                                              cfg.consul_timeout_ms / 1000))
+                                              cfg.consul_timeout_ms / 1000), cache.feed)
         self.roles.start()
         log.info("host %s (cluster %s) serving on %s", cfg.node, cfg.cluster, endpoints)
 

@@ -9,7 +9,9 @@ Consul is unreachable, the data plane keeps its last known metadata.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -18,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.kvhealth import KvProblemReporter, keep_last_good
 from zmqueue.controlplane.queue_directory import QueueDirectory, Snapshot
+from zmqueue.controlplane.snapshot_feed import SnapshotFeed
 from zmqueue.dataplane.topology import Metadata, PartitionInfo, PartKey, Peer
 from zmqueue.errors import ConsulUnavailable
 
@@ -59,12 +62,33 @@ class MetadataCache:
         self._last_fingerprint: tuple[object, ...] | None = None
         self.problems_reported: set[str] = set()
         self._refresh_pending = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self.feed = SnapshotFeed()
+        """Every snapshot read, for the host's other readers of the tree (its
+        manager roles), so the host holds one blocking query, not two."""
 
     def start(self) -> None:
         self.watcher.start()
 
     def post(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the request loop, which wakes at once (not at its next
+        poll timeout, up to 50 ms later: a writer's election, a deferred admin
+        reply and new metadata all come this way)."""
         self.posted.put(fn)
+        with contextlib.suppress(BlockingIOError):  # the pipe is full: the loop wakes anyway
+            os.write(self._wake_w, b"\x01")
+
+    @property
+    def wake_fd(self) -> int:
+        """Readable when something was posted: the loop polls it."""
+        return self._wake_r
+
+    def drain_wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # empty
+            while os.read(self._wake_r, 4096):
+                pass
 
     def run_posted(self) -> None:
         # empty() first: get_nowait() on an empty queue raises queue.Empty, twice
@@ -86,6 +110,7 @@ class MetadataCache:
         """Hand ``snap`` to the request loop; a watcher wake-up that changed
         nothing the data plane uses is not handed over (it would cost the
         loop a reconcile for every position write)."""
+        self.feed.put(snap)
         fingerprint = self._fingerprint(snap)
         if not always and fingerprint == self._last_fingerprint and snap.index >= self.max_index:
             self.last = snap
@@ -139,6 +164,7 @@ class MetadataCache:
                 snap = d.snapshot(index, WATCH_WAIT_S, prev) if index else d.snapshot()
             except ConsulUnavailable as exc:
                 failures += 1
+                self.feed.fail(str(exc))
                 if failures in (1, 10) or failures % 60 == 0:
                     log.warning("metadata watch failed (%d in a row): %s", failures, exc)
                 index = None
@@ -162,3 +188,5 @@ class MetadataCache:
     def stop(self) -> None:
         self.stopped.set()
         self.worker.shutdown(wait=False, cancel_futures=True)
+        # the wake pipe stays open: a thread may still post, and a closed
+        # descriptor's number could be reused by a file it would then write to

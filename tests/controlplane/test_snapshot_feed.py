@@ -1,0 +1,53 @@
+"""The host's one watch of the KV tree, shared with its manager roles: a
+reader gets the next snapshot, never a stale one after a failure."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from zmqueue.controlplane import kvlayout as kv
+from zmqueue.controlplane.queue_directory import Snapshot
+from zmqueue.controlplane.snapshot_feed import SnapshotFeed
+from zmqueue.errors import ConsulUnavailable
+
+
+def snap(index: int) -> Snapshot:
+    return Snapshot(index, kv.ClusterState(), [], [])
+
+
+def test_a_reader_gets_the_newest_snapshot_after_the_one_it_saw() -> None:
+    feed = SnapshotFeed()
+    feed.put(snap(1))
+    seq, s = feed.next(0, 1.0)
+    assert s.index == 1
+    feed.put(snap(2))
+    feed.put(snap(3))  # a slow reader skips to the newest
+    seq2, s = feed.next(seq, 1.0)
+    assert s.index == 3 and seq2 > seq
+
+
+def test_a_reader_waits_for_the_next_snapshot() -> None:
+    feed = SnapshotFeed()
+    feed.put(snap(1))
+    seq, _ = feed.next(0, 1.0)
+    timer = threading.Timer(0.2, lambda: feed.put(snap(2)))
+    timer.start()
+    try:
+        assert feed.next(seq, 10.0)[1].index == 2
+    finally:
+        timer.cancel()
+
+
+def test_a_failed_or_silent_watch_raises_instead_of_handing_out_the_old_snapshot() -> None:
+    feed = SnapshotFeed()
+    with pytest.raises(ConsulUnavailable, match="no metadata from the watch"):
+        feed.next(0, 0.05)
+    feed.put(snap(1))
+    seq, _ = feed.next(0, 1.0)
+    feed.fail("connection refused")
+    with pytest.raises(ConsulUnavailable, match="connection refused"):
+        feed.next(seq, 1.0)
+    feed.put(snap(2))  # the watch is back
+    assert feed.next(seq, 1.0)[1].index == 2
