@@ -123,6 +123,9 @@ class QueueService:
         self.housekeeping_due: list[StreamKey] = []
         self.housekeeping_slice = 1
         self.recovering: dict[StreamKey, tuple[float, set[str]]] = {}
+        self.awaiting_recovery: dict[StreamKey, list[Request]] = {}
+        """Sends and receives that reached this host while it recovers a stream
+        it was just elected to write: re-run when the recovery ends."""
         self.replicator = Replicator(forwarder.ctx, node, pub, forwarder, lambda: self.set.streams,
                                      self.meta_peer_endpoint, self.dirty.add, self._resync)
         self.dlq = DeadLetterMover(self)
@@ -230,6 +233,27 @@ class QueueService:
             st.published_seq = st.store.last_seq
             st.follower_pos = {}
             log.info("writing stream %s at epoch %d from seq %d", key, st.epoch, st.store.last_seq)
+            self._rerun_awaiting(key)
+        for key in [k for k in self.awaiting_recovery if k not in self.recovering]:
+            self._rerun_awaiting(key)  # the stream closed or its recovery was cut short
+
+    def _await_recovery(self, req: Request, keys: list[StreamKey]) -> bool:
+        """Whether ``req`` now waits for this host to finish recovering one of
+        ``keys``. A host elected a moment ago recovers a stream (asks its
+        peers' positions, fetches what it lacks) for at most RECOVERY_S; a
+        send or receive that arrives meanwhile, typically the first ones
+        after a queue was created or a writer failed over, waits and is
+        served then, instead of bouncing with NOT_LEADER. Only for handlers
+        that changed nothing before asking."""
+        for key in keys:
+            if key in self.recovering:
+                self.awaiting_recovery.setdefault(key, []).append(req)
+                return True
+        return False
+
+    def _rerun_awaiting(self, key: StreamKey) -> None:
+        for req in self.awaiting_recovery.pop(key, []):
+            self._redispatch(req)
 
     def on_deposed(self, key: StreamKey) -> None:
         st = self.set.streams.get(key)
@@ -237,6 +261,7 @@ class QueueService:
             return
         st.role = Role.REPLICA
         self.recovering.pop(key, None)
+        self._rerun_awaiting(key)  # now answered NOT_LEADER
         err = NotLeader(f"this host stopped writing {key[0]!r}/{key[1]}; retry", leader=None,
                         endpoint=None)
         for a in list(st.acks) + self.new_acks.pop(key, []):
@@ -336,8 +361,10 @@ class QueueService:
         part = self._part(req, body, now)
         if part is None:
             return DEFERRED
-        fifo = self.meta.configs[part[0]].fifo
-        st = self.writer_stream(part[0], part[1], FIFO_ORIGIN if fifo else self.node)
+        key = (part[0], part[1], FIFO_ORIGIN if self.meta.configs[part[0]].fifo else self.node)
+        if self._await_recovery(req, [key]):
+            return DEFERRED
+        st = self.writer_stream(*key)
         if body.get("dl") is not None:
             if req.sock != "peer":
                 raise InvalidParameter("dead-letter moves are host-to-host (peer socket) only",
@@ -366,6 +393,9 @@ class QueueService:
         cols = body.get("cols") is True
         if body.get("del") is not None or body.get("dref") is not None:
             return self._delete_then_take(req, part, body, max_n, wait_ms, vis_s, cols, now)
+        if not self.set.led_streams(part) and self._await_recovery(
+                req, [st.key for st in self.set.partition_streams(part)]):
+            return DEFERRED
         reply = self.take(self.readable_streams(part), max_n, vis_s, now, cols)
         if has_messages(reply) or wait_ms == 0:
             reply["x"] = self._elsewhere(part, now)
