@@ -56,6 +56,9 @@ HOUSEKEEPING_MS = 1000
 HOUSEKEEPING_SLICES = 10
 ACK_TIMEOUT_S = 5.0
 RECOVERY_S = 1.5
+WRITER_WAIT_MS = 2000
+"""The longest a send or receive waits for a stream's writer to be settled
+(see QueueService._await_writer), then it gets NOT_LEADER."""
 
 
 def _delete_refs(body: dict[str, Any]) -> tuple[str, list[int], list[int]]:
@@ -123,9 +126,9 @@ class QueueService:
         self.housekeeping_due: list[StreamKey] = []
         self.housekeeping_slice = 1
         self.recovering: dict[StreamKey, tuple[float, set[str]]] = {}
-        self.awaiting_recovery: dict[StreamKey, list[Request]] = {}
-        """Sends and receives that reached this host while it recovers a stream
-        it was just elected to write: re-run when the recovery ends."""
+        self.awaiting_writer: dict[StreamKey, list[tuple[Request, int]]] = {}
+        """Sends and receives held while a stream's writer is being settled
+        (see :meth:`_await_writer`), with the time (ms) they stop waiting."""
         self.replicator = Replicator(forwarder.ctx, node, pub, forwarder, lambda: self.set.streams,
                                      self.meta_peer_endpoint, self.dirty.add, self._resync)
         self.dlq = DeadLetterMover(self)
@@ -171,6 +174,8 @@ class QueueService:
         parked, self.parked = self.parked, []
         for req, _ in parked:
             self._redispatch(req)
+        if self.awaiting_writer:  # a writer may be known now
+            self._rerun_awaiting()
 
     def _closed(self, key: StreamKey) -> None:
         st_acks = self.new_acks.pop(key, [])
@@ -234,25 +239,63 @@ class QueueService:
             st.follower_pos = {}
             log.info("writing stream %s at epoch %d from seq %d", key, st.epoch, st.store.last_seq)
             self._rerun_awaiting(key)
-        for key in [k for k in self.awaiting_recovery if k not in self.recovering]:
-            self._rerun_awaiting(key)  # the stream closed or its recovery was cut short
 
-    def _await_recovery(self, req: Request, keys: list[StreamKey]) -> bool:
-        """Whether ``req`` now waits for this host to finish recovering one of
-        ``keys``. A host elected a moment ago recovers a stream (asks its
-        peers' positions, fetches what it lacks) for at most RECOVERY_S; a
-        send or receive that arrives meanwhile, typically the first ones
-        after a queue was created or a writer failed over, waits and is
-        served then, instead of bouncing with NOT_LEADER. Only for handlers
-        that changed nothing before asking."""
+    def _await_writer(self, req: Request, keys: list[StreamKey], now: int) -> bool:
+        """Whether ``req`` now waits, for at most WRITER_WAIT_MS in all, until
+        one of ``keys`` has a settled writer. That is while this host
+        recovers a stream it was just elected to write (it asks its peers'
+        positions and fetches what it lacks, for at most RECOVERY_S), or while
+        it keeps a stream for which no writer is known yet but itself (an
+        election in progress: its own stream of a new queue, or a FIFO
+        stream whose writer failed). The first sends and receives after a
+        queue is created or a writer fails over then wait and are served,
+        or redirected to the new writer, instead of bouncing with
+        NOT_LEADER. Only for handlers that changed nothing before asking."""
+        until = getattr(req, "_writer_wait_until", None)
+        if until is None:
+            until = now + WRITER_WAIT_MS
+        elif now >= until:
+            return False
         for key in keys:
-            if key in self.recovering:
-                self.awaiting_recovery.setdefault(key, []).append(req)
+            if key in self.recovering or (
+                    self._election_pending(key)
+                    # a standard partition's other writers take sends and hold
+                    # their own messages: no waiting while one of them is known
+                    and self.not_writer(*key).details.get("leader") is None):
+                req._writer_wait_until = until  # type: ignore[attr-defined]
+                self.awaiting_writer.setdefault(key, []).append((req, until))
                 return True
         return False
 
-    def _rerun_awaiting(self, key: StreamKey) -> None:
-        for req in self.awaiting_recovery.pop(key, []):
+    def _election_pending(self, key: StreamKey) -> bool:
+        st = self.set.streams.get(key)
+        if st is None or st.role is not Role.REPLICA:
+            return False
+        info = self.meta.partitions.get((key[0], key[1]))
+        writer = info.writers.get(key[2]) if info is not None else None
+        return writer is None or writer == self.node
+
+    def _rerun_awaiting(self, key: StreamKey | None = None, now: int | None = None) -> None:
+        """Run again the requests held for ``key`` (None: for every stream;
+        with ``now``: only those whose wait ran out). Each either is served,
+        is redirected, or waits again until its own deadline."""
+        if key is not None:
+            held = self.awaiting_writer.pop(key, [])
+        elif now is None:
+            held = [h for hs in self.awaiting_writer.values() for h in hs]
+            self.awaiting_writer = {}
+        else:
+            held = []
+            for k in list(self.awaiting_writer):
+                due = [h for h in self.awaiting_writer[k] if h[1] <= now]
+                if due:
+                    held += due
+                    rest = [h for h in self.awaiting_writer[k] if h[1] > now]
+                    if rest:
+                        self.awaiting_writer[k] = rest
+                    else:
+                        del self.awaiting_writer[k]
+        for req, _ in held:
             self._redispatch(req)
 
     def on_deposed(self, key: StreamKey) -> None:
@@ -362,7 +405,7 @@ class QueueService:
         if part is None:
             return DEFERRED
         key = (part[0], part[1], FIFO_ORIGIN if self.meta.configs[part[0]].fifo else self.node)
-        if self._await_recovery(req, [key]):
+        if self._await_writer(req, [key], now):
             return DEFERRED
         st = self.writer_stream(*key)
         if body.get("dl") is not None:
@@ -393,8 +436,8 @@ class QueueService:
         cols = body.get("cols") is True
         if body.get("del") is not None or body.get("dref") is not None:
             return self._delete_then_take(req, part, body, max_n, wait_ms, vis_s, cols, now)
-        if not self.set.led_streams(part) and self._await_recovery(
-                req, [st.key for st in self.set.partition_streams(part)]):
+        if not self.set.led_streams(part) and self._await_writer(
+                req, [st.key for st in self.set.partition_streams(part)], now):
             return DEFERRED
         reply = self.take(self.readable_streams(part), max_n, vis_s, now, cols)
         if has_messages(reply) or wait_ms == 0:
@@ -596,6 +639,8 @@ class QueueService:
         self.replicator.poll(now, ready)
         if self.recovering:
             self._finish_recovery()
+        if self.awaiting_writer:
+            self._rerun_awaiting(now=now)
         if self.parked and self.parked[0][1] <= now:
             expired = [r for r, due in self.parked if due <= now]
             self.parked = [(r, due) for r, due in self.parked if due > now]
