@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -26,11 +29,21 @@ def test_a_sigstopped_host_goes_critical_on_both_its_heartbeat_and_its_http_chec
     wait_for(lambda: all_passing(consul_agent, h.node), 15, "host passing again after SIGCONT")
 
 
+def stop_hosts_by_pid(data_root: Path) -> None:
+    """Kill the hosts a command left behind (each wrote its pid to host.json)."""
+    for info in data_root.glob("*/host.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            os.kill(int(json.loads(info.read_text())["pid"]), signal.SIGKILL)
+
+
 def test_zmqueue_up_brings_up_c_clusters_of_h_hosts(consul_agent: ConsulAgent, tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "zmqueue", "up", "--clusters", "2", "--hosts", "2",
            "--consul", consul_agent.http_addr, "--data-dir", str(tmp_path / "up"), "--duration", "60"]
+    # started the way a background job is, with SIGINT ignored: `up` must
+    # still stop on it (and on SIGTERM)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     c = consul_for(consul_agent)
 
     def up_hosts() -> dict[str, str]:
@@ -44,7 +57,16 @@ def test_zmqueue_up_brings_up_c_clusters_of_h_hosts(consul_agent: ConsulAgent, t
         assert got == {"c1-h1": "c1", "c1-h2": "c1", "c2-h1": "c2", "c2-h2": "c2"}
     finally:
         proc.send_signal(signal.SIGINT)  # `zmqueue up` stops what it started on Ctrl-C
-        out, _ = proc.communicate(timeout=40)
+        try:
+            out, _ = proc.communicate(timeout=40)
+        except subprocess.TimeoutExpired:
+            proc.terminate()  # also stops its hosts first
+            try:
+                proc.communicate(timeout=40)
+            finally:
+                proc.kill()
+                stop_hosts_by_pid(tmp_path / "up" / "data")
+            raise
     assert proc.returncode == 0, out.decode(errors="replace")
     assert b"stopped every process" in out
     _, entries = c.health.service("zmqueue")

@@ -8,7 +8,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from zmqueue.cli.common import add_consul_flag, console, consul_addresses, hosts_table
+from zmqueue.cli.common import (
+    add_consul_flag,
+    console,
+    consul_addresses,
+    hosts_table,
+    interrupt_on_signals,
+)
 from zmqueue.config import HostConfig
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.discovery import list_hosts
@@ -78,6 +84,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     consul = consul_addresses(args.consul)[0] if args.consul else None
     cluster = LocalCluster(Path(args.data_dir), hosts=args.hosts, clusters=args.clusters,
                            consul=consul, secure=args.secure)
+    interrupt_on_signals()
     try:
         with console.status("starting Consul and hosts..."):
             cluster.start()  # on failure or Ctrl-C it stops what it started

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import NoReturn
 
@@ -46,3 +47,22 @@ def hosts_table(hosts: list[HostInfo]) -> Table:
         color = colors.get(h.status, "red")
         table.add_row(h.cluster, h.node, f"[{color}]{h.status}[/]", h.client_endpoint, h.version)
     return table
+
+
+def interrupt_on_signals() -> None:
+    """Make Ctrl-C (SIGINT) and SIGTERM raise KeyboardInterrupt in the main
+    thread, once, so a command that started processes stops them by pid.
+
+    Needed twice over: a process started as a background job inherits SIGINT
+    *ignored* (so Ctrl-C or ``kill -INT`` would do nothing), and SIGTERM's
+    default action kills the command at once, leaving its hosts running.
+    After the first signal both are ignored, so a second one cannot cut the
+    stopping short."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)

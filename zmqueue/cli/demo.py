@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import zmqueue
-from zmqueue.cli.common import console, hosts_table
+from zmqueue.cli.common import console, hosts_table, interrupt_on_signals
 
 
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
@@ -92,6 +92,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     work = Path(args.data_dir or tempfile.mkdtemp(prefix="zmqueue-demo-"))
     cluster = LocalCluster(work, hosts=args.hosts)
+    interrupt_on_signals()
     with console.status("starting Consul and hosts..."):
         cluster.start()
     try:
