@@ -258,14 +258,15 @@ that page's history.
   - no losses or duplicates in any run of any system;
   - the R=3 send p99 at half rate (< 10 ms);
   - W5b at 1.5x NATS R=3 (4.12x; 1,024 B 3.96x);
-  - FIFO failover (replication.md, rerun this session on the batched
-    reports: p50 1.62 s, max 1.67 s over 20 kills; fourth session 1.62 s /
-    1.68 s);
+  - FIFO failover (replication.md, rerun in the tenth session, with
+    requests held while a new writer recovers and the loop woken at once by
+    posted work: p50 1.57 s, max 1.63 s over 20 kills; ninth session 1.62 s
+    / 1.67 s);
   - CURVE cost (6.6%);
-  - R=3 sync throughput at 50% of R=1 (replication.md, this session: 59.0%
-    with 16 producers, median of the rounds' ratios 60.5%; with one
-    producer, i.e. one batch in flight, 44.8%; fourth session 63.4% /
-    43.7%);
+  - R=3 sync throughput at 50% of R=1 (replication.md, tenth session:
+    61.3% with 16 producers, median of the rounds' ratios 60.8%; with one
+    producer, i.e. one batch in flight, 47.3%; ninth session 59.0% / 44.8%;
+    fourth session 63.4% / 43.7%);
   - queues.md (76b8fdf, 9 runs): send_batch at 25% of raw pyzmq (33.7%),
     and the single-send p99 at 3x raw (2.02x).
 - **Targets missed:**
@@ -407,9 +408,16 @@ and credits that delete by reference; the storage engine handing out
 columns without a `Delivered` tuple per message (~0.4 us each); the two
 records (VISIBILITY at receive, DELETE) each consumed message commits.
 
-**Replicated sends (W5, W5b).** R=3 sync keeps 59.0% of R=1's batched
-throughput with 16 producers (ninth session's rerun; 63.4% in the fourth
-session's, 6eabf3a) and 44.8% with one batch in flight (43.7%). With one batch in flight the batch's path is serial and
+**Replicated sends (W5, W5b).** R=3 sync keeps 61.3% of R=1's batched
+throughput with 16 producers (tenth session's rerun; 59.0% in the ninth,
+63.4% in the fourth session's, 6eabf3a) and 47.3% with one batch in flight
+(44.8%, 43.7%). That rerun's absolute rates are about a quarter below the
+ninth session's (R=1 with 16 producers 313 k against 411 k msg/s; the load
+average rose to 3.2 during it); to check the tenth session's changes for a
+regression, `zmqueue bench --workload W3 --workload W2 --duration 6 --runs
+1` ran alternately on e4fb259 and 2bf5204, 3 pairs: W3 medians 83.9 k and
+87.4 k msg/s, W2 send p99 1.14 and 1.25 ms (per run 75.9/83.9/91.1 k
+against 66.6/87.4/93.6 k): within the spread. With one batch in flight the batch's path is serial and
 crosses four processes on 2 CPUs: client -> writer (decode, append, commit,
 publish) -> a replica (receive, validate, apply, commit, report) -> writer
 (release the ack) -> client, with a ZeroMQ I/O-thread hop on every arrow
