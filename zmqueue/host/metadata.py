@@ -62,6 +62,9 @@ class MetadataCache:
         self._last_fingerprint: tuple[object, ...] | None = None
         self.problems_reported: set[str] = set()
         self._refresh_pending = threading.Event()
+        self._pending: tuple[Snapshot, bool] | None = None
+        """The newest snapshot (and whether it moved forward) not yet applied."""
+        self._pending_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -129,7 +132,20 @@ class MetadataCache:
                         self.max_index, snap.index)
         else:
             self.max_index = snap.index
-        self.post(lambda: self.apply(snap, forward))
+        with self._pending_lock:
+            # only the newest snapshot is applied: a loop that fell behind (a
+            # burst of queue creations on a host with hundreds of queues)
+            # would otherwise reconcile every stream once per stale snapshot
+            posted, self._pending = self._pending is not None, (snap, forward)
+        if not posted:
+            self.post(self._apply_pending)
+
+    def _apply_pending(self) -> None:
+        """On the loop: apply the newest snapshot published since the last."""
+        with self._pending_lock:
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            self.apply(*pending)
 
     def directory(self) -> QueueDirectory:
         """The admin worker's directory (call only on the worker thread)."""

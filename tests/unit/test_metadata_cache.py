@@ -1,12 +1,15 @@
-"""Work another thread posts to the request loop makes the loop's wake pipe
-readable at once (the loop polls it beside its sockets), and the loop
-drains it before running what was posted."""
+"""The host's metadata cache and its request loop: work another thread posts
+makes the loop's wake pipe readable at once (the loop polls it beside its
+sockets), the loop drains it before running what was posted, and a loop
+that fell behind applies only the newest metadata snapshot."""
 
 from __future__ import annotations
 
 import select
 import threading
 
+from zmqueue.controlplane import kvlayout as kv
+from zmqueue.controlplane.queue_directory import Snapshot
 from zmqueue.host.metadata import MetadataCache
 
 
@@ -35,5 +38,22 @@ def test_posting_wakes_the_loop_and_draining_resets_the_wake() -> None:
         assert readable(cache.wake_fd)
         cache.drain_wake()
         assert not readable(cache.wake_fd)
+    finally:
+        cache.stop()
+
+
+def test_a_loop_that_fell_behind_applies_only_the_newest_snapshot() -> None:
+    applied: list[tuple[int, bool]] = []
+    cache = MetadataCache(("127.0.0.1:1",), 1.0, lambda snap, fwd: applied.append((snap.index, fwd)),
+                          lambda: None)
+    try:
+        for index in (5, 6, 7, 8):  # published while the loop was busy
+            cache._publish(Snapshot(index, kv.ClusterState(), [], []))
+        cache.run_posted()
+        assert applied == [(8, True)]
+        cache._publish(Snapshot(9, kv.ClusterState(), [], []))
+        cache.run_posted()
+        cache.run_posted()  # nothing new: nothing applied again
+        assert applied == [(8, True), (9, True)]
     finally:
         cache.stop()
