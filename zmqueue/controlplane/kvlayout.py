@@ -377,16 +377,16 @@ class DecodeMemo:
     Decoded values are shared between snapshots and must not be mutated."""
 
     def __init__(self) -> None:
-        self._last: dict[tuple[str, bytes | None], Any] = {}
-        self._now: dict[tuple[str, bytes | None], Any] = {}
+        self._values: dict[tuple[str, bytes | None], Any] = {}
+        """The values the last listing decoded or reused."""
         self.decoded = 0
         """Values decoded (not reused) by the last listing."""
 
     def start(self) -> Decode:
         """The decode function for one new listing."""
-        last = self._now or self._last  # the previous listing's (or, if it was empty, the one before)
+        last: dict[tuple[str, bytes | None], Any] = self._values
         now: dict[tuple[str, bytes | None], Any] = {}
-        self._last, self._now, self.decoded = last, now, 0
+        self._values, self.decoded = now, 0
 
         def decode(decoder: Callable[[str, bytes | None], Any], key: str, raw: bytes | None) -> Any:
             k = (key, raw)

@@ -34,7 +34,6 @@ from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.external_manager import plan_external
 from zmqueue.controlplane.fleetview import AssignmentWrite, HealthGrace
 from zmqueue.controlplane.internal_manager import plan_internal
-from zmqueue.controlplane.kvhealth import keep_last_good
 from zmqueue.controlplane.queue_directory import Snapshot
 from zmqueue.controlplane.roles import Session, try_acquire
 from zmqueue.controlplane.snapshot_feed import SnapshotFeed
@@ -110,10 +109,8 @@ class ManagerRoles(threading.Thread):
         for key in self.locks.values():
             if prev is None or key not in prev.sessions:
                 try_acquire(self.client, key, sid, self.cfg.node)
+        # (the watch already kept the last good value of each malformed key)
         self._seq, snap = self.feed.next(self._seq, FEED_TIMEOUT_S)
-        if prev is not None and snap.state is not prev.state:
-            snap = Snapshot(snap.index, keep_last_good(prev.state, snap.state, snap.problems),
-                            snap.problems, snap.hosts, snap.sessions)
         self._snap = snap
         self._set_held({role for role, key in self.locks.items() if snap.sessions.get(key) == sid})
         healthy = self.grace.view(snap, time.monotonic())

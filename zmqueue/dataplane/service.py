@@ -126,9 +126,11 @@ class QueueService:
         self.housekeeping_due: list[StreamKey] = []
         self.housekeeping_slice = 1
         self.recovering: dict[StreamKey, tuple[float, set[str]]] = {}
-        self.awaiting_writer: dict[StreamKey, list[tuple[Request, int]]] = {}
+        self.awaiting_writer: dict[StreamKey, list[Request]] = {}
         """Sends and receives held while a stream's writer is being settled
-        (see :meth:`_await_writer`), with the time (ms) they stop waiting."""
+        (see :meth:`_await_writer`)."""
+        self.awaiting_due = 0
+        """The earliest time (ms) a held request stops waiting."""
         self.replicator = Replicator(forwarder.ctx, node, pub, forwarder, lambda: self.set.streams,
                                      self.meta_peer_endpoint, self.dirty.add, self._resync)
         self.dlq = DeadLetterMover(self)
@@ -257,45 +259,26 @@ class QueueService:
         elif now >= until:
             return False
         for key in keys:
-            if key in self.recovering or (
-                    self._election_pending(key)
-                    # a standard partition's other writers take sends and hold
-                    # their own messages: no waiting while one of them is known
-                    and self.not_writer(*key).details.get("leader") is None):
+            st = self.set.streams.get(key)
+            # held only while no other host can take it: a standard
+            # partition's other writers take sends and hold their own messages
+            if key in self.recovering or (st is not None and st.role is Role.REPLICA
+                                          and self._redirect_to(*key) is None):
                 req._writer_wait_until = until  # type: ignore[attr-defined]
-                self.awaiting_writer.setdefault(key, []).append((req, until))
+                self.awaiting_due = min(self.awaiting_due, until) if self.awaiting_writer else until
+                self.awaiting_writer.setdefault(key, []).append(req)
                 return True
         return False
 
-    def _election_pending(self, key: StreamKey) -> bool:
-        st = self.set.streams.get(key)
-        if st is None or st.role is not Role.REPLICA:
-            return False
-        info = self.meta.partitions.get((key[0], key[1]))
-        writer = info.writers.get(key[2]) if info is not None else None
-        return writer is None or writer == self.node
-
-    def _rerun_awaiting(self, key: StreamKey | None = None, now: int | None = None) -> None:
-        """Run again the requests held for ``key`` (None: for every stream;
-        with ``now``: only those whose wait ran out). Each either is served,
-        is redirected, or waits again until its own deadline."""
+    def _rerun_awaiting(self, key: StreamKey | None = None) -> None:
+        """Run again the requests held for ``key`` (None: all of them). Each
+        is served, redirected, or held again until its own deadline."""
         if key is not None:
             held = self.awaiting_writer.pop(key, [])
-        elif now is None:
-            held = [h for hs in self.awaiting_writer.values() for h in hs]
-            self.awaiting_writer = {}
         else:
-            held = []
-            for k in list(self.awaiting_writer):
-                due = [h for h in self.awaiting_writer[k] if h[1] <= now]
-                if due:
-                    held += due
-                    rest = [h for h in self.awaiting_writer[k] if h[1] > now]
-                    if rest:
-                        self.awaiting_writer[k] = rest
-                    else:
-                        del self.awaiting_writer[k]
-        for req, _ in held:
+            held = [req for reqs in self.awaiting_writer.values() for req in reqs]
+            self.awaiting_writer = {}
+        for req in held:
             self._redispatch(req)
 
     def on_deposed(self, key: StreamKey) -> None:
@@ -367,7 +350,10 @@ class QueueService:
         self.request_refresh()
         return False
 
-    def not_writer(self, queue: str, p: int, origin: str) -> NotLeader:
+    def _redirect_to(self, queue: str, p: int, origin: str) -> str | None:
+        """Another host that takes this stream's requests: its writer, or on
+        a standard partition any replica writing its own stream; None if none
+        is known."""
         info = self.meta.partitions.get((queue, p))
         writer = info.writers.get(origin) if info else None
         if writer == self.node:
@@ -376,8 +362,11 @@ class QueueService:
             # standard queues: any replica that writes its own stream takes sends
             for n in info.replicas:
                 if n != self.node and info.writers.get(n) == n:
-                    writer = n
-                    break
+                    return n
+        return writer
+
+    def not_writer(self, queue: str, p: int, origin: str) -> NotLeader:
+        writer = self._redirect_to(queue, p, origin)
         return NotLeader(f"{queue!r} partition {p} ({origin}) is written by "
                          f"{writer or 'no host yet (election in progress)'}; retry there",
                          leader=writer, endpoint=self.meta.client_endpoint(writer))
@@ -639,8 +628,8 @@ class QueueService:
         self.replicator.poll(now, ready)
         if self.recovering:
             self._finish_recovery()
-        if self.awaiting_writer:
-            self._rerun_awaiting(now=now)
+        if self.awaiting_writer and now >= self.awaiting_due:
+            self._rerun_awaiting()  # the ones past their deadline get NOT_LEADER
         if self.parked and self.parked[0][1] <= now:
             expired = [r for r, due in self.parked if due <= now]
             self.parked = [(r, due) for r, due in self.parked if due > now]
