@@ -12,7 +12,8 @@ of the whole KV tree grows with the number of queues. The cache follows
 Consul with a blocking query, so its writers lag a lock change by
 milliseconds, and a client that follows a stale route is answered
 ``NOT_LEADER`` and asks again. A queue the cache does not know (created a
-moment ago through another host) is read from Consul, consistently.
+moment ago through another host), or one with a writer the cache has no
+healthy endpoint for, is read from Consul, consistently.
 """
 
 from __future__ import annotations
@@ -72,7 +73,12 @@ class AdminHandlers:
         snap = self.cache.last
         name = F.get_queue(F.body_map(req.body), "name")
         if snap is not None and name in snap.state.configs:
-            return {"queue": snap.queue_info(name)}
+            info = snap.queue_info(name)
+            # a writer without an endpoint: the cache's view of host health
+            # (read every 2 s) may be stale, say just after a host restarted
+            if all(w in part["endpoints"] for part in info["partitions"]
+                   for w in part["writers"].values()):
+                return {"queue": info}
         return self._read_through(req)
 
     def _get(self, d: QueueDirectory, body: dict[str, Any]) -> Any:
