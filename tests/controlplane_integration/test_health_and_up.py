@@ -29,11 +29,18 @@ def test_a_sigstopped_host_goes_critical_on_both_its_heartbeat_and_its_http_chec
     wait_for(lambda: all_passing(consul_agent, h.node), 15, "host passing again after SIGCONT")
 
 
-def stop_hosts_by_pid(data_root: Path) -> None:
-    """Kill the hosts a command left behind (each wrote its pid to host.json)."""
+def stop_hosts_by_pid(data_root: Path) -> list[str]:
+    """Kill the hosts a command left behind (each wrote its pid to host.json);
+    the nodes that were still running."""
+    alive = []
     for info in data_root.glob("*/host.json"):
         with contextlib.suppress(OSError, ValueError, KeyError):
-            os.kill(int(json.loads(info.read_text())["pid"]), signal.SIGKILL)
+            pid = int(json.loads(info.read_text())["pid"])
+            # only that host: a pid of a process that exited may be reused
+            if str(info.parent).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+                alive.append(info.parent.name)
+    return alive
 
 
 def test_zmqueue_up_brings_up_c_clusters_of_h_hosts(consul_agent: ConsulAgent, tmp_path: Path) -> None:
@@ -65,8 +72,12 @@ def test_zmqueue_up_brings_up_c_clusters_of_h_hosts(consul_agent: ConsulAgent, t
                 proc.communicate(timeout=40)
             finally:
                 proc.kill()
-                stop_hosts_by_pid(tmp_path / "up" / "data")
             raise
+        finally:
+            # whatever happened, no host of this test outlives it (a leftover
+            # host would register in the next tests' Consul agent)
+            alive = stop_hosts_by_pid(tmp_path / "up" / "data")
+    assert alive == [], f"hosts still running after `zmqueue up` stopped: {alive}"
     assert proc.returncode == 0, out.decode(errors="replace")
     assert b"stopped every process" in out
     _, entries = c.health.service("zmqueue")
