@@ -4,7 +4,15 @@ that feeds the handler, and credits returned as messages are finished.
 The thread hands the handler every message pushed so far, then returns the
 credits of that batch to each host in one ``CREDIT``, which also carries the
 deletes (``auto_delete``) of the handled messages of one stream: one round
-trip per batch of up to ``prefetch`` messages per host, not per message."""
+trip per batch of up to ``prefetch`` messages per host, not per message.
+
+A subscription follows the queue's routes: every keepalive round it re-reads
+them, subscribes to each host that has come to serve a partition (a new FIFO
+writer after a failover, a host that took over a dead host's stream) and
+drops the hosts that no longer do. A host whose keepalive or credit fails
+(dead, or restarted and so without the subscription) is dropped at once, and
+the routes are then re-read every ``RESYNC_S`` until every partition is
+served again."""
 
 from __future__ import annotations
 
@@ -20,7 +28,7 @@ import zmq
 
 from zmqueue.client.models import Message
 from zmqueue.client.transport import Connection
-from zmqueue.errors import InvalidParameter, Unavailable, ZmqueueError, from_wire
+from zmqueue.errors import InvalidParameter, NotLeader, RequestTimeout, Unavailable, ZmqueueError, from_wire
 from zmqueue.protocol import Command, Frame
 
 if TYPE_CHECKING:
@@ -29,6 +37,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 PUMP_MS = 100
 KEEPALIVE_S = 5.0
+"""Each host gets a keepalive (``CREDIT`` n=0) this often, and the routes are
+re-read as often (a host drops a subscription silent for 30 s)."""
+RESYNC_S = 1.0
+"""While a partition lacks a subscribed host, or a subscribe failed, the
+routes are re-read and the missing subscriptions retried this often."""
+CONTROL_TIMEOUT_MS = 2000
+"""Timeout of a keepalive, (un)subscribe during a resync: short, since the
+one subscription thread waits for it."""
 SubKey = tuple[int, str]
 
 
@@ -48,6 +64,12 @@ class Subscription:
         self.handled = 0
         self.failed = 0
         self.max_unfinished_seen = 0
+        self.resubscribed = 0
+        """Subscriptions opened after ``start`` (failovers, restarted hosts)."""
+        self.dropped = 0
+        """Hosts dropped: failed, or no longer serving a partition."""
+        self._poller = zmq.Poller()
+        self._degraded = False
         self.thread = threading.Thread(target=self._run, name=f"subscription-{queue.name}",
                                        daemon=True)
 
@@ -70,11 +92,17 @@ class Subscription:
             if not targets:
                 raise Unavailable(f"partition {p} of {self.queue.name!r} has no serving host")
             for ep in targets:
-                self._subscribe(p, ep)
+                try:
+                    self._subscribe(p, ep, self.queue.client.request_timeout_ms)
+                except (NotLeader, Unavailable) as exc:
+                    # e.g. a FIFO writer still being elected: the thread retries
+                    self._degraded = True
+                    log.info("subscription to %r: partition %d not subscribed at %s yet, "
+                             "retrying in %.0f s: %s", self.queue.name, p, ep, RESYNC_S, exc)
         self.thread.start()
         return self
 
-    def _subscribe(self, p: int, endpoint: str) -> None:
+    def _subscribe(self, p: int, endpoint: str, timeout_ms: int) -> None:
         key = (p, endpoint)
         conn = Connection(self.queue.client.ctx, endpoint, on_push=self._on_push(key),
                           curve=self.queue.client.curve_for(endpoint))
@@ -82,31 +110,98 @@ class Subscription:
         if self.visibility_timeout is not None:
             body["vis_s"] = self.visibility_timeout
         try:
-            sub_id = conn.request(Command.SUBSCRIBE, body, self.queue.client.request_timeout_ms)["sub"]
+            sub_id = conn.request(Command.SUBSCRIBE, body, timeout_ms)["sub"]
         except ZmqueueError:
             conn.close()
             raise
         self.conns[key] = (conn, sub_id)
+        self._poller.register(conn.sock, zmq.POLLIN)
+
+    def _drop(self, key: SubKey, why: str, unsubscribe: bool = False) -> None:
+        """Forget the host of ``key`` (``unsubscribe``: tell it, unless it has
+        been failing); messages it pushed that are still in the inbox are
+        handled, their deletes go as DELETE."""
+        conn, sub_id = self.conns.pop(key)
+        self._poller.unregister(conn.sock)
+        if unsubscribe and not self.queue.client.guards.for_endpoint(key[1])[0].failures:
+            with contextlib.suppress(ZmqueueError):
+                conn.request(Command.UNSUBSCRIBE, {"sub": sub_id}, CONTROL_TIMEOUT_MS)
+        conn.close()
+        self.dropped += 1
+        self._degraded = True
+        log.warning("subscription to %r: dropped %s for partition %d (%s)",
+                    self.queue.name, key[1], key[0], why)
+
+    def _failed(self, key: SubKey, exc: ZmqueueError) -> None:
+        """A keepalive or credit to the host of ``key`` failed: a timeout also
+        counts against its circuit breaker, so requests avoid it too."""
+        timeout = isinstance(exc, RequestTimeout)
+        if timeout:
+            self.queue.client.guards.for_endpoint(key[1])[0].failure()
+        # a host that answered with an error is alive: take the subscription
+        # back there, so it stops pushing to a socket that is being closed
+        self._drop(key, f"{type(exc).__name__}: {exc}", unsubscribe=not timeout)
+
+    def resync(self) -> None:
+        """Re-read the routes and follow them: subscribe to every host that
+        serves a partition and is not subscribed yet, drop those that no
+        longer serve one. Failures are logged and retried ``RESYNC_S`` later."""
+        self.queue.refresh()
+        want = {(p, ep) for p in range(self.queue.config.partitions)
+                for ep in self.queue.routes.for_receive(p)}
+        for key in [k for k in self.conns if k not in want]:
+            self._drop(key, "it no longer serves the partition", unsubscribe=True)
+        degraded = False
+        for p, ep in sorted(want - set(self.conns)):
+            breaker = self.queue.client.guards.for_endpoint(ep)[0]
+            try:
+                breaker.before()  # a host known to be failing is skipped, not waited for
+                try:
+                    self._subscribe(p, ep, CONTROL_TIMEOUT_MS)
+                except RequestTimeout:
+                    breaker.failure()
+                    raise
+                except ZmqueueError:
+                    breaker.success()  # it answered, with an error
+                    raise
+                breaker.success()
+            except ZmqueueError as exc:
+                degraded = True
+                log.info("subscription to %r: subscribing at %s for partition %d failed, "
+                         "retrying in %.0f s: %s", self.queue.name, ep, p, RESYNC_S, exc)
+                continue
+            self.resubscribed += 1
+            log.info("subscription to %r: subscribed at %s for partition %d",
+                     self.queue.name, ep, p)
+        served = {p for p, _ in self.conns}
+        self._degraded = degraded or len(served) < self.queue.config.partitions
+
+    def _keepalive(self) -> None:
+        for key, (conn, sub_id) in list(self.conns.items()):
+            try:
+                conn.request(Command.CREDIT, {"sub": sub_id, "n": 0}, CONTROL_TIMEOUT_MS)
+            except ZmqueueError as exc:
+                self._failed(key, exc)
 
     def _run(self) -> None:
         next_keepalive = time.monotonic() + KEEPALIVE_S
-        poller = zmq.Poller()
-        for conn, _ in self.conns.values():
-            poller.register(conn.sock, zmq.POLLIN)
+        next_resync = next_keepalive
         while not self.stopped.is_set():
-            ready = dict(poller.poll(PUMP_MS))
+            ready = dict(self._poller.poll(PUMP_MS))
             for conn, _ in list(self.conns.values()):
                 if conn.sock in ready:
                     conn.pump(0)
-            if time.monotonic() >= next_keepalive:
-                next_keepalive = time.monotonic() + KEEPALIVE_S
-                for conn, sub_id in list(self.conns.values()):
-                    try:
-                        conn.request(Command.CREDIT, {"sub": sub_id, "n": 0}, 2000)
-                    except ZmqueueError as exc:
-                        log.warning("subscription keepalive failed: %s", exc)
             if self.inbox and not self.stopped.is_set():
                 self._handle_all()
+            now = time.monotonic()
+            if now >= next_keepalive:
+                next_keepalive = now + KEEPALIVE_S
+                self._keepalive()
+            if self._degraded and next_resync > now + RESYNC_S:
+                next_resync = now + RESYNC_S
+            if now >= next_resync and not self.stopped.is_set():
+                self.resync()
+                next_resync = time.monotonic() + (RESYNC_S if self._degraded else KEEPALIVE_S)
 
     def _handle_all(self) -> None:
         """Hand the handler every message pushed so far (more may be pushed
@@ -133,7 +228,12 @@ class Subscription:
     def _credit(self, key: SubKey, n: int, handled: list[Message]) -> None:
         """Return ``n`` credits to the host of ``key``; the deletes of the
         handled messages of one stream ride on it (the host checks that it
-        writes the first receipt's stream), the others' go as DELETE."""
+        writes the first receipt's stream), the others' go as DELETE. A host
+        dropped meanwhile gets no credit; its messages' deletes go as DELETE."""
+        if key not in self.conns:
+            if handled:
+                self._deleted(handled, None)
+            return
         conn, sub_id = self.conns[key]
         body: dict[str, Any] = {"sub": sub_id, "n": n}
         carried: list[Message] = []
@@ -151,7 +251,7 @@ class Subscription:
         try:
             reply = conn.request(Command.CREDIT, body, self.queue.client.request_timeout_ms)
         except ZmqueueError as exc:
-            log.warning("returning credit failed: %s", exc)
+            self._failed(key, exc)
             reply = {}
         if carried:
             self._deleted(carried, reply.get("dr") if isinstance(reply, dict) else None)
@@ -175,9 +275,9 @@ class Subscription:
         self.stopped.set()
         if self.thread.is_alive() and threading.current_thread() is not self.thread:
             self.thread.join(timeout=5)
-        for conn, sub_id in self.conns.values():
+        for conn, sub_id in list(self.conns.values()):
             with contextlib.suppress(ZmqueueError):
-                conn.request(Command.UNSUBSCRIBE, {"sub": sub_id}, 2000)
+                conn.request(Command.UNSUBSCRIBE, {"sub": sub_id}, CONTROL_TIMEOUT_MS)
             conn.close()
         self.conns.clear()
 
