@@ -11,9 +11,11 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
+from tests.conftest import wait_for
 from zmqueue import protocol
 from zmqueue.client.breaker import BulkheadFull, CircuitOpen, Guards
 from zmqueue.client.client import Client
+from zmqueue.client.queue import Queue
 from zmqueue.errors import RequestTimeout
 from zmqueue.protocol import Command
 
@@ -130,3 +132,24 @@ def test_the_bulkhead_bounds_requests_in_flight_to_one_host(peer: SilentablePeer
     finally:
         client.close()
         other.close()
+
+
+def test_long_polls_go_through_the_circuit_breaker(peer: SilentablePeer) -> None:
+    """A long poll parked on a silent host counts as that host's failure; once
+    its circuit is open, long polls skip it (nothing sent, no wait)."""
+    client = Client(("127.0.0.1:1",), request_timeout=0.1)
+    client.guards = Guards(failure_threshold=2, reset_timeout_s=30)
+    q = Queue(client, {"config": {"name": "lp"}, "partitions": [
+        {"partition": 0, "replicas": ["n1"], "endpoints": {"n1": peer.endpoint}, "writers": {"n1": "n1"}}]})
+    body = {"q": "lp", "max": 1}
+    try:
+        for _ in range(2):
+            assert q._long_poll([(0, peer.endpoint)], body, 50) == ([], True)
+        breaker, _ = client.guards.for_endpoint(peer.endpoint)
+        assert breaker.state == breaker.OPEN and breaker.failures == 2
+        wait_for(lambda: peer.seen == 2, 5, "both long polls reached the peer")
+        started = time.monotonic()
+        assert q._long_poll([(0, peer.endpoint)], body, 50) == ([], True)
+        assert time.monotonic() - started < 0.05 and peer.seen == 2  # skipped: nothing sent
+    finally:
+        client.close()

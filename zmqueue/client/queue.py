@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from zmqueue import protocol
+from zmqueue.client.breaker import CircuitOpen
 from zmqueue.client.models import AttributeValue, Message, OutgoingMessage, StreamRef, column_ref
 from zmqueue.client.routing import FIFO_ORIGIN, Routes
 from zmqueue.config import QueueConfig
@@ -412,11 +413,23 @@ class Queue:
         messages wins, the others are cancelled and their answers merged.
         Also says whether any target refused (error reply or no reply).
         Several targets may share a connection (one host writing streams of
-        several partitions): requests are matched by request id."""
+        several partitions): requests are matched by request id. Each host's
+        circuit breaker is asked first (an open one is skipped, as a refusal)
+        and told the outcome: an answer is a success, silence a failure."""
         pending: dict[int, tuple[int, str]] = {}
         socks: dict[zmq.Socket[bytes], str] = {}
         poller = zmq.Poller()
+        failed = False
+        asked: set[str] = set()
         for p, ep in targets:
+            breaker = self.client.guards.for_endpoint(ep)[0]
+            if ep not in asked:
+                try:
+                    breaker.before()
+                except CircuitOpen:
+                    failed = True
+                    continue
+                asked.add(ep)
             conn = self.client.connection(ep)
             rid = conn.next_request_id()
             conn.send(Command.RECEIVE, {**body, "p": p, "wait_ms": wait_ms}, rid)
@@ -425,7 +438,6 @@ class Queue:
                 socks[conn.sock] = ep
                 poller.register(conn.sock, zmq.POLLIN)
         out: list[Message] = []
-        failed = False
         deadline = time.monotonic() + (wait_ms + self.client.request_timeout_ms) / 1000
         cancelled = False
         while pending and time.monotonic() < deadline:
@@ -444,7 +456,14 @@ class Queue:
                     conn = self.client.connection(ep)
                     conn.send(Command.CANCEL, {"q": self.name, "p": p, "rid": rid}, conn.next_request_id())
                 deadline = min(deadline, time.monotonic() + CANCEL_GRACE_MS / 1000)
-        return out, failed or bool(pending and not cancelled)
+        silent = {ep for _, ep in pending.values()} if not cancelled else set()
+        for ep in asked:
+            breaker = self.client.guards.for_endpoint(ep)[0]
+            if ep in silent:
+                breaker.failure()
+            else:
+                breaker.success()
+        return out, failed or bool(silent)
 
     def _take_reply(self, sock: zmq.Socket[bytes], pending: dict[int, tuple[int, str]]
                     ) -> list[Message] | ZmqueueError | None:
