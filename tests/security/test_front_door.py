@@ -180,6 +180,22 @@ def _sum(name: str, secure: SecureCluster, **labels: str) -> float:
     return sum(metric(scrape(h), name, **labels) for h in secure.hosts)
 
 
+def test_push_credits_that_carry_deletes_are_rate_limited_and_retried(secure: SecureCluster) -> None:
+    """A CREDIT carrying auto_delete's deletes costs a token like a DELETE;
+    the subscription retries a throttled one, so every message is deleted
+    once and nothing is handed over twice."""
+    name = qname("pushrate")
+    q = secure.clients["alice"].create_queue(name, client_rate_limit_per_s=2, rate_burst=2)
+    secure.clients["bob"].get_queue(name).send_batch([f"m{i}".encode() for i in range(12)])
+    got: list[bytes] = []
+    with q.subscribe(lambda m: got.append(m.body), prefetch=2) as sub:
+        wait_for(lambda: _sum("zmqueue_queue_deletes_total", secure, queue=name) == 12, 30,
+                 "all 12 deleted through throttled credits")
+        assert sub.handled == 12 and sub.dropped == 0
+    assert sorted(got) == sorted(f"m{i}".encode() for i in range(12))
+    assert _sum("zmqueue_queue_throttled_total", secure, queue=name) > 0
+
+
 def test_metrics_reflect_a_known_workload_exactly(secure: SecureCluster) -> None:
     name = qname("metrics")
     q = secure.clients["alice"].create_queue(name)

@@ -17,7 +17,9 @@ served again."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
+import random
 import threading
 import time
 from collections import deque
@@ -26,9 +28,18 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
+from zmqueue.client.client import MAX_THROTTLE_WAIT_S
 from zmqueue.client.models import Message
 from zmqueue.client.transport import Connection
-from zmqueue.errors import InvalidParameter, NotLeader, RequestTimeout, Unavailable, ZmqueueError, from_wire
+from zmqueue.errors import (
+    InvalidParameter,
+    NotLeader,
+    RequestTimeout,
+    Throttled,
+    Unavailable,
+    ZmqueueError,
+    from_wire,
+)
 from zmqueue.protocol import Command, Frame
 
 if TYPE_CHECKING:
@@ -248,13 +259,40 @@ class Subscription:
                 body["del"] = [m.receipt for m in carried]
             for idxs in groups[1:]:
                 self._deleted([handled[i] for i in idxs], None)
+        reply: Any = {}
         try:
-            reply = conn.request(Command.CREDIT, body, self.queue.client.request_timeout_ms)
+            reply = self._credit_request(conn, body)
+        except Throttled as exc:
+            # its deletes are over the queue's rate limit even after the
+            # retries: the credits go alone (never limited), the deletes as
+            # DELETE (retried the same way, else logged: they come back)
+            log.warning("subscription to %r: credit with deletes throttled: %s", self.queue.name, exc)
+            body.pop("del", None)
+            try:
+                conn.request(Command.CREDIT, body, self.queue.client.request_timeout_ms)
+            except ZmqueueError as exc2:
+                self._failed(key, exc2)
         except ZmqueueError as exc:
             self._failed(key, exc)
-            reply = {}
         if carried:
             self._deleted(carried, reply.get("dr") if isinstance(reply, dict) else None)
+
+    def _credit_request(self, conn: Connection, body: dict[str, Any]) -> Any:
+        """One CREDIT; a Throttled reply (its deletes cost a token of the
+        queue's rate limit) is retried after the wait it names, with the same
+        request id, at most ``throttle_retries`` times (as ``Client.request``)."""
+        client = self.queue.client
+        rid = conn.next_request_id()
+        for attempt in itertools.count():
+            try:
+                return conn.request(Command.CREDIT, body, client.request_timeout_ms, rid)
+            except Throttled as exc:
+                if attempt >= client.throttle_retries or self.stopped.is_set():
+                    raise
+                wait_ms = exc.details.get("retry_after_ms")
+                wait_s = wait_ms / 1000 if isinstance(wait_ms, int) else 0.1
+                time.sleep(min(MAX_THROTTLE_WAIT_S, wait_s) * random.uniform(1.0, 1.2))
+        raise AssertionError("unreachable")
 
     def _deleted(self, msgs: list[Message], results: list[Any] | None) -> None:
         """Check the carried deletes' outcomes; without them (an older host, one

@@ -150,7 +150,9 @@ class FrontDoor:
                 if deletes:
                     authz.check(policy, "delete", queue, identity)
             cfg = self.configs().get(queue) if queue else None
-            if cfg is not None and frame.command in RATE_LIMITED:
+            if cfg is not None and (frame.command in RATE_LIMITED or deletes):
+                # (a CREDIT costs a token only when it carries deletes: the
+                # credits alone and keepalives keep a subscription flowing)
                 self._limit(cfg, identity, time.monotonic())
         except AccessDenied as exc:
             self.counters["denied"] += 1
