@@ -45,6 +45,10 @@ class Scenario:
     """The consumer hands each batch back to ``delete_and_receive`` (deletes
     riding on the next receive: by reference for a standard queue's plain
     messages, as receipts on FIFO) instead of ``receive`` + ``delete_batch``."""
+    consumer: str = "pull"
+    """``pull``: a thread receiving (long polls); ``push``: a subscription
+    (``auto_delete=False``) whose handler deletes each message and records
+    the outcome; it must follow the writer through the faults."""
 
 
 @dataclass
@@ -64,6 +68,7 @@ class Report:
     final_writers: dict[str, str] = field(default_factory=dict)
     delete_unknown: set[str] = field(default_factory=set)
     delete_errors: list[str] = field(default_factory=list)
+    resubscribed: int = 0
 
     def summary(self) -> dict[str, Any]:
         s = self.scenario
@@ -76,7 +81,8 @@ class Report:
                 "undeleted": len({d[0] for d in self.deliveries} - set(self.deleted_at)),
                 "delete_outcome_unknown": len(self.delete_unknown),
                 "delete_errors": self.delete_errors[:5],
-                "final_writers": self.final_writers,
+                "final_writers": self.final_writers, "consumer": s.consumer,
+                "resubscribed": self.resubscribed,
                 "problems": self.problems, "elapsed_s": round(self.elapsed_s, 1)}
 
 
@@ -193,6 +199,24 @@ class ChaosRun:
             with self.lock:
                 self._settle(msgs, outcomes, done)
 
+    def consume_push(self, q: zmqueue.Queue) -> None:
+        def handle(m: zmqueue.Message) -> None:
+            with self.lock:
+                self.report.deliveries.append((m.id, int(m.body), time.monotonic()))
+            try:
+                outcomes = q.delete_batch([m.receipt])
+            except zmqueue.ZmqueueError:
+                with self.lock:
+                    self.report.delete_unknown.add(m.id)
+                return
+            done = time.monotonic()
+            with self.lock:
+                self._settle([m], outcomes, done)
+
+        with q.subscribe(handle, prefetch=10, auto_delete=False) as sub:
+            self.stop.wait()
+        self.report.resubscribed = sub.resubscribed
+
     def _settle(self, msgs: list[zmqueue.Message], outcomes: list[zmqueue.ZmqueueError | None],
                 at: float) -> None:
         """Record confirmed delete outcomes (the caller holds the lock)."""
@@ -259,8 +283,9 @@ class ChaosRun:
         with zmqueue.connect(self.agent.http_addr, request_timeout=1.5, retries=6) as client:
             q = client.create_queue(self.queue_name, fifo=self.s.fifo, replication_factor=3,
                                     sync_replication=self.s.sync, visibility_timeout=5)
+            consume = self.consume_push if self.s.consumer == "push" else self.consume
             threads = [threading.Thread(target=self.produce, args=(q,), daemon=True),
-                       threading.Thread(target=self.consume, args=(q,), daemon=True)]
+                       threading.Thread(target=consume, args=(q,), daemon=True)]
             for t in threads:
                 t.start()
             self.inject()

@@ -26,6 +26,10 @@ CI_SCENARIOS = [
     Scenario("fifo-async-kill-writer", fifo=True, sync=False, fault="kill_writer", seed=105),
     Scenario("std-async-kill-follower", fifo=False, sync=False, fault="kill_follower", seed=106),
     Scenario("std-sync-two-clusters", fifo=False, sync=True, fault="kill_writer", seed=107, clusters=2),
+    Scenario("fifo-sync-kill-writer-push", fifo=True, sync=True, fault="kill_writer", seed=108,
+             consumer="push"),
+    Scenario("std-sync-kill-random-push", fifo=False, sync=True, fault="kill_random", seed=109,
+             consumer="push"),
 ]
 
 
@@ -50,3 +54,5 @@ def test_invariants_hold_while_hosts_are_killed_under_load(
         # async mode may lose what was acknowledged in the last moments before a writer died
         assert len(report.lost) <= 50, summary
     assert all(f < 10 for f in report.first_send_after_fault), summary
+    if scenario.consumer == "push" and scenario.fault == "kill_writer":
+        assert report.resubscribed >= 1, f"the subscription never moved to the new writer: {summary}"
