@@ -14,8 +14,8 @@ import itertools
 import random
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import zmq
 
@@ -36,6 +36,8 @@ from zmqueue.errors import (
 )
 from zmqueue.protocol import Command
 from zmqueue.security.curve import CurveKeys, check_key
+
+T = TypeVar("T")
 
 HOSTS_TTL_S = 2.0
 MAX_THROTTLE_WAIT_S = 5.0
@@ -150,11 +152,22 @@ class Client:
                 extra_timeout_ms: int = 0) -> Any:
         """One request through the host's circuit breaker and bulkhead; a
         Throttled reply is retried after the wait it names (same request id)."""
+        if request_id is None:
+            request_id = self.connection(endpoint).next_request_id()
+        rid = request_id
+        return self.retry_throttled(
+            lambda: self._request_once(endpoint, command, body, rid, extra_timeout_ms))
+
+    def retry_throttled(self, call: Callable[[], T], stop: threading.Event | None = None) -> T:
+        """``call()``, again after each Throttled reply's ``retry_after_ms``
+        (with up to 20 % jitter, at most MAX_THROTTLE_WAIT_S), at most
+        ``throttle_retries`` times, and not once ``stop`` is set; ``call``
+        must resend the same request id."""
         for attempt in itertools.count():
             try:
-                return self._request_once(endpoint, command, body, request_id, extra_timeout_ms)
+                return call()
             except Throttled as exc:
-                if attempt >= self.throttle_retries:
+                if attempt >= self.throttle_retries or (stop is not None and stop.is_set()):
                     raise
                 wait_ms = exc.details.get("retry_after_ms")
                 wait_s = min(MAX_THROTTLE_WAIT_S, wait_ms / 1000 if isinstance(wait_ms, int) else 0.1)

@@ -17,9 +17,7 @@ served again."""
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
-import random
 import threading
 import time
 from collections import deque
@@ -28,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from zmqueue.client.client import MAX_THROTTLE_WAIT_S
 from zmqueue.client.models import Message
 from zmqueue.client.transport import Connection
 from zmqueue.errors import (
@@ -279,20 +276,12 @@ class Subscription:
 
     def _credit_request(self, conn: Connection, body: dict[str, Any]) -> Any:
         """One CREDIT; a Throttled reply (its deletes cost a token of the
-        queue's rate limit) is retried after the wait it names, with the same
-        request id, at most ``throttle_retries`` times (as ``Client.request``)."""
+        queue's rate limit) is retried as ``Client.request`` retries, with the
+        same request id, until the subscription stops."""
         client = self.queue.client
         rid = conn.next_request_id()
-        for attempt in itertools.count():
-            try:
-                return conn.request(Command.CREDIT, body, client.request_timeout_ms, rid)
-            except Throttled as exc:
-                if attempt >= client.throttle_retries or self.stopped.is_set():
-                    raise
-                wait_ms = exc.details.get("retry_after_ms")
-                wait_s = wait_ms / 1000 if isinstance(wait_ms, int) else 0.1
-                time.sleep(min(MAX_THROTTLE_WAIT_S, wait_s) * random.uniform(1.0, 1.2))
-        raise AssertionError("unreachable")
+        return client.retry_throttled(
+            lambda: conn.request(Command.CREDIT, body, client.request_timeout_ms, rid), self.stopped)
 
     def _deleted(self, msgs: list[Message], results: list[Any] | None) -> None:
         """Check the carried deletes' outcomes; without them (an older host, one
