@@ -6,7 +6,8 @@ visibility changes only for the streams it currently writes (it holds their
 Consul lock, within its lease); a request for a stream another host writes
 gets NotLeader naming that host. A request for a queue this host has not heard
 of is parked while the host refreshes its metadata, then served or refused
-with QueueNotFound.
+with QueueNotFound. A newly elected writer's recovery, and the requests held
+until it settles, are :mod:`zmqueue.dataplane.handover`'s.
 
 Group commit: handlers append to stores; :meth:`flush` commits every store
 touched in this loop iteration, publishes the new records to the replicas,
@@ -27,6 +28,7 @@ from zmqueue.dataplane import fields as F
 from zmqueue.dataplane.deadletters import DeadLetterMover
 from zmqueue.dataplane.dispatch import DEFERRED, Dispatcher, Request, now_ms
 from zmqueue.dataplane.forwarder import Forwarder
+from zmqueue.dataplane.handover import Handover
 from zmqueue.dataplane.pushing import Pusher
 from zmqueue.dataplane.replication import Replicator
 from zmqueue.dataplane.server import Wakeable
@@ -55,10 +57,6 @@ PARK_TIMEOUT_MS = 3000
 HOUSEKEEPING_MS = 1000
 HOUSEKEEPING_SLICES = 10
 ACK_TIMEOUT_S = 5.0
-RECOVERY_S = 1.5
-WRITER_WAIT_MS = 2000
-"""The longest a send or receive waits for a stream's writer to be settled
-(see QueueService._await_writer), then it gets NOT_LEADER."""
 
 
 def _delete_refs(body: dict[str, Any]) -> tuple[str, list[int], list[int]]:
@@ -125,12 +123,8 @@ class QueueService:
         self.next_housekeeping_ms = 0
         self.housekeeping_due: list[StreamKey] = []
         self.housekeeping_slice = 1
-        self.recovering: dict[StreamKey, tuple[float, set[str]]] = {}
-        self.awaiting_writer: dict[StreamKey, list[Request]] = {}
-        """Sends and receives held while a stream's writer is being settled
-        (see :meth:`_await_writer`)."""
-        self.awaiting_due = 0
-        """The earliest time (ms) a held request stops waiting."""
+        self.handover = Handover(self)
+        """Newly elected writers' recovery, and the requests held meanwhile."""
         self.replicator = Replicator(forwarder.ctx, node, pub, forwarder, lambda: self.set.streams,
                                      self.meta_peer_endpoint, self.dirty.add, self._resync)
         self.dlq = DeadLetterMover(self)
@@ -175,9 +169,9 @@ class QueueService:
         self.replicator.set_topology(pubs, writers)
         parked, self.parked = self.parked, []
         for req, _ in parked:
-            self._redispatch(req)
-        if self.awaiting_writer:  # a writer may be known now
-            self._rerun_awaiting()
+            self.redispatch(req)
+        if self.handover.held:  # a writer may be known now
+            self.handover.rerun()
 
     def _closed(self, key: StreamKey) -> None:
         st_acks = self.new_acks.pop(key, [])
@@ -193,101 +187,14 @@ class QueueService:
             req.fail(Unavailable("queue metadata is unavailable (Consul unreachable); retry"))
 
     def on_elected(self, key: StreamKey, epoch: int) -> None:
-        st = self.set.streams.get(key)
-        if st is None:
-            return
-        st.role, st.epoch = Role.RECOVERING, epoch
-        st.lease_until = time.monotonic() + 1.0
-        peers = {n for n in st.replicas if n != self.node and n in self.meta.passing()}
-        self.recovering[key] = (time.monotonic() + RECOVERY_S, set(peers))
-        for n in peers:
-            self._ask_position(st, n)
-
-    def _ask_position(self, st: Stream, node: str) -> None:
-        endpoint = self.meta.peer_endpoint(node)
-        key = st.key
-        if endpoint is None:
-            self.recovering.get(key, (0.0, set()))[1].discard(node)
-            return
-        body = {"s": f"{key[0]}/{key[1]}/{key[2]}", "node": self.node, "e": -1, "seq": -1}
-
-        def done(reply: Any, err: ZmqueueError | None) -> None:
-            cur = self.set.streams.get(key)
-            rec = self.recovering.get(key)
-            if rec is not None:
-                rec[1].discard(node)
-            if cur is None or err is not None or not isinstance(reply, dict):
-                return
-            last = reply.get("last")
-            if cur.role is Role.RECOVERING and isinstance(last, int) and last > cur.store.last_seq:
-                log.info("new writer of %s fetches %d records from %s", key, last - cur.store.last_seq, node)
-                self.replicator.catch_up(cur, now_ms(), source=node)
-
-        self.forwarder.request(endpoint, Command.POSITION, body, done, now_ms(), timeout_ms=1000)
-
-    def _finish_recovery(self) -> None:
-        now = time.monotonic()
-        for key, (deadline, pending) in list(self.recovering.items()):
-            st = self.set.streams.get(key)
-            if st is None or st.role is not Role.RECOVERING:
-                self.recovering.pop(key, None)
-                continue
-            if now < deadline and (pending or key in self.replicator.catching_up):
-                continue
-            self.recovering.pop(key)
-            st.role = Role.WRITER
-            st.store.epoch = st.epoch
-            st.published_seq = st.store.last_seq
-            st.follower_pos = {}
-            log.info("writing stream %s at epoch %d from seq %d", key, st.epoch, st.store.last_seq)
-            self._rerun_awaiting(key)
-
-    def _await_writer(self, req: Request, keys: list[StreamKey], now: int) -> bool:
-        """Whether ``req`` now waits, for at most WRITER_WAIT_MS in all, until
-        one of ``keys`` has a settled writer. That is while this host
-        recovers a stream it was just elected to write (it asks its peers'
-        positions and fetches what it lacks, for at most RECOVERY_S), or while
-        it keeps a stream for which no writer is known yet but itself (an
-        election in progress: its own stream of a new queue, or a FIFO
-        stream whose writer failed). The first sends and receives after a
-        queue is created or a writer fails over then wait and are served,
-        or redirected to the new writer, instead of bouncing with
-        NOT_LEADER. Only for handlers that changed nothing before asking."""
-        until = getattr(req, "_writer_wait_until", None)
-        if until is None:
-            until = now + WRITER_WAIT_MS
-        elif now >= until:
-            return False
-        for key in keys:
-            st = self.set.streams.get(key)
-            # held only while no other host can take it: a standard
-            # partition's other writers take sends and hold their own messages
-            if key in self.recovering or (st is not None and st.role is Role.REPLICA
-                                          and self._redirect_to(*key) is None):
-                req._writer_wait_until = until  # type: ignore[attr-defined]
-                self.awaiting_due = min(self.awaiting_due, until) if self.awaiting_writer else until
-                self.awaiting_writer.setdefault(key, []).append(req)
-                return True
-        return False
-
-    def _rerun_awaiting(self, key: StreamKey | None = None) -> None:
-        """Run again the requests held for ``key`` (None: all of them). Each
-        is served, redirected, or held again until its own deadline."""
-        if key is not None:
-            held = self.awaiting_writer.pop(key, [])
-        else:
-            held = [req for reqs in self.awaiting_writer.values() for req in reqs]
-            self.awaiting_writer = {}
-        for req in held:
-            self._redispatch(req)
+        self.handover.on_elected(key, epoch)
 
     def on_deposed(self, key: StreamKey) -> None:
         st = self.set.streams.get(key)
         if st is None:
             return
         st.role = Role.REPLICA
-        self.recovering.pop(key, None)
-        self._rerun_awaiting(key)  # now answered NOT_LEADER
+        self.handover.on_deposed(key)
         err = NotLeader(f"this host stopped writing {key[0]!r}/{key[1]}; retry", leader=None,
                         endpoint=None)
         for a in list(st.acks) + self.new_acks.pop(key, []):
@@ -325,7 +232,7 @@ class QueueService:
             return fn(req, F.body_map(req.body), now_ms())
         return handler
 
-    def _redispatch(self, req: Request) -> None:
+    def redispatch(self, req: Request) -> None:
         handler = self.handlers()[req.frame.command]
         try:
             result = handler(req, F.body_map(req.body), now_ms())
@@ -350,7 +257,7 @@ class QueueService:
         self.request_refresh()
         return False
 
-    def _redirect_to(self, queue: str, p: int, origin: str) -> str | None:
+    def redirect_to(self, queue: str, p: int, origin: str) -> str | None:
         """Another host that takes this stream's requests: its writer, or on
         a standard partition any replica writing its own stream; None if none
         is known."""
@@ -366,7 +273,7 @@ class QueueService:
         return writer
 
     def not_writer(self, queue: str, p: int, origin: str) -> NotLeader:
-        writer = self._redirect_to(queue, p, origin)
+        writer = self.redirect_to(queue, p, origin)
         return NotLeader(f"{queue!r} partition {p} ({origin}) is written by "
                          f"{writer or 'no host yet (election in progress)'}; retry there",
                          leader=writer, endpoint=self.meta.client_endpoint(writer))
@@ -394,7 +301,7 @@ class QueueService:
         if part is None:
             return DEFERRED
         key = (part[0], part[1], FIFO_ORIGIN if self.meta.configs[part[0]].fifo else self.node)
-        if self._await_writer(req, [key], now):
+        if self.handover.hold(req, [key], now):
             return DEFERRED
         st = self.writer_stream(*key)
         if body.get("dl") is not None:
@@ -425,7 +332,7 @@ class QueueService:
         cols = body.get("cols") is True
         if body.get("del") is not None or body.get("dref") is not None:
             return self._delete_then_take(req, part, body, max_n, wait_ms, vis_s, cols, now)
-        if not self.set.led_streams(part) and self._await_writer(
+        if not self.set.led_streams(part) and self.handover.hold(
                 req, [st.key for st in self.set.partition_streams(part)], now):
             return DEFERRED
         reply = self.take(self.readable_streams(part), max_n, vis_s, now, cols)
@@ -626,10 +533,7 @@ class QueueService:
         """Timers, and the host-to-host sockets in ``ready`` (None: all)."""
         self.forwarder.poll(now, ready)
         self.replicator.poll(now, ready)
-        if self.recovering:
-            self._finish_recovery()
-        if self.awaiting_writer and now >= self.awaiting_due:
-            self._rerun_awaiting()  # the ones past their deadline get NOT_LEADER
+        self.handover.tick(now)
         if self.parked and self.parked[0][1] <= now:
             expired = [r for r, due in self.parked if due <= now]
             self.parked = [(r, due) for r, due in self.parked if due > now]

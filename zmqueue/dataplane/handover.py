@@ -1,0 +1,152 @@
+"""Writer handover on one host: from "elected" to "serving", and the
+requests that arrive in between.
+
+A host elected to write a stream does not serve it at once: the stream is
+RECOVERING while the host asks its peers' positions and fetches the records
+it lacks (catch-up), for at most ``RECOVERY_S``; then it becomes WRITER from
+the last sequence it holds. Sends and receives that arrive meanwhile, or
+while no writer of the stream is known at all (an election in progress), are
+*held* (for at most ``WRITER_WAIT_MS`` in all) and run again when the writer
+settles, instead of bouncing with NOT_LEADER. See docs/REPLICATION.md
+("Held requests") and docs/SEQUENCES.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from zmqueue.dataplane.dispatch import Request, now_ms
+from zmqueue.dataplane.stream import Role, Stream
+from zmqueue.dataplane.topology import StreamKey
+from zmqueue.errors import ZmqueueError
+from zmqueue.protocol import Command
+
+if TYPE_CHECKING:
+    from zmqueue.dataplane.service import QueueService
+
+log = logging.getLogger(__name__)
+
+RECOVERY_S = 1.5
+"""The longest a new writer waits for its peers' positions and catch-up."""
+WRITER_WAIT_MS = 2000
+"""The longest a send or receive is held waiting for a stream's writer to be
+settled (see :meth:`Handover.hold`), then it gets NOT_LEADER."""
+
+
+class Handover:
+    def __init__(self, svc: QueueService) -> None:
+        self.svc = svc
+        self.recovering: dict[StreamKey, tuple[float, set[str]]] = {}
+        """Per stream in recovery: its deadline and the peers not heard from yet."""
+        self.held: dict[StreamKey, list[Request]] = {}
+        """Sends and receives held while a stream's writer is being settled."""
+        self.held_due = 0
+        """The earliest time (ms) a held request stops waiting."""
+
+    # --- recovery of a newly elected writer -----------------------------------------
+    def on_elected(self, key: StreamKey, epoch: int) -> None:
+        svc = self.svc
+        st = svc.set.streams.get(key)
+        if st is None:
+            return
+        st.role, st.epoch = Role.RECOVERING, epoch
+        st.lease_until = time.monotonic() + 1.0
+        peers = {n for n in st.replicas if n != svc.node and n in svc.meta.passing()}
+        self.recovering[key] = (time.monotonic() + RECOVERY_S, set(peers))
+        for n in peers:
+            self._ask_position(st, n)
+
+    def _ask_position(self, st: Stream, node: str) -> None:
+        svc = self.svc
+        endpoint = svc.meta.peer_endpoint(node)
+        key = st.key
+        if endpoint is None:
+            self.recovering.get(key, (0.0, set()))[1].discard(node)
+            return
+        body = {"s": f"{key[0]}/{key[1]}/{key[2]}", "node": svc.node, "e": -1, "seq": -1}
+
+        def done(reply: Any, err: ZmqueueError | None) -> None:
+            cur = svc.set.streams.get(key)
+            rec = self.recovering.get(key)
+            if rec is not None:
+                rec[1].discard(node)
+            if cur is None or err is not None or not isinstance(reply, dict):
+                return
+            last = reply.get("last")
+            if cur.role is Role.RECOVERING and isinstance(last, int) and last > cur.store.last_seq:
+                log.info("new writer of %s fetches %d records from %s", key, last - cur.store.last_seq, node)
+                svc.replicator.catch_up(cur, now_ms(), source=node)
+
+        svc.forwarder.request(endpoint, Command.POSITION, body, done, now_ms(), timeout_ms=1000)
+
+    def _finish_recovery(self) -> None:
+        svc = self.svc
+        now = time.monotonic()
+        for key, (deadline, pending) in list(self.recovering.items()):
+            st = svc.set.streams.get(key)
+            if st is None or st.role is not Role.RECOVERING:
+                self.recovering.pop(key, None)
+                continue
+            if now < deadline and (pending or key in svc.replicator.catching_up):
+                continue
+            self.recovering.pop(key)
+            st.role = Role.WRITER
+            st.store.epoch = st.epoch
+            st.published_seq = st.store.last_seq
+            st.follower_pos = {}
+            log.info("writing stream %s at epoch %d from seq %d", key, st.epoch, st.store.last_seq)
+            self.rerun(key)
+
+    def on_deposed(self, key: StreamKey) -> None:
+        """The host lost ``key``'s lock: no recovery, held requests answered
+        (NOT_LEADER, or redirected)."""
+        self.recovering.pop(key, None)
+        self.rerun(key)
+
+    # --- held requests -----------------------------------------------------------------
+    def hold(self, req: Request, keys: list[StreamKey], now: int) -> bool:
+        """Whether ``req`` now waits, for at most WRITER_WAIT_MS in all, until
+        one of ``keys`` has a settled writer. That is while this host
+        recovers a stream it was just elected to write, or while it keeps a
+        stream for which no writer is known yet but itself (an election in
+        progress: its own stream of a new queue, or a FIFO stream whose
+        writer failed). The first sends and receives after a queue is
+        created or a writer fails over then wait and are served, or
+        redirected to the new writer, instead of bouncing with NOT_LEADER.
+        Only for handlers that changed nothing before asking."""
+        until = getattr(req, "_writer_wait_until", None)
+        if until is None:
+            until = now + WRITER_WAIT_MS
+        elif now >= until:
+            return False
+        svc = self.svc
+        for key in keys:
+            st = svc.set.streams.get(key)
+            # held only while no other host can take it: a standard
+            # partition's other writers take sends and hold their own messages
+            if key in self.recovering or (st is not None and st.role is Role.REPLICA
+                                          and svc.redirect_to(*key) is None):
+                req._writer_wait_until = until  # type: ignore[attr-defined]
+                self.held_due = min(self.held_due, until) if self.held else until
+                self.held.setdefault(key, []).append(req)
+                return True
+        return False
+
+    def rerun(self, key: StreamKey | None = None) -> None:
+        """Run again the requests held for ``key`` (None: all of them). Each
+        is served, redirected, or held again until its own deadline."""
+        if key is not None:
+            reqs = self.held.pop(key, [])
+        else:
+            reqs = [req for held in self.held.values() for req in held]
+            self.held = {}
+        for req in reqs:
+            self.svc.redispatch(req)
+
+    def tick(self, now: int) -> None:
+        if self.recovering:
+            self._finish_recovery()
+        if self.held and now >= self.held_due:
+            self.rerun()  # the ones past their deadline get NOT_LEADER
