@@ -422,10 +422,9 @@ class Queue:
         failed = False
         asked: set[str] = set()
         for p, ep in targets:
-            breaker = self.client.guards.for_endpoint(ep)[0]
             if ep not in asked:
                 try:
-                    breaker.before()
+                    self.client.guards.for_endpoint(ep)[0].before()
                 except CircuitOpen:
                     failed = True
                     continue
