@@ -145,6 +145,51 @@ def test_a_message_received_too_often_moves_to_the_dead_letter_queue_with_its_at
     assert q.stats()["total"] == 0
 
 
+def test_a_dead_letter_queue_is_redriven_to_its_sources_and_to_a_named_queue(
+        qcluster: QueueCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    from zmqueue.cli.main import main
+
+    c = qcluster.client
+    name, dlq_name, other = qcluster.queue_name(), qcluster.queue_name("dlq"), qcluster.queue_name("to")
+    q = c.create_queue(name, visibility_timeout=1, dead_letter_queue=dlq_name, max_receive_count=1)
+    sent = {q.send(f"m{i}".encode(), attributes={"i": i}): f"m{i}".encode() for i in range(6)}
+    got: dict[str, zmqueue.Message] = {}
+
+    def received_all() -> bool:
+        got.update({m.id: m for m in q.receive(10, wait_time=1)})
+        return len(got) == 6
+
+    wait_for(received_all, 20, "each message received once, not deleted")
+    dlq = c.get_queue(dlq_name)
+    # the receives after their visibility timeout move them to the DLQ
+    wait_for(lambda: q.receive(10, wait_time=0.5) == [] and dlq.stats()["total"] == 6, 20,
+             "6 messages in the DLQ")
+    dlq.send_batch([b"orphan-1", b"orphan-2"])  # sent there directly: no source queue
+
+    report = dlq.redrive(wait_time=0.5)
+    assert (report.moved, report.skipped, report.failed_deletes) == ({name: 6}, 2, 0)
+    back: list[zmqueue.Message] = []
+
+    def back_in_source() -> bool:
+        back.extend(q.receive(10, wait_time=1))
+        return len(back) >= 6
+
+    wait_for(back_in_source, 20, "6 back in the source")
+    assert sorted(m.body for m in back) == sorted(sent.values())
+    assert all(m.receive_count == 1 and m.dead_letter_source is None for m in back)
+    assert sorted(m.attributes["i"] for m in back) == list(range(6))
+    # the orphans stayed, visible again; the CLI moves them with --to
+    wait_for(lambda: dlq.stats()["visible"] == 2, 10, "the 2 orphans visible in the DLQ")
+    c.create_queue(other)
+    assert main(["queue", "redrive", dlq_name, "--to", other,
+                 "--consul", qcluster.factory.agent.http_addr]) == 0
+    assert f"moved 2 messages from {dlq_name} (2 to {other})" in capsys.readouterr().out
+    assert sorted(m.body for m in c.get_queue(other).receive(10, wait_time=2)) == [b"orphan-1", b"orphan-2"]
+    assert dlq.stats()["total"] == 0
+    with pytest.raises(zmqueue.InvalidParameter):
+        dlq.redrive(to=dlq_name)
+
+
 def test_purge_empties_a_queue(qcluster: QueueCluster) -> None:
     q = qcluster.client.create_queue(qcluster.queue_name())
     q.send_batch([b"x"] * 50)

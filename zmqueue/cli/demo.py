@@ -3,8 +3,8 @@
 It starts a Consul dev agent and hosts (as ``zmqueue up`` does), creates a
 standard and a FIFO queue, moves a few thousand messages through them with a
 progress bar, shows a visibility timeout expiring and a message landing in a
-dead-letter queue, prints a summary and the Consul UI address, then stops
-every process it started.
+dead-letter queue and being redriven back, prints a summary and the Consul UI
+address, then stops every process it started.
 """
 
 from __future__ import annotations
@@ -84,6 +84,14 @@ def show_visibility_and_dlq(client: zmqueue.Client) -> list[str]:
         console.print(f"  in the dead-letter queue: {d.body!r} from {d.dead_letter_source!r}, "
                       f"receive_count={d.receive_count}, attributes={d.attributes}")
         notes.append("DLQ move: yes")
+        dlq.change_visibility(d, 0)  # give it back to the DLQ, then redrive it
+        report = dlq.redrive(wait_time=0.5)
+        back = q.receive(wait_time=5)
+        if back:
+            q.delete(back[0])
+            console.print(f"  redriven: {report.total} moved back to {q.name!r}, received there "
+                          f"again (receive_count={back[0].receive_count}) and deleted")
+            notes.append("DLQ redrive: yes")
     return notes
 
 

@@ -1,4 +1,4 @@
-"""``zmqueue queue create|list|delete|purge|stats``, ``zmqueue send`` and
+"""``zmqueue queue create|list|delete|purge|stats|redrive``, ``zmqueue send`` and
 ``zmqueue receive``: the client library from the shell."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _client_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
-    q = sub.add_parser("queue", help="create, list, delete, purge queues and show their stats")
+    q = sub.add_parser("queue", help="create, list, delete, purge, redrive queues and show their stats")
     qsub = q.add_subparsers(dest="queue_command", metavar="ACTION", parser_class=type(q))
     qsub.required = True
 
@@ -61,6 +61,15 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         p.add_argument("name")
         _client_flags(p)
         p.set_defaults(func=fn)
+
+    p = qsub.add_parser("redrive", help="move a dead-letter queue's messages back to their source "
+                                        "queues (or --to one queue)")
+    p.add_argument("name", help="the dead-letter queue")
+    p.add_argument("--to", default=None, metavar="QUEUE",
+                   help="send every message here (default: the queue each came from)")
+    p.add_argument("--max", type=int, default=None, help="move at most this many")
+    _client_flags(p)
+    p.set_defaults(func=cmd_redrive)
 
     p = sub.add_parser("send", help="send a message (BODY, or - to read stdin)")
     p.add_argument("queue")
@@ -113,6 +122,20 @@ def cmd_purge(args: argparse.Namespace) -> int:
     with _client(args) as c:
         n = c.get_queue(args.name).purge()
         console.print(f"purged {n} messages from {args.name}")
+    return 0
+
+
+def cmd_redrive(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        report = c.get_queue(args.name).redrive(to=args.to, max_messages=args.max)
+    where = ", ".join(f"{n} to {q}" for q, n in sorted(report.moved.items())) or "none"
+    console.print(f"moved {report.total} messages from {args.name} ({where})")
+    if report.skipped:
+        console.print(f"left {report.skipped} messages without a source queue in {args.name}; "
+                      "pass --to QUEUE to move them")
+    if report.failed_deletes:
+        console.print(f"{report.failed_deletes} moved messages could not be deleted from "
+                      f"{args.name} and will be delivered from it again")
     return 0
 
 

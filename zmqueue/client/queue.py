@@ -35,6 +35,7 @@ from zmqueue.protocol import Command, Receipt, ReceiptEncoder, group_partition
 
 if TYPE_CHECKING:
     from zmqueue.client.client import Client
+    from zmqueue.client.redrive import RedriveReport
     from zmqueue.client.subscription import Subscription
 
 MAX_BATCH = 1000
@@ -588,3 +589,12 @@ class Queue:
         sub = Subscription(self, handler, prefetch, visibility_timeout, auto_delete).start()
         self.client.track(sub)
         return sub
+
+    def redrive(self, to: str | None = None, max_messages: int | None = None,
+                visibility_timeout: int = 60, wait_time: float = 1.0) -> RedriveReport:
+        """This queue being a dead-letter queue: move its messages back to the
+        queues they came from (or all to ``to``), batch by batch, each sent
+        there before it is deleted here; see :mod:`zmqueue.client.redrive`."""
+        from zmqueue.client.redrive import redrive
+
+        return redrive(self, to, max_messages, visibility_timeout, wait_time)
