@@ -190,6 +190,25 @@ def test_a_dead_letter_queue_is_redriven_to_its_sources_and_to_a_named_queue(
         dlq.redrive(to=dlq_name)
 
 
+def test_a_fifo_dead_letter_queue_is_redriven_in_group_order(qcluster: QueueCluster) -> None:
+    c = qcluster.client
+    name, dlq_name = qcluster.queue_name() + ".fifo", qcluster.queue_name("dlq") + ".fifo"
+    dlq = c.create_queue(dlq_name, fifo=True)
+    q = c.create_queue(name, fifo=True, visibility_timeout=1, dead_letter_queue=dlq_name,
+                       max_receive_count=1)
+    bodies = [f"a{i}".encode() for i in range(4)]
+    for b in bodies:
+        q.send(b, group_id="A")
+    first = wait_for(lambda: q.receive(10, wait_time=1), 10, "the group received once")
+    assert [m.body for m in first] == bodies
+    wait_for(lambda: q.receive(10, wait_time=0.5) == [] and dlq.stats()["total"] == 4, 20,
+             "the group moved to the FIFO DLQ")
+    assert dlq.redrive(wait_time=0.5).moved == {name: 4}
+    back = wait_for(lambda: q.receive(10, wait_time=1), 10, "the group back in the source")
+    assert [(m.body, m.group_id, m.receive_count) for m in back] == [(b, "A", 1) for b in bodies]
+    assert dlq.stats()["total"] == 0
+
+
 def test_purge_empties_a_queue(qcluster: QueueCluster) -> None:
     q = qcluster.client.create_queue(qcluster.queue_name())
     q.send_batch([b"x"] * 50)
