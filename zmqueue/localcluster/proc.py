@@ -52,7 +52,10 @@ class ManagedProcess:
             self.proc.wait(timeout=10)
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
-        """SIGTERM (SIGCONT first, in case it is stopped), wait, then SIGKILL."""
+        """SIGTERM (SIGCONT first, in case it is stopped), wait, then SIGKILL.
+        Then it checks by pid that the command is really gone, since Popen can
+        take a child for exited when it is not (``poll`` reports 0 when
+        ``waitpid`` fails with ECHILD) and it would be left running."""
         if self.proc is None:
             return None
         if self.alive():
@@ -63,7 +66,37 @@ class ManagedProcess:
                 time.sleep(0.02)
         if self.alive():
             self.kill9()
+        if self.running_by_pid():
+            self._stop_by_pid(timeout_s)
         return self.proc.poll()
+
+    def running_by_pid(self) -> bool:
+        """Whether the pid still runs this command (``/proc/<pid>/cmdline``
+        starts with our argv; a zombie's is empty, another program's differs)."""
+        if self.proc is None:
+            return False
+        try:
+            cmdline = Path(f"/proc/{self.proc.pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        want = [a.encode() for a in self.argv]
+        return cmdline.split(b"\0")[:len(want)] == want
+
+    def _stop_by_pid(self, timeout_s: float) -> None:
+        assert self.proc is not None
+        pid = self.proc.pid
+        for sig in (signal.SIGCONT, signal.SIGTERM):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + timeout_s
+        while self.running_by_pid() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if self.running_by_pid():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while self.running_by_pid() and time.monotonic() < deadline:
+                time.sleep(0.02)
 
     def log_tail(self, max_bytes: int = 8000) -> str:
         try:

@@ -1,0 +1,39 @@
+"""ManagedProcess, what `zmqueue up`, the demo and the tests start hosts with:
+a stop ends the process even when Popen takes it for exited already."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+from tests.conftest import wait_for
+from zmqueue.localcluster.proc import ManagedProcess
+
+
+def test_stop_ends_a_child_that_popen_takes_for_exited(tmp_path: Path) -> None:
+    mp = ManagedProcess([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "child.log")
+    mp.start()
+    assert mp.proc is not None
+    pid = mp.proc.pid
+    try:
+        wait_for(mp.running_by_pid, 10, "the child running")
+        mp.proc.returncode = 0  # what poll() says once waitpid has failed with ECHILD
+        assert not mp.alive()
+        mp.stop(timeout_s=5)
+        assert not mp.running_by_pid(), "the child outlived stop()"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)  # reap it: Popen no longer will
+
+
+def test_running_by_pid_is_false_for_an_ordinary_stop(tmp_path: Path) -> None:
+    mp = ManagedProcess([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "child.log")
+    mp.start()
+    wait_for(mp.running_by_pid, 10, "the child running")
+    assert mp.stop(timeout_s=5) == -signal.SIGTERM
+    assert not mp.running_by_pid() and not mp.alive()
