@@ -183,7 +183,7 @@ def _sum(name: str, secure: SecureCluster, **labels: str) -> float:
 def test_push_credits_that_carry_deletes_are_rate_limited_and_retried(secure: SecureCluster) -> None:
     """A CREDIT carrying auto_delete's deletes costs a token like a DELETE;
     the subscription retries a throttled one, so every message is deleted
-    once and nothing is handed over twice."""
+    once and nothing is handed over twice (and the pushes are counted)."""
     name = qname("pushrate")
     q = secure.clients["alice"].create_queue(name, client_rate_limit_per_s=2, rate_burst=2)
     secure.clients["bob"].get_queue(name).send_batch([f"m{i}".encode() for i in range(12)])
@@ -194,6 +194,7 @@ def test_push_credits_that_carry_deletes_are_rate_limited_and_retried(secure: Se
         assert sub.handled == 12 and sub.dropped == 0
     assert sorted(got) == sorted(f"m{i}".encode() for i in range(12))
     assert _sum("zmqueue_queue_throttled_total", secure, queue=name) > 0
+    assert _sum("zmqueue_queue_pushed_total", secure, queue=name) == 12
 
 
 def test_metrics_reflect_a_known_workload_exactly(secure: SecureCluster) -> None:

@@ -50,6 +50,8 @@ class Pusher:
         self.outbox: Outbox | None = None
         self.subs: dict[int, Subscriber] = {}
         self._ids = itertools.count(1)
+        self.pushed: dict[str, int] = {}
+        """Messages pushed, per queue (the ``zmqueue_queue_pushed_total`` metric)."""
 
     def subscribe(self, part: PartKey, identity: bytes, prefetch: int, vis_s: int | None) -> int:
         if len(self.subs) >= MAX_SUBSCRIBERS:
@@ -97,5 +99,6 @@ class Pusher:
                 continue
             sub.credit -= len(msgs)
             sub.delivered += len(msgs)
+            self.pushed[sub.part[0]] = self.pushed.get(sub.part[0], 0) + len(msgs)
             body = {"sub": sub.sub_id, "q": sub.part[0], "p": sub.part[1], "m": msgs}
             self.outbox.put("client", sub.identity, protocol.encode_push(Command.DELIVER, body))

@@ -48,7 +48,7 @@ def snapshot(svc: QueueService, door: FrontDoor, zap_counters: dict[str, int],
     return {"queues": queues, "lag": lag,
             "counters": {q: c.as_dict() for q, c in door.queues.items()},
             "latency": _copy(door.latency), "commit": _copy(door.commit),
-            "dlq": dict(svc.dlq.moved), "zap": dict(zap_counters),
+            "dlq": dict(svc.dlq.moved), "pushed": dict(svc.pusher.pushed), "zap": dict(zap_counters),
             "dispatcher": dict(dispatcher_counters), "replication": dict(svc.replicator.counters)}
 
 
@@ -91,11 +91,12 @@ class HostCollector(Collector):
             for q, vals in sorted(snap["counters"].items()):
                 c.add_metric([q], vals[name])
             yield c
-        c = CounterMetricFamily("zmqueue_queue_dlq_moves", "messages moved to the dead-letter queue",
-                                labels=["queue"])
-        for q, n in sorted(snap["dlq"].items()):
-            c.add_metric([q], n)
-        yield c
+        for name, doc, key in (("dlq_moves", "messages moved to the dead-letter queue", "dlq"),
+                               ("pushed", "messages pushed to subscriptions", "pushed")):
+            c = CounterMetricFamily(f"zmqueue_queue_{name}", doc, labels=["queue"])
+            for q, n in sorted(snap[key].items()):
+                c.add_metric([q], n)
+            yield c
         g = GaugeMetricFamily("zmqueue_replication_lag_records",
                               "records the slowest replica is behind the writer", labels=["stream"])
         for s, n in sorted(snap["lag"].items()):
