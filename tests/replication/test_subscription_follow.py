@@ -96,3 +96,17 @@ def test_a_subscription_subscribes_again_at_a_restarted_host(
         wait_for(lambda: got.distinct() >= set(second), 30, "the second batch pushed after the restart")
         assert sub.resubscribed >= 1
     assert got.distinct() == set(first) | set(second)
+
+
+def test_a_subscription_stops_by_itself_when_its_queue_is_deleted(
+        hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
+    h = hosts.start("h1")
+    wait_for(lambda: all_passing(check_statuses(consul_agent, h.node)), 60, "h1 passing")
+    q = client.create_queue("pushed-then-deleted")
+    got = Collector()
+    with q.subscribe(got) as sub:
+        q.send(b"x")
+        wait_for(lambda: got.distinct() == {b"x"}, 20, "the message pushed")
+        client.delete_queue("pushed-then-deleted")
+        wait_for(lambda: not sub.thread.is_alive(), 30, "the subscription thread ended")
+        assert sub.queue_deleted

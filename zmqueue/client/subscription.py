@@ -12,7 +12,7 @@ writer after a failover, a host that took over a dead host's stream) and
 drops the hosts that no longer do. A host whose keepalive or credit fails
 (dead, or restarted and so without the subscription) is dropped at once, and
 the routes are then re-read every ``RESYNC_S`` until every partition is
-served again."""
+served again. A subscription to a queue that was deleted stops by itself."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from zmqueue.client.transport import Connection
 from zmqueue.errors import (
     InvalidParameter,
     NotLeader,
+    QueueNotFound,
     RequestTimeout,
     Throttled,
     Unavailable,
@@ -76,6 +77,8 @@ class Subscription:
         """Subscriptions opened after ``start`` (failovers, restarted hosts)."""
         self.dropped = 0
         """Hosts dropped: failed, or no longer serving a partition."""
+        self.queue_deleted = False
+        """The queue was deleted: the subscription stopped by itself."""
         self._poller = zmq.Poller()
         self._degraded = False
         self.thread = threading.Thread(target=self._run, name=f"subscription-{queue.name}",
@@ -173,6 +176,11 @@ class Subscription:
                     breaker.success()  # it answered, with an error
                     raise
                 breaker.success()
+            except QueueNotFound as exc:
+                log.warning("subscription to %r stops: the queue was deleted (%s)", self.queue.name, exc)
+                self.queue_deleted = True
+                self.stopped.set()
+                return
             except ZmqueueError as exc:
                 degraded = True
                 log.info("subscription to %r: subscribing at %s for partition %d failed, "
