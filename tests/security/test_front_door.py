@@ -180,6 +180,20 @@ def _sum(name: str, secure: SecureCluster, **labels: str) -> float:
     return sum(metric(scrape(h), name, **labels) for h in secure.hosts)
 
 
+def test_pushes_and_pushed_redeliveries_are_counted(secure: SecureCluster) -> None:
+    name = qname("pushcount")
+    q = secure.clients["alice"].create_queue(name, visibility_timeout=1)
+    q.send(b"never deleted")
+    counts: list[int] = []
+    with q.subscribe(lambda m: counts.append(m.receive_count), prefetch=1, auto_delete=False):
+        wait_for(lambda: len(counts) >= 2, 20, "pushed again after its visibility timeout")
+    assert counts[:2] == [1, 2]
+    pushed = _sum("zmqueue_queue_pushed_total", secure, queue=name)
+    assert pushed >= len(counts) >= 2
+    assert _sum("zmqueue_queue_redeliveries_total", secure, queue=name) == pushed - 1
+    assert _sum("zmqueue_queue_receives_total", secure, queue=name) == 0
+
+
 def test_push_credits_that_carry_deletes_are_rate_limited_and_retried(secure: SecureCluster) -> None:
     """A CREDIT carrying auto_delete's deletes costs a token like a DELETE;
     the subscription retries a throttled one, so every message is deleted

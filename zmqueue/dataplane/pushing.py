@@ -52,6 +52,9 @@ class Pusher:
         self._ids = itertools.count(1)
         self.pushed: dict[str, int] = {}
         """Messages pushed, per queue (the ``zmqueue_queue_pushed_total`` metric)."""
+        self.redelivered: dict[str, int] = {}
+        """Of those, pushed with a receive count > 1 (added to the queue's
+        ``zmqueue_queue_redeliveries_total``)."""
 
     def subscribe(self, part: PartKey, identity: bytes, prefetch: int, vis_s: int | None) -> int:
         if len(self.subs) >= MAX_SUBSCRIBERS:
@@ -99,6 +102,10 @@ class Pusher:
                 continue
             sub.credit -= len(msgs)
             sub.delivered += len(msgs)
-            self.pushed[sub.part[0]] = self.pushed.get(sub.part[0], 0) + len(msgs)
+            q = sub.part[0]
+            self.pushed[q] = self.pushed.get(q, 0) + len(msgs)
+            again = sum(1 for m in msgs if m[4] > 1)  # [id, body, attrs, receipt, count, ...]
+            if again:
+                self.redelivered[q] = self.redelivered.get(q, 0) + again
             body = {"sub": sub.sub_id, "q": sub.part[0], "p": sub.part[1], "m": msgs}
             self.outbox.put("client", sub.identity, protocol.encode_push(Command.DELIVER, body))

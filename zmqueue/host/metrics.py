@@ -45,8 +45,11 @@ def snapshot(svc: QueueService, door: FrontDoor, zap_counters: dict[str, int],
             q[k] = max(q.get(k, 0), v) if k == "oldest_age_ms" else q.get(k, 0) + v
         behind = [st.store.last_seq - p for n, p in st.follower_pos.items() if n in st.replicas]
         lag["/".join(map(str, key))] = max(behind) if behind else 0
-    return {"queues": queues, "lag": lag,
-            "counters": {q: c.as_dict() for q, c in door.queues.items()},
+    counters = {q: c.as_dict() for q, c in door.queues.items()}
+    for name, n in svc.pusher.redelivered.items():  # pushes are not requests: the door never sees them
+        if name in counters:
+            counters[name]["redeliveries"] += n
+    return {"queues": queues, "lag": lag, "counters": counters,
             "latency": _copy(door.latency), "commit": _copy(door.commit),
             "dlq": dict(svc.dlq.moved), "pushed": dict(svc.pusher.pushed), "zap": dict(zap_counters),
             "dispatcher": dict(dispatcher_counters), "replication": dict(svc.replicator.counters)}
