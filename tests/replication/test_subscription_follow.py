@@ -15,7 +15,7 @@ import zmqueue
 from tests.conftest import HostFactory, all_passing, wait_for
 from tests.helpers import check_statuses
 from tests.replication.test_failover import by_node, three_hosts, writer_of
-from zmqueue.localcluster import ConsulAgent
+from zmqueue.localcluster import ConsulAgent, HostProcess
 
 
 @pytest.fixture
@@ -71,10 +71,15 @@ def test_a_subscription_moves_to_the_new_fifo_writer_after_kill_9(
     assert dups <= 5, f"{dups} redeliveries: more than the prefetch in flight at the kill"
 
 
+def one_host(hosts: HostFactory, agent: ConsulAgent) -> HostProcess:
+    h = hosts.start("h1")
+    wait_for(lambda: all_passing(check_statuses(agent, h.node)), 60, "h1 passing")
+    return h
+
+
 def test_a_subscription_subscribes_again_at_a_restarted_host(
         hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
-    h = hosts.start("h1")
-    wait_for(lambda: all_passing(check_statuses(consul_agent, h.node)), 60, "h1 passing")
+    h = one_host(hosts, consul_agent)
     q = client.create_queue("pushed")
     got = Collector()
     with q.subscribe(got, prefetch=10) as sub:
@@ -100,8 +105,7 @@ def test_a_subscription_subscribes_again_at_a_restarted_host(
 
 def test_a_subscription_stops_by_itself_when_its_queue_is_deleted(
         hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
-    h = hosts.start("h1")
-    wait_for(lambda: all_passing(check_statuses(consul_agent, h.node)), 60, "h1 passing")
+    one_host(hosts, consul_agent)
     q = client.create_queue("pushed-then-deleted")
     got = Collector()
     with q.subscribe(got) as sub:
