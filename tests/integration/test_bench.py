@@ -32,18 +32,21 @@ def test_the_queue_benchmark_receives_and_deletes_every_message_it_sent(qcluster
     assert r["push_handled"] == PUSH_COUNT and r["push_msgs_per_s"] > 0
 
 
-def test_zmqueue_bench_checks_every_message_and_prints_a_json_line_per_run(qcluster: QueueCluster) -> None:
+@pytest.mark.parametrize("mode", ["pull", "push"])
+def test_zmqueue_bench_checks_every_message_and_prints_a_json_line_per_run(
+        qcluster: QueueCluster, mode: str) -> None:
     consul = qcluster.client.consul_addresses[0]
     proc = subprocess.run(
         [sys.executable, "-m", "zmqueue", "bench", "--consul", consul, "--duration", "0.5",
          "--max-messages", "200", "--batch", "10", "--producers", "2", "--consumers", "1",
-         "--no-progress"],
+         "--consumer-mode", mode, "--no-progress"],
         capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     [line] = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
     assert line["sent"] > 0 and line["lost"] == 0 and line["duplicates"] == 0
     assert line["unique_received"] == line["sent"] and line["errors"] == []
     assert line["send_p99_ms"] > 0 and "lost" in proc.stdout
+    assert line["config"]["consumer_mode"] == mode
 
 
 def test_the_peer_harness_refuses_to_start_without_the_peers_clients(

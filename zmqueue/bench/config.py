@@ -8,6 +8,7 @@ from typing import Any
 from zmqueue.errors import ConfigError
 
 QUEUE_TYPES = ("standard", "fifo")
+CONSUMER_MODES = ("pull", "push")
 FSYNC_POLICIES = ("always", "interval", "never")
 MAX_MESSAGES_LIMIT = 20_000_000
 HEADER_BYTES = 20
@@ -38,6 +39,9 @@ class BenchConfig:
     drain_timeout_s: float = 60.0
     warmup_s: float = 0.0
     """Send latencies of the first warmup_s seconds are not counted."""
+    consumer_mode: str = "pull"
+    """``pull``: receive (long polls) and delete; ``push``: a subscription
+    (zmqueue only) whose deletes ride on its credits."""
 
     def validate(self) -> BenchConfig:
         def bad(field: str, why: str) -> ConfigError:
@@ -64,6 +68,10 @@ class BenchConfig:
             raise bad("drain_timeout_s", "must be 1 to 3600 seconds")
         if not 0 <= self.warmup_s < self.duration_s:
             raise bad("warmup_s", "must be 0 or more and below duration_s")
+        if self.consumer_mode not in CONSUMER_MODES:
+            raise bad("consumer_mode", f"must be one of {CONSUMER_MODES}")
+        if self.consumer_mode == "push" and self.system != "zmqueue":
+            raise bad("consumer_mode", "push consumers are measured for zmqueue only")
         return self
 
     def with_(self, **changes: Any) -> BenchConfig:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from queue import Empty, SimpleQueue
 from typing import Any
 
 import zmqueue
@@ -61,6 +62,38 @@ class ZmqueueConsumer:
         self.client.close()
 
 
+class ZmqueuePushConsumer:
+    """A push subscription (prefetch max(10, batch), ``auto_delete``: each
+    batch's deletes ride on the credits it returns); the handler puts every
+    message in a local queue that ``receive`` takes from."""
+
+    def __init__(self, target: Target, cfg: BenchConfig, index: int) -> None:
+        del index
+        self.client = zmqueue.connect(target["consul"])
+        self.queue = self.client.get_queue(target["queue"])
+        self.inbox: SimpleQueue[zmqueue.Message] = SimpleQueue()
+        self.sub = self.queue.subscribe(self.inbox.put, prefetch=min(1000, max(10, cfg.batch)))
+
+    def receive(self, max_n: int, wait_s: float) -> list[tuple[bytes, Any]]:
+        try:
+            got = [self.inbox.get(timeout=wait_s)]
+        except Empty:
+            return []
+        while len(got) < max_n:
+            try:
+                got.append(self.inbox.get_nowait())
+            except Empty:
+                break
+        return [(m.body, None) for m in got]
+
+    def ack(self, tokens: list[Any]) -> None:
+        """Nothing to do: deleted when the handler returned (``auto_delete``)."""
+
+    def close(self) -> None:
+        self.sub.close()
+        self.client.close()
+
+
 def _raise_first(errors: list[ZmqueueError | None]) -> None:
     for err in errors:
         if err is not None:
@@ -92,5 +125,8 @@ class ZmqueueBackend:
         return ZmqueueProducer(target, cfg, index)
 
     @staticmethod
-    def consumer(target: Target, cfg: BenchConfig, index: int) -> ZmqueueConsumer:
+    def consumer(target: Target, cfg: BenchConfig, index: int
+                 ) -> ZmqueueConsumer | ZmqueuePushConsumer:
+        if cfg.consumer_mode == "push":
+            return ZmqueuePushConsumer(target, cfg, index)
         return ZmqueueConsumer(target, cfg, index)

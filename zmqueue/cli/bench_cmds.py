@@ -58,6 +58,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--runs", type=int, default=1, help="runs per workload; the table shows medians")
     p.add_argument("--hosts", type=int, default=3, help="hosts of the cluster it starts (default 3)")
     p.add_argument("--work-dir", default=None, help="where a started cluster keeps data (default temp)")
+    p.add_argument("--consumer-mode", choices=["pull", "push"], default=None,
+                   help="pull: receive and delete (default); push: a subscription, deletes on its credits")
     p.add_argument("--no-progress", action="store_true", help="no live progress display")
     add_consul_flag(p)
     p.set_defaults(func=cmd_bench)
@@ -70,7 +72,8 @@ def configs(args: argparse.Namespace) -> list[Any]:
     for opt, field in (("size", "message_bytes"), ("producers", "producers"), ("consumers", "consumers"),
                        ("batch", "batch"), ("queue_type", "queue_type"), ("fsync", "fsync"),
                        ("replication_factor", "replication_factor"), ("rate", "rate_per_s"),
-                       ("max_messages", "max_messages"), ("warmup", "warmup_s")):
+                       ("max_messages", "max_messages"), ("warmup", "warmup_s"),
+                       ("consumer_mode", "consumer_mode")):
         value = getattr(args, opt)
         if value is not None:
             overrides[field] = value
