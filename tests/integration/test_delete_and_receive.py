@@ -239,3 +239,28 @@ def test_a_push_handler_failure_keeps_its_message_and_the_batch_is_still_deleted
         assert sub.failed == 1 and sub.handled == 11
     stats = q.stats()
     assert (stats["total"], stats["in_flight"]) == (1, 1)  # f3: back after its visibility timeout
+
+
+def test_pushed_messages_with_attributes_come_as_lists_and_are_deleted_on_the_credits_by_receipt(
+        qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("dar-push-attrs"), visibility_timeout=60)
+    sent = {q.send(b"a%d" % i, attributes={"i": i}) for i in range(10)}
+    deletes_before = _requests(qcluster, "DELETE")
+    got: list[zmqueue.Message] = []
+    with q.subscribe(got.append, prefetch=5):
+        wait_for(lambda: len(got) >= len(sent) and q.stats()["total"] == 0, 30,
+                 "every message handled and deleted")
+    assert {m.id for m in got} == sent and all(m.attributes == {"i": int(m.body[1:])} for m in got)
+    assert _requests(qcluster, "DELETE") == deletes_before  # by receipt ("del"), on the credits
+
+
+def test_a_credit_deleting_by_reference_must_name_the_subscriptions_queue(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("dar-push-q"))
+    q.send(b"x")
+    conn = qcluster.client.connection(q.routes.for_receive(0)[0])
+    sub = conn.request(Command.SUBSCRIBE, {"q": q.name, "p": 0, "prefetch": 1, "cols": True})["sub"]
+    try:
+        with pytest.raises(zmqueue.InvalidParameter, match="subscription's queue"):
+            conn.request(Command.CREDIT, {"sub": sub, "n": 1, "dref": ["h", [1], [1]], "q": "another"})
+    finally:
+        conn.request(Command.UNSUBSCRIBE, {"sub": sub})

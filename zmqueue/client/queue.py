@@ -81,7 +81,7 @@ def _text(item: Deletable) -> str:
     return item if isinstance(item, str) else item.receipt
 
 
-def _refs(origin: str, items: list[Deletable]) -> list[Any] | None:
+def delete_refs(origin: str, items: list[Deletable]) -> list[Any] | None:
     """``dref`` for these messages of one stream, if every one was read from a
     column group (else None: they go as receipt texts)."""
     seqs: list[int] = []
@@ -284,7 +284,7 @@ class Queue:
                 eps = self.routes.for_stream(p, origin)
                 if eps and (p, eps[0]) in targets:
                     items = [receipts[i] for i in idxs]
-                    refs = _refs(origin, items)
+                    refs = delete_refs(origin, items)
                     carry = _Carry(p, origin, idxs, "del", [_text(r) for r in items]) if refs is None \
                         else _Carry(p, origin, idxs, "dref", refs)
                     del groups[(p, origin)]
@@ -398,7 +398,7 @@ class Queue:
                 continue
             if k == 0 and carry is not None:
                 carry.results = reply.get("dr")  # None from a host that predates "del" / "dref"
-            got = self._messages(p, reply)
+            got = self.messages_of(p, reply)
             if got:
                 self._lucky = (p, ep)
                 out.extend(got)
@@ -478,11 +478,11 @@ class Queue:
             return None
         if frame.is_error:
             return from_wire(frame.body)
-        return self._messages(asked[0], frame.body)
+        return self.messages_of(asked[0], frame.body)
 
-    def _messages(self, p: int, reply: dict[str, Any]) -> list[Message]:
-        """The messages of a RECEIVE reply: lists (``m``), then column groups
-        (``ms``, from a host that reads ``cols``)."""
+    def messages_of(self, p: int, reply: dict[str, Any]) -> list[Message]:
+        """The messages of a RECEIVE reply or a DELIVER push: lists (``m``),
+        then column groups (``ms``, from a host that reads ``cols``)."""
         out = [Message.from_wire(self.name, m) for m in reply["m"]]
         for group in reply.get("ms") or ():
             if not (isinstance(group, list) and len(group) == 7 and isinstance(group[0], str)

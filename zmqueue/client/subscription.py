@@ -27,10 +27,12 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from zmqueue.client.models import Message
+from zmqueue.client.queue import delete_refs
 from zmqueue.client.transport import Connection
 from zmqueue.errors import (
     InvalidParameter,
     NotLeader,
+    ProtocolError,
     QueueNotFound,
     RequestTimeout,
     Throttled,
@@ -88,8 +90,13 @@ class Subscription:
         def on_push(frame: Frame) -> None:
             body = frame.body
             if frame.command == Command.DELIVER and isinstance(body, dict):
-                for item in body.get("m", []):
-                    self.inbox.append((Message.from_wire(self.queue.name, item), key))
+                try:  # lists (``m``) and column groups (``ms``), as a receive's reply
+                    msgs = self.queue.messages_of(key[0], {"m": body.get("m") or [], "ms": body.get("ms")})
+                except (ProtocolError, TypeError, ValueError) as exc:
+                    log.warning("malformed push from %s dropped (its messages come back after "
+                                "their visibility timeout): %s", key[1], exc)
+                    return
+                self.inbox.extend((m, key) for m in msgs)
                 per_key = sum(1 for _, k in self.inbox if k == key)
                 self.max_unfinished_seen = max(self.max_unfinished_seen, per_key)
         return on_push
@@ -117,7 +124,7 @@ class Subscription:
         key = (p, endpoint)
         conn = Connection(self.queue.client.ctx, endpoint, on_push=self._on_push(key),
                           curve=self.queue.client.curve_for(endpoint))
-        body: dict[str, Any] = {"q": self.queue.name, "p": p, "prefetch": self.prefetch}
+        body: dict[str, Any] = {"q": self.queue.name, "p": p, "prefetch": self.prefetch, "cols": True}
         if self.visibility_timeout is not None:
             body["vis_s"] = self.visibility_timeout
         try:
@@ -255,14 +262,20 @@ class Subscription:
         carried: list[Message] = []
         if handled:
             try:
-                groups = sorted(self.queue.by_stream(list(handled)).values(), key=len, reverse=True)
+                groups = sorted(self.queue.by_stream(list(handled)).items(), key=lambda g: len(g[1]),
+                                reverse=True)
             except ZmqueueError as exc:  # not expected: receipts of this queue's own pushes
                 log.warning("deleting pushed messages failed: %s", exc)
                 groups = []
             if groups:
-                carried = [handled[i] for i in groups[0]]
-                body["del"] = [m.receipt for m in carried]
-            for idxs in groups[1:]:
+                (_, origin), idxs = groups[0]
+                carried = [handled[i] for i in idxs]
+                refs = delete_refs(origin, list(carried))
+                if refs is not None:  # read from column groups: by (seq, receive count)
+                    body["dref"], body["q"] = refs, self.queue.name
+                else:
+                    body["del"] = [m.receipt for m in carried]
+            for _, idxs in groups[1:]:
                 self._deleted([handled[i] for i in idxs], None)
         reply: Any = {}
         try:
@@ -272,7 +285,8 @@ class Subscription:
             # retries: the credits go alone (never limited), the deletes as
             # DELETE (retried the same way, else logged: they come back)
             log.warning("subscription to %r: credit with deletes throttled: %s", self.queue.name, exc)
-            body.pop("del", None)
+            for k in ("del", "dref", "q"):
+                body.pop(k, None)
             try:
                 conn.request(Command.CREDIT, body, self.queue.client.request_timeout_ms)
             except ZmqueueError as exc2:

@@ -36,6 +36,8 @@ class Subscriber:
     identity: bytes
     prefetch: int
     visibility_s: int | None
+    cols: bool = False
+    """Plain messages go as column groups (``ms``), as a RECEIVE with ``cols``."""
     credit: int = 0
     delivered: int = 0
     last_seen: float = 0.0
@@ -56,12 +58,16 @@ class Pusher:
         """Of those, pushed with a receive count > 1 (added to the queue's
         ``zmqueue_queue_redeliveries_total``)."""
 
-    def subscribe(self, part: PartKey, identity: bytes, prefetch: int, vis_s: int | None) -> int:
+    def subscribe(self, part: PartKey, identity: bytes, prefetch: int, vis_s: int | None,
+                  cols: bool = False) -> int:
         if len(self.subs) >= MAX_SUBSCRIBERS:
             raise InvalidParameter(f"this host has {MAX_SUBSCRIBERS} subscribers already")
         sub_id = next(self._ids)
-        self.subs[sub_id] = Subscriber(sub_id, part, identity, prefetch, vis_s)
+        self.subs[sub_id] = Subscriber(sub_id, part, identity, prefetch, vis_s, cols)
         return sub_id
+
+    def part_of(self, sub_id: int, identity: bytes) -> PartKey:
+        return self._get(sub_id, identity).part
 
     def _get(self, sub_id: int, identity: bytes) -> Subscriber:
         sub = self.subs.get(sub_id)
@@ -97,15 +103,20 @@ class Pusher:
             streams = svc.set.led_streams(sub.part)
             if not any(st.store.has_visible(now) for st in streams):
                 continue
-            msgs = svc.take(streams, min(sub.credit, PUSH_BATCH_MAX), sub.visibility_s, now)["m"]
-            if not msgs:
+            got = svc.take(streams, min(sub.credit, PUSH_BATCH_MAX), sub.visibility_s, now, sub.cols)
+            msgs, groups = got["m"], got.get("ms") or []
+            # lists: [id, body, attrs, receipt, count, ...]; groups: [.., seqs, counts, sent]
+            counts = [m[4] for m in msgs] + [c for g in groups for c in g[5]]
+            if not counts:
                 continue
-            sub.credit -= len(msgs)
-            sub.delivered += len(msgs)
+            sub.credit -= len(counts)
+            sub.delivered += len(counts)
             q = sub.part[0]
-            self.pushed[q] = self.pushed.get(q, 0) + len(msgs)
-            again = sum(1 for m in msgs if m[4] > 1)  # [id, body, attrs, receipt, count, ...]
+            self.pushed[q] = self.pushed.get(q, 0) + len(counts)
+            again = sum(1 for c in counts if c > 1)
             if again:
                 self.redelivered[q] = self.redelivered.get(q, 0) + again
-            body = {"sub": sub.sub_id, "q": sub.part[0], "p": sub.part[1], "m": msgs}
+            body = {"sub": sub.sub_id, "q": q, "p": sub.part[1], "m": msgs}
+            if groups:
+                body["ms"] = groups
             self.outbox.put("client", sub.identity, protocol.encode_push(Command.DELIVER, body))

@@ -469,17 +469,34 @@ class QueueService:
         self.readable_streams(part)
         prefetch = F.get_int(body, "prefetch", 1, 1000, default=10)
         vis_s = F.get_opt_int(body, "vis_s", 0, 43200, name="visibility_timeout")
-        return {"sub": self.pusher.subscribe(part, req.identity, prefetch, vis_s)}
+        return {"sub": self.pusher.subscribe(part, req.identity, prefetch, vis_s, body.get("cols") is True)}
 
     def h_credit(self, req: Request, body: dict[str, Any], now: int) -> Any:
         sub = F.get_int(body, "sub", 0, 2**62, name="subscription")
         n = F.get_int(body, "n", 0, 1000, name="credit")
+        if body.get("dref") is not None:
+            # the deletes of a finished batch of pushed messages ride on its
+            # credits (auto_delete): one stream's (seq, receive count) pairs
+            # of the subscription's own partition, whose queue ``q`` names
+            # (the front door checked the delete permission on it)
+            part = self.pusher.part_of(sub, req.identity)
+            if body.get("q") != part[0]:
+                raise InvalidParameter(f"dref: q must name the subscription's queue {part[0]!r}",
+                                       field="q")
+            origin, seqs, counts = _delete_refs(body)
+            credit = self.pusher.add_credit(sub, req.identity, n)
+            try:
+                st = self.writer_stream(part[0], part[1], origin)
+            except NotLeader:  # no "dr": the client deletes on its own
+                return {"credit": credit}
+            return self.after_commit(st, req, {"credit": credit,
+                                               "dr": _results(st.delete_refs(seqs, counts, now))})
         credit = self.pusher.add_credit(sub, req.identity, n)
         if body.get("del") is None:
             return {"credit": credit}
-        # the deletes of a finished batch of pushed messages ride on its
-        # credits (auto_delete); a stream this host no longer writes answers
-        # without "dr" and the client deletes on its own
+        # the same as receipt texts (messages pushed as lists); a stream this
+        # host no longer writes answers without "dr" and the client deletes
+        # on its own
         items = F.get_list(body, "del", MAX_BATCH, name="del")
         first = Receipt.decode(items[0])
         try:
