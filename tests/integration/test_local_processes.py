@@ -14,7 +14,7 @@ from zmqueue.localcluster.proc import ManagedProcess
 
 
 def test_stop_ends_a_child_that_popen_takes_for_exited(tmp_path: Path) -> None:
-    mp = ManagedProcess([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "child.log")
+    mp = ManagedProcess([sys.executable, "-c", "import signal; signal.pause()"], tmp_path / "child.log")
     mp.start()
     assert mp.proc is not None
     pid = mp.proc.pid
@@ -32,7 +32,7 @@ def test_stop_ends_a_child_that_popen_takes_for_exited(tmp_path: Path) -> None:
 
 
 def test_running_by_pid_is_false_for_an_ordinary_stop(tmp_path: Path) -> None:
-    mp = ManagedProcess([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "child.log")
+    mp = ManagedProcess([sys.executable, "-c", "import signal; signal.pause()"], tmp_path / "child.log")
     mp.start()
     wait_for(mp.running_by_pid, 10, "the child running")
     assert mp.stop(timeout_s=5) == -signal.SIGTERM
