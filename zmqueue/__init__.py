@@ -10,7 +10,16 @@ with zmqueue.connect(consul="127.0.0.1:8500") as client:
 ```
 """
 
-from zmqueue.client import Client, Message, OutgoingMessage, Queue, Subscription, connect
+from zmqueue.client import (
+    Client,
+    Message,
+    OutgoingMessage,
+    PendingSend,
+    Queue,
+    SendPipeline,
+    Subscription,
+    connect,
+)
 from zmqueue.config import HostConfig, QueueConfig
 from zmqueue.errors import (
     AccessDenied,
@@ -50,6 +59,7 @@ __all__ = [
     "MessageTooLarge",
     "NotLeader",
     "OutgoingMessage",
+    "PendingSend",
     "ProtocolError",
     "Queue",
     "QueueAlreadyExists",
@@ -57,6 +67,7 @@ __all__ = [
     "QueueLimitReached",
     "QueueNotFound",
     "RequestTimeout",
+    "SendPipeline",
     "StaleEpoch",
     "Subscription",
     "Throttled",

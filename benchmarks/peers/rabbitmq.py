@@ -3,8 +3,8 @@
 A batch is published back to back and then every confirm is awaited
 (pipelined within the batch; one message in flight for batch 1). RabbitMQ
 fsyncs a quorum queue's log before it confirms. Consumers use basic.consume
-with a prefetch of max(10, 2 x batch) and ack with ``multiple``; AMQP acks are
-not confirmed by the server.
+with a prefetch of max(10, 2 x batch x window) and ack with ``multiple``;
+AMQP acks are not confirmed by the server.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class RabbitConsumer:
     def __init__(self, target: Target, cfg: BenchConfig) -> None:
         self.conn = _connect(target["port"])
         self.channel = self.conn.channel()
-        self.channel.basic_qos(prefetch_count=max(10, 2 * cfg.batch))
+        self.channel.basic_qos(prefetch_count=max(10, 2 * cfg.batch * cfg.window))
         self.buf: list[tuple[bytes, Any]] = []
         self.channel.basic_consume(target["queue"], self._on_message, auto_ack=False)
 

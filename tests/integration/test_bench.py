@@ -32,13 +32,15 @@ def test_the_queue_benchmark_receives_and_deletes_every_message_it_sent(qcluster
     assert r["push_handled"] == PUSH_COUNT and r["push_msgs_per_s"] > 0
 
 
-@pytest.mark.parametrize("mode", ["pull", "push"])
+@pytest.mark.parametrize(("mode", "sending"), [("pull", ["--batch", "10"]), ("push", ["--batch", "10"]),
+                                               ("pull", ["--window", "20"])])
 def test_zmqueue_bench_checks_every_message_and_prints_a_json_line_per_run(
-        qcluster: QueueCluster, mode: str) -> None:
+        qcluster: QueueCluster, mode: str, sending: list[str]) -> None:
+    """Batches of 10, or single sends 20 in flight (a pipeline)."""
     consul = qcluster.client.consul_addresses[0]
     proc = subprocess.run(
         [sys.executable, "-m", "zmqueue", "bench", "--consul", consul, "--duration", "0.5",
-         "--max-messages", "200", "--batch", "10", "--producers", "2", "--consumers", "1",
+         "--max-messages", "200", *sending, "--producers", "2", "--consumers", "1",
          "--consumer-mode", mode, "--no-progress"],
         capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr + proc.stdout
@@ -47,6 +49,8 @@ def test_zmqueue_bench_checks_every_message_and_prints_a_json_line_per_run(
     assert line["unique_received"] == line["sent"] and line["errors"] == []
     assert line["send_p99_ms"] > 0 and "lost" in proc.stdout
     assert line["config"]["consumer_mode"] == mode
+    if "--window" in sending:
+        assert line["config"]["window"] == 20 and line["send_requests"] * 20 == line["sent"]
 
 
 def test_the_peer_harness_refuses_to_start_without_the_peers_clients(

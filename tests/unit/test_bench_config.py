@@ -16,9 +16,21 @@ def test_push_consumers_are_for_zmqueue_only() -> None:
         BenchConfig(consumer_mode="poll").validate()
 
 
+def test_a_window_pipelines_single_sends_to_standard_queues() -> None:
+    cfg = preset("W1p")
+    assert (cfg.window, cfg.batch, cfg.per_receive) == (100, 1, 100)
+    assert preset("W5p").replication_factor == 3
+    assert preset("W1").per_receive == 10 and preset("W3").per_receive == 100
+    with pytest.raises(ConfigError, match="batch=1"):
+        BenchConfig(window=10, batch=10).validate()
+    with pytest.raises(ConfigError, match="standard queues"):
+        BenchConfig(window=10, queue_type="fifo").validate()
+
+
 @pytest.mark.parametrize(("field", "value"), [("batch", 0), ("batch", 1001), ("producers", 65),
                                               ("message_bytes", 10), ("queue_type", "lifo"),
-                                              ("fsync", "sometimes"), ("warmup_s", 20.0)])
+                                              ("fsync", "sometimes"), ("warmup_s", 20.0),
+                                              ("window", 0), ("window", 1001)])
 def test_out_of_range_options_name_the_option(field: str, value: object) -> None:
     with pytest.raises(ConfigError, match=field):
         BenchConfig(**{field: value}).validate()  # type: ignore[arg-type]

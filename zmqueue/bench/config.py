@@ -12,6 +12,7 @@ CONSUMER_MODES = ("pull", "push")
 FSYNC_POLICIES = ("always", "interval", "never")
 MAX_MESSAGES_LIMIT = 20_000_000
 HEADER_BYTES = 20
+MIN_RECEIVE_BATCH = 10
 """Every body starts with producer (u32), sequence (u64), send time (i64 ns)."""
 
 
@@ -26,6 +27,12 @@ class BenchConfig:
     consumers: int = 1
     batch: int = 1
     """Messages per send request and the max per receive."""
+    window: int = 1
+    """Single-message sends in flight per producer (pipelined; needs batch=1):
+    the producer is handed ``window`` messages at a time and returns once all
+    are confirmed. zmqueue sends them through ``Queue.pipeline``, the peers
+    through the same path as their W3 batches (concurrent publishes, a Redis
+    pipeline)."""
     queue_type: str = "standard"
     replication_factor: int = 1
     sync_replication: bool = True
@@ -49,11 +56,16 @@ class BenchConfig:
 
         if not HEADER_BYTES <= self.message_bytes <= 1024 * 1024:
             raise bad("message_bytes", f"must be {HEADER_BYTES} to 1 MiB (bodies carry a header)")
-        for f, hi in (("producers", 64), ("consumers", 64), ("batch", 1000)):
+        for f, hi in (("producers", 64), ("consumers", 64), ("batch", 1000), ("window", 1000)):
             if not 1 <= getattr(self, f) <= hi:
                 raise bad(f, f"must be 1 to {hi}")
         if self.queue_type not in QUEUE_TYPES:
             raise bad("queue_type", f"must be one of {QUEUE_TYPES}")
+        if self.window > 1 and self.batch > 1:
+            raise bad("window", "pipelines single-message sends: use it with batch=1")
+        if self.window > 1 and self.queue_type == "fifo":
+            raise bad("window", "pipelined sends are for standard queues (FIFO order needs one "
+                                "request at a time, or send_batch)")
         if not 1 <= self.replication_factor <= 5:
             raise bad("replication_factor", "must be 1 to 5")
         if self.fsync not in FSYNC_POLICIES:
@@ -74,6 +86,13 @@ class BenchConfig:
             raise bad("consumer_mode", "push consumers are measured for zmqueue only")
         return self
 
+    @property
+    def per_receive(self) -> int:
+        """Messages a consumer takes per receive: max(batch x window, 10), for
+        every system alike (RabbitMQ's prefetch, a NATS fetch, XREADGROUP
+        COUNT, zmqueue receive)."""
+        return max(self.batch * self.window, MIN_RECEIVE_BATCH)
+
     def with_(self, **changes: Any) -> BenchConfig:
         return replace(self, **changes).validate()
 
@@ -90,11 +109,15 @@ WORKLOADS: dict[str, dict[str, Any]] = {
            "sync_replication": True},
     "W5b": {"producers": 1, "consumers": 1, "batch": 100, "replication_factor": 3,
             "sync_replication": True},
+    "W1p": {"producers": 1, "consumers": 1, "batch": 1, "window": 100},
+    "W5p": {"producers": 1, "consumers": 1, "batch": 1, "window": 100, "replication_factor": 3,
+            "sync_replication": True},
 }
 """Workload presets of the benchmark issue. W1 and W2 are the same traffic
 (one send at a time, confirmed, then received and deleted); W1 reports its
 end-to-end throughput, W2 its latency percentiles. W5 is W1 with R=3 sync,
-W5b is W3 with R=3 sync."""
+W5b is W3 with R=3 sync. W1p and W5p are W1 and W5 with 100 single-message
+sends in flight (pipelined: the issue allows windowed sends in W1)."""
 
 
 def preset(name: str, **overrides: Any) -> BenchConfig:

@@ -26,9 +26,6 @@ HEADER = struct.Struct(">IQq")
 assert HEADER.size == HEADER_BYTES
 SEQ_BITS = 40
 RECEIVE_WAIT_S = 0.5
-MIN_RECEIVE_BATCH = 10
-"""Consumers take up to max(batch, 10) messages per receive, for every system
-alike (RabbitMQ's prefetch, a NATS fetch, XREADGROUP COUNT, zmqueue receive)."""
 READY_TIMEOUT_S = 120.0
 
 
@@ -66,7 +63,7 @@ def run_producer(spec: str, backend_args: dict[str, Any], target: Target, cfg: B
         t_end = t_start + cfg.duration_s
         t_warm = t_start + cfg.warmup_s
         my_max = cfg.max_messages // cfg.producers
-        interval = cfg.batch * cfg.producers / cfg.rate_per_s if cfg.rate_per_s else 0.0
+        interval = cfg.batch * cfg.window * cfg.producers / cfg.rate_per_s if cfg.rate_per_s else 0.0
         next_at = t_start
         seq = 0
         while seq < my_max and not shared.stop_producers.is_set():
@@ -77,7 +74,7 @@ def run_producer(spec: str, backend_args: dict[str, Any], target: Target, cfg: B
                 if now < next_at:
                     time.sleep(next_at - now)
                 next_at += interval
-            n = min(cfg.batch, my_max - seq)
+            n = min(cfg.batch * cfg.window, my_max - seq)
             bodies = [make_body(index, seq + i, cfg.message_bytes) for i in range(n)]
             counted = time.monotonic() >= t_warm
             t0 = time.perf_counter()
@@ -111,7 +108,7 @@ def run_consumer(spec: str, backend_args: dict[str, Any], target: Target, cfg: B
         shared.ready[slot] = 1
         shared.go.wait(READY_TIMEOUT_S)
         while not shared.stop_consumers.is_set():
-            got = consumer.receive(max(cfg.batch, MIN_RECEIVE_BATCH), RECEIVE_WAIT_S)
+            got = consumer.receive(cfg.per_receive, RECEIVE_WAIT_S)
             if not got:
                 continue
             now = time.monotonic_ns()

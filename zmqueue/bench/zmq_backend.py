@@ -20,9 +20,17 @@ class ZmqueueProducer:
         self.queue = self.client.get_queue(target["queue"])
         self.fifo = cfg.queue_type == "fifo"
         self.group = f"g{index}"
+        self.pipe = self.queue.pipeline(cfg.window) if cfg.window > 1 else None
 
     def send(self, bodies: list[bytes]) -> None:
-        if self.fifo:
+        if self.pipe is not None:  # each body its own request, up to `window` in flight
+            for b in bodies:
+                self.pipe.send(b)
+            failed = self.pipe.flush()
+            if failed:
+                assert failed[0].error is not None
+                raise failed[0].error
+        elif self.fifo:
             items: list[Any] = [zmqueue.OutgoingMessage(b, group_id=self.group, dedup_id=uuid.uuid4().hex)
                                 for b in bodies]
             self.queue.send_batch(items)
@@ -63,7 +71,7 @@ class ZmqueueConsumer:
 
 
 class ZmqueuePushConsumer:
-    """A push subscription (prefetch max(10, batch), ``auto_delete``: each
+    """A push subscription (prefetch = the messages per receive, ``auto_delete``: each
     batch's deletes ride on the credits it returns); the handler puts every
     message in a local queue that ``receive`` takes from."""
 
@@ -72,7 +80,7 @@ class ZmqueuePushConsumer:
         self.client = zmqueue.connect(target["consul"])
         self.queue = self.client.get_queue(target["queue"])
         self.inbox: SimpleQueue[zmqueue.Message] = SimpleQueue()
-        self.sub = self.queue.subscribe(self.inbox.put, prefetch=min(1000, max(10, cfg.batch)))
+        self.sub = self.queue.subscribe(self.inbox.put, prefetch=min(1000, cfg.per_receive))
 
     def receive(self, max_n: int, wait_s: float) -> list[tuple[bytes, Any]]:
         try:

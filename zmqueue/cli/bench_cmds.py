@@ -24,6 +24,7 @@ workloads (presets; explicit options override them):
   W3   W1 with batches of 100 (send_batch, receive 100, delete_batch)
   W4   4 producers, 4 consumers
   W5   W1 with replication factor 3, synchronous;  W5b: W3 with R=3 sync
+  W1p  W1 with 100 single-message sends in flight (Queue.pipeline);  W5p: W5 so
 
 Every run checks each message id it sent: "lost" counts confirmed sends never
 received, "dup" counts extra receipts. One JSON line per run goes to stdout.
@@ -41,11 +42,13 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                        description=__doc__, epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", action="append", default=None, metavar="W",
-                   help="preset W1, W2, W3, W4, W5 or W5b (repeatable); default: custom options")
+                   help="preset W1, W2, W3, W4, W5, W5b, W1p or W5p (repeatable); default: custom options")
     p.add_argument("--size", type=int, default=None, help="message bytes (default 100)")
     p.add_argument("--producers", type=int, default=None, help="producer processes (default 1)")
     p.add_argument("--consumers", type=int, default=None, help="consumer processes (default 1)")
     p.add_argument("--batch", type=int, default=None, help="messages per send/receive (default 1)")
+    p.add_argument("--window", type=int, default=None,
+                   help="single-message sends in flight per producer (pipelined; default 1)")
     p.add_argument("--queue-type", choices=["standard", "fifo"], default=None)
     p.add_argument("--replication-factor", type=int, default=None, help="replicas (default 1)")
     p.add_argument("--replication-mode", choices=["sync", "async"], default=None)
@@ -70,7 +73,8 @@ def configs(args: argparse.Namespace) -> list[Any]:
 
     overrides: dict[str, Any] = {"duration_s": args.duration}
     for opt, field in (("size", "message_bytes"), ("producers", "producers"), ("consumers", "consumers"),
-                       ("batch", "batch"), ("queue_type", "queue_type"), ("fsync", "fsync"),
+                       ("batch", "batch"), ("window", "window"), ("queue_type", "queue_type"),
+                       ("fsync", "fsync"),
                        ("replication_factor", "replication_factor"), ("rate", "rate_per_s"),
                        ("max_messages", "max_messages"), ("warmup", "warmup_s"),
                        ("consumer_mode", "consumer_mode")):
@@ -81,7 +85,12 @@ def configs(args: argparse.Namespace) -> list[Any]:
         overrides["sync_replication"] = args.replication_mode == "sync"
     if not args.workload:
         return [BenchConfig(**overrides).validate()]
-    return [preset(w.upper() if w.lower() != "w5b" else "W5b", **overrides) for w in args.workload]
+    return [preset(_preset_name(w), **overrides) for w in args.workload]
+
+
+def _preset_name(w: str) -> str:
+    """``w5b`` -> ``W5b``, ``w1P`` -> ``W1p``: the case the presets are named in."""
+    return w[:2].upper() + w[2:].lower()
 
 
 @contextlib.contextmanager

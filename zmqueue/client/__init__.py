@@ -2,7 +2,9 @@
 
 from zmqueue.client.client import Client, connect
 from zmqueue.client.models import Message, OutgoingMessage
+from zmqueue.client.pipeline import PendingSend, SendPipeline
 from zmqueue.client.queue import Queue
 from zmqueue.client.subscription import Subscription
 
-__all__ = ["Client", "Message", "OutgoingMessage", "Queue", "Subscription", "connect"]
+__all__ = ["Client", "Message", "OutgoingMessage", "PendingSend", "Queue", "SendPipeline",
+           "Subscription", "connect"]

@@ -21,6 +21,7 @@ import zmq
 from zmqueue import protocol
 from zmqueue.client.breaker import CircuitOpen
 from zmqueue.client.models import AttributeValue, Message, OutgoingMessage, StreamRef, column_ref
+from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
 from zmqueue.client.routing import FIFO_ORIGIN, Routes
 from zmqueue.config import QueueConfig
 from zmqueue.errors import (
@@ -162,11 +163,13 @@ class Queue:
         return False
 
     def call(self, p: int, command: Command, body: dict[str, Any], targets: Targets,
-             origin: str | None = None, extra_timeout_ms: int = 0) -> Any:
+             origin: str | None = None, extra_timeout_ms: int = 0,
+             request_id: int | None = None) -> Any:
         """One request to the right host of partition ``p``, retried idempotently
         (at least ``retries`` times, and for at least the request timeout, so a
-        writer failover of a few seconds is invisible to the caller)."""
-        rid: int | None = None
+        writer failover of a few seconds is invisible to the caller); every
+        try carries ``request_id`` (default: a new one)."""
+        rid = request_id
         last: ZmqueueError | None = None
         hint: str | None = None
         tried = 0
@@ -207,7 +210,8 @@ class Queue:
         raise last
 
     # --- send ----------------------------------------------------------------------
-    def _partition_for(self, msg: OutgoingMessage) -> int:
+    def partition_for(self, msg: OutgoingMessage) -> int:
+        """The partition a message goes to: its group's (FIFO), else the next in turn."""
         n = self.config.partitions
         if n == 1:
             return 0
@@ -238,7 +242,7 @@ class Queue:
         msgs = [i if isinstance(i, OutgoingMessage) else OutgoingMessage(i) for i in items]
         by_part: dict[int, list[int]] = {}
         for i, m in enumerate(msgs):
-            by_part.setdefault(self._partition_for(m), []).append(i)
+            by_part.setdefault(self.partition_for(m), []).append(i)
         ids: list[str] = [""] * len(msgs)
         for p, idxs in by_part.items():
             body = {"q": self.name, "p": p, "m": [msgs[i].to_wire() for i in idxs]}
@@ -247,6 +251,14 @@ class Queue:
             for i, mid in zip(idxs, reply["ids"], strict=True):
                 ids[i] = mid
         return ids
+
+    def pipeline(self, window: int = DEFAULT_WINDOW,
+                 on_done: Callable[[PendingSend], None] | None = None) -> SendPipeline:
+        """Pipelined sends: ``pipe.send(body)`` returns at once while fewer than
+        ``window`` sends are unanswered (standard queues; see
+        :mod:`zmqueue.client.pipeline`). ``with queue.pipeline() as pipe:``
+        waits for all at the end and raises the first failure."""
+        return SendPipeline(self, window, on_done)
 
     # --- receive -------------------------------------------------------------------
     def receive(self, max_messages: int = 1, wait_time: float = 0,

@@ -1,0 +1,88 @@
+"""Pipelined sends (``Queue.pipeline``): many single-message SEND requests in
+flight from one thread, each confirmed or failed on its own, retried through
+a host's kill -9, refused for FIFO queues."""
+
+from __future__ import annotations
+
+import pytest
+
+import zmqueue
+from tests.conftest import HostFactory, QueueCluster, wait_for
+from tests.replication.test_failover import client, drain, three_hosts
+from tests.security.harness import metric, scrape
+from zmqueue.localcluster import ConsulAgent
+
+__all__ = ["client"]
+
+
+def _sends_answered(qcluster: QueueCluster) -> float:
+    return sum(metric(scrape(h), "zmqueue_request_latency_seconds_count", command="SEND")
+               for h in qcluster.factory.hosts)
+
+
+def test_pipelined_sends_are_each_their_own_request_with_many_in_flight(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("piped"), partitions=2, visibility_timeout=60)
+    before = _sends_answered(qcluster)
+    confirmed: list[zmqueue.PendingSend] = []
+    bodies = [f"m{i:03d}".encode() for i in range(300)]
+    with q.pipeline(window=16, on_done=confirmed.append) as pipe:
+        pending = [pipe.send(bodies[0])]
+        assert not pending[0].done, "send() returned before its reply was read: a request in flight"
+        pending += [pipe.send(b) for b in bodies[1:15]]
+        assert not any(p.done for p in pending), "15 sends in flight, none waited for"
+        pending += [pipe.send(b) for b in bodies[15:]]
+    assert all(p.id and p.error is None for p in pending)
+    assert len({p.id for p in pending}) == 300
+    assert sorted(p.index for p in confirmed) == list(range(300)), "on_done once per message"
+    assert {p.partition for p in pending} == {0, 1}, "messages spread over both partitions"
+    # each message was its own SEND request (metrics are scraped, so poll)
+    wait_for(lambda: _sends_answered(qcluster) - before >= 300, 10, "300 SEND requests counted")
+    got = drain(q, 300)
+    assert sorted(got.values()) == bodies
+    assert set(got) == {p.id for p in pending}
+
+
+def test_a_bad_message_fails_alone_and_the_with_block_raises_it(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("piped-bad"), max_message_bytes=1024)
+    pipe = q.pipeline(window=8)
+    sent = [pipe.send(b"x" * 10) for _ in range(5)]
+    too_big = pipe.send(b"y" * 2048)
+    sent += [pipe.send(b"z" * 10) for _ in range(5)]
+    failed = pipe.flush()
+    assert failed == [too_big]
+    assert isinstance(too_big.error, zmqueue.MessageTooLarge) and too_big.id is None
+    assert all(p.id for p in sent), "the messages around the bad one were confirmed"
+    assert pipe.flush() == [], "a flush reports each failure once"
+    with pytest.raises(zmqueue.MessageTooLarge), q.pipeline(window=4) as pipe2:
+        pipe2.send(b"ok")
+        pipe2.send(b"w" * 4096)
+    assert len(drain(q, 11)) == 11, "10 + 1 confirmed messages, the too-large ones never stored"
+
+
+def test_pipelines_refuse_fifo_queues_and_bad_windows(qcluster: QueueCluster) -> None:
+    fifo = qcluster.client.create_queue(qcluster.queue_name("piped") + ".fifo", fifo=True)
+    with pytest.raises(zmqueue.InvalidParameter, match="FIFO"):
+        fifo.pipeline()
+    std = qcluster.client.create_queue(qcluster.queue_name("piped-w"))
+    for window in (0, 1001):
+        with pytest.raises(zmqueue.InvalidParameter, match="window"):
+            std.pipeline(window=window)
+
+
+def test_pipelined_sends_in_flight_to_a_killed_host_are_retried_and_none_is_lost(
+        hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
+    hs = three_hosts(hosts, consul_agent)
+    q = client.create_queue("piped-kill", replication_factor=3, sync_replication=True)
+    taker_ep = q.routes.for_send(0)[0]
+    taker = next(h for h in hs if h.node in {n for n, ep in q.routes.part(0).endpoints.items()
+                                             if ep == taker_ep})
+    pipe = q.pipeline(window=32)
+    pending = [pipe.send(f"a{i}".encode()) for i in range(200)]
+    taker.kill9()  # requests still in flight to it time out (2 s) and go to another replica
+    pending += [pipe.send(f"b{i}".encode()) for i in range(200)]
+    failed = pipe.flush()
+    assert failed == [], [str(p.error) for p in failed]
+    assert pipe.retried >= 1, "some sends were in flight to the killed host or sent there after"
+    confirmed = {p.id for p in pending}
+    got = drain(q, len(confirmed), timeout_s=40)
+    assert confirmed <= set(got), f"lost {len(confirmed - set(got))} confirmed messages"
