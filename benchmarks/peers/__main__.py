@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.peers", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--systems", default=",".join(SINGLE_NODE + REPLICATED))
-    ap.add_argument("--workloads", default="W1,W3,W4,W5,W5b", help="W2 is read from the W1 runs")
+    ap.add_argument("--workloads", default="W1,W1p,W3,W4,W5,W5p,W5b",
+                    help="W2 is read from the W1 runs")
     ap.add_argument("--sizes", default="100,1024")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--duration", type=float, default=5.0, help="seconds of sending per run")
