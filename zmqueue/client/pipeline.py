@@ -90,7 +90,8 @@ class SendPipeline:
     """Up to ``window`` single-message sends in flight; see the module doc.
 
     ``on_done`` is called (on this thread, from ``send`` or ``flush``) for
-    each message as it is confirmed or fails for good."""
+    each message as it is confirmed or fails for good; an exception it raises
+    comes out of that ``send`` or ``flush``."""
 
     def __init__(self, queue: Queue, window: int = DEFAULT_WINDOW,
                  on_done: Callable[[PendingSend], None] | None = None) -> None:
@@ -126,6 +127,7 @@ class SendPipeline:
         p = self.queue.partition_for(OutgoingMessage(b"")) if self.queue.config.partitions > 1 else 0
         pending = PendingSend(self._count, p, wire)
         self._count += 1
+        self._wait(block=False)  # replies that came meanwhile: settles them early
         while len(self._inflight) >= self.window:
             self._wait(block=True)
         if self._retry:
@@ -143,8 +145,11 @@ class SendPipeline:
         return failed
 
     def close(self) -> None:
-        """Stop without waiting: replies still to come are discarded."""
+        """Stop without waiting: replies still to come are discarded, and sends
+        waiting for a retry are not sent again (their ``id`` and ``error``
+        stay None: their fate is unknown)."""
         self._inflight.clear()
+        self._retry.clear()
         self._release()
 
     def __enter__(self) -> SendPipeline:
@@ -190,21 +195,15 @@ class SendPipeline:
         return {"q": self.queue.name, "p": pending.partition, "m": [pending.wire]}
 
     def _wait(self, block: bool) -> None:
-        """Take every reply that has arrived; with ``block``, first wait for one
-        (up to the oldest request's deadline, which then counts as a timeout)."""
+        """Take every reply that has arrived, with ``block`` after waiting for
+        one up to the oldest request's deadline; requests past their deadline
+        then count as timed out."""
         if not self._inflight:
             return
-        timeout_ms = 0
-        if block:
-            oldest = next(iter(self._inflight.values()))
-            deadline = oldest.sent_at + self.queue.client.request_timeout_ms / 1000
-            timeout_ms = max(0, int((deadline - time.monotonic()) * 1000))
-        ready = self._poller.poll(timeout_ms)
-        if not ready:
-            if block:
-                self._timed_out()
-            return
-        for sock, _ in ready:
+        oldest = next(iter(self._inflight.values()))
+        deadline = oldest.sent_at + self.queue.client.request_timeout_ms / 1000
+        timeout_ms = max(0, int((deadline - time.monotonic()) * 1000)) if block else 0
+        for sock, _ in self._poller.poll(timeout_ms):
             endpoint, conn = self._conns[sock]
             while True:
                 try:
@@ -212,6 +211,8 @@ class SendPipeline:
                 except zmq.Again:
                     break
                 self._take(endpoint, conn, data)
+        if self._inflight and time.monotonic() >= deadline:
+            self._timed_out()
 
     def _take(self, endpoint: str, conn: Connection, data: bytes) -> None:
         try:
@@ -254,6 +255,8 @@ class SendPipeline:
         while self._inflight:
             self._wait(block=True)
         retry, self._retry = sorted(self._retry, key=lambda p: p.index), []
+        if retry:
+            self._forget_sockets()  # a retry may replace a connection (CURVE reconnects)
         for pending in retry:
             self.retried += 1
             p = pending.partition
@@ -273,10 +276,13 @@ class SendPipeline:
         if self.on_done is not None:
             self.on_done(pending)
 
-    def _release(self) -> None:
+    def _forget_sockets(self) -> None:
         for sock in self._conns:
             self._poller.unregister(sock)
         self._conns.clear()
+
+    def _release(self) -> None:
+        self._forget_sockets()
         for bulkhead in self._slots.values():
             bulkhead.__exit__(None, None, None)
         self._slots.clear()
