@@ -14,7 +14,7 @@ import json
 import random
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,9 @@ class Scenario:
     """``pull``: a thread receiving (long polls); ``push``: a subscription
     (``auto_delete=False``) whose handler deletes each message and records
     the outcome; it must follow the writer through the faults."""
+    producer: str = "single"
+    """``single``: one ``send`` at a time; ``pipeline``: ``Queue.pipeline``
+    with up to 8 sends in flight (standard queues), a failed one sent again."""
 
 
 @dataclass
@@ -82,7 +85,7 @@ class Report:
                 "delete_outcome_unknown": len(self.delete_unknown),
                 "delete_errors": self.delete_errors[:5],
                 "final_writers": self.final_writers, "consumer": s.consumer,
-                "resubscribed": self.resubscribed,
+                "resubscribed": self.resubscribed, "producer": s.producer,
                 "problems": self.problems, "elapsed_s": round(self.elapsed_s, 1)}
 
 
@@ -159,6 +162,35 @@ class ChaosRun:
                     break
                 time.sleep(0.01)
         finally:
+            self.producer_done.set()
+
+    def produce_pipelined(self, q: zmqueue.Queue) -> None:
+        """Each message's send is in flight while the next ones go out; one
+        that fails for good (after the pipeline's retries) is sent again."""
+        todo = deque(range(self.s.messages))
+        number_of: dict[int, int] = {}  # pipeline index -> message number
+
+        def settled(p: zmqueue.PendingSend) -> None:
+            i = number_of.pop(p.index)
+            with self.lock:
+                if p.id is not None:
+                    self.report.acked[i] = p.id
+                    self.last_ack = time.monotonic()
+                else:
+                    self.report.send_errors += 1
+                    todo.append(i)
+
+        pipe = q.pipeline(window=8, on_done=settled)
+        try:
+            while (todo or number_of) and not self.stop.is_set():
+                if not todo:
+                    pipe.flush()
+                    continue
+                i = todo.popleft()
+                number_of[pipe.send(f"{i}".encode()).index] = i
+                time.sleep(0.01)
+        finally:
+            pipe.close()
             self.producer_done.set()
 
     def consume(self, q: zmqueue.Queue) -> None:
@@ -284,7 +316,8 @@ class ChaosRun:
             q = client.create_queue(self.queue_name, fifo=self.s.fifo, replication_factor=3,
                                     sync_replication=self.s.sync, visibility_timeout=5)
             consume = self.consume_push if self.s.consumer == "push" else self.consume
-            threads = [threading.Thread(target=self.produce, args=(q,), daemon=True),
+            produce = self.produce_pipelined if self.s.producer == "pipeline" else self.produce
+            threads = [threading.Thread(target=produce, args=(q,), daemon=True),
                        threading.Thread(target=consume, args=(q,), daemon=True)]
             for t in threads:
                 t.start()

@@ -1,5 +1,6 @@
 """The long chaos soak: many seeded scenarios over every fault, queue type,
-replication mode and consumer kind (pull or push), with a real Consul agent it starts itself.
+replication mode, consumer kind (pull or push) and producer kind (one send at a time
+or a pipeline), with a real Consul agent it starts itself.
 
     python -m tests.chaos.soak --seeds 20 [--first-seed 1000] [--messages 1000]
 
@@ -32,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
             fault = FAULTS[i % len(FAULTS)]
             s = Scenario(f"soak-{fault}", fifo=bool(i % 2), sync=(i % 4) < 2 or fault == "kill_two",
                          fault=fault, seed=seed, messages=args.messages, time_limit_s=180,
-                         clusters=2 if i % 7 == 6 else 1, consumer="push" if i % 3 == 2 else "pull")
+                         clusters=2 if i % 7 == 6 else 1, consumer="push" if i % 3 == 2 else "pull",
+                         producer="pipeline" if i % 4 == 2 else "single")  # i % 4 == 2: standard
             run = ChaosRun(s, agent, work / f"run-{seed}")
             try:
                 report = run.run()

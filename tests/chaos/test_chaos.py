@@ -30,6 +30,8 @@ CI_SCENARIOS = [
              consumer="push"),
     Scenario("std-sync-kill-random-push", fifo=False, sync=True, fault="kill_random", seed=109,
              consumer="push"),
+    Scenario("std-sync-kill-writer-pipeline", fifo=False, sync=True, fault="kill_writer", seed=110,
+             producer="pipeline"),
 ]
 
 
