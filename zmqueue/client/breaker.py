@@ -16,10 +16,12 @@ that many of the client's threads and sockets, never all of them.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 
-from zmqueue.errors import Unavailable
+from zmqueue.errors import RequestTimeout, Unavailable, ZmqueueError
 
 FAILURE_THRESHOLD = 5
 RESET_TIMEOUT_S = 2.0
@@ -72,6 +74,22 @@ class CircuitBreaker:
             retry = max(1, int((self.reset_timeout_s - waited) * 1000))
             raise CircuitOpen(f"circuit to {self.endpoint} is open after {self.failures} failures; "
                               f"probing again in {retry} ms", endpoint=self.endpoint, retry_after_ms=retry)
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """``with breaker.guard(): <one request>``: ``before()``, then a
+        timeout counts as a failure and any answer, even an error reply, as a
+        success (the host is alive)."""
+        self.before()
+        try:
+            yield
+        except RequestTimeout:
+            self.failure()
+            raise
+        except ZmqueueError:
+            self.success()
+            raise
+        self.success()
 
     def success(self) -> None:
         if self.state == self.CLOSED and not self.failures and not self.probing:

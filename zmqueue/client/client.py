@@ -177,26 +177,19 @@ class Client:
     def _request_once(self, endpoint: str, command: Command, body: Any, request_id: int | None,
                       extra_timeout_ms: int) -> Any:
         breaker, bulkhead = self.guards.for_endpoint(endpoint)
-        breaker.before()
-        with bulkhead.slot():
+        with bulkhead.slot(), breaker.guard():  # a full bulkhead says nothing about the host
             conn = self.connection(endpoint)
             if request_id is None:
                 request_id = conn.next_request_id()
             try:
-                result = conn.request(command, body, self.request_timeout_ms + extra_timeout_ms,
-                                      request_id)
+                return conn.request(command, body, self.request_timeout_ms + extra_timeout_ms,
+                                    request_id)
             except RequestTimeout:
-                breaker.failure()
                 if self.curve is not None:
                     # a CURVE connection refused once (e.g. a key registered after the
                     # first try) never reconnects by itself: start a fresh one
                     self.drop_connection(endpoint)
                 raise
-            except ZmqueueError:
-                breaker.success()  # the host answered
-                raise
-            breaker.success()
-            return result
 
     def any_host(self, command: Command, body: Any) -> Any:
         """Send an administrative request to any healthy host, failing over."""

@@ -11,7 +11,7 @@ import itertools
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -82,7 +82,7 @@ def _text(item: Deletable) -> str:
     return item if isinstance(item, str) else item.receipt
 
 
-def delete_refs(origin: str, items: list[Deletable]) -> list[Any] | None:
+def delete_refs(origin: str, items: Sequence[Deletable]) -> list[Any] | None:
     """``dref`` for these messages of one stream, if every one was read from a
     column group (else None: they go as receipt texts)."""
     seqs: list[int] = []
@@ -534,7 +534,7 @@ class Queue:
             self._apply(command, receipts, idxs, p, origin, timeout, out)
         return out
 
-    def by_stream(self, receipts: list[Deletable]) -> dict[tuple[int, str], list[int]]:
+    def by_stream(self, receipts: Sequence[Deletable]) -> dict[tuple[int, str], list[int]]:
         """Receipt indexes by stream (partition, origin); checks count and queue
         (used by the delete calls and by push subscriptions' batched deletes)."""
         if not 1 <= len(receipts) <= MAX_BATCH:

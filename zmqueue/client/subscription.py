@@ -171,18 +171,10 @@ class Subscription:
             self._drop(key, "it no longer serves the partition", unsubscribe=True)
         degraded = False
         for p, ep in sorted(want - set(self.conns)):
-            breaker = self.queue.client.guards.for_endpoint(ep)[0]
             try:
-                breaker.before()  # a host known to be failing is skipped, not waited for
-                try:
+                # a host known to be failing is skipped (CircuitOpen), not waited for
+                with self.queue.client.guards.for_endpoint(ep)[0].guard():
                     self._subscribe(p, ep, CONTROL_TIMEOUT_MS)
-                except RequestTimeout:
-                    breaker.failure()
-                    raise
-                except ZmqueueError:
-                    breaker.success()  # it answered, with an error
-                    raise
-                breaker.success()
             except QueueNotFound as exc:
                 log.warning("subscription to %r stops: the queue was deleted (%s)", self.queue.name, exc)
                 self.queue_deleted = True
@@ -262,7 +254,7 @@ class Subscription:
         carried: list[Message] = []
         if handled:
             try:
-                groups = sorted(self.queue.by_stream(list(handled)).items(), key=lambda g: len(g[1]),
+                groups = sorted(self.queue.by_stream(handled).items(), key=lambda g: len(g[1]),
                                 reverse=True)
             except ZmqueueError as exc:  # not expected: receipts of this queue's own pushes
                 log.warning("deleting pushed messages failed: %s", exc)
@@ -270,7 +262,7 @@ class Subscription:
             if groups:
                 (_, origin), idxs = groups[0]
                 carried = [handled[i] for i in idxs]
-                refs = delete_refs(origin, list(carried))
+                refs = delete_refs(origin, carried)
                 if refs is not None:  # read from column groups: by (seq, receive count)
                     body["dref"], body["q"] = refs, self.queue.name
                 else:
