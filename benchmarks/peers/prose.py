@@ -21,14 +21,19 @@ METHOD = """\
   of 100 (`send_batch` / a pipelined batch of publishes / one XADD pipeline).
   W4: 4 producers, 4 consumers, one send at a time. W5: W1 with 3 replicas and
   synchronous replication (zmqueue R=3 sync on a 3-host cluster vs a 3-node
-  NATS cluster with an R=3 stream); W5b: W3 the same way. W5-half: zmqueue
+  NATS cluster with an R=3 stream); W5b: W3 the same way. W1p and W5p: W1
+  and W5 with 100 single-message sends in flight per producer (the issue
+  allows windowed sends in W1): zmqueue through `Queue.pipeline(100)` (each
+  message its own SEND request), each peer through the same code as its W3
+  batch (100 publishes awaited together, a Redis pipeline of 100 XADDs), and
+  consumers taking up to 100 per receive. W5-half: zmqueue
   R=3 sync paced at half of its own median W5 send rate, for the send p99
   target.
-- **Like with like.** Every client sends synchronously from one thread per
-  process: one request (one message, or one batch) in flight, waiting for
-  its confirmation. Consumers take up to max(batch, 10) messages per receive
-  in every system. zmqueue's client has no pipelining today, so the peers
-  are not given any either (beyond the batch).
+- **Like with like.** Every client sends from one thread per process. In
+  W1-W5b one request (one message, or one batch) is in flight, waiting for
+  its confirmation; in W1p and W5p every system has 100 single-message sends
+  in flight. Consumers take up to max(batch x window, 10) messages per
+  receive in every system.
 - **Checks.** Every body carries (producer, sequence, send time); each run
   checks every confirmed id: *lost* = confirmed and never received, *dup* =
   received more than once.

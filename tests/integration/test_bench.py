@@ -30,6 +30,7 @@ def test_the_queue_benchmark_receives_and_deletes_every_message_it_sent(qcluster
     assert r["received"] == r["sent"] > 0
     assert r["send_batch_msgs_per_s"] > 0 and r["send_single_p99_ms"] > 0
     assert r["push_handled"] == PUSH_COUNT and r["push_msgs_per_s"] > 0
+    assert r["send_pipelined_msgs_per_s"] > 0
 
 
 @pytest.mark.parametrize(("mode", "sending"), [("pull", ["--batch", "10"]), ("push", ["--batch", "10"]),

@@ -193,6 +193,10 @@ def push_pull(size: int = 100, batch: int = 100, frames: int = 20_000) -> dict[s
         proc.join(2)
 
 
+PIPELINE_WINDOW = 100
+"""Single-payload requests in flight for the pipelined ceiling (``Queue.pipeline``'s counterpart)."""
+
+
 def measure(size: int = 100, batch: int = 100, duration_s: float = 2.0,
             single_count: int = 5000) -> dict[str, float]:
     """One run of every ceiling measurement at one message size."""
@@ -202,6 +206,7 @@ def measure(size: int = 100, batch: int = 100, duration_s: float = 2.0,
         piped = dealer_router_batched(server.endpoint, size, batch, 8, duration_s)
         one = dealer_router_single(server.endpoint, size, single_count)
         one_tput = dealer_router_batched(server.endpoint, size, 1, 1, duration_s)
+        one_piped = dealer_router_batched(server.endpoint, size, 1, PIPELINE_WINDOW, duration_s)
     finally:
         server.stop()
     pp = push_pull(size, batch, frames=max(1000, int(200_000 / max(1, batch) * duration_s)))
@@ -212,5 +217,6 @@ def measure(size: int = 100, batch: int = 100, duration_s: float = 2.0,
         "dealer_router_single_p99_ms": one["p99"],
         "dealer_router_single_p99.9_ms": one["p99.9"],
         "dealer_router_single_per_s": one_tput["payloads_per_s"],
+        "dealer_router_single_window100_payloads_per_s": one_piped["payloads_per_s"],
         "push_pull_batched_payloads_per_s": pp["payloads_per_s"],
     }

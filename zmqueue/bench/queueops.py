@@ -6,6 +6,8 @@ host, 100-byte messages, measured beside raw pyzmq in the same run.
 - ``receive_delete``: ``delete_and_receive`` (each batch's deletes ride on
   the next receive of ``batch``), until the queue is empty; messages/s.
 - ``send_single``: one ``send`` at a time; round-trip p50/p99/p99.9.
+- ``send_pipelined``: single-message sends through ``Queue.pipeline`` with
+  100 in flight (raw pyzmq: 100 single-payload requests in flight); messages/s.
 - ``push``: a push subscription (prefetch 10, ``auto_delete``) drains
   ``push_count`` messages; messages/s handled.
 
@@ -76,6 +78,8 @@ def _measure(q: zmqueue.Queue, size: int, batch: int, duration_s: float,
             lat[i] = time.perf_counter() - t
     pct = percentiles_ms(lat)
     q.purge()
+    pipe_rate = _pipelined(q, body, duration_s)
+    q.purge()
     push_rate, pushed = _push_drain(q, bodies, push_count)
     return {
         "send_batch_msgs_per_s": send_rate,
@@ -84,7 +88,21 @@ def _measure(q: zmqueue.Queue, size: int, batch: int, duration_s: float,
         "received": float(got), "sent": float(sent),
         "send_single_p50_ms": pct["p50"], "send_single_p99_ms": pct["p99"],
         "send_single_p99.9_ms": pct["p99.9"],
+        "send_pipelined_msgs_per_s": pipe_rate,
     }
+
+
+def _pipelined(q: zmqueue.Queue, body: bytes, duration_s: float) -> float:
+    """Messages/s of single sends with ``PIPELINE_WINDOW`` in flight, every one confirmed."""
+    window = ceiling.PIPELINE_WINDOW
+    sent = 0
+    t0 = time.perf_counter()
+    with q.pipeline(window) as pipe:
+        while time.perf_counter() - t0 < duration_s:
+            for _ in range(window):
+                pipe.send(body)
+            sent += window
+    return sent / (time.perf_counter() - t0)
 
 
 def _push_drain(q: zmqueue.Queue, bodies: list[bytes], count: int) -> tuple[float, int]:
