@@ -103,21 +103,21 @@ process, payloads msgpack-packed 100 to a frame, loopback TCP.
 ## Queue operations beside raw pyzmq
 
 One client thread, one host, 100-byte messages, batches of 100
-([docs/perf/queues.md](perf/queues.md), `python -m benchmarks.queues --runs 9 --write`
-on commit 76b8fdf (seventh session, the final code), medians of 9 runs; the per-run figures
-are on that page. The drain hands the received messages back to
-`delete_and_receive` (deletes by reference): 115,195 msg/s here (97.7k-121.1k
-over the 9 runs; 118,671 in the session's invocation on 21f8b81), where the
-sixth session's final invocation (999a770) drained 97,125 (the host now
-builds no object per message and deletes a batch on one ring slice:
-docs/perf/storage.md), the fifth session's (79e42d4, receipts) 60,211 and
-the third session's (ae13830, receive + `delete_batch`) 28,361. The push
-drain went from 2,382 (79e42d4) to 16,659 (999a770) and 17,868 msg/s
-here: a batch of pushed messages is credited
-and deleted in one `CREDIT`. Its reference is one raw request/reply at a
-time. The single-send p99 ratio was 1.71x-2.30x in the third session's quiet
-invocations and 2.87x-3.46x with one CPU kept busy by a
-spinning process):
+([docs/perf/queues.md](perf/queues.md), `python -m benchmarks.queues --runs 5 --write`
+on commit 3dd2fbc (twelfth session), medians of 5 runs; the per-run figures
+are on that page). The machine was busy during the last two runs (their
+single-send p99 was 4.65x raw, the first three 2.04-2.48x; the push drain
+fell from 19.9 k to 11.2 k msg/s over the five runs, the pipelined sends from
+21.2 k to 14.0 k). The seventh session's invocation (76b8fdf, 9 runs, a quieter
+machine) had send_batch at 33.7% of raw, the drain at 115,195 msg/s, the push
+drain at 17,868 msg/s and the single-send p99 at 2.02x raw. Earlier history:
+the drain went from 28,361 (third session, receive + `delete_batch`) to 60,211
+(fifth, receipts carried on the receive) and 97,125 (sixth, no object per
+message on the host); the push drain from 2,382 (79e42d4) to 16,659 (999a770),
+once a batch of pushed messages was credited and deleted in one `CREDIT`.
+The pipelined row is new: `Queue.pipeline(100)` against a raw DEALER keeping
+100 single requests in flight; each zmqueue message is a whole request
+(see "Pipelined single sends" in "Where the time goes"):
 
 {queues}
 
@@ -212,68 +212,56 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 """
 
 READING = """\
-**Reading the summary.** Every peer row (W1-W5, W5-half) and the raw pyzmq
-ceiling come from the one invocation above, on the tree of commit
-{commit}, the eleventh session's code (its changes are in the client's
-subscriptions, long polls and rate limits, and a move of the new-writer
-recovery code out of `service.py`; none is on these workloads' paths except
-one breaker check per long poll).
+**Reading the summary.** Every peer row (W1-W5b, W1p, W5p, W5-half) and the
+raw pyzmq ceiling come from the one invocation above, on the tree of commit
+{commit}, the twelfth session's code. Its change on these paths is the
+client's send pipeline (`Queue.pipeline`, used only by W1p and W5p, the two
+new rows: 100 single-message sends in flight, in every system); the other
+workloads' client path changed only in how the circuit breaker is asked (one
+context manager per request).
 
-Per-run ratios of this invocation (100 B unless marked):
+Per-run ratios of this invocation (100 B unless marked; zmqueue vs the peer, e2e msg/s):
 
 | row | run 1 | run 2 | run 3 |
 |---|---:|---:|---:|
-| W5 vs NATS R=3 | 0.88x | 0.93x | 0.65x |
-| W5 vs NATS R=3, 1,024 B | 0.80x | 0.94x | 1.20x |
-| W5b vs NATS R=3 | 3.24x | 2.81x | 3.45x |
-| W3 vs Redis | 0.80x | 1.23x | 1.09x |
-| W1 vs Redis | 0.32x | 0.37x | 0.29x |
+| W1 vs Redis | 0.38x | 0.34x | 0.30x |
+| W1p vs Redis | 0.21x (12.4 k vs 58.5 k) | 0.16x (11.4 k vs 72.9 k) | 0.26x (15.2 k vs 59.7 k) |
+| W1p vs NATS | 0.91x | 0.65x | 0.87x |
+| W3 vs Redis | 0.91x | 1.04x | 0.78x |
+| W5 vs NATS R=3 | 0.72x | 0.77x | 0.90x |
+| W5p vs NATS R=3 | 0.74x (8.9 k vs 11.9 k) | 1.17x | 0.92x |
+| W5p vs NATS R=3, 1,024 B | 0.96x | 1.19x | 1.21x |
+| W5b vs NATS R=3 | 3.30x | 2.95x | 2.94x |
 
-NATS R=3's own W5 was 621, 536 and 861 msg/s in the three runs: a single
-run of W5 moves by ±25% on this shared machine, on either side.
+The load average went up to 6.5 during the runs, and the peers moved as
+much as zmqueue: NATS R=3's own W5p was 11.9 k, 6.8 k and 7.8 k msg/s, and
+Redis's W3 64.6 k, 79.0 k and 72.7 k.
 
-The ninth session's invocation (49d52ac) beside this one. The machine was
-slower for every system this time (Redis W1 4,438 against 6,070 msg/s, the
-raw pyzmq batched ceiling 401 k against 519 k), so read the ratios:
-
-| row | 49d52ac | this invocation |
-|---|---:|---:|
-| W5 vs NATS R=3 | 0.96x (829 vs 861 msg/s) | 0.88x (548 vs 621) |
-| W5 vs NATS R=3, 1,024 B | 0.77x | 0.96x |
-| W5b vs NATS R=3 | 4.12x | 3.45x |
-| W3 vs Redis | 1.01x | 1.09x |
-| W1 vs Redis | 0.32x | 0.37x |
-| R=3 send p99 at half rate | 3.81 ms | 6.96 ms |
-
-An invocation on the tree 7a53d8b earlier the same day, at a busier hour
-(load average up to 4.3; Redis W1 3,479 msg/s, raw ceiling 376 k), gave W3
-1.36x Redis, W1 0.27x, W5 0.88x, W5b 3.26x, and a half-rate R=3 send p99 of
-12.7 ms, which missed the 10 ms target. Interleaved A/B checks of the
-49d52ac tree against 7a53d8b: 250 paced R=3 sync sends/s from a script
-without a consumer showed no difference (p50 1.39-1.90 ms old, 1.48-1.79 ms
-new; host CPU 1.9-2.4 s per 1,000 sends in both), nor did W3 1,024 B (e2e
-median 42.9 k old, 42.0 k new); `zmqueue bench --workload W5 --rate 250`,
-6 pairs, was inconclusive (send p99 median 13.2 ms old, 16.3 ms new; ranges
-10.4-19.5 and 9.2-19.0 ms; the new tree worse in 4 of 6 pairs), and this
-invocation, on 38c0833, met the target again. The half-rate p99 moves with
-the machine: at half rate the
-processes sleep between sends, and waking them costs more when the shared
-host is busy (in that invocation W5 flat out had a lower p99, 6.3 ms, than
-W5 at half rate).
+An invocation of the same plan earlier in the session, on 6262a5e (the
+pipeline then read replies only when its window was full), gave W1p 10.1 k
+msg/s (0.20x Redis, 0.86x NATS), W5p 1.14x NATS R=3 (1,024 B 1.37x), W3
+1.09x Redis, W5 0.98x, W5b 3.77x and a half-rate R=3 send p99 of 7.3 ms.
+The eleventh session's invocation (38c0833) had W3 1.09x Redis, W1 0.37x,
+W5 0.88x, W5b 3.45x and 6.96 ms.
 
 docs/perf/peers.md holds this invocation's JSON lines; earlier ones are in
 that page's history.
 
-- **What did not move:** W3 (1.09x Redis here; 1.01x in the ninth session's
-  invocation, 0.87x and 1.02x in the eighth's) and W1 (0.37x). Redis answers
-  one XADD in ~0.16 ms (p50). zmqueue takes ~0.5 ms for one confirmed send, so
-  W1 and W2 stay behind Redis, and W2 behind NATS. The single-send latency
-  tail was probed three ways on an otherwise idle host (see "Where the time
-  goes"); none of them changed it.
+- **What did not move:** W3 (0.81x Redis here, 1.09x in both earlier
+  invocations) and W1 (0.36x). Redis answers one XADD in ~0.16 ms (p50);
+  zmqueue takes ~0.5 ms for one confirmed send, so W1 and W2 stay behind
+  Redis, and W2 behind NATS. The single-send latency tail was probed three
+  ways on an otherwise idle host (see "Where the time goes"); none of them
+  changed it.
+- **New: pipelined single sends.** With 100 sends in flight zmqueue moves
+  6.8x its W1 (12.4 k msg/s) and 13.9x its W5 with R=3 sync (7.9 k): level
+  with NATS (R=1 and R=3) and ahead of RabbitMQ, 0.21x Redis. Each message
+  is still a request of its own to the host (~45-55 us of host CPU); see
+  "Pipelined single sends" in "Where the time goes".
 - **Targets met:**
   - no losses or duplicates in any run of any system;
   - the R=3 send p99 at half rate (< 10 ms);
-  - W5b at 1.5x NATS R=3 (3.45x; 1,024 B 4.60x);
+  - W5b at 1.5x NATS R=3 (2.98x; 1,024 B 3.30x);
   - FIFO failover (replication.md, rerun in the tenth session, with
     requests held while a new writer recovers and the loop woken at once by
     posted work: p50 1.57 s, max 1.63 s over 20 kills; ninth session 1.62 s
@@ -283,13 +271,14 @@ that page's history.
     61.3% with 16 producers, median of the rounds' ratios 60.8%; with one
     producer, i.e. one batch in flight, 47.3%; ninth session 59.0% / 44.8%;
     fourth session 63.4% / 43.7%);
-  - queues.md (76b8fdf, 9 runs): send_batch at 25% of raw pyzmq (33.7%),
-    and the single-send p99 at 3x raw (2.02x).
+  - queues.md (3dd2fbc, 5 runs): send_batch at 25% of raw pyzmq (35.6%),
+    and the single-send p99 at 3x raw (2.47x).
 - **Targets missed:**
-  - 2x the best peer in W1 and W3;
+  - 2x the best peer in W1 (one at a time or pipelined) and W3;
   - W2 p99 at or below the best peer's;
   - W3 end to end at 25% of the raw pyzmq batched round trip;
-  - W5 (one message per request, R=3) at 1.5x NATS R=3.
+  - W5 (one message per request, R=3) at 1.5x NATS R=3, one at a time
+    (0.87x) or pipelined (W5p, 1.01x; 1,024 B 1.21x).
 
   The rows above have the figures.
 - **Noise.** The 2 CPUs are shared with other sessions' work; the 1-minute
@@ -346,8 +335,10 @@ run, after this work.
 **Batched send, R=1 (send_batch 30-40% of raw pyzmq).** ~0.55 ms per batch
 of 100: client ~190 us, host request loop ~270 us, host I/O thread ~50 us.
 The storage append + commit of the batch is ~60-70 us of the host's part.
-**Next:** a window of batches in flight (raw pyzmq moves 5-6x more with 8 in
-flight than with 1 in the ceiling table).
+A window of batches in flight (raw pyzmq moves 5-6x more with 8 in flight
+than with 1 in the ceiling table) is not built: the twelfth session's
+pipeline keeps single sends in flight (W1p, W5p; see "Pipelined single
+sends" below).
 
 **Receive + delete (caps W3 end to end).** Fifth
 session: one round trip per 100 messages (`delete_and_receive`: the deletes
@@ -467,8 +458,28 @@ Eighth session: **one message per request at R=3 (W5).**
 - **Why that is the floor here.** One publish and one report per
   replicated block is what synchronous replication needs. At one message
   per request, each message carries that cost alone. Several requests in
-  one block share it, as W5b's batches do (3.3x-3.7x NATS R=3). The client has
-  no way yet to keep several sends in flight.
+  one block share it, as W5b's batches do (3.3x-3.7x NATS R=3), and as the
+  pipelined single sends of W5p do (see "Pipelined single sends" below).
+
+**Pipelined single sends (W1p, W5p; twelfth session, tree 3dd2fbc).**
+`Queue.pipeline(100)` on one host, 100-byte messages, one client thread:
+19-24 k msg/s confirmed (one send at a time: 2.5-2.7 k), client thread
+~45% of a CPU, the host ~90%. A host loop instrumented for one run counted
+~470 passes/s with ~31 requests drained per pass: the group commit works
+(one storage commit, one reply flush per pass), so what is left is the cost
+of each request as a request. py-spy of the host (share of its samples):
+request handling 28% (decode, front door, dispatch, the append of one
+message), the pass's commit and reply release 14%, the two `send`s of each
+reply 13%, receiving the frames 7%, the rest waiting in `poll`. That is
+~45-55 us of host CPU per message, where a batch of 100 pays it once per
+100: W3's send_batch moves 4-6x more. Redis answers a pipelined XADD in a
+few us of C, so W1p stays ~5x behind Redis and level with NATS and
+RabbitMQ; with R=3 a replicated block carries the ~31 messages of a pass,
+which is why W5p is 13x W5 and ahead of NATS R=3. Coalescing the SENDs of
+one pass into one append (one storage call, one reply cache entry per
+request still) would take the append's share only; it is not built (not
+measured either), and the profile spreads the rest over a dozen pieces of
+2-5 us each.
 
 **The single-send latency tail (W2).** On an otherwise idle one-host
 cluster, 15,000 sends one at a time gave p50 ~0.29 ms, p99 0.45-0.50 ms,
