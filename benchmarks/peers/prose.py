@@ -26,7 +26,8 @@ METHOD = """\
   allows windowed sends in W1): zmqueue through `Queue.pipeline(100)` (each
   message its own SEND request), each peer through the same code as its W3
   batch (100 publishes awaited together, a Redis pipeline of 100 XADDs), and
-  consumers taking up to 100 per receive. W5-half: zmqueue
+  consumers taking up to 100 per receive; their send latencies are those of
+  a whole group of 100, as in W3. W5-half: zmqueue
   R=3 sync paced at half of its own median W5 send rate, for the send p99
   target.
 - **Like with like.** Every client sends from one thread per process. In

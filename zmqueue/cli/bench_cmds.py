@@ -28,6 +28,9 @@ workloads (presets; explicit options override them):
 
 Every run checks each message id it sent: "lost" counts confirmed sends never
 received, "dup" counts extra receipts. One JSON line per run goes to stdout.
+Send latency is per call of the producer: one message, one batch, or with
+--window a group of that many pipelined sends (JSON "send_requests" counts
+those calls).
 
 examples:
   zmqueue bench --workload W3 --duration 10 --runs 3
