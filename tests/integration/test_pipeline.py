@@ -109,3 +109,18 @@ def drain_until(q: zmqueue.Queue, want: set[str], timeout_s: float) -> dict[str,
         if msgs:
             q.delete_batch(msgs)
     return got
+
+
+def test_throttled_pipelined_sends_back_off_and_all_land_once(qcluster: QueueCluster) -> None:
+    """Over the queue's rate limit a host answers THROTTLED: those sends go
+    through the retry path (which honours retry_after_ms), none is lost or doubled."""
+    q = qcluster.client.create_queue(qcluster.queue_name("piped-rate"), rate_limit_per_s=20, rate_burst=5)
+    started = time.monotonic()
+    with q.pipeline(window=10) as pipe:
+        pending = [pipe.send(f"r{i}".encode()) for i in range(30)]
+    elapsed = time.monotonic() - started
+    assert all(p.id for p in pending)
+    assert pipe.retried >= 1, "some sends were throttled and sent again"
+    assert elapsed >= 1.0, f"30 sends at 20/s after a burst of 5 took only {elapsed:.2f} s"
+    got = drain_until(q, {p.id for p in pending if p.id}, timeout_s=20)
+    assert sorted(got.values()) == sorted(f"r{i}".encode() for i in range(30))
