@@ -41,13 +41,11 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from zmqueue import protocol
 from zmqueue.client.breaker import Bulkhead, CircuitOpen
 from zmqueue.client.models import AttributeValue, OutgoingMessage
 from zmqueue.client.transport import Connection
 from zmqueue.errors import (
     InvalidParameter,
-    ProtocolError,
     Throttled,
     Unavailable,
     ZmqueueError,
@@ -215,13 +213,8 @@ class SendPipeline:
             self._timed_out()
 
     def _take(self, endpoint: str, conn: Connection, data: bytes) -> None:
-        try:
-            frame = protocol.decode(data)
-        except ProtocolError:
-            return
-        if frame.is_push:
-            if conn.on_push is not None:
-                conn.on_push(frame)
+        frame = conn.reply_of(data)
+        if frame is None:
             return
         pending = self._inflight.pop((endpoint, frame.request_id), None)
         if pending is None or frame.command != Command.SEND:

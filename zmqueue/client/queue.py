@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from zmqueue import protocol
 from zmqueue.client.breaker import CircuitOpen
 from zmqueue.client.models import AttributeValue, Message, OutgoingMessage, StreamRef, column_ref
 from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
 from zmqueue.client.routing import FIFO_ORIGIN, Routes
+from zmqueue.client.transport import Connection
 from zmqueue.config import QueueConfig
 from zmqueue.errors import (
     InvalidParameter,
@@ -455,7 +455,7 @@ class Queue:
         while pending and time.monotonic() < deadline:
             timeout = max(0, int((deadline - time.monotonic()) * 1000))
             for sock, _ in poller.poll(timeout):
-                got = self._take_reply(sock, pending)
+                got = self._take_reply(self.client.connection(socks[sock]), pending)
                 if got is None:
                     continue
                 if isinstance(got, ZmqueueError):
@@ -477,13 +477,12 @@ class Queue:
                 breaker.success()
         return out, failed or bool(silent)
 
-    def _take_reply(self, sock: zmq.Socket[bytes], pending: dict[int, tuple[int, str]]
+    def _take_reply(self, conn: Connection, pending: dict[int, tuple[int, str]]
                     ) -> list[Message] | ZmqueueError | None:
-        """The messages (or error) of an awaited reply read from ``sock``;
+        """The messages (or error) of an awaited reply read from ``conn``;
         None for any other frame."""
-        try:
-            frame = protocol.decode(sock.recv())
-        except ProtocolError:
+        frame = conn.reply_of(conn.sock.recv())
+        if frame is None:
             return None
         asked = pending.pop(frame.request_id, None) if frame.command == Command.RECEIVE else None
         if asked is None:

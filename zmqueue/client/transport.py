@@ -83,16 +83,22 @@ class Connection:
             remaining = int((deadline - time.monotonic()) * 1000)
             if remaining < 0 or not self.poller.poll(remaining):
                 return None
-            data = self.sock.recv()
-            try:
-                frame = protocol.decode(data)
-            except ProtocolError:
-                continue
-            if frame.is_push:
-                if self.on_push is not None:
-                    self.on_push(frame)
-                continue
-            return frame
+            frame = self.reply_of(self.sock.recv())
+            if frame is not None:
+                return frame
+
+    def reply_of(self, data: bytes) -> Frame | None:
+        """The reply frame in ``data``; None for a push (handed to ``on_push``)
+        or an undecodable frame (dropped)."""
+        try:
+            frame = protocol.decode(data)
+        except ProtocolError:
+            return None
+        if frame.is_push:
+            if self.on_push is not None:
+                self.on_push(frame)
+            return None
+        return frame
 
     def pump(self, timeout_ms: int) -> None:
         """Wait up to ``timeout_ms`` for a frame, then take every frame queued:
@@ -103,15 +109,9 @@ class Connection:
                 return
             while True:
                 try:
-                    data = self.sock.recv(zmq.NOBLOCK)
+                    self.reply_of(self.sock.recv(zmq.NOBLOCK))
                 except zmq.Again:
                     return
-                try:
-                    frame = protocol.decode(data)
-                except ProtocolError:
-                    continue
-                if frame.is_push and self.on_push is not None:
-                    self.on_push(frame)
 
     def close(self) -> None:
         self.closed = True
