@@ -128,6 +128,13 @@ class Bulkhead:
         return self
 
     def __enter__(self) -> None:
+        self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def acquire(self) -> None:
+        """Take a slot (waiting up to ``wait_s``) or raise BulkheadFull."""
         with self.lock:
             if self.in_flight >= self.limit:
                 self.waiting += 1
@@ -140,7 +147,7 @@ class Bulkhead:
                                        "from this client", endpoint=self.endpoint, limit=self.limit)
             self.in_flight += 1
 
-    def __exit__(self, *exc: object) -> None:
+    def release(self) -> None:
         with self.lock:
             self.in_flight -= 1
             if self.waiting:

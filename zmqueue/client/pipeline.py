@@ -122,8 +122,7 @@ class SendPipeline:
             wire: list[Any] = [body, None, None, None, None]
         else:
             wire = OutgoingMessage(body, attributes, delay).to_wire()
-        p = self.queue.partition_for(OutgoingMessage(b"")) if self.queue.config.partitions > 1 else 0
-        pending = PendingSend(self._count, p, wire)
+        pending = PendingSend(self._count, self.queue.next_partition(), wire)
         self._count += 1
         self._wait(block=False)  # replies that came meanwhile: settles them early
         while len(self._inflight) >= self.window:
@@ -172,7 +171,7 @@ class SendPipeline:
             try:
                 breaker.before()
                 if endpoint not in self._slots:
-                    bulkhead.__enter__()
+                    bulkhead.acquire()
                     self._slots[endpoint] = bulkhead
                 conn = client.connection(endpoint)
                 if conn.sock not in self._conns:
@@ -277,5 +276,5 @@ class SendPipeline:
     def _release(self) -> None:
         self._forget_sockets()
         for bulkhead in self._slots.values():
-            bulkhead.__exit__(None, None, None)
+            bulkhead.release()
         self._slots.clear()

@@ -213,11 +213,14 @@ class Queue:
     def partition_for(self, msg: OutgoingMessage) -> int:
         """The partition a message goes to: its group's (FIFO), else the next in turn."""
         n = self.config.partitions
-        if n == 1:
-            return 0
-        if self.config.fifo and msg.group_id:
+        if n > 1 and self.config.fifo and msg.group_id:
             return group_partition(msg.group_id, n)
-        return next(self._rr) % n
+        return self.next_partition()
+
+    def next_partition(self) -> int:
+        """The next partition in turn (a message without a group)."""
+        n = self.config.partitions
+        return 0 if n == 1 else next(self._rr) % n
 
     def send(self, body: bytes | str, attributes: dict[str, AttributeValue] | None = None,
              delay: int | None = None, group_id: str | None = None,
