@@ -318,3 +318,47 @@ def test_a_long_poll_over_several_partitions_returns_the_first_message_and_stran
     # every parked poll was cancelled: nothing sits in flight or was lost
     st = q.stats()
     assert st["in_flight"] == 0 and st["total"] == 0
+
+
+def test_the_cli_sends_each_line_as_a_message(
+        qcluster: QueueCluster, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`zmqueue send Q --lines`: a pipeline on a standard queue, ordered
+    batches on a FIFO queue; one id printed per line; --dedup-id refused."""
+    import io
+
+    from zmqueue.cli.main import main
+
+    consul = qcluster.factory.agent.http_addr
+    std = qcluster.client.create_queue(qcluster.queue_name("lines"))
+    fifo = qcluster.client.create_queue(qcluster.queue_name("lines") + ".fifo", fifo=True)
+    text = b"".join(b"line %d\n" % i for i in range(150)) + b"\n"  # a trailing empty line is skipped
+    for q, extra in ((std, ["--attr", "src=cli"]), (fifo, ["--group-id", "g"])):
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text)))
+        assert main(["send", q.name, "--lines", *extra, "--consul", consul]) == 0
+        ids = capsys.readouterr().out.split()
+        assert len(ids) == len(set(ids)) == 150
+        got = _receive_all(q, 150)
+        assert {m.id for m in got} == set(ids)
+        if q is fifo:
+            assert [m.body for m in got] == [b"line %d" % i for i in range(150)], "FIFO order"
+        else:
+            assert sorted(m.body for m in got) == sorted(b"line %d" % i for i in range(150))
+            assert all(m.attributes == {"src": "cli"} for m in got)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"a\nb\n")))
+    assert main(["send", std.name, "--lines", "--dedup-id", "x", "--consul", consul]) != 0
+    assert "--dedup-id" in capsys.readouterr().err
+
+
+def _receive_all(q: zmqueue.Queue, n: int) -> list[zmqueue.Message]:
+    """At least ``n`` messages of ``q`` in delivery order, each deleted."""
+    got: list[zmqueue.Message] = []
+
+    def enough() -> bool:
+        msgs = q.receive(10, wait_time=1)
+        got.extend(msgs)
+        if msgs:
+            q.delete_batch(msgs)
+        return len(got) >= n
+
+    wait_for(enough, 30, f"{n} messages received from {q.name}")
+    return got
