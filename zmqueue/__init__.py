@@ -24,6 +24,7 @@ from zmqueue.config import HostConfig, QueueConfig
 from zmqueue.errors import (
     AccessDenied,
     BackPressure,
+    ClientClosed,
     ConfigError,
     ConsulUnavailable,
     DiskFull,
@@ -48,6 +49,7 @@ __all__ = [
     "AccessDenied",
     "BackPressure",
     "Client",
+    "ClientClosed",
     "ConfigError",
     "ConsulUnavailable",
     "DiskFull",

@@ -165,6 +165,11 @@ class StartupError(ZmqueueError):
     writable, Consul unreachable); the message says what to do."""
 
 
+class ClientClosed(ZmqueueError):
+    """The client was closed (``Client.close()``, or its ``with`` block ended);
+    not retried: connect again with ``zmqueue.connect``."""
+
+
 class CorruptSegment(ZmqueueError):
     """A segment block failed its checksum or is malformed (storage internal;
     recovery reports it, never raises it to a client)."""

@@ -124,3 +124,20 @@ def test_throttled_pipelined_sends_back_off_and_all_land_once(qcluster: QueueClu
     assert elapsed >= 1.0, f"30 sends at 20/s after a burst of 5 took only {elapsed:.2f} s"
     got = drain_until(q, {p.id for p in pending if p.id}, timeout_s=20)
     assert sorted(got.values()) == sorted(f"r{i}".encode() for i in range(30))
+
+
+def test_a_closed_client_says_so_instead_of_a_zeromq_error(qcluster: QueueCluster) -> None:
+    c = zmqueue.connect(qcluster.client.consul_addresses[0], request_timeout=5)
+    q = c.create_queue(qcluster.queue_name("closed"))
+    q.send(b"before")
+    pipe = q.pipeline(window=8)
+    pipe.send(b"in flight")  # not answered yet: replies are read on the next send
+    c.close()
+    with pytest.raises(zmqueue.ClientClosed, match="connect again"):
+        q.send(b"after")
+    with pytest.raises(zmqueue.ClientClosed, match="closed"):
+        q.receive()
+    with pytest.raises(zmqueue.ClientClosed, match="outcome is unknown"):
+        pipe.flush()
+    with pytest.raises(zmqueue.ClientClosed):
+        pipe.send(b"after")

@@ -26,6 +26,7 @@ from zmqueue.config import QueueConfig, from_env, parse_consul_addresses
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.discovery import HostInfo, list_hosts
 from zmqueue.errors import (
+    ClientClosed,
     ConsulUnavailable,
     NotLeader,
     QueueNotFound,
@@ -118,6 +119,8 @@ class Client:
     def connection(self, endpoint: str) -> Connection:
         """This thread's connection to ``endpoint`` (ZeroMQ sockets are not
         thread safe, and a long poll must not hold up other threads)."""
+        if self.closed:  # its sockets are closed: a clear error, not a ZMQError
+            raise ClientClosed("this zmqueue client is closed; connect again with zmqueue.connect()")
         conns: dict[str, Connection] | None = getattr(self._local, "conns", None)
         if conns is None:
             conns = self._local.conns = {}
@@ -125,7 +128,7 @@ class Client:
         if conn is None:
             with self._lock:
                 if self.closed:
-                    raise Unavailable("the client is closed")
+                    raise ClientClosed("this zmqueue client is closed; connect again with zmqueue.connect()")
                 conn = Connection(self.ctx, endpoint, curve=self.curve_for(endpoint))
                 self._all_conns.append(conn)
             conns[endpoint] = conn

@@ -45,6 +45,7 @@ from zmqueue.client.breaker import Bulkhead, CircuitOpen
 from zmqueue.client.models import AttributeValue, OutgoingMessage
 from zmqueue.client.transport import Connection
 from zmqueue.errors import (
+    ClientClosed,
     InvalidParameter,
     Throttled,
     Unavailable,
@@ -197,6 +198,9 @@ class SendPipeline:
         then count as timed out."""
         if not self._inflight:
             return
+        if self.queue.client.closed:  # its sockets are gone: the replies cannot come
+            raise ClientClosed(f"the client was closed with {len(self._inflight)} pipelined sends "
+                               "unanswered; their outcome is unknown")
         oldest = next(iter(self._inflight.values()))
         deadline = oldest.sent_at + self.queue.client.request_timeout_ms / 1000
         timeout_ms = max(0, int((deadline - time.monotonic()) * 1000)) if block else 0
