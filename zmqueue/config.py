@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -177,9 +178,7 @@ class HostConfig:
         _check(bool(ident.match(self.cluster)), "cluster", "use 1-64 of [A-Za-z0-9_.-]")
         _check(bool(ident.match(self.node)), "node", "use 1-64 of [A-Za-z0-9_.-]")
         _check(bool(self.data_dir), "data_dir", "must be a directory path")
-        _check(len(self.consul) > 0, "consul", "give at least one HOST:PORT")
-        for addr in self.consul:
-            _check(bool(re.match(r"^[A-Za-z0-9_.-]+:\d{1,5}$", addr)), "consul", f"{addr!r} is not HOST:PORT")
+        check_consul_addresses(self.consul)
         for name in ("client_port", "pub_port", "peer_port", "http_port"):
             _check_range(getattr(self, name), name, 0, 65535)
         _check_range(self.heartbeat_interval_ms, "heartbeat_interval_ms", 100, 10000)
@@ -192,6 +191,19 @@ class HostConfig:
             _check(os.path.realpath(self.key_dir) != os.path.realpath(self.data_dir), "key_dir",
                    "must not be the data directory (keys are never stored beside the data)")
         return self
+
+
+_CONSUL_ADDRESS = re.compile(r"^[A-Za-z0-9_.-]+:(\d{1,5})$")
+
+
+def check_consul_addresses(addrs: Sequence[str]) -> tuple[str, ...]:
+    """``addrs`` as a tuple if each is ``HOST:PORT`` (port 1-65535), else ConfigError."""
+    _check(len(addrs) > 0, "consul", "give at least one HOST:PORT, e.g. 127.0.0.1:8500")
+    for addr in addrs:
+        m = _CONSUL_ADDRESS.match(addr) if isinstance(addr, str) else None
+        _check(m is not None and 1 <= int(m.group(1)) <= 65535, "consul",
+               f"{addr!r} is not HOST:PORT (e.g. 127.0.0.1:8500)")
+    return tuple(addrs)
 
 
 def parse_consul_addresses(value: str | None) -> tuple[str, ...]:

@@ -52,3 +52,22 @@ def test_consul_addresses_come_from_the_environment_in_one_place() -> None:
     assert parse_consul_addresses("http://a:1, b:2") == ("a:1", "b:2")
     assert from_env({"CONSUL_HTTP_ADDR": "x:9"})["consul"] == ("x:9",)
     assert from_env({})["consul"] == ("127.0.0.1:8500",)
+
+
+@pytest.mark.parametrize("consul", ["nonsense:xx", "a:0", "a:70000", "a", ["a:1", "b"], []])
+def test_connect_refuses_a_consul_address_that_is_not_host_port(consul: str | list[str]) -> None:
+    import zmqueue
+
+    with pytest.raises(ConfigError, match="HOST:PORT") as exc:
+        zmqueue.connect(consul)
+    assert exc.value.details["field"] == "consul"
+
+
+def test_connect_takes_addresses_as_text_or_a_sequence_and_checks_its_numbers() -> None:
+    import zmqueue
+
+    with zmqueue.connect(["http://a:1", " b:2"]) as c:
+        assert c.consul_addresses == ("a:1", "b:2")
+    for bad in ({"request_timeout": 0}, {"retries": -1}, {"throttle_retries": -1}):
+        with pytest.raises(ConfigError, match="request_timeout must be > 0"):
+            zmqueue.connect("a:1", **bad)  # type: ignore[arg-type]

@@ -22,11 +22,12 @@ import zmq
 from zmqueue.client.breaker import Guards
 from zmqueue.client.queue import Queue
 from zmqueue.client.transport import Connection
-from zmqueue.config import QueueConfig, from_env, parse_consul_addresses
+from zmqueue.config import QueueConfig, check_consul_addresses, from_env, parse_consul_addresses
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.discovery import HostInfo, list_hosts
 from zmqueue.errors import (
     ClientClosed,
+    ConfigError,
     ConsulUnavailable,
     NotLeader,
     QueueNotFound,
@@ -69,7 +70,11 @@ def connect(consul: str | Sequence[str] | None = None, *, request_timeout: float
     elif isinstance(consul, str):
         addrs = parse_consul_addresses(consul)
     else:
-        addrs = tuple(consul)
+        addrs = tuple(a.strip().removeprefix("http://") if isinstance(a, str) else a for a in consul)
+    check_consul_addresses(addrs)
+    if not request_timeout > 0 or retries < 0 or throttle_retries < 0:
+        raise ConfigError(f"connect: request_timeout must be > 0 s (got {request_timeout}), retries and "
+                          f"throttle_retries >= 0 (got {retries}, {throttle_retries})", field="connect")
     curve = CurveKeys.from_file(curve_secret_file) if curve_secret_file else None
     if curve is not None and isinstance(curve_server_keys, str):
         curve.default_server = check_key(curve_server_keys)
