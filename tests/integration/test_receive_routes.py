@@ -91,3 +91,30 @@ def test_a_consumer_does_not_ask_the_other_hosts_when_the_first_says_they_hold_n
     # out first; b's other requests are once-a-second position reports. Asking
     # every host until 10 messages are collected would have asked b 20 times.
     assert asked_b < 10, f"b was asked {asked_b} times for 20 receives"
+
+
+def test_long_polls_parked_on_one_host_for_several_partitions_lose_no_answer(
+        qcluster: QueueCluster) -> None:
+    """4 partitions on 2 hosts: a long poll parks a RECEIVE per (partition,
+    host), several on one connection. Each answer is matched by its request
+    id, so messages taken by the other parked polls are handed over (now or
+    from the handle's buffer), not left invisible for the visibility timeout."""
+    import threading
+    import time
+
+    q = qcluster.client.create_queue(qcluster.queue_name("parked"), partitions=4, visibility_timeout=60)
+    hosts_of = [q.routes.for_receive(p) for p in range(4)]
+    assert len({ep for eps in hosts_of for ep in eps}) < 4, "some host serves several partitions"
+    for trial in range(2):
+        got: list[zmqueue.Message] = []
+        poll = threading.Thread(target=lambda got=got: got.extend(q.receive(10, wait_time=10)))
+        poll.start()
+        wait_for(lambda: q.stats()["waiters"] >= 4, 10, "4 long polls parked")
+        bodies = [f"t{trial}-{i}".encode() for i in range(4)]
+        q.send_batch(bodies)  # one per partition (round robin)
+        poll.join(15)
+        deadline = time.monotonic() + 5  # far below the 60 s visibility timeout
+        while len(got) < 4 and time.monotonic() < deadline:
+            got += q.receive(10, wait_time=1)
+        assert sorted(m.body for m in got) == sorted(bodies)
+        q.delete_batch(got)
