@@ -26,10 +26,7 @@ class ZmqueueProducer:
         if self.pipe is not None:  # each body its own request, up to `window` in flight
             for b in bodies:
                 self.pipe.send(b)
-            failed = self.pipe.flush()
-            if failed:
-                assert failed[0].error is not None
-                raise failed[0].error
+            self.pipe.confirm_all()
         elif self.fifo:
             items: list[Any] = [zmqueue.OutgoingMessage(b, group_id=self.group, dedup_id=uuid.uuid4().hex)
                                 for b in bodies]

@@ -142,6 +142,14 @@ class SendPipeline:
         failed, self._failed = sorted(self._failed, key=lambda p: p.index), []
         return failed
 
+    def confirm_all(self) -> None:
+        """:meth:`flush`, then raise the first failed send's error, if any
+        (every send keeps its own ``id`` or ``error``)."""
+        failed = self.flush()
+        if failed:
+            assert failed[0].error is not None
+            raise failed[0].error
+
     def close(self) -> None:
         """Stop without waiting: replies still to come are discarded, and sends
         waiting for a retry are not sent again (their ``id`` and ``error``
@@ -157,10 +165,7 @@ class SendPipeline:
         if exc_type is not None:
             self.close()
             return
-        failed = self.flush()
-        if failed:
-            assert failed[0].error is not None
-            raise failed[0].error
+        self.confirm_all()
 
     # --- requests in flight --------------------------------------------------------
     def _dispatch(self, pending: PendingSend) -> None:
