@@ -72,6 +72,7 @@ class Report:
     delete_unknown: set[str] = field(default_factory=set)
     delete_errors: list[str] = field(default_factory=list)
     resubscribed: int = 0
+    pipeline_retried: int = 0
 
     def summary(self) -> dict[str, Any]:
         s = self.scenario
@@ -86,6 +87,7 @@ class Report:
                 "delete_errors": self.delete_errors[:5],
                 "final_writers": self.final_writers, "consumer": s.consumer,
                 "resubscribed": self.resubscribed, "producer": s.producer,
+                "pipeline_retried": self.pipeline_retried,
                 "problems": self.problems, "elapsed_s": round(self.elapsed_s, 1)}
 
 
@@ -103,6 +105,8 @@ class ChaosRun:
         self.producer_done = threading.Event()
         self.last_ack = 0.0
         self.lock = threading.Lock()
+        self.send_target: str | None = None
+        """The node a pipelined producer sends to (its writer is the one killed)."""
 
     # --- cluster ------------------------------------------------------------
     def start_hosts(self) -> None:
@@ -180,6 +184,9 @@ class ChaosRun:
                     self.report.send_errors += 1
                     todo.append(i)
 
+        eps = q.routes.for_send(0)
+        self.send_target = next((n for n, ep in q.routes.part(0).endpoints.items() if eps and ep == eps[0]),
+                                None)  # kill_writer then kills the host the pipeline sends to
         pipe = q.pipeline(window=8, on_done=settled)
         try:
             while (todo or number_of) and not self.stop.is_set():
@@ -190,6 +197,7 @@ class ChaosRun:
                 number_of[pipe.send(f"{i}".encode()).index] = i
                 time.sleep(0.01)
         finally:
+            self.report.pipeline_retried = pipe.retried
             pipe.close()
             self.producer_done.set()
 
@@ -264,6 +272,8 @@ class ChaosRun:
         writers = set(self.writers().values())
         replicas = set(self.replicas())
         cand_w = [h for h in alive if h.node in writers] or alive
+        if self.send_target is not None:
+            cand_w = [h for h in cand_w if h.node == self.send_target] or cand_w
         cand_f = [h for h in alive if h.node in replicas and h.node not in writers] or alive
         if kind in ("kill_writer", "freeze_writer"):
             return [self.rng.choice(cand_w)]
