@@ -433,7 +433,7 @@ class Queue:
         circuit breaker is asked first (an open one is skipped, as a refusal)
         and told the outcome: an answer is a success, silence a failure."""
         pending: dict[int, tuple[int, str]] = {}
-        socks: dict[zmq.Socket[bytes], str] = {}
+        socks: dict[zmq.Socket[bytes], Connection] = {}
         poller = zmq.Poller()
         failed = False
         asked: set[str] = set()
@@ -450,7 +450,7 @@ class Queue:
             conn.send(Command.RECEIVE, {**body, "p": p, "wait_ms": wait_ms}, rid)
             pending[rid] = (p, ep)
             if conn.sock not in socks:
-                socks[conn.sock] = ep
+                socks[conn.sock] = conn
                 poller.register(conn.sock, zmq.POLLIN)
         out: list[Message] = []
         deadline = time.monotonic() + (wait_ms + self.client.request_timeout_ms) / 1000
@@ -458,7 +458,7 @@ class Queue:
         while pending and time.monotonic() < deadline:
             timeout = max(0, int((deadline - time.monotonic()) * 1000))
             for sock, _ in poller.poll(timeout):
-                got = self._take_reply(self.client.connection(socks[sock]), pending)
+                got = self._take_reply(socks[sock], pending)
                 if got is None:
                     continue
                 if isinstance(got, ZmqueueError):

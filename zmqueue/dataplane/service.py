@@ -472,38 +472,38 @@ class QueueService:
         return {"sub": self.pusher.subscribe(part, req.identity, prefetch, vis_s, body.get("cols") is True)}
 
     def h_credit(self, req: Request, body: dict[str, Any], now: int) -> Any:
+        """Credits back to a subscription; the deletes of a finished batch of
+        pushed messages may ride on them (auto_delete): one stream's (seq,
+        receive count) pairs of the subscription's own partition, whose queue
+        ``q`` names (``dref``; the front door checked the delete permission on
+        it), or receipt texts (``del``, messages pushed as lists). Everything
+        is checked before the credits count. A stream this host no longer
+        writes answers without ``dr``: the client deletes on its own."""
         sub = F.get_int(body, "sub", 0, 2**62, name="subscription")
         n = F.get_int(body, "n", 0, 1000, name="credit")
+        key: StreamKey | None = None
+        refs: tuple[list[int], list[int]] | None = None
+        items: list[Any] = []
         if body.get("dref") is not None:
-            # the deletes of a finished batch of pushed messages ride on its
-            # credits (auto_delete): one stream's (seq, receive count) pairs
-            # of the subscription's own partition, whose queue ``q`` names
-            # (the front door checked the delete permission on it)
             part = self.pusher.part_of(sub, req.identity)
             if body.get("q") != part[0]:
                 raise InvalidParameter(f"dref: q must name the subscription's queue {part[0]!r}",
                                        field="q")
             origin, seqs, counts = _delete_refs(body)
-            credit = self.pusher.add_credit(sub, req.identity, n)
-            try:
-                st = self.writer_stream(part[0], part[1], origin)
-            except NotLeader:  # no "dr": the client deletes on its own
-                return {"credit": credit}
-            return self.after_commit(st, req, {"credit": credit,
-                                               "dr": _results(st.delete_refs(seqs, counts, now))})
+            key, refs = (part[0], part[1], origin), (seqs, counts)
+        elif body.get("del") is not None:
+            items = F.get_list(body, "del", MAX_BATCH, name="del")
+            first = Receipt.decode(items[0])
+            key = (first.queue, first.partition, first.origin)
         credit = self.pusher.add_credit(sub, req.identity, n)
-        if body.get("del") is None:
+        if key is None:
             return {"credit": credit}
-        # the same as receipt texts (messages pushed as lists); a stream this
-        # host no longer writes answers without "dr" and the client deletes
-        # on its own
-        items = F.get_list(body, "del", MAX_BATCH, name="del")
-        first = Receipt.decode(items[0])
         try:
-            st = self.writer_stream(first.queue, first.partition, first.origin)
+            st = self.writer_stream(*key)
         except NotLeader:
             return {"credit": credit}
-        return self.after_commit(st, req, {"credit": credit, "dr": self._delete_items(st, items, now)})
+        dr = _results(st.delete_refs(*refs, now)) if refs is not None else self._delete_items(st, items, now)
+        return self.after_commit(st, req, {"credit": credit, "dr": dr})
 
     def h_unsubscribe(self, req: Request, body: dict[str, Any], now: int) -> Any:
         self.pusher.unsubscribe(F.get_int(body, "sub", 0, 2**62, name="subscription"), req.identity)

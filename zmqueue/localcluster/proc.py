@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -61,9 +62,7 @@ class ManagedProcess:
         if self.alive():
             self.signal(signal.SIGCONT)
             self.signal(signal.SIGTERM)
-            deadline = time.monotonic() + timeout_s
-            while self.alive() and time.monotonic() < deadline:
-                time.sleep(0.02)
+            _wait_while(self.alive, timeout_s)
         if self.alive():
             self.kill9()
         if self.running_by_pid():
@@ -88,15 +87,10 @@ class ManagedProcess:
         for sig in (signal.SIGCONT, signal.SIGTERM):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-        deadline = time.monotonic() + timeout_s
-        while self.running_by_pid() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if self.running_by_pid():
+        if _wait_while(self.running_by_pid, timeout_s):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + 10
-            while self.running_by_pid() and time.monotonic() < deadline:
-                time.sleep(0.02)
+            _wait_while(self.running_by_pid, 10)
 
     def log_tail(self, max_bytes: int = 8000) -> str:
         try:
@@ -104,3 +98,14 @@ class ManagedProcess:
         except OSError:
             return ""
         return data[-max_bytes:].decode("utf-8", "replace")
+
+
+def _wait_while(cond: Callable[[], bool], timeout_s: float) -> bool:
+    """Poll ``cond`` every 20 ms until it is false or ``timeout_s`` passed;
+    whether it still holds."""
+    deadline = time.monotonic() + timeout_s
+    while cond():
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.02)
+    return False
