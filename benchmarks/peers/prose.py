@@ -116,7 +116,11 @@ the drain went from 28,361 (third session, receive + `delete_batch`) to 60,211
 (fifth, receipts carried on the receive) and 97,125 (sixth, no object per
 message on the host); the push drain from 2,382 (79e42d4) to 16,659 (999a770),
 once a batch of pushed messages was credited and deleted in one `CREDIT`.
-The pipelined row is new: `Queue.pipeline(100)` against a raw DEALER keeping
+A check after the session's last host change (2a3cc43, `h_credit` restructured:
+`python -m benchmarks.queues --runs 3`, not written to the page, load average
+~1.4) gave send_batch at 37.3% of raw, the push drain at 16,147 msg/s, the
+pipelined sends at 15,979 msg/s and the single-send p99 at 1.98x raw: no
+regression. The pipelined row is new: `Queue.pipeline(100)` against a raw DEALER keeping
 100 single requests in flight; each zmqueue message is a whole request
 (see "Pipelined single sends" in "Where the time goes"):
 
