@@ -122,6 +122,13 @@ class RequestTimeout(Unavailable):
     code = ErrorCode.TIMEOUT
 
 
+class ConnectionLost(RequestTimeout):
+    """The client's connection to a host dropped (or was refused) while a
+    request waited: its reply cannot come, so it failed at once instead of
+    after the request timeout; retried like a timeout. Client side only;
+    details: ``endpoint``."""
+
+
 class NotLeader(Unavailable):
     """details: ``leader`` (node id, or None when unknown) and ``endpoint``."""
 

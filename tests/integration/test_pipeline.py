@@ -83,7 +83,7 @@ def test_pipelined_sends_in_flight_to_a_killed_host_are_retried_and_none_is_lost
                                              if ep == taker_ep})
     pipe = q.pipeline(window=32)
     pending = [pipe.send(f"a{i}".encode()) for i in range(200)]
-    taker.kill9()  # requests still in flight to it time out (2 s) and go to another replica
+    taker.kill9()  # requests in flight to it fail at once (the connection drops) and go to another replica
     pending += [pipe.send(f"b{i}".encode()) for i in range(200)]
     failed = pipe.flush()
     assert failed == [], [str(p.error) for p in failed]

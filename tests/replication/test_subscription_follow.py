@@ -65,6 +65,7 @@ def test_a_subscription_moves_to_the_new_fifo_writer_after_kill_9(
         wait_for(lambda: got.distinct() >= set(after), 30,
                  "the 20 sent after the kill pushed through the new writer")
         assert sub.resubscribed >= 1 and sub.dropped >= 1
+        assert sub.links_lost >= 1, "the dead writer was dropped when its connection dropped"
     order = got.first_seen_order()
     assert order == before + after, "FIFO order of first deliveries kept, nothing lost"
     dups = len(got.bodies) - len(order)

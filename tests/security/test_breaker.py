@@ -1,9 +1,11 @@
 """Client resilience with real sockets: the circuit breaker opens on a host
 that stops answering, probes it later and closes; the bulkhead bounds the
-requests in flight to one host."""
+requests in flight to one host; a request whose connection drops (or is
+refused) fails at once with ConnectionLost instead of waiting out its timeout."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +18,8 @@ from zmqueue import protocol
 from zmqueue.client.breaker import BulkheadFull, CircuitOpen, Guards
 from zmqueue.client.client import Client
 from zmqueue.client.queue import Queue
-from zmqueue.errors import RequestTimeout
+from zmqueue.client.transport import Connection
+from zmqueue.errors import ConnectionLost, RequestTimeout
 from zmqueue.protocol import Command
 
 
@@ -153,3 +156,86 @@ def test_long_polls_go_through_the_circuit_breaker(peer: SilentablePeer) -> None
         assert time.monotonic() - started < 0.05 and peer.seen == 2  # skipped: nothing sent
     finally:
         client.close()
+
+
+def _request_in_thread(conn: Connection, timeout_ms: int) -> tuple[threading.Thread, list[object]]:
+    """``conn.request(PING)`` on a thread of its own; its outcome lands in the list."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(conn.request(Command.PING, None, timeout_ms))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, outcome
+
+
+def test_a_request_whose_peer_closes_its_socket_fails_at_once_with_connection_lost() -> None:
+    peer = SilentablePeer()  # takes the request, never answers, then goes away
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    conn = Connection(ctx, peer.endpoint)
+    try:
+        t, outcome = _request_in_thread(conn, 60_000)
+        wait_for(lambda: peer.seen == 1, 10, "the peer took the request")
+        peer.close()  # its TCP connection closes, as a killed host's does
+        t.join(timeout=20)
+        assert not t.is_alive(), "the request waited on after its peer's socket closed"
+        assert isinstance(outcome[0], ConnectionLost), outcome
+        assert isinstance(outcome[0], RequestTimeout), "retried like a timeout"
+        assert outcome[0].details["endpoint"] == peer.endpoint
+        assert "dropped" in outcome[0].message
+        # nothing listens there now: the next request fails at a refused reconnect
+        t, outcome = _request_in_thread(conn, 60_000)
+        t.join(timeout=20)
+        assert not t.is_alive() and isinstance(outcome[0], ConnectionLost), outcome
+    finally:
+        conn.close()
+        ctx.term()
+
+
+def test_a_request_to_an_address_where_nothing_listens_fails_with_connection_lost() -> None:
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()  # a free port: connects are refused
+    client = Client(("127.0.0.1:1",), request_timeout=60)
+    try:
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                client.request(f"tcp://127.0.0.1:{port}", Command.PING, None)
+            except BaseException as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        t.join(timeout=20)
+        assert not t.is_alive(), "a refused connect waited for the 60 s request timeout"
+        assert isinstance(errors[0], ConnectionLost), errors
+        breaker, _ = client.guards.for_endpoint(f"tcp://127.0.0.1:{port}")
+        assert breaker.failures == 1, "a lost connection counts against the host's circuit"
+    finally:
+        client.close()
+
+
+def test_a_reply_that_came_before_the_connection_dropped_is_still_returned() -> None:
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    conn = Connection(ctx, f"tcp://127.0.0.1:{port}")
+    try:
+        t, outcome = _request_in_thread(conn, 60_000)
+        assert router.poll(10_000), "the request arrived"
+        ident, data = router.recv_multipart()
+        f = protocol.decode(data)
+        router.send_multipart([ident, protocol.encode_reply(f.command, f.request_id, {"pong": True})])
+        router.close(linger=1000)  # the reply goes out, then the connection drops
+        t.join(timeout=20)
+        assert outcome == [{"pong": True}]
+    finally:
+        conn.close()
+        ctx.term()

@@ -92,6 +92,9 @@ class Client:
         self.request_timeout_ms = int(request_timeout * 1000)
         self.retries = retries
         self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        # three sockets per connection (its DEALER and the two ends of its link
+        # monitor): room for ~2,700 connections (threads x hosts), not ~340
+        self.ctx.set(zmq.MAX_SOCKETS, 8192)
         self._lock = threading.RLock()
         self._consul = ConsulClient(consul, timeout_s=3.0)
         self._local = threading.local()

@@ -109,6 +109,9 @@ class SendPipeline:
         self._retry: list[PendingSend] = []
         self._failed: list[PendingSend] = []
         self._conns: dict[zmq.Socket[bytes], tuple[str, Connection]] = {}
+        """Each connection's socket and its link monitor -> (endpoint, connection)."""
+        self._drops: dict[str, int] = {}
+        """Each connection's link drops when it was registered (or last looked at)."""
         self._slots: dict[str, Bulkhead] = {}
         """Bulkhead slots held while this pipeline has requests in flight (one per host)."""
         self._poller = zmq.Poller()
@@ -181,8 +184,10 @@ class SendPipeline:
                     self._slots[endpoint] = bulkhead
                 conn = client.connection(endpoint)
                 if conn.sock not in self._conns:
-                    self._conns[conn.sock] = (endpoint, conn)
-                    self._poller.register(conn.sock, zmq.POLLIN)
+                    self._drops[endpoint] = conn.link_drops()
+                    for sock in (conn.sock, conn.monitor):
+                        self._conns[sock] = (endpoint, conn)
+                        self._poller.register(sock, zmq.POLLIN)
                 pending.request_id = pending.request_id or conn.next_request_id()
                 conn.send(Command.SEND, self._body(pending), pending.request_id)
             except CircuitOpen:
@@ -211,14 +216,33 @@ class SendPipeline:
         timeout_ms = max(0, int((deadline - time.monotonic()) * 1000)) if block else 0
         for sock, _ in self._poller.poll(timeout_ms):
             endpoint, conn = self._conns[sock]
-            while True:
-                try:
-                    data = sock.recv(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                self._take(endpoint, conn, data)
+            self._drain(endpoint, conn)
+            if sock is conn.monitor:
+                self._link_checked(endpoint, conn)
         if self._inflight and time.monotonic() >= deadline:
             self._timed_out()
+
+    def _drain(self, endpoint: str, conn: Connection) -> None:
+        while True:
+            try:
+                data = conn.sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._take(endpoint, conn, data)
+
+    def _link_checked(self, endpoint: str, conn: Connection) -> None:
+        """The link to ``endpoint`` dropped since its requests were sent (the
+        host died or restarted): their replies cannot come, so they go to the
+        retry path now, not after the request timeout."""
+        drops = conn.link_drops()
+        if drops == self._drops.get(endpoint, drops):
+            return
+        self._drops[endpoint] = drops
+        lost = [key for key in self._inflight if key[0] == endpoint]
+        if lost:
+            self.queue.client.guards.for_endpoint(endpoint)[0].failure()
+        for key in lost:
+            self._retry.append(self._inflight.pop(key))
 
     def _take(self, endpoint: str, conn: Connection, data: bytes) -> None:
         frame = conn.reply_of(data)
@@ -281,6 +305,7 @@ class SendPipeline:
         for sock in self._conns:
             self._poller.unregister(sock)
         self._conns.clear()
+        self._drops.clear()
 
     def _release(self) -> None:
         self._forget_sockets()

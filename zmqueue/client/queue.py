@@ -434,6 +434,8 @@ class Queue:
         and told the outcome: an answer is a success, silence a failure."""
         pending: dict[int, tuple[int, str]] = {}
         socks: dict[zmq.Socket[bytes], Connection] = {}
+        """Each connection's socket and its link monitor -> the connection."""
+        drops: dict[str, int] = {}
         poller = zmq.Poller()
         failed = False
         asked: set[str] = set()
@@ -446,32 +448,44 @@ class Queue:
                     continue
                 asked.add(ep)
             conn = self.client.connection(ep)
+            if conn.sock not in socks:
+                drops[ep] = conn.link_drops()
+                for sock in (conn.sock, conn.monitor):
+                    socks[sock] = conn
+                    poller.register(sock, zmq.POLLIN)
             rid = conn.next_request_id()
             conn.send(Command.RECEIVE, {**body, "p": p, "wait_ms": wait_ms}, rid)
             pending[rid] = (p, ep)
-            if conn.sock not in socks:
-                socks[conn.sock] = conn
-                poller.register(conn.sock, zmq.POLLIN)
         out: list[Message] = []
+        silent: set[str] = set()
+        """Hosts that did not answer (or whose link dropped): their breakers hear of it."""
         deadline = time.monotonic() + (wait_ms + self.client.request_timeout_ms) / 1000
         cancelled = False
         while pending and time.monotonic() < deadline:
             timeout = max(0, int((deadline - time.monotonic()) * 1000))
             for sock, _ in poller.poll(timeout):
-                got = self._take_reply(socks[sock], pending)
-                if got is None:
-                    continue
-                if isinstance(got, ZmqueueError):
-                    failed = True
-                    continue
-                out.extend(got)
+                conn = socks[sock]
+                if sock is conn.sock:
+                    failed |= self._take_reply(conn, pending, out)
+                elif conn.link_drops() != drops[conn.endpoint]:
+                    # the host died or restarted: answers that came first are
+                    # taken, the others cannot come
+                    drops[conn.endpoint] = conn.drops
+                    while conn.sock.poll(0):
+                        failed |= self._take_reply(conn, pending, out)
+                    lost = [rid for rid, (_, ep) in pending.items() if ep == conn.endpoint]
+                    for rid in lost:
+                        del pending[rid]
+                    if lost:
+                        silent.add(conn.endpoint)
             if out and not cancelled:
                 cancelled = True
                 for rid, (p, ep) in pending.items():
                     conn = self.client.connection(ep)
                     conn.send(Command.CANCEL, {"q": self.name, "p": p, "rid": rid}, conn.next_request_id())
                 deadline = min(deadline, time.monotonic() + CANCEL_GRACE_MS / 1000)
-        silent = {ep for _, ep in pending.values()} if not cancelled else set()
+        if not cancelled:
+            silent.update(ep for _, ep in pending.values())
         for ep in asked:
             breaker = self.client.guards.for_endpoint(ep)[0]
             if ep in silent:
@@ -480,19 +494,20 @@ class Queue:
                 breaker.success()
         return out, failed or bool(silent)
 
-    def _take_reply(self, conn: Connection, pending: dict[int, tuple[int, str]]
-                    ) -> list[Message] | ZmqueueError | None:
-        """The messages (or error) of an awaited reply read from ``conn``;
-        None for any other frame."""
+    def _take_reply(self, conn: Connection, pending: dict[int, tuple[int, str]],
+                    out: list[Message]) -> bool:
+        """Read one frame from ``conn``: an awaited reply's messages go to
+        ``out``; True if it was an error reply."""
         frame = conn.reply_of(conn.sock.recv())
         if frame is None:
-            return None
+            return False
         asked = pending.pop(frame.request_id, None) if frame.command == Command.RECEIVE else None
         if asked is None:
-            return None
+            return False
         if frame.is_error:
-            return from_wire(frame.body)
-        return self.messages_of(asked[0], frame.body)
+            return True
+        out.extend(self.messages_of(asked[0], frame.body))
+        return False
 
     def messages_of(self, p: int, reply: dict[str, Any]) -> list[Message]:
         """The messages of a RECEIVE reply or a DELIVER push: lists (``m``),

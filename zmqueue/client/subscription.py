@@ -12,7 +12,9 @@ writer after a failover, a host that took over a dead host's stream) and
 drops the hosts that no longer do. A host whose keepalive or credit fails
 (dead, or restarted and so without the subscription) is dropped at once, and
 the routes are then re-read every ``RESYNC_S`` until every partition is
-served again. A subscription to a queue that was deleted stops by itself."""
+served again. A host whose connection drops (its process died or restarted)
+is dropped as soon as the connection's monitor says so. A subscription to a
+queue that was deleted stops by itself."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from zmqueue.client.models import Message
 from zmqueue.client.queue import delete_refs
 from zmqueue.client.transport import Connection
 from zmqueue.errors import (
+    ConnectionLost,
     InvalidParameter,
     NotLeader,
     ProtocolError,
@@ -72,6 +75,8 @@ class Subscription:
         self.stopped = threading.Event()
         self.inbox: deque[tuple[Message, SubKey]] = deque()
         self.conns: dict[SubKey, tuple[Connection, int]] = {}
+        self._link_drops: dict[SubKey, int] = {}
+        """Each host's connection's link drops when it was subscribed."""
         self.handled = 0
         self.failed = 0
         self.max_unfinished_seen = 0
@@ -79,6 +84,8 @@ class Subscription:
         """Subscriptions opened after ``start`` (failovers, restarted hosts)."""
         self.dropped = 0
         """Hosts dropped: failed, or no longer serving a partition."""
+        self.links_lost = 0
+        """Hosts dropped because their connection dropped (seen at once, not at a keepalive)."""
         self.queue_deleted = False
         """The queue was deleted: the subscription stopped by itself."""
         self._poller = zmq.Poller()
@@ -133,14 +140,18 @@ class Subscription:
             conn.close()
             raise
         self.conns[key] = (conn, sub_id)
+        self._link_drops[key] = conn.link_drops()
         self._poller.register(conn.sock, zmq.POLLIN)
+        self._poller.register(conn.monitor, zmq.POLLIN)
 
     def _drop(self, key: SubKey, why: str, unsubscribe: bool = False) -> None:
         """Forget the host of ``key`` (``unsubscribe``: tell it, unless it has
         been failing); messages it pushed that are still in the inbox are
         handled, their deletes go as DELETE."""
         conn, sub_id = self.conns.pop(key)
+        del self._link_drops[key]
         self._poller.unregister(conn.sock)
+        self._poller.unregister(conn.monitor)
         if unsubscribe and not self.queue.client.guards.for_endpoint(key[1])[0].failures:
             with contextlib.suppress(ZmqueueError):
                 conn.request(Command.UNSUBSCRIBE, {"sub": sub_id}, CONTROL_TIMEOUT_MS)
@@ -154,6 +165,8 @@ class Subscription:
         """A keepalive or credit to the host of ``key`` failed: a timeout also
         counts against its circuit breaker, so requests avoid it too."""
         timeout = isinstance(exc, RequestTimeout)
+        if isinstance(exc, ConnectionLost):
+            self.links_lost += 1
         if timeout:
             self.queue.client.guards.for_endpoint(key[1])[0].failure()
         # a host that answered with an error is alive: take the subscription
@@ -203,9 +216,12 @@ class Subscription:
         next_resync = next_keepalive
         while not self.stopped.is_set():
             ready = dict(self._poller.poll(PUMP_MS))
-            for conn, _ in list(self.conns.values()):
+            for key, (conn, _) in list(self.conns.items()):
                 if conn.sock in ready:
                     conn.pump(0)
+                if conn.monitor in ready and conn.link_drops() != self._link_drops[key]:
+                    conn.pump(0)  # what it pushed before the drop is handled
+                    self._failed(key, conn.lost("the subscription"))
             if self.inbox and not self.stopped.is_set():
                 self._handle_all()
             now = time.monotonic()

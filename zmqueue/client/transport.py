@@ -5,6 +5,14 @@ host can recognise a retried request (same id) and answer it from its cache
 instead of applying it twice. Replies that arrive after their request timed
 out are discarded. Frames flagged PUSH (subscription deliveries) go to
 ``on_push``.
+
+Each connection watches its link with a ZeroMQ socket monitor. When the link
+drops (the host process died or restarted: its kernel closed the TCP
+connection) or a (re)connect is refused (nothing listens there), the replies
+to the requests in flight cannot come, so they fail at once with
+:class:`~zmqueue.errors.ConnectionLost` instead of after the request timeout.
+A host that hangs without dropping its connections (SIGSTOP, a frozen VM)
+still costs the timeout.
 """
 
 from __future__ import annotations
@@ -15,12 +23,16 @@ from collections.abc import Callable
 from typing import Any
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from zmqueue import protocol
-from zmqueue.errors import ProtocolError, RequestTimeout, ZmqueueError, from_wire
+from zmqueue.errors import ConnectionLost, ProtocolError, RequestTimeout, ZmqueueError, from_wire
 from zmqueue.protocol import Command, Frame, RequestIds, new_request_id
 
 PushHandler = Callable[[Frame], None]
+LINK_EVENTS = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
+"""What a connection's monitor reports: a link up, a link down, a refused
+(re)connect (ZeroMQ retries every 100 ms while nothing listens)."""
 
 
 class Connection:
@@ -40,9 +52,14 @@ class Connection:
             except ZmqueueError:
                 self.sock.close(linger=0)
                 raise
+        self.monitor: zmq.Socket[bytes] = self.sock.get_monitor_socket(LINK_EVENTS)
+        """Readable when the link changed; :meth:`link_drops` reads it."""
         self.sock.connect(endpoint)
+        self.drops = 0
+        """How often the link went down (dropped, or a (re)connect refused)."""
         self.poller = zmq.Poller()
         self.poller.register(self.sock, zmq.POLLIN)
+        self.poller.register(self.monitor, zmq.POLLIN)
         """Kept for the connection's life (``Socket.poll`` builds a new Poller per call)."""
         self.on_push = on_push
         self._ids = RequestIds()
@@ -64,28 +81,42 @@ class Connection:
         """Send one request and wait for its reply; raise its error if any."""
         with self.lock:
             rid = self.next_request_id() if request_id is None else request_id
+            drops = self.link_drops()
             self.send(command, body, rid)
             deadline = time.monotonic() + timeout_ms / 1000
             while True:
-                frame = self.wait_frame(deadline)
-                if frame is None:
+                remaining = int((deadline - time.monotonic()) * 1000)
+                if remaining < 0 or not self.poller.poll(remaining):
                     raise RequestTimeout(
                         f"{command.name} to {self.endpoint} got no reply within {timeout_ms} ms",
                         endpoint=self.endpoint, timeout_ms=timeout_ms)
-                if frame.request_id == rid and frame.command == command:
+                try:
+                    data = self.sock.recv(zmq.NOBLOCK)
+                except zmq.Again:  # woken by the monitor: replies already here came first
+                    if self.link_drops() != drops:
+                        raise self.lost(command.name) from None
+                    continue
+                frame = self.reply_of(data)
+                if frame is not None and frame.request_id == rid and frame.command == command:
                     if frame.is_error:
                         raise from_wire(frame.body)
                     return frame.body
 
-    def wait_frame(self, deadline: float) -> Frame | None:
-        """Next reply frame before ``deadline``; pushes are handed to on_push."""
-        while True:
-            remaining = int((deadline - time.monotonic()) * 1000)
-            if remaining < 0 or not self.poller.poll(remaining):
-                return None
-            frame = self.reply_of(self.sock.recv())
-            if frame is not None:
-                return frame
+    def link_drops(self) -> int:
+        """Read the link events queued by the monitor; returns :attr:`drops`.
+        A caller that noted the count before sending knows its replies cannot
+        come once it grows."""
+        while int(self.monitor.get(zmq.EVENTS)) & zmq.POLLIN:
+            if recv_monitor_message(self.monitor)["event"] != zmq.EVENT_CONNECTED:
+                self.drops += 1
+        return self.drops
+
+    def lost(self, what: str) -> ConnectionLost:
+        """The error of a request whose link dropped while it waited."""
+        return ConnectionLost(
+            f"the connection to {self.endpoint} dropped while {what} waited for its reply "
+            "(the host stopped or restarted, or nothing listens there); retry on another host",
+            endpoint=self.endpoint)
 
     def reply_of(self, data: bytes) -> Frame | None:
         """The reply frame in ``data``; None for a push (handed to ``on_push``)
@@ -115,6 +146,8 @@ class Connection:
 
     def close(self) -> None:
         self.closed = True
+        self.sock.disable_monitor()
+        self.monitor.close(linger=0)
         self.sock.close(linger=0)
 
 
