@@ -33,6 +33,8 @@ PushHandler = Callable[[Frame], None]
 LINK_EVENTS = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
 """What a connection's monitor reports: a link up, a link down, a refused
 (re)connect (ZeroMQ retries every 100 ms while nothing listens)."""
+LINK_CHECK_MS = 100
+"""A request waiting for its reply reads its connection's monitor this often."""
 
 
 class Connection:
@@ -57,9 +59,8 @@ class Connection:
         self.sock.connect(endpoint)
         self.drops = 0
         """How often the link went down (dropped, or a (re)connect refused)."""
-        self.poller = zmq.Poller()
-        self.poller.register(self.sock, zmq.POLLIN)
-        self.poller.register(self.monitor, zmq.POLLIN)
+        self.sock_poller = zmq.Poller()
+        self.sock_poller.register(self.sock, zmq.POLLIN)
         """Kept for the connection's life (``Socket.poll`` builds a new Poller per call)."""
         self.on_push = on_push
         self._ids = RequestIds()
@@ -81,22 +82,22 @@ class Connection:
         """Send one request and wait for its reply; raise its error if any."""
         with self.lock:
             rid = self.next_request_id() if request_id is None else request_id
-            drops = self.link_drops()
+            drops = self.link_drops()  # older drops are not this request's
             self.send(command, body, rid)
             deadline = time.monotonic() + timeout_ms / 1000
             while True:
                 remaining = int((deadline - time.monotonic()) * 1000)
-                if remaining < 0 or not self.poller.poll(remaining):
+                if remaining < 0:
                     raise RequestTimeout(
                         f"{command.name} to {self.endpoint} got no reply within {timeout_ms} ms",
                         endpoint=self.endpoint, timeout_ms=timeout_ms)
-                try:
-                    data = self.sock.recv(zmq.NOBLOCK)
-                except zmq.Again:  # woken by the monitor: replies already here came first
+                # the DEALER alone (a second socket in the poll costs every
+                # request); the monitor is read whenever a slice passes quietly
+                if not self.sock_poller.poll(min(remaining, LINK_CHECK_MS)):
                     if self.link_drops() != drops:
-                        raise self.lost(command.name) from None
+                        raise self.lost(command.name)
                     continue
-                frame = self.reply_of(data)
+                frame = self.reply_of(self.sock.recv())
                 if frame is not None and frame.request_id == rid and frame.command == command:
                     if frame.is_error:
                         raise from_wire(frame.body)
@@ -136,7 +137,7 @@ class Connection:
         pushes go to ``on_push``, late replies to timed-out requests are
         discarded (used by subscribers between requests)."""
         with self.lock:
-            if not self.poller.poll(timeout_ms):
+            if not self.sock_poller.poll(timeout_ms):
                 return
             while True:
                 try:
