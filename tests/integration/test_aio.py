@@ -1,0 +1,177 @@
+"""The asyncio client (``zmqueue.aio``) against real hosts: the same calls
+and errors as the blocking client, long polls that leave the event loop free,
+coroutine handlers for push subscriptions, pipelines, and a clear error after
+close."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+import zmqueue
+import zmqueue.aio
+from tests.conftest import QueueCluster
+
+
+def addr(qcluster: QueueCluster) -> str:
+    return str(qcluster.factory.agent.http_addr)
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
+    """Poll ``check`` on the event loop until it holds, or fail after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        await asyncio.sleep(0.05)
+
+
+async def drain(q: zmqueue.aio.AsyncQueue, n: int, timeout_s: float = 20) -> dict[str, bytes]:
+    got: dict[str, bytes] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(got) < n and time.monotonic() < deadline:
+        msgs = await q.receive(max_messages=100, wait_time=1)
+        got.update((m.id, m.body) for m in msgs)
+        if msgs:
+            assert await q.delete_batch(msgs) == [None] * len(msgs)
+    return got
+
+
+def test_the_async_client_sends_receives_and_raises_what_the_blocking_one_does(
+        qcluster: QueueCluster) -> None:
+    name = qcluster.queue_name("aio")
+
+    async def main() -> None:
+        async with await zmqueue.aio.connect(addr(qcluster)) as client:
+            q = await client.create_queue(name, visibility_timeout=30, max_message_bytes=1024)
+            assert q.name == name and q.config.visibility_timeout_s == 30
+            assert name in await client.list_queues("aio-")
+            one = await q.send(b"one", attributes={"k": "v"})
+            more = await q.send_batch([b"two", b"three"])
+            msgs = await q.receive(max_messages=10, wait_time=2)
+            while len(msgs) < 3:  # the batch may sit apart from the single send
+                msgs += await q.receive(max_messages=10, wait_time=2)
+            assert {m.id for m in msgs} == {one, *more}
+            assert {m.body for m in msgs} == {b"one", b"two", b"three"}
+            assert next(m for m in msgs if m.id == one).attributes == {"k": "v"}
+            await q.change_visibility(msgs[0], 0)
+            assert await q.delete_batch(msgs[1:]) == [None, None]
+            again = await drain(q, 1)
+            assert list(again) == [msgs[0].id], "the message made visible again came back"
+            with pytest.raises(zmqueue.MessageTooLarge):
+                await q.send(b"x" * 2048)
+            with pytest.raises(zmqueue.InvalidReceipt):
+                await q.delete("not-a-receipt")
+            with pytest.raises(zmqueue.QueueNotFound):
+                await client.get_queue(name + "-missing")
+            assert (await q.stats())["total"] == 0
+            await client.delete_queue(name)
+
+    asyncio.run(main())
+
+
+def test_long_polls_wait_on_pool_threads_while_the_event_loop_goes_on(qcluster: QueueCluster) -> None:
+    name = qcluster.queue_name("aio-poll")
+
+    async def main() -> None:
+        async with await zmqueue.aio.connect(addr(qcluster), threads=8) as client:
+            q = await client.create_queue(name)
+            polls = [asyncio.create_task(q.receive(max_messages=1, wait_time=15)) for _ in range(4)]
+            ticks = 0
+            while ticks < 10:  # the loop is free while the four polls are parked
+                await asyncio.sleep(0.02)
+                ticks += 1
+            assert not any(p.done() for p in polls), "the polls returned before any message was sent"
+            sent = set(await q.send_batch([f"m{i}".encode() for i in range(4)]))
+            got = [m for msgs in await asyncio.wait_for(asyncio.gather(*polls), 30) for m in msgs]
+            got_ids = {m.id for m in got}
+            if len(got_ids) < 4:  # one poll may have merged several: the rest are buffered
+                got_ids |= set(await drain(q, 4 - len(got_ids)))
+            assert got_ids == sent
+
+    asyncio.run(main())
+
+
+def test_a_coroutine_handler_runs_on_the_loop_and_its_messages_are_deleted(qcluster: QueueCluster) -> None:
+    name = qcluster.queue_name("aio-push")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        handled: list[bytes] = []
+        on_loop: list[bool] = []
+
+        async def handler(m: zmqueue.Message) -> None:
+            on_loop.append(asyncio.get_running_loop() is loop)
+            await asyncio.sleep(0)
+            if m.body == b"bad" and m.receive_count == 1:
+                raise RuntimeError("fails once: comes back after its visibility timeout")
+            handled.append(m.body)
+
+        async with await zmqueue.aio.connect(addr(qcluster)) as client:
+            q = await client.create_queue(name, visibility_timeout=1)
+            async with await q.subscribe(handler, prefetch=5) as sub:
+                await q.send_batch([f"p{i}".encode() for i in range(20)] + [b"bad"])
+
+                async def all_handled() -> bool:
+                    return len(handled) >= 21
+
+                await until(all_handled, 30, "21 messages handled, the bad one on its second try")
+
+                async def deleted() -> bool:
+                    return (await q.stats())["total"] == 0
+
+                await until(deleted, 20, "every handled message deleted")
+                assert sub.sync.failed == 1
+            assert sorted(handled) == sorted([f"p{i}".encode() for i in range(20)] + [b"bad"])
+            assert on_loop and all(on_loop), "the coroutine handler ran on the test's event loop"
+
+    asyncio.run(main())
+
+
+def test_an_async_pipeline_confirms_every_send(qcluster: QueueCluster) -> None:
+    name = qcluster.queue_name("aio-pipe")
+
+    async def main() -> None:
+        async with await zmqueue.aio.connect(addr(qcluster)) as client:
+            q = await client.create_queue(name, partitions=2)
+            async with q.pipeline(window=16) as pipe:
+                pending = [await pipe.send(f"e{i}".encode()) for i in range(200)]
+            assert all(p.id and p.error is None for p in pending)
+            got = await drain(q, 200)
+            assert set(got) == {p.id for p in pending}
+            assert sorted(got.values()) == sorted(f"e{i}".encode() for i in range(200))
+            fifo = await client.create_queue(name + ".fifo", fifo=True)
+            with pytest.raises(zmqueue.InvalidParameter, match="FIFO"):
+                fifo.pipeline()
+
+    asyncio.run(main())
+
+
+def test_cancelled_polls_leave_the_client_working_and_close_is_clear(qcluster: QueueCluster) -> None:
+    name = qcluster.queue_name("aio-close")
+
+    async def main() -> None:
+        with pytest.raises(zmqueue.ConfigError, match="threads"):
+            await zmqueue.aio.connect(addr(qcluster), threads=0)
+        client = await zmqueue.aio.connect(addr(qcluster), threads=2)
+        q = await client.create_queue(name, visibility_timeout=1)
+        poll = asyncio.create_task(q.receive(wait_time=1))
+        await asyncio.sleep(0.05)
+        poll.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await poll
+        # the cancelled poll may still take this one on its thread: then it
+        # comes back after its visibility timeout
+        mid = await q.send(b"after the cancel")
+        assert list(await drain(q, 1)) == [mid]
+        await client.close()
+        await client.close()  # twice is fine
+        with pytest.raises(zmqueue.ClientClosed, match="closed"):
+            await q.send(b"too late")
+        with pytest.raises(zmqueue.ClientClosed):
+            q.pipeline()
+
+    asyncio.run(main())

@@ -1,0 +1,254 @@
+"""The client for asyncio programs: ``client = await zmqueue.aio.connect(...)``.
+
+Every coroutine runs one call of the blocking client (:mod:`zmqueue.client`)
+on a bounded pool of threads, the way Motor long served asyncio over PyMongo:
+the event loop never blocks, each pool thread has its own connections to the
+hosts (ADR 0004), and up to ``threads`` calls are in flight at once (a long
+poll holds its thread for its wait; more calls queue for a thread). Results,
+errors and retries are exactly the blocking client's.
+
+- Cancelling an ``await`` does not cancel the request: it finishes on its
+  thread and its result is dropped (a cancelled receive's messages come back
+  after their visibility timeout; a cancelled send may have been stored).
+- A push subscription's handler may be a coroutine function: it runs on the
+  event loop, and the subscription counts the message handled (and deletes
+  it, with ``auto_delete``) once the coroutine returns.
+- A pipeline (:meth:`AsyncQueue.pipeline`) lives on one thread of its own,
+  since its requests in flight share that thread's connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, TypeVar, cast
+
+from zmqueue.client.breaker import Guards
+from zmqueue.client.client import Client
+from zmqueue.client.client import connect as connect_blocking
+from zmqueue.client.models import AttributeValue, Message, OutgoingMessage
+from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
+from zmqueue.client.queue import Deletable, Queue
+from zmqueue.client.redrive import RedriveReport
+from zmqueue.client.subscription import Subscription
+from zmqueue.config import QueueConfig
+from zmqueue.errors import ClientClosed, ConfigError, ZmqueueError
+
+T = TypeVar("T")
+DEFAULT_THREADS = 16
+MAX_THREADS = 256
+
+Handler = Callable[[Message], None] | Callable[[Message], Awaitable[None]]
+
+
+async def connect(consul: str | Sequence[str] | None = None, *, threads: int = DEFAULT_THREADS,
+                  request_timeout: float = 10.0, retries: int = 4,
+                  curve_secret_file: str | None = None,
+                  curve_server_keys: str | dict[str, str] | None = None,
+                  guards: Guards | None = None, throttle_retries: int = 20) -> AsyncClient:
+    """Connect as :func:`zmqueue.connect` does (same options), for asyncio;
+    ``threads`` (1-256) bounds the calls in flight at once."""
+    if not 1 <= threads <= MAX_THREADS:
+        raise ConfigError(f"connect: threads must be 1 to {MAX_THREADS}, got {threads}", field="threads")
+    client = await asyncio.get_running_loop().run_in_executor(None, partial(
+        connect_blocking, consul, request_timeout=request_timeout, retries=retries,
+        curve_secret_file=curve_secret_file, curve_server_keys=curve_server_keys, guards=guards,
+        throttle_retries=throttle_retries))
+    return AsyncClient(client, threads)
+
+
+class AsyncClient:
+    """The asyncio face of a :class:`~zmqueue.client.client.Client` (``sync``)."""
+
+    def __init__(self, client: Client, threads: int = DEFAULT_THREADS) -> None:
+        self.sync = client
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="zmqueue-aio")
+        self.closed = False
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` on a pool thread (a blocking client call)."""
+        if self.closed:
+            raise ClientClosed("this zmqueue client is closed; connect again with zmqueue.aio.connect()")
+        return await asyncio.get_running_loop().run_in_executor(self._pool, partial(fn, *args, **kwargs))
+
+    async def create_queue(self, name: str, **settings: Any) -> AsyncQueue:
+        """Create a queue; ``settings`` as :meth:`Client.create_queue`'s."""
+        return AsyncQueue(self, await self.run(self.sync.create_queue, name, **settings))
+
+    async def get_queue(self, name: str) -> AsyncQueue:
+        """The queue named ``name``; QueueNotFound if there is none."""
+        return AsyncQueue(self, await self.run(self.sync.get_queue, name))
+
+    async def list_queues(self, prefix: str = "") -> list[str]:
+        return await self.run(self.sync.list_queues, prefix)
+
+    async def delete_queue(self, name: str) -> None:
+        await self.run(self.sync.delete_queue, name)
+
+    async def ping(self) -> list[dict[str, Any]]:
+        return await self.run(self.sync.ping)
+
+    async def close(self) -> None:
+        """New calls raise ClientClosed at once; calls queued for a thread are
+        cancelled, the running ones finish (each within its wait time plus
+        the request timeout), then the client's sockets and subscriptions are
+        closed."""
+        if self.closed:
+            return
+        self.closed = True
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, partial(self._pool.shutdown, wait=True, cancel_futures=True))
+        await loop.run_in_executor(None, self.sync.close)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncQueue:
+    """The asyncio face of a :class:`~zmqueue.client.queue.Queue` (``sync``):
+    the same calls, each a coroutine."""
+
+    def __init__(self, client: AsyncClient, queue: Queue) -> None:
+        self.client = client
+        self.sync = queue
+
+    @property
+    def name(self) -> str:
+        return self.sync.name
+
+    @property
+    def config(self) -> QueueConfig:
+        return self.sync.config
+
+    async def send(self, body: bytes | str, attributes: dict[str, AttributeValue] | None = None,
+                   delay: int | None = None, group_id: str | None = None,
+                   dedup_id: str | None = None) -> str:
+        return await self.client.run(self.sync.send, body, attributes, delay, group_id, dedup_id)
+
+    async def send_batch(self, items: Iterable[bytes | str | OutgoingMessage]) -> list[str]:
+        return await self.client.run(self.sync.send_batch, list(items))
+
+    async def receive(self, max_messages: int = 1, wait_time: float = 0,
+                      visibility_timeout: int | None = None) -> list[Message]:
+        return await self.client.run(self.sync.receive, max_messages, wait_time, visibility_timeout)
+
+    async def delete_and_receive(self, receipts: Iterable[Deletable], max_messages: int = 1,
+                                 wait_time: float = 0, visibility_timeout: int | None = None
+                                 ) -> tuple[list[ZmqueueError | None], list[Message]]:
+        return await self.client.run(self.sync.delete_and_receive, list(receipts), max_messages,
+                                     wait_time, visibility_timeout)
+
+    async def delete(self, receipt: Deletable) -> None:
+        await self.client.run(self.sync.delete, receipt)
+
+    async def delete_batch(self, receipts: Iterable[Deletable]) -> list[ZmqueueError | None]:
+        return await self.client.run(self.sync.delete_batch, list(receipts))
+
+    async def change_visibility(self, receipt: Deletable, timeout: int) -> None:
+        await self.client.run(self.sync.change_visibility, receipt, timeout)
+
+    async def purge(self) -> int:
+        return await self.client.run(self.sync.purge)
+
+    async def stats(self) -> dict[str, int]:
+        return await self.client.run(self.sync.stats)
+
+    async def redrive(self, to: str | None = None, max_messages: int | None = None,
+                      visibility_timeout: int = 60, wait_time: float = 1.0) -> RedriveReport:
+        return await self.client.run(self.sync.redrive, to, max_messages, visibility_timeout, wait_time)
+
+    def pipeline(self, window: int = DEFAULT_WINDOW) -> AsyncSendPipeline:
+        """Pipelined sends (standard queues), as :meth:`Queue.pipeline`:
+        ``await pipe.send(body)`` returns a PendingSend as soon as fewer than
+        ``window`` sends are unanswered; ``async with`` confirms them all."""
+        if self.client.closed:
+            raise ClientClosed("this zmqueue client is closed; connect again with zmqueue.aio.connect()")
+        return AsyncSendPipeline(self.sync, window)
+
+    async def subscribe(self, handler: Handler, prefetch: int = 10,
+                        visibility_timeout: int | None = None,
+                        auto_delete: bool = True) -> AsyncSubscription:
+        """Push subscription, as :meth:`Queue.subscribe`; a coroutine function
+        ``handler`` runs on this event loop (the subscription's thread waits
+        for it), a plain one on the subscription's thread."""
+        on_message: Callable[[Message], None]
+        if inspect.iscoroutinefunction(handler):
+            loop = asyncio.get_running_loop()
+            coro_handler = handler
+
+            def on_loop(msg: Message) -> None:
+                asyncio.run_coroutine_threadsafe(coro_handler(msg), loop).result()
+            on_message = on_loop
+        else:
+            on_message = cast(Callable[[Message], None], handler)
+        sub = await self.client.run(self.sync.subscribe, on_message, prefetch, visibility_timeout,
+                                    auto_delete)
+        return AsyncSubscription(sub)
+
+
+class AsyncSendPipeline:
+    """A :class:`~zmqueue.client.pipeline.SendPipeline` (``sync``) driven from
+    asyncio; it runs on one thread of its own (its requests in flight share
+    that thread's connections)."""
+
+    def __init__(self, queue: Queue, window: int) -> None:
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="zmqueue-aio-pipeline")
+        self.sync = SendPipeline(queue, window)
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, partial(fn, *args))
+
+    async def send(self, body: bytes | str, attributes: dict[str, AttributeValue] | None = None,
+                   delay: int | None = None) -> PendingSend:
+        return await self._run(self.sync.send, body, attributes, delay)
+
+    async def flush(self) -> list[PendingSend]:
+        return await self._run(self.sync.flush)
+
+    async def confirm_all(self) -> None:
+        await self._run(self.sync.confirm_all)
+
+    async def close(self) -> None:
+        await self._run(self.sync.close)
+        self._thread.shutdown(wait=False)
+
+    @property
+    def retried(self) -> int:
+        return self.sync.retried
+
+    async def __aenter__(self) -> AsyncSendPipeline:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        try:
+            if exc_type is None:
+                await self.confirm_all()
+        finally:
+            await self.close()
+
+
+class AsyncSubscription:
+    """A running :class:`~zmqueue.client.subscription.Subscription` (``sync``,
+    with its counters)."""
+
+    def __init__(self, sub: Subscription) -> None:
+        self.sync = sub
+
+    async def close(self) -> None:
+        """Stop it; waits (off the event loop) for a handler in progress."""
+        await asyncio.get_running_loop().run_in_executor(None, self.sync.close)
+
+    async def __aenter__(self) -> AsyncSubscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+__all__ = ["AsyncClient", "AsyncQueue", "AsyncSendPipeline", "AsyncSubscription", "connect"]
