@@ -52,6 +52,10 @@ class Scenario:
     producer: str = "single"
     """``single``: one ``send`` at a time; ``pipeline``: ``Queue.pipeline``
     with up to 8 sends in flight (standard queues), a failed one sent again."""
+    request_timeout_s: float = 1.5
+    """The client's request timeout. Short by default, so a frozen host costs
+    little; a long one shows that a killed host's requests fail over at once
+    (their connections drop) instead of waiting it out."""
 
 
 @dataclass
@@ -73,6 +77,8 @@ class Report:
     delete_errors: list[str] = field(default_factory=list)
     resubscribed: int = 0
     pipeline_retried: int = 0
+    max_send_s: float = 0.0
+    """The longest a send took to be acknowledged, retries included."""
 
     def summary(self) -> dict[str, Any]:
         s = self.scenario
@@ -87,7 +93,8 @@ class Report:
                 "delete_errors": self.delete_errors[:5],
                 "final_writers": self.final_writers, "consumer": s.consumer,
                 "resubscribed": self.resubscribed, "producer": s.producer,
-                "pipeline_retried": self.pipeline_retried,
+                "pipeline_retried": self.pipeline_retried, "max_send_s": round(self.max_send_s, 2),
+                "request_timeout_s": s.request_timeout_s,
                 "problems": self.problems, "elapsed_s": round(self.elapsed_s, 1)}
 
 
@@ -154,6 +161,7 @@ class ChaosRun:
                 group = f"g{i % self.s.groups}" if self.s.fifo else None
                 dedup = f"m{i}" if self.s.fifo else None
                 while not self.stop.is_set():
+                    started = time.monotonic()
                     try:
                         mid = q.send(f"{i}".encode(), group_id=group, dedup_id=dedup)
                     except zmqueue.ZmqueueError:
@@ -163,6 +171,7 @@ class ChaosRun:
                     with self.lock:
                         self.report.acked[i] = mid
                         self.last_ack = time.monotonic()
+                        self.report.max_send_s = max(self.report.max_send_s, self.last_ack - started)
                     break
                 time.sleep(0.01)
         finally:
@@ -180,6 +189,7 @@ class ChaosRun:
                 if p.id is not None:
                     self.report.acked[i] = p.id
                     self.last_ack = time.monotonic()
+                    self.report.max_send_s = max(self.report.max_send_s, p.done_at - p.sent_at)
                 else:
                     self.report.send_errors += 1
                     todo.append(i)
@@ -322,7 +332,8 @@ class ChaosRun:
     def run(self) -> Report:
         started = time.monotonic()
         self.start_hosts()
-        with zmqueue.connect(self.agent.http_addr, request_timeout=1.5, retries=6) as client:
+        with zmqueue.connect(self.agent.http_addr, request_timeout=self.s.request_timeout_s,
+                             retries=6) as client:
             q = client.create_queue(self.queue_name, fifo=self.s.fifo, replication_factor=3,
                                     sync_replication=self.s.sync, visibility_timeout=5)
             consume = self.consume_push if self.s.consumer == "push" else self.consume
@@ -359,6 +370,9 @@ def check(r: Report) -> None:
     for mid, num, at in r.deliveries:
         by_id[mid].append((num, at))
     r.lost = sorted(i for i, mid in r.acked.items() if mid not in by_id)
+    if s.fault.startswith("kill") and s.request_timeout_s >= 10 and r.max_send_s >= s.request_timeout_s:
+        r.problems.append(f"a send took {r.max_send_s:.1f} s: it waited out the {s.request_timeout_s} s "
+                          "request timeout although its host was killed (its connection dropped)")
     if r.lost and s.sync:
         r.problems.append(f"{len(r.lost)} acknowledged sends lost: {r.lost[:10]}")
     for mid, ds in by_id.items():

@@ -17,7 +17,8 @@ from zmqueue.localcluster import ConsulAgent
 SEED = int(os.environ.get("ZMQUEUE_CHAOS_SEED", "0"))
 
 CI_SCENARIOS = [
-    Scenario("fifo-sync-kill-writer", fifo=True, sync=True, fault="kill_writer", seed=101),
+    Scenario("fifo-sync-kill-writer", fifo=True, sync=True, fault="kill_writer", seed=101,
+             request_timeout_s=30),
     Scenario("fifo-sync-freeze-writer", fifo=True, sync=True, fault="freeze_writer", seed=102,
              carry_deletes=True),
     Scenario("std-sync-kill-random", fifo=False, sync=True, fault="kill_random", seed=103,
@@ -31,7 +32,7 @@ CI_SCENARIOS = [
     Scenario("std-sync-kill-random-push", fifo=False, sync=True, fault="kill_random", seed=109,
              consumer="push"),
     Scenario("std-sync-kill-writer-pipeline", fifo=False, sync=True, fault="kill_writer", seed=110,
-             producer="pipeline"),
+             producer="pipeline", request_timeout_s=30),
 ]
 
 
