@@ -1,8 +1,8 @@
-"""A host that dies (kill -9) while requests wait on it: its client
-connections drop, and the requests fail over at once instead of waiting out a
-long request timeout (60 s here, so waiting for it would fail these tests).
-The host is frozen (SIGSTOP) first, so the requests are surely in flight to it
-when it dies."""
+"""A host that dies (kill -9) or freezes (SIGSTOP) while requests wait on
+it: its client connections drop (at once, or after 3 s of missed heartbeats),
+and the requests fail over instead of waiting out a long request timeout
+(60 s here, so waiting for it would fail these tests). The host is frozen
+first, so the requests are surely in flight to it when it dies."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def taker_of(q: zmqueue.Queue, hs: list[HostProcess]) -> HostProcess:
 
 def finished(t: threading.Thread, outcome: list[T | BaseException]) -> T:
     t.join(timeout=FAILOVER_DEADLINE_S)
-    assert not t.is_alive(), f"still waiting {FAILOVER_DEADLINE_S} s after its host died"
+    assert not t.is_alive(), f"still waiting {FAILOVER_DEADLINE_S} s after its host died or froze"
     if isinstance(outcome[0], BaseException):
         raise outcome[0]
     return outcome[0]
@@ -114,3 +114,30 @@ def test_a_pipeline_retries_its_sends_in_flight_to_a_killed_host_at_once(
     assert len(ids) == 16
     got = drain_until(q, ids, timeout_s=40)
     assert ids <= set(got), f"lost {len(ids - set(got))} confirmed messages"
+
+
+def test_a_send_waiting_on_a_frozen_host_fails_over_when_its_heartbeats_stop(
+        hosts: HostFactory, consul_agent: ConsulAgent, patient_client: zmqueue.Client) -> None:
+    hs = three_hosts(hosts, consul_agent)
+    q = patient_client.create_queue("frozen", replication_factor=3, sync_replication=True)
+    taker = taker_of(q, hs)
+    warm, go = threading.Event(), threading.Event()
+
+    def two_sends() -> tuple[str, str]:
+        first = q.send(b"before the freeze")  # this thread's connection to the taker is up
+        warm.set()
+        go.wait(30)
+        return first, q.send(b"past the frozen host")
+
+    t, outcome = in_thread(two_sends)
+    try:
+        assert warm.wait(30), "the first send was not acknowledged"
+        taker.freeze()  # alive, connections open, answering nothing (not even ZMTP PINGs)
+        go.set()
+        first, second = finished(t, outcome)
+        ids = {first, second}
+        got = drain_until(q, ids, timeout_s=40)
+        assert ids <= set(got), "both acknowledged sends are there"
+    finally:
+        go.set()
+        taker.thaw()

@@ -11,8 +11,11 @@ drops (the host process died or restarted: its kernel closed the TCP
 connection) or a (re)connect is refused (nothing listens there), the replies
 to the requests in flight cannot come, so they fail at once with
 :class:`~zmqueue.errors.ConnectionLost` instead of after the request timeout.
-A host that hangs without dropping its connections (SIGSTOP, a frozen VM)
-still costs the timeout.
+A frozen host (SIGSTOP, a stalled VM: its ZeroMQ I/O thread stops too) keeps
+its connections open but stops answering the connection's ZMTP heartbeats, so
+the link is dropped after ``HEARTBEAT_TIMEOUT_MS`` and counts the same way. A
+host whose process runs but whose request loop is stuck still answers
+heartbeats: that costs the request timeout.
 """
 
 from __future__ import annotations
@@ -35,6 +38,14 @@ LINK_EVENTS = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_R
 (re)connect (ZeroMQ retries every 100 ms while nothing listens)."""
 LINK_CHECK_MS = 100
 """A request waiting for its reply reads its connection's monitor this often."""
+HEARTBEAT_IVL_MS = 1000
+HEARTBEAT_TIMEOUT_MS = 3000
+"""A ZMTP PING every second; a link with no traffic for 3 s after one is
+dropped (the host's I/O thread answers PINGs by itself, busy or not, so only
+a frozen process misses them)."""
+HANDSHAKE_IVL_MS = 3000
+"""A (re)connect whose ZMTP handshake does not finish in 3 s is dropped (the
+kernel of a frozen host still accepts TCP connections)."""
 
 
 class Connection:
@@ -48,6 +59,9 @@ class Connection:
         self.sock.setsockopt(zmq.SNDHWM, 10_000)
         self.sock.setsockopt(zmq.RCVHWM, 100_000)
         self.sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
+        self.sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+        self.sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+        self.sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_IVL_MS)
         if curve is not None:  # zmqueue.security.curve.CurveKeys
             try:
                 curve.client(self.sock, endpoint)
@@ -116,7 +130,7 @@ class Connection:
         """The error of a request whose link dropped while it waited."""
         return ConnectionLost(
             f"the connection to {self.endpoint} dropped while {what} waited for its reply "
-            "(the host stopped or restarted, or nothing listens there); retry on another host",
+            "(the host stopped, froze or restarted, or nothing listens there); retry on another host",
             endpoint=self.endpoint)
 
     def reply_of(self, data: bytes) -> Frame | None:
