@@ -20,7 +20,7 @@ CI_SCENARIOS = [
     Scenario("fifo-sync-kill-writer", fifo=True, sync=True, fault="kill_writer", seed=101,
              request_timeout_s=30),
     Scenario("fifo-sync-freeze-writer", fifo=True, sync=True, fault="freeze_writer", seed=102,
-             carry_deletes=True),
+             carry_deletes=True, request_timeout_s=30),
     Scenario("std-sync-kill-random", fifo=False, sync=True, fault="kill_random", seed=103,
              carry_deletes=True),
     Scenario("std-sync-kill-two", fifo=False, sync=True, fault="kill_two", seed=104),
