@@ -4,8 +4,10 @@ It starts a Consul dev agent and hosts (as ``zmqueue up`` does), creates a
 standard and a FIFO queue, moves a few thousand messages through them with a
 progress bar, compares single sends one at a time with pipelined ones (many in
 flight), shows a visibility timeout expiring and a message landing in a
-dead-letter queue and being redriven back, prints a summary and the Consul UI
-address, then stops every process it started.
+dead-letter queue and being redriven back, kills (kill -9) the host that takes
+a replicated queue's pipelined sends half way through them and checks that
+every confirmed message arrives, then starts it again, prints a summary and
+the Consul UI address, and stops every process it started.
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 import zmqueue
 from zmqueue.cli.common import console, hosts_table, interrupt_on_signals
+
+if TYPE_CHECKING:
+    from zmqueue.localcluster import LocalCluster
 
 
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
@@ -113,6 +118,40 @@ def show_visibility_and_dlq(client: zmqueue.Client) -> list[str]:
     return notes
 
 
+def show_failover(client: zmqueue.Client, cluster: LocalCluster, n: int = 2000) -> bool:
+    """Pipelined sends to a queue with 3 replicas; the host taking them is
+    killed (kill -9) half way, then started again. Every confirmed message is
+    received; True if so."""
+    q = client.create_queue("demo-failover", replication_factor=3, sync_replication=True)
+    taker_ep = q.routes.for_send(0)[0]
+    node = next(n for n, ep in q.routes.part(0).endpoints.items() if ep == taker_ep)
+    with q.pipeline(window=16) as pipe:
+        pending = [pipe.send(f"event {i}".encode()) for i in range(n // 2)]
+        cluster.host(node).kill9()
+        pending += [pipe.send(f"event {i}".encode()) for i in range(n // 2, n)]
+    longest = max(p.done_at - p.sent_at for p in pending)
+    confirmed = {p.id for p in pending if p.id}
+    got: dict[str, bytes] = {}
+    deadline = time.monotonic() + 60
+    while not confirmed <= got.keys() and time.monotonic() < deadline:
+        msgs = q.receive(max_messages=100, wait_time=1)
+        got.update((m.id, m.body) for m in msgs)
+        if msgs:
+            q.delete_batch(msgs)
+    console.print(f"  kill -9 of {node} (it took the sends) after {n // 2} of {n} pipelined sends: "
+                  f"{len(confirmed)} confirmed, {pipe.retried} sent again to another replica, the "
+                  f"longest took {longest:.2f} s (request timeout {client.request_timeout_ms / 1000:.0f} s: "
+                  f"the dead host's connection dropped)")
+    lost = len(confirmed - got.keys())
+    console.print(f"  received {len(confirmed & got.keys())} of the {len(confirmed)} confirmed "
+                  f"({lost} lost, {len(got) - len(set(got.values()))} stored twice)")
+    with console.status(f"starting {node} again..."):
+        cluster.restart_host(node)
+        cluster.wait_passing(nodes=[node])
+    console.print(f"  {node} started again from its data directory and is passing")
+    return lost == 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from zmqueue.localcluster import LocalCluster
 
@@ -139,6 +178,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
             show_pipeline(client.get_queue("demo-standard"))
             console.print("[bold]visibility timeout and dead-letter queue[/]")
             show_visibility_and_dlq(client)
+            if args.hosts >= 3:
+                console.print("[bold]a host killed while sends flow[/] (demo-failover: 3 replicas, sync)")
+                if not show_failover(client, cluster):
+                    console.print("[red]confirmed messages were lost: please report this[/]")
+                    return 1
             console.print(summary)
             console.print(f"queues: {', '.join(client.list_queues())}")
         console.print(f"Consul UI: [bold]{cluster.ui_url}[/] (services: zmqueue; KV: zmqueue/)")

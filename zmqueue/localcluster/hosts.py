@@ -130,6 +130,14 @@ class LocalCluster:
     def host(self, node: str) -> HostProcess:
         return next(h for h in self.hosts if h.node == node)
 
+    def restart_host(self, node: str) -> HostProcess:
+        """Start a host that was stopped or killed again, from its data directory."""
+        old = self.host(node)
+        if old.alive():
+            raise StartupError(f"host {node} is still running (pid {old.pid}); stop it first")
+        self.hosts.remove(old)
+        return self.add_host(old.cluster, node)
+
     def consul_client(self) -> ConsulClient:
         assert self.consul_addr is not None
         return ConsulClient([self.consul_addr], timeout_s=2.0)
