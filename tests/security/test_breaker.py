@@ -186,7 +186,8 @@ def test_a_request_whose_peer_closes_its_socket_fails_at_once_with_connection_lo
         assert isinstance(outcome[0], ConnectionLost), outcome
         assert isinstance(outcome[0], RequestTimeout), "retried like a timeout"
         assert outcome[0].details["endpoint"] == peer.endpoint
-        assert "dropped" in outcome[0].message
+        assert "the connection dropped" in outcome[0].message
+        assert outcome[0].details["reason"].startswith("the connection dropped")
         # nothing listens there now: the next request fails at a refused reconnect
         t, outcome = _request_in_thread(conn, 60_000)
         t.join(timeout=20)
@@ -216,6 +217,7 @@ def test_a_request_to_an_address_where_nothing_listens_fails_with_connection_los
         t.join(timeout=20)
         assert not t.is_alive(), "a refused connect waited for the 60 s request timeout"
         assert isinstance(errors[0], ConnectionLost), errors
+        assert "nothing accepts connections there" in errors[0].message
         breaker, _ = client.guards.for_endpoint(f"tcp://127.0.0.1:{port}")
         assert breaker.failures == 1, "a lost connection counts against the host's circuit"
     finally:

@@ -30,5 +30,5 @@ def test_a_secured_local_cluster_serves_its_registered_client_only(
             out = capsys.readouterr().out
             assert '"body": "from the cli"' in out
         with zmqueue.connect(lc.consul_addr, request_timeout=1, retries=0) as plain, \
-                pytest.raises(RequestTimeout):
+                pytest.raises(RequestTimeout, match="CURVE is on at one end only"):
             plain.ping()

@@ -33,9 +33,24 @@ from zmqueue.errors import ConnectionLost, ProtocolError, RequestTimeout, Zmqueu
 from zmqueue.protocol import Command, Frame, RequestIds, new_request_id
 
 PushHandler = Callable[[Frame], None]
-LINK_EVENTS = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
+HANDSHAKE_FAILED: dict[int, str] = {
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH: "the host refused this client's CURVE key (ZAP status {value}): "
+                                     "register its public key (zmqueue keys register) or check "
+                                     "curve_secret_file",
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "the security handshake failed: CURVE is on at one end only "
+                                         "(pass curve_secret_file to a secured system), or the host's "
+                                         "public key given in curve_server_keys is wrong",
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "the handshake did not finish in time: the host is frozen, "
+                                          "or CURVE is on at one end only (pass curve_secret_file to "
+                                          "a secured system)",
+}
+"""Why a link failed its ZMTP handshake, as a user can act on it."""
+LINK_EVENTS = (zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
+               | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+               | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
 """What a connection's monitor reports: a link up, a link down, a refused
-(re)connect (ZeroMQ retries every 100 ms while nothing listens)."""
+(re)connect (ZeroMQ retries every 100 ms while nothing listens), a failed
+handshake (followed by a link down)."""
 LINK_CHECK_MS = 100
 """A request waiting for its reply reads its connection's monitor this often."""
 HEARTBEAT_IVL_MS = 1000
@@ -73,6 +88,8 @@ class Connection:
         self.sock.connect(endpoint)
         self.drops = 0
         """How often the link went down (dropped, or a (re)connect refused)."""
+        self.why: str | None = None
+        """What the last drop was, as the monitor told it (None while the link is up)."""
         self.sock_poller = zmq.Poller()
         self.sock_poller.register(self.sock, zmq.POLLIN)
         """Kept for the connection's life (``Socket.poll`` builds a new Poller per call)."""
@@ -122,16 +139,25 @@ class Connection:
         A caller that noted the count before sending knows its replies cannot
         come once it grows."""
         while int(self.monitor.get(zmq.EVENTS)) & zmq.POLLIN:
-            if recv_monitor_message(self.monitor)["event"] != zmq.EVENT_CONNECTED:
+            event = recv_monitor_message(self.monitor)
+            kind = event["event"]
+            if kind == zmq.EVENT_CONNECTED:  # TCP is up; a handshake failure may follow
+                self.why = None
+            elif kind in HANDSHAKE_FAILED:
+                self.why = HANDSHAKE_FAILED[kind].format(value=event["value"])
+            elif kind == zmq.EVENT_DISCONNECTED:
                 self.drops += 1
+                self.why = self.why or "the connection dropped (the host stopped, froze or restarted)"
+            else:  # EVENT_CONNECT_RETRIED: after a drop, or a refused connect
+                self.drops += 1
+                self.why = self.why or "nothing accepts connections there (the host is down)"
         return self.drops
 
     def lost(self, what: str) -> ConnectionLost:
         """The error of a request whose link dropped while it waited."""
-        return ConnectionLost(
-            f"the connection to {self.endpoint} dropped while {what} waited for its reply "
-            "(the host stopped, froze or restarted, or nothing listens there); retry on another host",
-            endpoint=self.endpoint)
+        why = self.why or "the connection dropped"
+        return ConnectionLost(f"{what} to {self.endpoint} got no reply: {why}", endpoint=self.endpoint,
+                              reason=why)
 
     def reply_of(self, data: bytes) -> Frame | None:
         """The reply frame in ``data``; None for a push (handed to ``on_push``)
