@@ -110,6 +110,10 @@ def test_a_receive_waits_out_the_restart_of_the_only_host_serving_the_queue(
             return not q._receive_targets()
 
         wait_for(no_targets, 30, "routes without a host serving the queue")
+        # stats with no host to ask: a clear Unavailable, not an empty answer
+        with zmqueue.connect(consul_agent.http_addr, request_timeout=1) as impatient, \
+                pytest.raises(zmqueue.Unavailable, match="no reachable host"):
+            impatient.get_queue("wait-out").stats()
         restarter = threading.Thread(target=start_passing, args=(hosts, consul_agent),
                                      kwargs={"old": serving})
         restarter.start()
@@ -124,3 +128,4 @@ def test_a_receive_waits_out_the_restart_of_the_only_host_serving_the_queue(
 
         wait_for(kept, 30, "the stored message received after the restart")
         assert [m.body for m in got] == [b"kept"]
+        assert q.stats()["in_flight"] == 1

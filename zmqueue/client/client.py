@@ -28,6 +28,7 @@ from zmqueue.controlplane.discovery import HostInfo, list_hosts
 from zmqueue.errors import (
     ClientClosed,
     ConfigError,
+    ConnectionLost,
     ConsulUnavailable,
     NotLeader,
     QueueNotFound,
@@ -203,10 +204,15 @@ class Client:
                 raise
 
     def any_host(self, command: Command, body: Any) -> Any:
-        """Send an administrative request to any healthy host, failing over."""
+        """Send an administrative request to any healthy host, failing over:
+        at least ``retries + 1`` attempts, and for at least the request timeout
+        when they fail fast (a lost connection: a host restarting, say)."""
         rid = None
         last: ZmqueueError | None = None
-        for attempt in range(self.retries + 1):
+        give_up_at = time.monotonic() + self.request_timeout_ms / 1000
+        attempt = -1
+        while ((attempt := attempt + 1) < self.retries + 1
+               or (isinstance(last, ConnectionLost) and time.monotonic() < give_up_at)):
             hosts = self.hosts(refresh=attempt > 0)
             if not hosts:
                 last = Unavailable("no healthy zmqueue host is registered in Consul at "
@@ -218,7 +224,10 @@ class Client:
             rid = rid or conn.next_request_id()
             try:
                 return self.request(host.client_endpoint, command, body, rid)
-            except (RequestTimeout, NotLeader) as exc:
+            except ConnectionLost as exc:  # failed fast: give a restarting host a moment
+                last = exc
+                time.sleep(min(1.0, 0.1 * 2**attempt))
+            except (RequestTimeout, NotLeader) as exc:  # a timeout has waited already
                 last = exc
             except Unavailable as exc:
                 last = exc

@@ -585,11 +585,27 @@ class Queue:
         _outcomes(idxs, reply["results"], out)
 
     # --- whole queue -----------------------------------------------------------------
+    def _serving(self, p: int) -> list[str]:
+        """The hosts that write partition ``p``'s streams (else its replicas).
+        With none known (a host restarting: its replacement is not in the
+        routes yet), the routes are re-read with back-off until one is, for at
+        most the request timeout; then Unavailable, never an empty answer."""
+        deadline = time.monotonic() + self.client.request_timeout_ms / 1000
+        attempt = 0
+        while not (eps := self.routes.for_receive(p) or self.routes.all_endpoints(p)):
+            if time.monotonic() >= deadline:
+                raise Unavailable(f"partition {p} of {self.name!r} has no reachable host now; "
+                                  "retry once its hosts are up (zmqueue status)", queue=self.name)
+            self.refresh()
+            time.sleep(backoff(attempt))
+            attempt += 1
+        return eps
+
     def purge(self) -> int:
         """Delete every message of the queue; returns how many were removed."""
         n = 0
         for p in range(self.config.partitions):
-            for ep in self.routes.for_receive(p) or self.routes.all_endpoints(p):
+            for ep in self._serving(p):
                 n += self.call(p, Command.PURGE_QUEUE, {"q": self.name, "p": p},
                                partial(list, [ep]))["purged"]
         return n
@@ -599,7 +615,7 @@ class Queue:
         (each stream counted by the host that writes it)."""
         total: dict[str, int] = {}
         for p in range(self.config.partitions):
-            for ep in self.routes.for_receive(p) or self.routes.all_endpoints(p):
+            for ep in self._serving(p):
                 reply = self.call(p, Command.QUEUE_STATS, {"q": self.name, "p": p, "own": True},
                                   partial(list, [ep]))
                 for k, v in reply.items():
