@@ -184,10 +184,8 @@ class SendPipeline:
                     self._slots[endpoint] = bulkhead
                 conn = client.connection(endpoint)
                 if conn.sock not in self._conns:
-                    self._drops[endpoint] = conn.link_drops()
-                    for sock in (conn.sock, conn.monitor):
-                        self._conns[sock] = (endpoint, conn)
-                        self._poller.register(sock, zmq.POLLIN)
+                    self._drops[endpoint] = conn.watch(self._poller)
+                    self._conns[conn.sock] = self._conns[conn.monitor] = (endpoint, conn)
                 pending.request_id = pending.request_id or conn.next_request_id()
                 conn.send(Command.SEND, self._body(pending), pending.request_id)
             except CircuitOpen:
@@ -302,8 +300,9 @@ class SendPipeline:
             self.on_done(pending)
 
     def _forget_sockets(self) -> None:
-        for sock in self._conns:
-            self._poller.unregister(sock)
+        for sock, (_, conn) in self._conns.items():
+            if sock is conn.sock:
+                conn.unwatch(self._poller)
         self._conns.clear()
         self._drops.clear()
 

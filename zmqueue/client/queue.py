@@ -449,10 +449,8 @@ class Queue:
                 asked.add(ep)
             conn = self.client.connection(ep)
             if conn.sock not in socks:
-                drops[ep] = conn.link_drops()
-                for sock in (conn.sock, conn.monitor):
-                    socks[sock] = conn
-                    poller.register(sock, zmq.POLLIN)
+                drops[ep] = conn.watch(poller)
+                socks[conn.sock] = socks[conn.monitor] = conn
             rid = conn.next_request_id()
             conn.send(Command.RECEIVE, {**body, "p": p, "wait_ms": wait_ms}, rid)
             pending[rid] = (p, ep)

@@ -140,9 +140,7 @@ class Subscription:
             conn.close()
             raise
         self.conns[key] = (conn, sub_id)
-        self._link_drops[key] = conn.link_drops()
-        self._poller.register(conn.sock, zmq.POLLIN)
-        self._poller.register(conn.monitor, zmq.POLLIN)
+        self._link_drops[key] = conn.watch(self._poller)
 
     def _drop(self, key: SubKey, why: str, unsubscribe: bool = False) -> None:
         """Forget the host of ``key`` (``unsubscribe``: tell it, unless it has
@@ -150,8 +148,7 @@ class Subscription:
         handled, their deletes go as DELETE."""
         conn, sub_id = self.conns.pop(key)
         del self._link_drops[key]
-        self._poller.unregister(conn.sock)
-        self._poller.unregister(conn.monitor)
+        conn.unwatch(self._poller)
         if unsubscribe and not self.queue.client.guards.for_endpoint(key[1])[0].failures:
             with contextlib.suppress(ZmqueueError):
                 conn.request(Command.UNSUBSCRIBE, {"sub": sub_id}, CONTROL_TIMEOUT_MS)

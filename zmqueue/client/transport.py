@@ -153,6 +153,18 @@ class Connection:
                 self.why = self.why or "nothing accepts connections there (the host is down)"
         return self.drops
 
+    def watch(self, poller: zmq.Poller) -> int:
+        """Register the DEALER and its link monitor with ``poller`` (a wait over
+        several connections); returns :meth:`link_drops`, the baseline for
+        the requests sent after."""
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(self.monitor, zmq.POLLIN)
+        return self.link_drops()
+
+    def unwatch(self, poller: zmq.Poller) -> None:
+        poller.unregister(self.sock)
+        poller.unregister(self.monitor)
+
     def lost(self, what: str) -> ConnectionLost:
         """The error of a request whose link dropped while it waited."""
         why = self.why or "the connection dropped"
