@@ -12,7 +12,9 @@ errors and retries are exactly the blocking client's.
   after their visibility timeout; a cancelled send may have been stored).
 - A push subscription's handler may be a coroutine function: it runs on the
   event loop, and the subscription counts the message handled (and deletes
-  it, with ``auto_delete``) once the coroutine returns.
+  it, with ``auto_delete``) once the coroutine returns. If the loop is closed
+  while the subscription runs, it stops by itself (the message in hand comes
+  back after its visibility timeout) instead of failing every message.
 - A pipeline (:meth:`AsyncQueue.pipeline`) lives on one thread of its own,
   since its requests in flight share that thread's connections.
 """
@@ -20,7 +22,9 @@ errors and retries are exactly the blocking client's.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -37,6 +41,7 @@ from zmqueue.client.subscription import Subscription
 from zmqueue.config import QueueConfig
 from zmqueue.errors import ClientClosed, ConfigError, ZmqueueError
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 DEFAULT_THREADS = 16
 MAX_THREADS = 256
@@ -178,17 +183,41 @@ class AsyncQueue:
         ``handler`` runs on this event loop (the subscription's thread waits
         for it), a plain one on the subscription's thread."""
         on_message: Callable[[Message], None]
+        started: list[Subscription] = []
         if inspect.iscoroutinefunction(handler):
             loop = asyncio.get_running_loop()
             coro_handler = handler
 
+            def orphaned() -> RuntimeError:
+                """The program's loop ended without closing this subscription."""
+                log.warning("subscription to %r stops: its event loop was closed; the message in "
+                            "hand comes back after its visibility timeout", self.name)
+                for sub in started:
+                    sub.stopped.set()
+                return RuntimeError("the subscription's event loop was closed")
+
             def on_loop(msg: Message) -> None:
-                asyncio.run_coroutine_threadsafe(coro_handler(msg), loop).result()
+                if loop.is_closed():
+                    raise orphaned()
+                coro = coro_handler(msg)
+                try:
+                    done = asyncio.run_coroutine_threadsafe(coro, loop)
+                except RuntimeError:  # closed just now
+                    coro.close()
+                    raise orphaned() from None
+                while True:
+                    try:
+                        done.result(timeout=1.0)
+                        return
+                    except concurrent.futures.TimeoutError:
+                        if loop.is_closed():
+                            raise orphaned() from None
             on_message = on_loop
         else:
             on_message = cast(Callable[[Message], None], handler)
         sub = await self.client.run(self.sync.subscribe, on_message, prefetch, visibility_timeout,
                                     auto_delete)
+        started.append(sub)
         return AsyncSubscription(sub)
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
 import zmqueue
 import zmqueue.aio
-from tests.conftest import QueueCluster
+from tests.conftest import QueueCluster, wait_for
 
 
 def addr(qcluster: QueueCluster) -> str:
@@ -175,3 +176,33 @@ def test_cancelled_polls_leave_the_client_working_and_close_is_clear(qcluster: Q
             q.pipeline()
 
     asyncio.run(main())
+
+
+def test_a_subscription_whose_event_loop_ended_stops_instead_of_failing_every_message(
+        qcluster: QueueCluster) -> None:
+    name = qcluster.queue_name("aio-orphan")
+    left: dict[str, Any] = {}
+
+    async def main() -> None:  # ends without closing its client or subscription
+        client = await zmqueue.aio.connect(addr(qcluster))
+        q = await client.create_queue(name, visibility_timeout=1, dead_letter_queue=name + "-dlq",
+                                      max_receive_count=2)
+
+        async def handler(m: zmqueue.Message) -> None:
+            raise AssertionError("never called: the loop is gone when messages come")
+
+        left["client"], left["sub"] = client, await q.subscribe(handler, prefetch=1)
+
+    asyncio.run(main())
+    sub = left["sub"].sync
+    try:
+        q = qcluster.client.get_queue(name)
+        mid = q.send(b"after the loop ended")
+        wait_for(lambda: sub.stopped.is_set(), 20, "the subscription stopped by itself")
+        assert sub.handled == 0 and sub.failed == 1
+        # it came back after its visibility timeout, not dead-lettered by failures
+        [m] = wait_for(lambda: q.receive(wait_time=1), 20, "the message back in its queue")
+        assert m.id == mid and m.receive_count == 2
+        q.delete(m)
+    finally:
+        left["client"].sync.close()
