@@ -90,6 +90,10 @@ class Connection:
         """How often the link went down (dropped, or a (re)connect refused)."""
         self.why: str | None = None
         """What the last drop was, as the monitor told it (None while the link is up)."""
+        self.refused = False
+        """The host refused the handshake (a CURVE key or mechanism): ZeroMQ does
+        not reconnect after that, so every request fails at once; a new
+        connection tries again."""
         self.sock_poller = zmq.Poller()
         self.sock_poller.register(self.sock, zmq.POLLIN)
         """Kept for the connection's life (``Socket.poll`` builds a new Poller per call)."""
@@ -105,6 +109,9 @@ class Connection:
         try:
             self.sock.send(protocol.encode_request(command, request_id, body), zmq.NOBLOCK)
         except zmq.Again:
+            # no pipe to queue in: a refused handshake took it (its event may lag a little)
+            if self.refused or (self.monitor.poll(LINK_CHECK_MS) and self.link_drops() and self.refused):
+                raise self.lost(command.name) from None
             raise RequestTimeout(f"send queue to {self.endpoint} is full; the host is not reading",
                                  endpoint=self.endpoint) from None
 
@@ -114,6 +121,8 @@ class Connection:
         with self.lock:
             rid = self.next_request_id() if request_id is None else request_id
             drops = self.link_drops()  # older drops are not this request's
+            if self.refused:
+                raise self.lost(command.name)
             self.send(command, body, rid)
             deadline = time.monotonic() + timeout_ms / 1000
             while True:
@@ -145,6 +154,7 @@ class Connection:
                 self.why = None
             elif kind in HANDSHAKE_FAILED:
                 self.why = HANDSHAKE_FAILED[kind].format(value=event["value"])
+                self.refused = kind != zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
             elif kind == zmq.EVENT_DISCONNECTED:
                 self.drops += 1
                 self.why = self.why or "the connection dropped (the host stopped, froze or restarted)"
