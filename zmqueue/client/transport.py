@@ -110,7 +110,9 @@ class Connection:
             self.sock.send(protocol.encode_request(command, request_id, body), zmq.NOBLOCK)
         except zmq.Again:
             # no pipe to queue in: a refused handshake took it (its event may lag a little)
-            if self.refused or (self.monitor.poll(LINK_CHECK_MS) and self.link_drops() and self.refused):
+            if not self.refused and self.monitor.poll(LINK_CHECK_MS):
+                self.link_drops()
+            if self.refused:
                 raise self.lost(command.name) from None
             raise RequestTimeout(f"send queue to {self.endpoint} is full; the host is not reading",
                                  endpoint=self.endpoint) from None
