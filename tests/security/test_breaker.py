@@ -18,7 +18,7 @@ from zmqueue import protocol
 from zmqueue.client.breaker import BulkheadFull, CircuitOpen, Guards
 from zmqueue.client.client import Client
 from zmqueue.client.queue import Queue
-from zmqueue.client.transport import Connection
+from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.errors import ConnectionLost, RequestTimeout
 from zmqueue.protocol import Command
 
@@ -240,4 +240,48 @@ def test_a_reply_that_came_before_the_connection_dropped_is_still_returned() -> 
         assert outcome == [{"pong": True}]
     finally:
         conn.close()
+        ctx.term()
+
+
+def test_a_link_watch_reports_the_dropped_link_and_forgets_a_removed_connection() -> None:
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    up, down = ctx.socket(zmq.ROUTER), ctx.socket(zmq.ROUTER)
+    up_port, down_port = up.bind_to_random_port("tcp://127.0.0.1"), down.bind_to_random_port("tcp://127.0.0.1")
+    stays = Connection(ctx, f"tcp://127.0.0.1:{up_port}")
+    goes = Connection(ctx, f"tcp://127.0.0.1:{down_port}")
+    watch = LinkWatch()
+    try:
+        for conn in (stays, goes):
+            watch.add(conn)
+            watch.add(conn)  # a no-op the second time
+            conn.send(Command.PING, None, conn.next_request_id())
+        assert stays in watch and goes in watch
+        assert up.poll(10_000) and down.poll(10_000), "both links are up"
+        ident, data = up.recv_multipart()
+        f = protocol.decode(data)
+        up.send_multipart([ident, protocol.encode_reply(f.command, f.request_id, {"pong": True})])
+        down.close(linger=0)
+        readable: set[Connection] = set()
+        dropped: list[Connection] = []
+        deadline = time.monotonic() + 20
+        while not dropped and time.monotonic() < deadline:
+            r, d = watch.poll(100)
+            readable.update(r)
+            dropped.extend(d)
+        assert dropped == [goes], "the closed peer's link, and only it"
+        assert stays in readable or stays.sock.poll(0), "the reply on the other link is readable"
+        # nothing listens there now (refused reconnects count as drops): once removed,
+        # the connection is not reported again
+        watch.remove(goes)
+        watch.remove(goes)  # a no-op the second time
+        assert goes not in watch
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            assert goes not in watch.poll(100)[1]
+        watch.clear()
+        assert stays not in watch
+    finally:
+        stays.close()
+        goes.close()
+        up.close(linger=0)
         ctx.term()

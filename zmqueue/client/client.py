@@ -21,6 +21,7 @@ import zmq
 
 from zmqueue.client.breaker import Guards
 from zmqueue.client.queue import Queue
+from zmqueue.client.retry import RetryBudget
 from zmqueue.client.transport import Connection
 from zmqueue.config import QueueConfig, check_consul_addresses, from_env, parse_consul_addresses
 from zmqueue.controlplane.consul_client import ConsulClient
@@ -209,29 +210,26 @@ class Client:
         when they fail fast (a lost connection: a host restarting, say)."""
         rid = None
         last: ZmqueueError | None = None
-        give_up_at = time.monotonic() + self.request_timeout_ms / 1000
-        attempt = -1
-        while ((attempt := attempt + 1) < self.retries + 1
-               or (isinstance(last, ConnectionLost) and time.monotonic() < give_up_at)):
-            hosts = self.hosts(refresh=attempt > 0)
+        retry = RetryBudget(self.retries + 1, self.request_timeout_ms / 1000)
+        while retry.again(until_deadline=isinstance(last, ConnectionLost)):
+            hosts = self.hosts(refresh=retry.attempt > 0)
             if not hosts:
                 last = Unavailable("no healthy zmqueue host is registered in Consul at "
                                    f"{', '.join(self.consul_addresses)}; start one with `zmqueue up`")
-                time.sleep(min(1.0, 0.1 * 2**attempt))
+                retry.pause()
                 continue
             host = random.choice(hosts)
             conn = self.connection(host.client_endpoint)
             rid = rid or conn.next_request_id()
             try:
                 return self.request(host.client_endpoint, command, body, rid)
-            except ConnectionLost as exc:  # failed fast: give a restarting host a moment
-                last = exc
-                time.sleep(min(1.0, 0.1 * 2**attempt))
             except (RequestTimeout, NotLeader) as exc:  # a timeout has waited already
                 last = exc
+                if isinstance(exc, ConnectionLost):  # failed fast: give a restarting host a moment
+                    retry.pause()
             except Unavailable as exc:
                 last = exc
-                time.sleep(min(1.0, 0.1 * 2**attempt))
+                retry.pause()
         assert last is not None
         raise last
 

@@ -43,7 +43,7 @@ import zmq
 
 from zmqueue.client.breaker import Bulkhead, CircuitOpen
 from zmqueue.client.models import AttributeValue, OutgoingMessage
-from zmqueue.client.transport import Connection
+from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.errors import (
     ClientClosed,
     InvalidParameter,
@@ -108,13 +108,10 @@ class SendPipeline:
         """(endpoint, request id) -> the send, oldest first."""
         self._retry: list[PendingSend] = []
         self._failed: list[PendingSend] = []
-        self._conns: dict[zmq.Socket[bytes], tuple[str, Connection]] = {}
-        """Each connection's socket and its link monitor -> (endpoint, connection)."""
-        self._drops: dict[str, int] = {}
-        """Each connection's link drops when it was registered (or last looked at)."""
+        self._watch = LinkWatch()
+        """The connections with requests of this pipeline sent on them."""
         self._slots: dict[str, Bulkhead] = {}
         """Bulkhead slots held while this pipeline has requests in flight (one per host)."""
-        self._poller = zmq.Poller()
         self.retried = 0
         """Requests sent again after a retryable failure (a counter for tests and tools)."""
 
@@ -183,9 +180,7 @@ class SendPipeline:
                     bulkhead.acquire()
                     self._slots[endpoint] = bulkhead
                 conn = client.connection(endpoint)
-                if conn.sock not in self._conns:
-                    self._drops[endpoint] = conn.watch(self._poller)
-                    self._conns[conn.sock] = self._conns[conn.monitor] = (endpoint, conn)
+                self._watch.add(conn)
                 pending.request_id = pending.request_id or conn.next_request_id()
                 conn.send(Command.SEND, self._body(pending), pending.request_id)
             except CircuitOpen:
@@ -212,40 +207,39 @@ class SendPipeline:
         oldest = next(iter(self._inflight.values()))
         deadline = oldest.sent_at + self.queue.client.request_timeout_ms / 1000
         timeout_ms = max(0, int((deadline - time.monotonic()) * 1000)) if block else 0
-        for sock, _ in self._poller.poll(timeout_ms):
-            endpoint, conn = self._conns[sock]
-            self._drain(endpoint, conn)
-            if sock is conn.monitor:
-                self._link_checked(endpoint, conn)
+        readable, dropped = self._watch.poll(timeout_ms)
+        for conn in readable:
+            self._drain(conn)
+        for conn in dropped:
+            self._lost(conn)
         if self._inflight and time.monotonic() >= deadline:
             self._timed_out()
 
-    def _drain(self, endpoint: str, conn: Connection) -> None:
+    def _drain(self, conn: Connection) -> None:
         while True:
             try:
                 data = conn.sock.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            self._take(endpoint, conn, data)
+            self._take(conn, data)
 
-    def _link_checked(self, endpoint: str, conn: Connection) -> None:
-        """The link to ``endpoint`` dropped since its requests were sent (the
-        host died or restarted): their replies cannot come, so they go to the
-        retry path now, not after the request timeout."""
-        drops = conn.link_drops()
-        if drops == self._drops.get(endpoint, drops):
-            return
-        self._drops[endpoint] = drops
-        lost = [key for key in self._inflight if key[0] == endpoint]
+    def _lost(self, conn: Connection) -> None:
+        """The link to ``conn``'s host dropped since requests were sent on it
+        (the host died or restarted): the replies that came first are taken,
+        the others cannot come, so their sends go to the retry path now, not
+        after the request timeout."""
+        self._drain(conn)
+        lost = [key for key in self._inflight if key[0] == conn.endpoint]
         if lost:
-            self.queue.client.guards.for_endpoint(endpoint)[0].failure()
+            self.queue.client.guards.for_endpoint(conn.endpoint)[0].failure()
         for key in lost:
             self._retry.append(self._inflight.pop(key))
 
-    def _take(self, endpoint: str, conn: Connection, data: bytes) -> None:
+    def _take(self, conn: Connection, data: bytes) -> None:
         frame = conn.reply_of(data)
         if frame is None:
             return
+        endpoint = conn.endpoint
         pending = self._inflight.pop((endpoint, frame.request_id), None)
         if pending is None or frame.command != Command.SEND:
             return  # a late reply to a request given up on
@@ -300,11 +294,7 @@ class SendPipeline:
             self.on_done(pending)
 
     def _forget_sockets(self) -> None:
-        for sock, (_, conn) in self._conns.items():
-            if sock is conn.sock:
-                conn.unwatch(self._poller)
-        self._conns.clear()
-        self._drops.clear()
+        self._watch.clear()
 
     def _release(self) -> None:
         self._forget_sockets()

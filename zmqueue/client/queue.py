@@ -14,15 +14,14 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
-
-import zmq
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from zmqueue.client.breaker import CircuitOpen
 from zmqueue.client.models import AttributeValue, Message, OutgoingMessage, StreamRef, column_ref
 from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
+from zmqueue.client.retry import RetryBudget
 from zmqueue.client.routing import FIFO_ORIGIN, Routes
-from zmqueue.client.transport import Connection
+from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.config import QueueConfig
 from zmqueue.errors import (
     InvalidParameter,
@@ -38,6 +37,8 @@ if TYPE_CHECKING:
     from zmqueue.client.client import Client
     from zmqueue.client.redrive import RedriveReport
     from zmqueue.client.subscription import Subscription
+
+T = TypeVar("T")
 
 MAX_BATCH = 1000
 _BYTES_ONLY = {bytes}
@@ -101,10 +102,6 @@ def _outcomes(idxs: list[int], results: list[Any], out: list[ZmqueueError | None
     for i, res in zip(idxs, results, strict=True):
         out[i] = None if res is None else from_wire(res)
 
-
-def backoff(attempt: int) -> float:
-    """Seconds to wait before retry ``attempt``: 50 ms doubling, capped at 0.5 s."""
-    return min(0.5, 0.05 * float(2 ** min(attempt, 4)))
 
 Targets = Callable[[], list[str]]
 
@@ -173,16 +170,15 @@ class Queue:
         last: ZmqueueError | None = None
         hint: str | None = None
         tried = 0
-        give_up_at = time.monotonic() + self.client.request_timeout_ms / 1000
-        attempt = -1
-        while (attempt := attempt + 1) < self.client.retries + 2 or time.monotonic() < give_up_at:
+        retry = RetryBudget(self.client.retries + 2, self.client.request_timeout_ms / 1000)
+        while retry.again():
             eps = targets()
             if hint:
                 eps = [hint, *[e for e in eps if e != hint]]
             if not eps:
                 last = Unavailable(f"partition {p} of {self.name!r} has no reachable host now")
                 self.refresh()
-                time.sleep(backoff(attempt))
+                retry.pause()
                 continue
             endpoint = eps[tried % len(eps)] if not hint else eps[0]
             hint = None
@@ -200,12 +196,12 @@ class Queue:
                 tried += 1
                 if hint is None:
                     self.refresh()
-                    time.sleep(backoff(attempt))
+                    retry.pause()
             except Unavailable as exc:
                 last = exc
                 tried += 1
                 self.refresh()
-                time.sleep(backoff(attempt))
+                retry.pause()
         assert last is not None
         raise last
 
@@ -324,24 +320,24 @@ class Queue:
             raise InvalidParameter("wait_time must be 0 to 20 seconds", field="wait_time")
 
     def _targets_now(self) -> list[tuple[int, str]]:
-        """Where a receive asks now (routes re-read when old or empty). While
-        no host is known to serve the queue (routes read mid-election, or
-        while Consul recovers) it re-reads them, for as long as ``call``
-        retries a request; then Unavailable."""
+        """Where a receive asks now (routes re-read when old, or while empty)."""
         if time.monotonic() - self._refreshed_at > ROUTES_MAX_AGE_S:
             self.refresh()
-        targets = self._receive_targets()
-        give_up_at = time.monotonic() + self.client.request_timeout_ms / 1000
-        attempt = 0
-        while not targets:
-            if time.monotonic() >= give_up_at:
-                raise Unavailable(f"no host serves {self.name!r} now; retry")
-            if attempt:
-                time.sleep(backoff(attempt))
-            attempt += 1
+        return self._until_known(self._receive_targets, f"no host serves {self.name!r} now; retry")
+
+    def _until_known(self, find: Callable[[], list[T]], unavailable: str) -> list[T]:
+        """What ``find`` returns, once it is not empty: while it is (routes
+        read mid-election, a host restarting, Consul recovering) the routes
+        are re-read with back-off, for as long as ``call`` retries a request;
+        then Unavailable with the message ``unavailable``."""
+        retry = RetryBudget(0, self.client.request_timeout_ms / 1000)
+        while not (found := find()):
+            if not retry.again():
+                raise Unavailable(unavailable, queue=self.name)
+            if retry.attempt:
+                retry.pause()
             self.refresh()
-            targets = self._receive_targets()
-        return targets
+        return found
 
     def _receive(self, max_messages: int, wait_time: float, visibility_timeout: int | None,
                  carry: _Carry | None = None, targets: list[tuple[int, str]] | None = None
@@ -433,10 +429,7 @@ class Queue:
         circuit breaker is asked first (an open one is skipped, as a refusal)
         and told the outcome: an answer is a success, silence a failure."""
         pending: dict[int, tuple[int, str]] = {}
-        socks: dict[zmq.Socket[bytes], Connection] = {}
-        """Each connection's socket and its link monitor -> the connection."""
-        drops: dict[str, int] = {}
-        poller = zmq.Poller()
+        watch = LinkWatch()
         failed = False
         asked: set[str] = set()
         for p, ep in targets:
@@ -448,9 +441,7 @@ class Queue:
                     continue
                 asked.add(ep)
             conn = self.client.connection(ep)
-            if conn.sock not in socks:
-                drops[ep] = conn.watch(poller)
-                socks[conn.sock] = socks[conn.monitor] = conn
+            watch.add(conn)
             rid = conn.next_request_id()
             conn.send(Command.RECEIVE, {**body, "p": p, "wait_ms": wait_ms}, rid)
             pending[rid] = (p, ep)
@@ -461,21 +452,19 @@ class Queue:
         cancelled = False
         while pending and time.monotonic() < deadline:
             timeout = max(0, int((deadline - time.monotonic()) * 1000))
-            for sock, _ in poller.poll(timeout):
-                conn = socks[sock]
-                if sock is conn.sock:
+            readable, dropped = watch.poll(timeout)
+            for conn in readable:
+                failed |= self._take_reply(conn, pending, out)
+            for conn in dropped:
+                # the host died or restarted: answers that came first are
+                # taken, the others cannot come
+                while conn.sock.poll(0):
                     failed |= self._take_reply(conn, pending, out)
-                elif conn.link_drops() != drops[conn.endpoint]:
-                    # the host died or restarted: answers that came first are
-                    # taken, the others cannot come
-                    drops[conn.endpoint] = conn.drops
-                    while conn.sock.poll(0):
-                        failed |= self._take_reply(conn, pending, out)
-                    lost = [rid for rid, (_, ep) in pending.items() if ep == conn.endpoint]
-                    for rid in lost:
-                        del pending[rid]
-                    if lost:
-                        silent.add(conn.endpoint)
+                lost = [rid for rid, (_, ep) in pending.items() if ep == conn.endpoint]
+                for rid in lost:
+                    del pending[rid]
+                if lost:
+                    silent.add(conn.endpoint)
             if out and not cancelled:
                 cancelled = True
                 for rid, (p, ep) in pending.items():
@@ -584,20 +573,11 @@ class Queue:
 
     # --- whole queue -----------------------------------------------------------------
     def _serving(self, p: int) -> list[str]:
-        """The hosts that write partition ``p``'s streams (else its replicas).
-        With none known (a host restarting: its replacement is not in the
-        routes yet), the routes are re-read with back-off until one is, for at
-        most the request timeout; then Unavailable, never an empty answer."""
-        deadline = time.monotonic() + self.client.request_timeout_ms / 1000
-        attempt = 0
-        while not (eps := self.routes.for_receive(p) or self.routes.all_endpoints(p)):
-            if time.monotonic() >= deadline:
-                raise Unavailable(f"partition {p} of {self.name!r} has no reachable host now; "
-                                  "retry once its hosts are up (zmqueue status)", queue=self.name)
-            self.refresh()
-            time.sleep(backoff(attempt))
-            attempt += 1
-        return eps
+        """The hosts that write partition ``p``'s streams (else its replicas);
+        never an empty answer (Unavailable once waiting for one timed out)."""
+        return self._until_known(lambda: self.routes.for_receive(p) or self.routes.all_endpoints(p),
+                                 f"partition {p} of {self.name!r} has no reachable host now; "
+                                 "retry once its hosts are up (zmqueue status)")
 
     def purge(self) -> int:
         """Delete every message of the queue; returns how many were removed."""

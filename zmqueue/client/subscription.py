@@ -26,11 +26,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import zmq
-
 from zmqueue.client.models import Message
 from zmqueue.client.queue import delete_refs
-from zmqueue.client.transport import Connection
+from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.errors import (
     ConnectionLost,
     InvalidParameter,
@@ -75,8 +73,6 @@ class Subscription:
         self.stopped = threading.Event()
         self.inbox: deque[tuple[Message, SubKey]] = deque()
         self.conns: dict[SubKey, tuple[Connection, int]] = {}
-        self._link_drops: dict[SubKey, int] = {}
-        """Each host's connection's link drops when it was subscribed."""
         self.handled = 0
         self.failed = 0
         self.max_unfinished_seen = 0
@@ -88,7 +84,7 @@ class Subscription:
         """Hosts dropped because their connection dropped (seen at once, not at a keepalive)."""
         self.queue_deleted = False
         """The queue was deleted: the subscription stopped by itself."""
-        self._poller = zmq.Poller()
+        self._watch = LinkWatch()
         self._degraded = False
         self.thread = threading.Thread(target=self._run, name=f"subscription-{queue.name}",
                                        daemon=True)
@@ -140,15 +136,14 @@ class Subscription:
             conn.close()
             raise
         self.conns[key] = (conn, sub_id)
-        self._link_drops[key] = conn.watch(self._poller)
+        self._watch.add(conn)
 
     def _drop(self, key: SubKey, why: str, unsubscribe: bool = False) -> None:
         """Forget the host of ``key`` (``unsubscribe``: tell it, unless it has
         been failing); messages it pushed that are still in the inbox are
         handled, their deletes go as DELETE."""
         conn, sub_id = self.conns.pop(key)
-        del self._link_drops[key]
-        conn.unwatch(self._poller)
+        self._watch.remove(conn)
         if unsubscribe and not self.queue.client.guards.for_endpoint(key[1])[0].failures:
             with contextlib.suppress(ZmqueueError):
                 conn.request(Command.UNSUBSCRIBE, {"sub": sub_id}, CONTROL_TIMEOUT_MS)
@@ -212,11 +207,11 @@ class Subscription:
         next_keepalive = time.monotonic() + KEEPALIVE_S
         next_resync = next_keepalive
         while not self.stopped.is_set():
-            ready = dict(self._poller.poll(PUMP_MS))
+            readable, dropped = self._watch.poll(PUMP_MS)
+            for conn in readable:
+                conn.pump(0)
             for key, (conn, _) in list(self.conns.items()):
-                if conn.sock in ready:
-                    conn.pump(0)
-                if conn.monitor in ready and conn.link_drops() != self._link_drops[key]:
+                if conn in dropped:
                     conn.pump(0)  # what it pushed before the drop is handled
                     self._failed(key, conn.lost("the subscription"))
             if self.inbox and not self.stopped.is_set():

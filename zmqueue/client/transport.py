@@ -165,18 +165,6 @@ class Connection:
                 self.why = self.why or "nothing accepts connections there (the host is down)"
         return self.drops
 
-    def watch(self, poller: zmq.Poller) -> int:
-        """Register the DEALER and its link monitor with ``poller`` (a wait over
-        several connections); returns :meth:`link_drops`, the baseline for
-        the requests sent after."""
-        poller.register(self.sock, zmq.POLLIN)
-        poller.register(self.monitor, zmq.POLLIN)
-        return self.link_drops()
-
-    def unwatch(self, poller: zmq.Poller) -> None:
-        poller.unregister(self.sock)
-        poller.unregister(self.monitor)
-
     def lost(self, what: str) -> ConnectionLost:
         """The error of a request whose link dropped while it waited."""
         why = self.why or "the connection dropped"
@@ -216,6 +204,60 @@ class Connection:
         self.sock.close(linger=0)
 
 
+class LinkWatch:
+    """Connections waited on together (a pipeline's hosts, a long poll's, a
+    subscription's): one poller over their DEALERs and link monitors, and each
+    link's drop count when it was added, so a wait learns which links dropped
+    since (the replies to what was sent on them cannot come)."""
+
+    def __init__(self) -> None:
+        self.poller = zmq.Poller()
+        self._conns: dict[zmq.Socket[bytes], Connection] = {}
+        """Each connection's DEALER and its link monitor -> the connection."""
+        self._drops: dict[Connection, int] = {}
+        """Each connection's link drops when it was added (or last reported)."""
+
+    def __contains__(self, conn: Connection) -> bool:
+        return conn in self._drops
+
+    def add(self, conn: Connection) -> None:
+        """Wait on ``conn`` too (no-op if it is already watched); drops of its
+        link before now are not reported."""
+        if conn in self._drops:
+            return
+        self.poller.register(conn.sock, zmq.POLLIN)
+        self.poller.register(conn.monitor, zmq.POLLIN)
+        self._conns[conn.sock] = self._conns[conn.monitor] = conn
+        self._drops[conn] = conn.link_drops()
+
+    def remove(self, conn: Connection) -> None:
+        if self._drops.pop(conn, None) is None:
+            return
+        for sock in (conn.sock, conn.monitor):
+            self.poller.unregister(sock)
+            del self._conns[sock]
+
+    def clear(self) -> None:
+        for conn in list(self._drops):
+            self.remove(conn)
+
+    def poll(self, timeout_ms: int) -> tuple[list[Connection], list[Connection]]:
+        """Wait up to ``timeout_ms`` for a frame or a link event. Returns the
+        connections with frames to read, and those whose link dropped since
+        they were added or last returned here: read their frames first (the
+        replies that came before the drop are there); the others are lost."""
+        readable: list[Connection] = []
+        dropped: list[Connection] = []
+        for sock, _ in self.poller.poll(timeout_ms):
+            conn = self._conns[sock]
+            if sock is conn.sock:
+                readable.append(conn)
+            elif (drops := conn.link_drops()) != self._drops[conn]:
+                self._drops[conn] = drops
+                dropped.append(conn)
+        return readable, dropped
+
+
 def call(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, command: Command,
          body: Any = None, timeout_ms: int = 5000) -> Any:
     """One-shot request on a fresh connection (tools and tests)."""
@@ -226,4 +268,4 @@ def call(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, command: Command,
         conn.close()
 
 
-__all__ = ["Connection", "ZmqueueError", "call", "new_request_id"]
+__all__ = ["Connection", "LinkWatch", "ZmqueueError", "call", "new_request_id"]

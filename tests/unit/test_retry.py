@@ -1,0 +1,49 @@
+"""The client's retry budget: how many attempts, and for how long."""
+
+from __future__ import annotations
+
+import time
+
+from zmqueue.client.retry import RetryBudget, backoff
+
+
+def attempts(budget: RetryBudget, until_deadline: bool = True, cap: int = 10_000) -> int:
+    n = 0
+    while n < cap and budget.again(until_deadline):
+        n += 1
+    return n
+
+
+def test_the_first_tries_are_made_even_after_the_deadline() -> None:
+    assert attempts(RetryBudget(3, 0.0)) == 3
+    assert attempts(RetryBudget(0, 0.0)) == 0
+
+
+def test_more_attempts_until_the_deadline_only_when_asked() -> None:
+    assert attempts(RetryBudget(2, 60.0), until_deadline=False) == 2
+    assert attempts(RetryBudget(2, 60.0), cap=50) == 50  # the deadline is far: not given up
+
+
+def test_the_budget_runs_out_at_its_deadline() -> None:
+    budget = RetryBudget(1, 0.2)
+    started = time.monotonic()
+    deadline = started + 5.0
+    while budget.again() and time.monotonic() < deadline:
+        pass
+    assert budget.expired()
+    assert 0.2 <= time.monotonic() - started < 5.0
+    assert not budget.again()
+
+
+def test_backoff_doubles_from_50_ms_and_is_capped_at_half_a_second() -> None:
+    assert [backoff(a) for a in range(6)] == [0.05, 0.1, 0.2, 0.4, 0.5, 0.5]
+    assert backoff(1000) == 0.5
+
+
+def test_pause_waits_the_current_attempts_backoff() -> None:
+    budget = RetryBudget(5, 10.0)
+    budget.again()
+    budget.again()  # attempt 1: 0.1 s
+    started = time.monotonic()
+    budget.pause()
+    assert 0.1 <= time.monotonic() - started < 2.0

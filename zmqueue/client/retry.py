@@ -1,0 +1,45 @@
+"""How long a client keeps trying: one request's retry budget and its back-off.
+
+Every retry loop of the client (a queue request, an administrative request to
+any host, waiting for a partition's hosts to be known) counts its attempts
+and its deadline here, so they all give up by the same rule: at least a
+number of attempts, and more while the request timeout has not passed.
+"""
+
+from __future__ import annotations
+
+import time
+
+
+def backoff(attempt: int) -> float:
+    """Seconds to wait before retry ``attempt``: 50 ms doubling, capped at 0.5 s."""
+    return min(0.5, 0.05 * float(2 ** min(attempt, 4)))
+
+
+class RetryBudget:
+    """The attempts of one request: :meth:`again` before each, :meth:`pause`
+    after a failure that is worth waiting on. Not thread safe (one per call)."""
+
+    def __init__(self, tries: int, timeout_s: float) -> None:
+        self.tries = tries
+        """Attempts made whatever the time (``retries`` + 1 or + 2)."""
+        self.give_up_at = time.monotonic() + timeout_s
+        self.attempt = -1
+        """The current attempt, from 0."""
+
+    def again(self, until_deadline: bool = True) -> bool:
+        """Start another attempt if the budget allows: the first ``tries``
+        always, more until the deadline (if ``until_deadline``: the last
+        failure was quick, so waiting longer can still succeed)."""
+        self.attempt += 1
+        return self.attempt < self.tries or (until_deadline and not self.expired())
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.give_up_at
+
+    def pause(self) -> None:
+        """Back off before the next attempt."""
+        time.sleep(backoff(self.attempt))
+
+
+__all__ = ["RetryBudget", "backoff"]
