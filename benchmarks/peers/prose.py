@@ -80,6 +80,12 @@ python -m benchmarks.many_queues --steps 0,100,200 --runs 3 --write  # many idle
 python -m benchmarks.ceiling --runs 3         # raw pyzmq only
 ```
 
+To compare two trees, run each from inside its own snapshot, alternately
+(ABBA): `git archive <commit> | tar -x -C /tmp/a`, then `cd /tmp/a &&
+PYTHONPATH=/tmp/a python -m zmqueue bench ...`. Started from the checkout,
+`python -m` imports the checkout's code whatever `PYTHONPATH` says (the
+current directory comes first on `sys.path`).
+
 ## What a confirmation means in each system
 
 {promises}
@@ -219,57 +225,59 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5b, W1p, W5p, W5-half) and the
 raw pyzmq ceiling come from the one invocation above, on the tree of commit
-{commit}, the twelfth session's code. Its change on these paths is the
-client's send pipeline (`Queue.pipeline`, used only by W1p and W5p, the two
-new rows: 100 single-message sends in flight, in every system); the other
-workloads' client path changed only in how the circuit breaker is asked (one
-context manager per request). The commits after it (to 60c0519) change the
-client only in where replies are decoded and how a pipeline picks a
-partition: `zmqueue bench --workload W1p --hosts 1 --duration 5`, 3dd2fbc and
-60c0519 alternately, 5 pairs, gave an e2e median of 11.9 k and 12.0 k msg/s.
+{commit}, the fourteenth session's code. Since the previous invocation
+(3dd2fbc, twelfth session) the hosts did not change; the client did: every
+connection has a ZeroMQ socket monitor and sends ZMTP heartbeats, so a
+request to a host that dies fails over at once (thirteenth session), and
+the retry loops and link checks were merged (fourteenth).
 
 Per-run ratios of this invocation (100 B unless marked; zmqueue vs the peer, e2e msg/s):
 
 | row | run 1 | run 2 | run 3 |
 |---|---:|---:|---:|
-| W1 vs Redis | 0.38x | 0.34x | 0.30x |
-| W1p vs Redis | 0.21x (12.4 k vs 58.5 k) | 0.16x (11.4 k vs 72.9 k) | 0.26x (15.2 k vs 59.7 k) |
-| W1p vs NATS | 0.91x | 0.65x | 0.87x |
-| W3 vs Redis | 0.91x | 1.04x | 0.78x |
-| W5 vs NATS R=3 | 0.72x | 0.77x | 0.90x |
-| W5p vs NATS R=3 | 0.74x (8.9 k vs 11.9 k) | 1.17x | 0.92x |
-| W5p vs NATS R=3, 1,024 B | 0.96x | 1.19x | 1.21x |
-| W5b vs NATS R=3 | 3.30x | 2.95x | 2.94x |
+| W1 vs Redis | 0.32x (1.7 k vs 5.2 k) | 0.29x (1.4 k vs 4.7 k) | 0.27x (1.5 k vs 5.5 k) |
+| W1p vs Redis | 0.21x (13.8 k vs 64.5 k) | 0.17x (12.5 k vs 72.9 k) | 0.21x (11.3 k vs 53.0 k) |
+| W1p vs NATS | 0.87x | 0.85x | 0.94x |
+| W3 vs Redis | 1.09x | 0.95x | 1.06x |
+| W5 vs NATS R=3 | 0.69x | 0.97x | 0.81x |
+| W5p vs NATS R=3 | 1.21x (7.9 k vs 6.5 k) | 1.19x | 0.89x (8.9 k vs 10.0 k) |
+| W5p vs NATS R=3, 1,024 B | 1.21x | 1.19x | 1.56x |
+| W5b vs NATS R=3 | 2.67x | 3.78x | 2.36x |
 
-The load average went up to 6.5 during the runs, and the peers moved as
-much as zmqueue: NATS R=3's own W5p was 11.9 k, 6.8 k and 7.8 k msg/s, and
-Redis's W3 64.6 k, 79.0 k and 72.7 k.
+The load average went up to 6.0 during the runs, and the peers moved as
+much as zmqueue: NATS R=3's own W5p was 6.5 k, 7.8 k and 10.0 k msg/s, and
+Redis's W3 60.4 k, 59.4 k and 48.5 k.
 
-An invocation of the same plan earlier in the session, on 6262a5e (the
-pipeline then read replies only when its window was full), gave W1p 10.1 k
-msg/s (0.20x Redis, 0.86x NATS), W5p 1.14x NATS R=3 (1,024 B 1.37x), W3
-1.09x Redis, W5 0.98x, W5b 3.77x and a half-rate R=3 send p99 of 7.3 ms.
-The eleventh session's invocation (38c0833) had W3 1.09x Redis, W1 0.37x,
-W5 0.88x, W5b 3.45x and 6.96 ms.
+W1 and W2 are lower than in the last invocation (W1 1,477 against 1,838
+msg/s, W2 p99 2.21 against 1.50 ms), but so were NATS (W1 -20%) and
+RabbitMQ (-21%), while Redis, one thread of C, was not (+2%). Run side by
+side on the same day, 3dd2fbc and this tree differ by ~2% (see "Link
+monitors" in "Where the time goes").
+
+The previous invocation (3dd2fbc) had W1 0.36x Redis, W1p 0.21x, W3 0.81x,
+W2 p99 3.04x, W5 0.87x, W5p 1.01x (1,024 B 1.21x), W5b 2.98x and a
+half-rate R=3 send p99 of 6.44 ms; the one before it (6262a5e) W3 1.09x,
+W5p 1.14x and W5b 3.77x.
 
 docs/perf/peers.md holds this invocation's JSON lines; earlier ones are in
 that page's history.
 
-- **What did not move:** W3 (0.81x Redis here, 1.09x in both earlier
-  invocations) and W1 (0.36x). Redis answers one XADD in ~0.16 ms (p50);
-  zmqueue takes ~0.5 ms for one confirmed send, so W1 and W2 stay behind
-  Redis, and W2 behind NATS. The single-send latency tail was probed three
-  ways on an otherwise idle host (see "Where the time goes"); none of them
-  changed it.
-- **New: pipelined single sends.** With 100 sends in flight zmqueue moves
-  6.8x its W1 (12.4 k msg/s) and 13.9x its W5 with R=3 sync (7.9 k): level
-  with NATS (R=1 and R=3) and ahead of RabbitMQ, 0.21x Redis. Each message
-  is still a request of its own to the host (~45-55 us of host CPU); see
+- **Where zmqueue stands.** W3 is level with Redis (0.95x; 0.81x and
+  1.09x in the last two invocations) and W5b 2.7x NATS R=3. One message per
+  request is where it is behind: Redis answers one XADD in ~0.16 ms (p50),
+  zmqueue one confirmed send in ~0.6 ms, so W1 and W2 stay behind Redis and
+  W2 behind NATS; the single-send latency tail was probed three ways on an
+  otherwise idle host (see "Where the time goes"), and none changed it.
+- **Pipelined single sends.** With 100 sends in flight zmqueue moves 8.5x
+  its W1 (12.5 k msg/s) and 17x its W5 with R=3 sync (8.9 k): level with
+  NATS (R=1 0.85x; R=3 1.14x, 1,024 B 1.31x) and ahead of RabbitMQ, 0.19x
+  Redis. Each message is still a request of its own to the host (~45-55 us
+  of host CPU), and at R=3 a window of 100 is partly latency-bound; see
   "Pipelined single sends" in "Where the time goes".
 - **Targets met:**
   - no losses or duplicates in any run of any system;
   - the R=3 send p99 at half rate (< 10 ms);
-  - W5b at 1.5x NATS R=3 (2.98x; 1,024 B 3.30x);
+  - W5b at 1.5x NATS R=3 (2.67x; 1,024 B 3.54x);
   - FIFO failover (replication.md, rerun in the tenth session, with
     requests held while a new writer recovers and the loop woken at once by
     posted work: p50 1.57 s, max 1.63 s over 20 kills; ninth session 1.62 s
@@ -286,7 +294,7 @@ that page's history.
   - W2 p99 at or below the best peer's;
   - W3 end to end at 25% of the raw pyzmq batched round trip;
   - W5 (one message per request, R=3) at 1.5x NATS R=3, one at a time
-    (0.87x) or pipelined (W5p, 1.01x; 1,024 B 1.21x).
+    (0.83x) or pipelined (W5p, 1.14x; 1,024 B 1.31x).
 
   The rows above have the figures.
 - **Noise.** The 2 CPUs are shared with other sessions' work; the 1-minute
@@ -489,6 +497,23 @@ request still) would take the append's share only; it is not built (not
 measured either), and the profile spreads the rest over a dozen pieces of
 2-5 us each.
 
+Fourteenth session (tree 4fbfeab): **W5p is partly latency-bound at 100
+in flight.** `zmqueue bench --replication-factor 3 --window W --duration 6`
+(3 hosts), W = 100 and 300 alternately, 5 pairs: e2e medians 8.5 k and
+11.7 k msg/s (+38%; pairs +20% to +56%), send p50 ~11 ms against ~24 ms.
+With 100 in flight each send waits ~11 ms, far more than one replicated
+round (W5's send p50 is 1.7 ms), and the two CPUs are not saturated: in one
+W5p run (`top`) the writer host used 69% of a CPU, the producer 31%, each
+replica 21%, the consumer 10%, and 22% of the machine was idle. A send's
+path crosses five processes and their ZeroMQ I/O threads (producer ->
+writer -> replica -> writer -> producer, then the consumer), so on 2 CPUs
+each hop waits its turn for a CPU; a wider window keeps more of them busy
+at once. py-spy of the writer in that run spread its busy samples over the
+drain of requests (~40%: decode, front door, dispatch, the append), the
+pass's flush (~14%: commit, publish to the replicas, the release of acks)
+and the replies' `send`s (~8%), with no single piece above 5%. The peers
+rows keep 100 in flight for every system.
+
 **The single-send latency tail (W2).** On an otherwise idle one-host
 cluster, 15,000 sends one at a time gave p50 ~0.29 ms, p99 0.45-0.50 ms,
 p99.9 1.7-2.7 ms and a max of 13-27 ms. The slow sends (> 1 ms, ~0.4%)
@@ -505,4 +530,40 @@ run-to-run spread:
 We attribute the tail to the scheduling of a shared 2-CPU VM, with four
 threads awake per round trip (client, host loop, two ZeroMQ I/O threads).
 No change was kept.
+
+**Link monitors on client connections (thirteenth session, 6d0d63e).**
+Each client connection has a ZeroMQ socket monitor, so a request to a host
+that dies fails over at once (`ConnectionLost`) instead of after
+`request_timeout`; it adds one `getsockopt` on the monitor before each
+send (~1.7 us), and the long poll, pipeline and subscriptions poll one more
+socket per host (~0.6 us per poll). Measured:
+- a `Connection.request` loop against a raw pyzmq ROUTER echo in another
+  process, the old transport (89e87b6), the first version (d218fa6: the
+  monitor in every poll) and the kept one (6d0d63e: the DEALER alone in a
+  plain request's poll), interleaved, 6 rounds of 5,000 requests: medians
+  200.4, 205.2 and 191.1 us per request (spread within a version 175-363
+  us): no difference;
+- **a correction.** The thirteenth session also compared trees with
+  `zmqueue bench` in ABBA pairs, each tree a `git archive` snapshot put
+  first with `PYTHONPATH`. Those runs were started from the main checkout,
+  and `python -m` puts the current directory ahead of `PYTHONPATH` on
+  `sys.path`, so both trees of a pair most likely ran the checkout's code:
+  they show the spread between identical runs (W2 medians 1,637 against
+  1,690 and 1,881 against 2,172 msg/s; W1p 12.6 k against 12.9 k, 17.9 k
+  against 16.2 k), not a difference between trees. The twelfth session's
+  3dd2fbc against 60c0519 pairs were most likely taken the same way;
+- **redone in the fourteenth session,** each tree run from inside its
+  snapshot (`cd <snapshot> && PYTHONPATH=<snapshot> python -m zmqueue bench
+  --workload W2 --hosts 1 --duration 5`, likewise W1p; the hosts' processes
+  checked to import the snapshot): 3dd2fbc (before the link monitors)
+  against 73a1356, ABBA, 4 pairs each: W2 1,527 against 1,495 msg/s, send
+  p50 0.587 against 0.602 ms, p99 1.95 against 1.77 ms; W1p 11.1 k against
+  11.1 k msg/s (medians). A pipeline of 30,000 sends by hand (one host, no
+  consumer; 3dd2fbc, 89e87b6 and 73a1356 interleaved, 4 rounds): ~14 k
+  msg/s for each, client CPU 30, 31 and 32 us per message. The link
+  monitors cost a one-at-a-time round trip about 2% here, within the noise.
+With a 30 s request timeout, the chaos scenarios `fifo-sync-kill-writer`
+and `std-sync-kill-writer-pipeline` (tests/chaos) fail if any send waits
+out the timeout; in a run here the longest send took 0.70 s (FIFO writer
+failover) and 0.27 s (pipeline, 9 sends retried).
 """

@@ -207,7 +207,10 @@ class Client:
     def any_host(self, command: Command, body: Any) -> Any:
         """Send an administrative request to any healthy host, failing over:
         at least ``retries + 1`` attempts, and for at least the request timeout
-        when they fail fast (a lost connection: a host restarting, say)."""
+        when they fail fast (a lost connection: a host restarting, say). Not
+        for the whole timeout otherwise, unlike ``Queue.call``: no host
+        registered, or every host unavailable, is usually a system not set up
+        or down, which the caller should hear of in about a second."""
         rid = None
         last: ZmqueueError | None = None
         retry = RetryBudget(self.retries + 1, self.request_timeout_ms / 1000)
