@@ -7,9 +7,9 @@ import time
 from zmqueue.client.retry import RetryBudget, backoff
 
 
-def attempts(budget: RetryBudget, until_deadline: bool = True, cap: int = 10_000) -> int:
+def attempts(budget: RetryBudget, cap: int = 10_000) -> int:
     n = 0
-    while n < cap and budget.again(until_deadline):
+    while n < cap and budget.again():
         n += 1
     return n
 
@@ -19,8 +19,7 @@ def test_the_first_tries_are_made_even_after_the_deadline() -> None:
     assert attempts(RetryBudget(0, 0.0)) == 0
 
 
-def test_more_attempts_until_the_deadline_only_when_asked() -> None:
-    assert attempts(RetryBudget(2, 60.0), until_deadline=False) == 2
+def test_more_attempts_until_the_deadline() -> None:
     assert attempts(RetryBudget(2, 60.0), cap=50) == 50  # the deadline is far: not given up
 
 

@@ -205,16 +205,15 @@ class Client:
                 raise
 
     def any_host(self, command: Command, body: Any) -> Any:
-        """Send an administrative request to any healthy host, failing over:
-        at least ``retries + 1`` attempts, and for at least the request timeout
-        when they fail fast (a lost connection: a host restarting, say). Not
-        for the whole timeout otherwise, unlike ``Queue.call``: no host
-        registered, or every host unavailable, is usually a system not set up
-        or down, which the caller should hear of in about a second."""
+        """Send an administrative request to any healthy host, failing over, by
+        the rule of ``Queue.call``: at least ``retries + 1`` attempts, and for
+        at least the request timeout, with back-off after a quick failure (no
+        healthy host registered: their Consul checks can flap for a moment
+        under load; a lost connection: a host restarting)."""
         rid = None
         last: ZmqueueError | None = None
         retry = RetryBudget(self.retries + 1, self.request_timeout_ms / 1000)
-        while retry.again(until_deadline=isinstance(last, ConnectionLost)):
+        while retry.again():
             hosts = self.hosts(refresh=retry.attempt > 0)
             if not hosts:
                 last = Unavailable("no healthy zmqueue host is registered in Consul at "
@@ -226,11 +225,11 @@ class Client:
             rid = rid or conn.next_request_id()
             try:
                 return self.request(host.client_endpoint, command, body, rid)
-            except (RequestTimeout, NotLeader) as exc:  # a timeout has waited already
+            except RequestTimeout as exc:
                 last = exc
                 if isinstance(exc, ConnectionLost):  # failed fast: give a restarting host a moment
-                    retry.pause()
-            except Unavailable as exc:
+                    retry.pause()  # (a plain timeout has waited already)
+            except (Unavailable, NotLeader) as exc:
                 last = exc
                 retry.pause()
         assert last is not None

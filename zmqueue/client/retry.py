@@ -27,12 +27,11 @@ class RetryBudget:
         self.attempt = -1
         """The current attempt, from 0."""
 
-    def again(self, until_deadline: bool = True) -> bool:
+    def again(self) -> bool:
         """Start another attempt if the budget allows: the first ``tries``
-        always, more until the deadline (if ``until_deadline``: the last
-        failure was quick, so waiting longer can still succeed)."""
+        always, more until the deadline."""
         self.attempt += 1
-        return self.attempt < self.tries or (until_deadline and not self.expired())
+        return self.attempt < self.tries or not self.expired()
 
     def expired(self) -> bool:
         return time.monotonic() >= self.give_up_at
