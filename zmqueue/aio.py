@@ -164,6 +164,10 @@ class AsyncQueue:
     async def stats(self) -> dict[str, int]:
         return await self.client.run(self.sync.stats)
 
+    async def set_attributes(self, **settings: Any) -> QueueConfig:
+        """:meth:`zmqueue.Queue.set_attributes`."""
+        return await self.client.run(partial(self.sync.set_attributes, **settings))
+
     async def redrive(self, to: str | None = None, max_messages: int | None = None,
                       visibility_timeout: int = 60, wait_time: float = 1.0) -> RedriveReport:
         return await self.client.run(self.sync.redrive, to, max_messages, visibility_timeout, wait_time)

@@ -139,6 +139,44 @@ class QueueConfig:
     def same_settings(self, other: QueueConfig) -> bool:
         return self.to_dict() == other.to_dict()
 
+    def updated(self, changes: dict[str, Any]) -> QueueConfig:
+        """This config with ``changes`` (config field names, as in KV) applied
+        and validated. Only the settings of :data:`MUTABLE_SETTINGS` may change;
+        the others (name, type, partitions, replication, encryption) shape
+        where and how messages are stored: ConfigError naming them."""
+        if not isinstance(changes, dict) or not changes:
+            raise ConfigError("give at least one setting to change", field="changes")
+        settable = set(MUTABLE_SETTINGS.values())
+        fixed = sorted(k for k in changes if k not in settable)
+        if fixed:
+            known = {f.name for f in fields(QueueConfig)} - {"extra"}
+            unknown = [k for k in fixed if k not in known]
+            if unknown:
+                raise ConfigError(f"unknown queue settings {unknown}; settable: {sorted(settable)}",
+                                  field="changes")
+            raise ConfigError(f"{', '.join(fixed)} cannot change after a queue is created; "
+                              "create a new queue (and redrive or copy its messages)", field=fixed[0])
+        return QueueConfig.from_dict({**self.to_dict(), **self.extra, **changes})
+
+
+MUTABLE_SETTINGS: dict[str, str] = {
+    "visibility_timeout": "visibility_timeout_s",
+    "retention": "retention_s",
+    "delay": "delay_s",
+    "max_message_bytes": "max_message_bytes",
+    "dead_letter_queue": "dead_letter_queue",
+    "max_receive_count": "max_receive_count",
+    "content_based_dedup": "content_based_dedup",
+    "fsync": "fsync",
+    "max_messages": "max_messages",
+    "rate_limit_per_s": "rate_limit_per_s",
+    "client_rate_limit_per_s": "client_rate_limit_per_s",
+    "rate_burst": "rate_burst",
+}
+"""What ``Queue.set_attributes`` may change (its keyword -> the config field,
+as stored in Consul KV). Hosts apply a change to their open streams within a
+second or two (the metadata watch)."""
+
 
 @dataclass(frozen=True)
 class HostConfig:

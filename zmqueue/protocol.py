@@ -70,6 +70,7 @@ class Command(IntEnum):
     GET_QUEUE = 13
     PURGE_QUEUE = 14
     QUEUE_STATS = 15
+    SET_QUEUE_ATTRIBUTES = 16
     SEND = 20
     RECEIVE = 21
     DELETE = 22

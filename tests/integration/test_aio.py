@@ -69,6 +69,10 @@ def test_the_async_client_sends_receives_and_raises_what_the_blocking_one_does(
             with pytest.raises(zmqueue.QueueNotFound):
                 await client.get_queue(name + "-missing")
             assert (await q.stats())["total"] == 0
+            cfg = await q.set_attributes(visibility_timeout=5, max_message_bytes=4096)
+            assert (cfg.visibility_timeout_s, cfg.max_message_bytes) == (5, 4096) and q.config == cfg
+            with pytest.raises(zmqueue.ConfigError, match="cannot set"):
+                await q.set_attributes(fifo=True)
             await client.delete_queue(name)
 
     asyncio.run(main())

@@ -100,3 +100,43 @@ def test_a_log_whose_sync_keeps_failing_is_retried_every_interval_and_reported_o
         assert sum("works again" in r.getMessage() for r in caplog.records) == 1
     finally:
         flusher.unmark(bad)  # type: ignore[arg-type]
+
+
+def test_a_changed_durability_policy_applies_to_an_open_log(tmp_path: Path) -> None:
+    """A queue's fsync setting changed while its store is open (set_attributes,
+    an edit in Consul KV): what was written under "never" is synced once the
+    policy is "interval" (it was never marked) or at once when "always"."""
+    hour = 3_600_000
+    never = StorageConfig(fsync="never", fsync_interval_ms=hour)
+    store = PartitionStore.open(tmp_path / "a", never, now_ms=1)
+    other = PartitionStore.open(tmp_path / "b", never, now_ms=1)
+    try:
+        write(store)
+        write(other)
+        IntervalFlusher.shared(hour).sync_marked()
+        assert store.log.unsynced and other.log.unsynced, "never: nothing syncs them"
+        store.reconfigure(StorageConfig(fsync="interval", fsync_interval_ms=hour))
+        IntervalFlusher.shared(hour).sync_marked()
+        assert not store.log.unsynced, "interval: synced at the next tick"
+        other.reconfigure(StorageConfig(fsync="always", fsync_interval_ms=hour))
+        assert not other.log.unsynced, "always: what came before is synced at the switch"
+        write(other)
+        assert not other.log.unsynced
+        assert store.config.fsync == "interval" and other.config.fsync == "always"
+        with pytest.raises(ValueError, match="fixed"):
+            store.reconfigure(StorageConfig(fsync="interval", fifo=True))
+    finally:
+        store.close()
+        other.close()
+
+
+def test_changed_retention_applies_to_stored_messages(tmp_path: Path) -> None:
+    store = PartitionStore.open(tmp_path / "r", StorageConfig(retention_ms=3_600_000), now_ms=1_000)
+    try:
+        store.append([NewMessage(b"i" * 16, b"old", b"", 0, 0)], 1_000)
+        store.commit()
+        assert store.expire(10_000) == 0, "an hour's retention keeps it"
+        store.reconfigure(StorageConfig(retention_ms=5_000))
+        assert store.expire(10_000) == 1, "5 s: a message of 9 s ago goes"
+    finally:
+        store.close()

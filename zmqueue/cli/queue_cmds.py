@@ -1,4 +1,4 @@
-"""``zmqueue queue create|list|delete|purge|stats|redrive``, ``zmqueue send`` and
+"""``zmqueue queue create|set|list|delete|purge|stats|redrive``, ``zmqueue send`` and
 ``zmqueue receive``: the client library from the shell."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Any
 
 import zmqueue
 from zmqueue.cli.common import add_consul_flag, console, consul_addresses
+from zmqueue.config import MUTABLE_SETTINGS
 
 
 def _client(args: argparse.Namespace) -> zmqueue.Client:
@@ -25,7 +26,7 @@ def _client_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
-    q = sub.add_parser("queue", help="create, list, delete, purge, redrive queues and show their stats")
+    q = sub.add_parser("queue", help="create, set, list, delete, purge, redrive queues and show their stats")
     qsub = q.add_subparsers(dest="queue_command", metavar="ACTION", parser_class=type(q))
     qsub.required = True
 
@@ -48,6 +49,20 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--fsync", choices=["always", "interval", "never"], default="interval")
     _client_flags(p)
     p.set_defaults(func=cmd_create)
+
+    p = qsub.add_parser("set", help="change settings of a queue (as SQS SetQueueAttributes)")
+    p.add_argument("name")
+    p.add_argument("--visibility-timeout", type=int, help="seconds (0-43200)")
+    p.add_argument("--retention", type=int, help="seconds")
+    p.add_argument("--delay", type=int, help="default delivery delay, seconds (0-900)")
+    p.add_argument("--max-message-bytes", type=int)
+    p.add_argument("--dead-letter-queue", help="DLQ name (created if missing); '' detaches it")
+    p.add_argument("--max-receive-count", type=int)
+    p.add_argument("--max-messages", type=int, help="cap on stored messages; 0 removes the cap")
+    p.add_argument("--content-based-dedup", choices=["on", "off"], help="FIFO: dedup by body hash")
+    p.add_argument("--fsync", choices=["always", "interval", "never"])
+    _client_flags(p)
+    p.set_defaults(func=cmd_set)
 
     p = qsub.add_parser("list", help="list queue names")
     p.add_argument("--prefix", default="")
@@ -106,6 +121,27 @@ def cmd_create(args: argparse.Namespace) -> int:
             sync_replication=not args.async_replication, max_messages=args.max_messages,
             content_based_dedup=args.content_based_dedup, fsync=args.fsync)
         console.print(f"queue {q.name} ready ({'fifo' if q.config.fifo else 'standard'})")
+    return 0
+
+
+def cmd_set(args: argparse.Namespace) -> int:
+    given = {k: getattr(args, k) for k in ("visibility_timeout", "retention", "delay", "max_message_bytes",
+                                           "dead_letter_queue", "max_receive_count", "max_messages",
+                                           "content_based_dedup", "fsync")
+             if getattr(args, k) is not None}
+    if not given:
+        console.print("nothing to change: give at least one setting (zmqueue queue set --help)")
+        return 2
+    if "dead_letter_queue" in given:
+        given["dead_letter_queue"] = given["dead_letter_queue"] or None
+    if "max_messages" in given:
+        given["max_messages"] = given["max_messages"] or None
+    if "content_based_dedup" in given:
+        given["content_based_dedup"] = given["content_based_dedup"] == "on"
+    with _client(args) as c:
+        cfg = c.get_queue(args.name).set_attributes(**given)
+        console.print(f"queue {cfg.name}: " + ", ".join(f"{k}={getattr(cfg, MUTABLE_SETTINGS[k])!r}"
+                                                        for k in given))
     return 0
 
 

@@ -22,8 +22,9 @@ from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
 from zmqueue.client.retry import RetryBudget
 from zmqueue.client.routing import FIFO_ORIGIN, Routes
 from zmqueue.client.transport import Connection, LinkWatch
-from zmqueue.config import QueueConfig
+from zmqueue.config import MUTABLE_SETTINGS, QueueConfig
 from zmqueue.errors import (
+    ConfigError,
     InvalidParameter,
     NotLeader,
     ProtocolError,
@@ -572,6 +573,27 @@ class Queue:
         _outcomes(idxs, reply["results"], out)
 
     # --- whole queue -----------------------------------------------------------------
+    def set_attributes(self, **settings: Any) -> QueueConfig:
+        """Change settings of the queue, as SQS's SetQueueAttributes: any of
+        ``visibility_timeout``, ``retention``, ``delay`` (seconds),
+        ``max_message_bytes``, ``dead_letter_queue`` (created if missing; None
+        to detach), ``max_receive_count``, ``content_based_dedup``, ``fsync``,
+        ``max_messages``, and the rate limits. The queue's type, partitions,
+        replication and encryption cannot change (ConfigError). Returns the
+        new config; every host applies it within a second or two. A
+        concurrent edit (another client, the Consul UI) is not overwritten:
+        this change is applied on top of it."""
+        unknown = sorted(set(settings) - set(MUTABLE_SETTINGS))
+        if unknown:
+            raise ConfigError(f"cannot set {unknown}; settable: {sorted(MUTABLE_SETTINGS)}",
+                              field=unknown[0])
+        changes = {MUTABLE_SETTINGS[k]: v for k, v in settings.items()}
+        self.config.updated(changes)  # a bad value fails here, before any request
+        info = self.client.any_host(Command.SET_QUEUE_ATTRIBUTES, {"name": self.name, "changes": changes})
+        self.config = QueueConfig.from_dict(info["queue"]["config"])
+        self.routes.apply(info["queue"])
+        return self.config
+
     def _serving(self, p: int) -> list[str]:
         """The hosts that write partition ``p``'s streams (else its replicas);
         never an empty answer (Unavailable once waiting for one timed out)."""

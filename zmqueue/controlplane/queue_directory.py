@@ -21,9 +21,11 @@ from zmqueue.controlplane.assignment import ClusterInfo, Fleet, assign_queue
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.discovery import HostInfo, list_hosts
 from zmqueue.controlplane.placement import Host, place
-from zmqueue.errors import QueueAlreadyExists, QueueNotFound
+from zmqueue.errors import InvalidParameter, QueueAlreadyExists, QueueNotFound, Unavailable
 
 log = logging.getLogger(__name__)
+UPDATE_TRIES = 5
+"""Check-and-set attempts of one settings update before it gives up (Unavailable)."""
 
 
 @dataclass(frozen=True)
@@ -99,12 +101,17 @@ class QueueDirectory:
 
     def create(self, cfg: QueueConfig) -> dict[str, Any]:
         cfg = cfg.validate()
+        self._ensure_dlq(cfg)
+        self._create_one(cfg)
+        return self.snapshot().queue_info(cfg.name)
+
+    def _ensure_dlq(self, cfg: QueueConfig) -> None:
+        """Create the dead-letter queue ``cfg`` names, if any and missing (same
+        type, at least 14 days' retention; an existing one is kept as it is)."""
         if cfg.dead_letter_queue is not None:
             dlq = QueueConfig(cfg.dead_letter_queue, fifo=cfg.fifo,
                               retention_s=max(cfg.retention_s, 14 * 86400), fsync=cfg.fsync)
             self._create_one(dlq, exists_ok_any=True)
-        self._create_one(cfg)
-        return self.snapshot().queue_info(cfg.name)
 
     def _create_one(self, cfg: QueueConfig, exists_ok_any: bool = False) -> None:
         key = kv.queue_config_key(cfg.name)
@@ -141,12 +148,36 @@ class QueueDirectory:
             log.info("queue %s partition %d -> cluster %s replicas %s", pid.queue, pid.partition,
                      cluster, replicas)
 
+    def _put_cas(self, key: str, value: bytes, index: int) -> bool:
+        return bool(self.client.call(lambda c: c.kv.put(key, value, cas=index)))
+
     def _put_new(self, key: str, value: bytes) -> bool:
         """Create ``key`` only if absent (check-and-set with index 0)."""
-        return bool(self.client.call(lambda c: c.kv.put(key, value, cas=0)))
+        return self._put_cas(key, value, 0)
 
     def _delete_tree(self, prefix: str) -> None:
         self.client.call(lambda c: c.kv.delete(prefix, recurse=True))
+
+    def update(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Change settings of an existing queue (``QueueConfig.updated``), by a
+        check-and-set on its config key, so a concurrent edit (another client,
+        an operator in the Consul UI) is not overwritten: re-read and re-applied,
+        a few times. A newly named dead-letter queue is created (as by create)."""
+        key = kv.queue_config_key(validate_queue_name(name))
+        for _ in range(UPDATE_TRIES):
+            _, item = self.client.call(lambda c: c.kv.get(key))
+            if not item:
+                raise QueueNotFound(f"queue {name!r} does not exist; create it first", queue=name)
+            current = kv.decode_queue_config(key, item.get("Value"))
+            if isinstance(current, kv.Malformed):
+                raise InvalidParameter(f"queue {name!r} has a bad config in Consul KV ({current.reason}); "
+                                       f"fix {key} first", field="config")
+            cfg = current.updated(changes)
+            if cfg.dead_letter_queue != current.dead_letter_queue:
+                self._ensure_dlq(cfg)
+            if self._put_cas(key, kv.encode_queue_config(cfg), item["ModifyIndex"]):
+                return self.snapshot().queue_info(name)
+        raise Unavailable(f"the config of {name!r} kept changing during this update; retry", queue=name)
 
     def get(self, name: str) -> dict[str, Any]:
         return self.snapshot().queue_info(validate_queue_name(name))

@@ -29,7 +29,8 @@ DEFERRED: Any = object()
 """Returned by a handler that will answer later through ``Request.reply``."""
 
 MUTATING = frozenset({
-    Command.CREATE_QUEUE, Command.DELETE_QUEUE, Command.PURGE_QUEUE, Command.SEND,
+    Command.CREATE_QUEUE, Command.DELETE_QUEUE, Command.SET_QUEUE_ATTRIBUTES, Command.PURGE_QUEUE,
+    Command.SEND,
     Command.DELETE, Command.CHANGE_VISIBILITY,
 })
 """Commands whose replies are cached by request id (a retry is not applied twice)."""

@@ -87,6 +87,8 @@ class StreamSet:
             else:
                 if st.replicas != replicas:
                     self.version += 1
+                if st.config != cfg:  # settings changed (set_attributes, an edit in Consul KV)
+                    st.store.reconfigure(storage_config(cfg, self.defaults))
                 st.config, st.replicas = cfg, replicas
         return closed
 

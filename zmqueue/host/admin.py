@@ -1,4 +1,4 @@
-"""Queue administration requests (create, get, list, delete).
+"""Queue administration requests (create, get, list, delete, set attributes).
 
 They change or read Consul KV, so they run on the metadata cache's worker
 thread; the request loop never blocks on Consul. The reply is posted back to
@@ -40,6 +40,7 @@ class AdminHandlers:
         d.register(Command.GET_QUEUE, self._get_cached)
         d.register(Command.LIST_QUEUES, self._deferred(self._list))
         d.register(Command.DELETE_QUEUE, self._deferred(self._delete))
+        d.register(Command.SET_QUEUE_ATTRIBUTES, self._deferred(self._update))
 
     def _deferred(self, fn: Callable[[QueueDirectory, dict[str, Any]], Any]) -> Callable[[Request], Any]:
         def handler(req: Request) -> Any:
@@ -66,6 +67,12 @@ class AdminHandlers:
         raw = body.get("config")
         cfg = QueueConfig.from_dict(raw if isinstance(raw, dict) else {})
         info = d.create(cfg)
+        self.cache.refresh()
+        return {"queue": info}
+
+    def _update(self, d: QueueDirectory, body: dict[str, Any]) -> Any:
+        changes = body.get("changes")
+        info = d.update(F.get_queue(body, "name"), changes if isinstance(changes, dict) else {})
         self.cache.refresh()
         return {"queue": info}
 

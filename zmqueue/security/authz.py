@@ -33,6 +33,7 @@ ACTION_OF: dict[Command, str] = {
     Command.PURGE_QUEUE: "admin",
     Command.CREATE_QUEUE: "admin",
     Command.DELETE_QUEUE: "admin",
+    Command.SET_QUEUE_ATTRIBUTES: "admin",
 }
 """Commands checked against a queue's policy. Reads of metadata and stats
 (GET_QUEUE, LIST_QUEUES, QUEUE_STATS), credit and cancel are not checked (a credit

@@ -50,7 +50,7 @@ def queue_of(frame: Frame) -> str:
         if cmd == Command.CREATE_QUEUE:
             cfg = body.get("config")
             return str(cfg.get("name", "")) if isinstance(cfg, dict) else ""
-        if cmd in (Command.DELETE_QUEUE, Command.GET_QUEUE):
+        if cmd in (Command.DELETE_QUEUE, Command.GET_QUEUE, Command.SET_QUEUE_ATTRIBUTES):
             return str(body.get("name", ""))
     except (ZmqueueError, IndexError, TypeError):
         return ""

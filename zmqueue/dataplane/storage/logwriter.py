@@ -103,6 +103,20 @@ class LogWriter:
         self._flusher = (IntervalFlusher.shared(config.fsync_interval_ms)
                          if config.fsync == "interval" else None)
 
+    def set_policy(self, config: StorageConfig) -> None:
+        """Switch the durability policy (``fsync``) for the blocks written from
+        now on. Moving to ``always`` syncs what is written already, so every
+        block acknowledged after the switch is on disk with what came before."""
+        with self.lock:
+            if config.fsync == "always" and self.config.fsync != "always" and self.writer is not None:
+                self.writer.sync()
+                self._dirty = False
+            self.config = config
+            self._flusher = (IntervalFlusher.shared(config.fsync_interval_ms)
+                             if config.fsync == "interval" else None)
+            if self._dirty and self._flusher is not None:  # written under "never": synced soon now
+                self._flusher.mark(self)
+
     @property
     def path(self) -> Path:
         return self.writer.path if self.writer else self.directory

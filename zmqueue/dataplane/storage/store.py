@@ -473,6 +473,17 @@ class PartitionStore:
         """Replica side: stage a writer's records verbatim (see replica.py)."""
         return replica.apply_chunk(self, table, heap)
 
+    def reconfigure(self, config: StorageConfig) -> None:
+        """Apply a queue's changed settings: retention and the message limit
+        from the next expiry pass or append on, the durability policy from the
+        next block written (the ring's sizes and the queue type never change)."""
+        config.validate()
+        if (config.ring_slots, config.arena_bytes, config.fifo) != (
+                self.config.ring_slots, self.config.arena_bytes, self.config.fifo):
+            raise ValueError("reconfigure: the ring's sizes and the queue type are fixed")
+        self.config = config
+        self.log.set_policy(config)
+
     def close(self) -> None:
         """Commit, fsync, stop the flusher, release the directory lock."""
         if self._closed:
