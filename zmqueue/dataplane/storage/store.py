@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -474,15 +475,13 @@ class PartitionStore:
         return replica.apply_chunk(self, table, heap)
 
     def reconfigure(self, config: StorageConfig) -> None:
-        """Apply a queue's changed settings: retention and the message limit
-        from the next expiry pass or append on, the durability policy from the
-        next block written (the ring's sizes and the queue type never change)."""
-        config.validate()
-        if (config.ring_slots, config.arena_bytes, config.fifo) != (
-                self.config.ring_slots, self.config.arena_bytes, self.config.fifo):
-            raise ValueError("reconfigure: the ring's sizes and the queue type are fixed")
-        self.config = config
-        self.log.set_policy(config)
+        """Take a queue's changed settings from ``config``: retention and the
+        limits from the next expiry pass or append on, the durability policy
+        from the next block written. The rest (the ring's sizes, the queue
+        type) is fixed once the store is open and kept as it is."""
+        self.config = replace(self.config, retention_ms=config.retention_ms, max_messages=config.max_messages,
+                              max_bytes=config.max_bytes, fsync=config.fsync)
+        self.log.set_policy(self.config)
 
     def close(self) -> None:
         """Commit, fsync, stop the flusher, release the directory lock."""
