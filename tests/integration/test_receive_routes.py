@@ -4,10 +4,12 @@ asking hosts that hold nothing."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import zmqueue
 from tests.conftest import QueueCluster, wait_for
+from zmqueue.client.routing import FIFO_ORIGIN
 from zmqueue.protocol import Command
 
 
@@ -118,3 +120,25 @@ def test_long_polls_parked_on_one_host_for_several_partitions_lose_no_answer(
             got += q.receive(10, wait_time=1)
         assert sorted(m.body for m in got) == sorted(bodies)
         q.delete_batch(got)
+
+
+def test_a_fifo_receive_follows_the_writer_a_not_leader_names_without_re_reading_routes(
+        qcluster: QueueCluster) -> None:
+    """A host that does not write a FIFO partition answers NOT_LEADER naming
+    the writer; the receive goes there next, even when re-reading the routes
+    does not help (here: not allowed at all; in life, a host's metadata cache
+    a moment behind an election)."""
+    name = qcluster.queue_name("hint") + ".fifo"
+    q = qcluster.client.create_queue(name, fifo=True, replication_factor=2)
+    q.send(b"one", group_id="g", dedup_id="1")
+    with zmqueue.connect(qcluster.factory.agent.http_addr, request_timeout=10) as other:
+        consumer = other.get_queue(name)
+        route = consumer.routes.part(0)
+        writer = route.writers[FIFO_ORIGIN]
+        [not_writer] = [n for n in route.replicas if n != writer]
+        route.writers[FIFO_ORIGIN] = not_writer  # stale: points at the replica
+        consumer._refreshed_at = time.monotonic() + 3600  # and no re-read of the routes
+        assert [ep for _, ep in consumer._receive_targets()] == [route.endpoint(not_writer)]
+        msgs = consumer.receive(max_messages=1, wait_time=5)
+        assert [m.body for m in msgs] == [b"one"]
+        assert consumer.routes.part(0).writers[FIFO_ORIGIN] == writer

@@ -189,11 +189,8 @@ class Queue:
                 return self.client.request(endpoint, command, body, rid, extra_timeout_ms)
             except NotLeader as exc:
                 last = exc
-                node, ep = exc.details.get("leader"), exc.details.get("endpoint")
-                if origin is not None:
-                    self.routes.note_writer(p, origin, node if isinstance(node, str) else None,
-                                            ep if isinstance(ep, str) else None)
-                hint = ep if isinstance(ep, str) and ep != endpoint else None
+                ep = self._follow(p, origin, exc)
+                hint = ep if ep != endpoint else None
                 tried += 1
                 if hint is None:
                     self.refresh()
@@ -205,6 +202,16 @@ class Queue:
                 retry.pause()
         assert last is not None
         raise last
+
+    def _follow(self, p: int, origin: str | None, exc: NotLeader) -> str | None:
+        """Take a NOT_LEADER's hint: the writer it names for stream ``origin``
+        of partition ``p`` goes into the routes (a refresh may read a host's
+        cache that is a moment behind); returns its endpoint, if named."""
+        node, ep = exc.details.get("leader"), exc.details.get("endpoint")
+        ep = ep if isinstance(ep, str) else None
+        if origin is not None:
+            self.routes.note_writer(p, origin, node if isinstance(node, str) else None, ep)
+        return ep
 
     # --- send ----------------------------------------------------------------------
     def partition_for(self, msg: OutgoingMessage) -> int:
@@ -405,7 +412,11 @@ class Queue:
                 ask[carry.field] = carry.items
             try:
                 reply = self.client.request(ep, Command.RECEIVE, ask)
-            except (NotLeader, Unavailable):
+            except NotLeader as exc:  # FIFO: the one stream's writer is named; else re-read routes
+                named = self.config.fifo and self._follow(p, FIFO_ORIGIN, exc) is not None
+                stale = stale or not named
+                continue
+            except Unavailable:
                 stale = True
                 continue
             if k == 0 and carry is not None:
@@ -493,6 +504,9 @@ class Queue:
         if asked is None:
             return False
         if frame.is_error:
+            err = from_wire(frame.body)
+            if isinstance(err, NotLeader):
+                self._follow(asked[0], FIFO_ORIGIN if self.config.fifo else None, err)
             return True
         out.extend(self.messages_of(asked[0], frame.body))
         return False
