@@ -217,3 +217,33 @@ def test_a_decode_memo_decodes_only_the_values_that_changed():
     assert state.configs["q1"].visibility_timeout_s == 31
     assert state.leaders[kv.PartitionId("q2", 0)].epoch == 2  # a new LockIndex, same value
     assert state == kv.parse_tree(valid_listing(6, 1))[0]
+
+
+def _config_state(cfg: QueueConfig, created: int, modified: int) -> kv.ClusterState:
+    d = item(kv.queue_config_key(cfg.name), kv.encode_queue_config(cfg), index=modified)
+    d["CreateIndex"] = created
+    state, problems = kv.parse_tree([d])
+    assert problems == []
+    return state
+
+
+def test_an_edit_of_a_fixed_setting_is_a_problem_and_the_old_config_is_kept():
+    from zmqueue.controlplane.kvhealth import fixed_setting_edits, keep_last_good
+
+    old = _config_state(QueueConfig("orders", partitions=4), created=5, modified=5)
+    assert old.create_index[kv.queue_config_key("orders")] == 5
+    edits = {"fifo": QueueConfig("orders", partitions=4, fifo=True),
+             "encrypted": QueueConfig("orders", partitions=4, encrypted=True),
+             "partitions": QueueConfig("orders", partitions=2)}
+    for what, cfg in edits.items():
+        new = _config_state(cfg, created=5, modified=9)
+        [problem] = fixed_setting_edits(old, new)
+        assert problem.key == kv.queue_config_key("orders")
+        assert what in problem.reason and "fixed once the queue exists" in problem.reason
+        assert keep_last_good(old, new, [problem]).configs["orders"] == old.configs["orders"]
+    # settable settings, more partitions: not problems
+    grown = _config_state(QueueConfig("orders", partitions=8, visibility_timeout_s=5), created=5, modified=9)
+    assert fixed_setting_edits(old, grown) == []
+    # deleted and created again as another type: a new queue (new CreateIndex), not an edit
+    recreated = _config_state(QueueConfig("orders", fifo=True), created=12, modified=12)
+    assert fixed_setting_edits(old, recreated) == []

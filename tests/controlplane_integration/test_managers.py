@@ -122,3 +122,38 @@ def test_bad_json_in_kv_raises_a_warning_check_and_the_queue_keeps_serving(
         assert all_passing(consul_agent, h.node)
     finally:
         client.close()
+
+
+def test_a_kv_edit_of_a_fixed_setting_is_refused_and_the_queue_keeps_its_type(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    addr = consul_agent.http_addr
+    [h] = start_cluster(hosts, consul_agent, 1)
+    client = zmqueue.connect(addr, request_timeout=10)
+    try:
+        q = client.create_queue(f"fixed-{hosts.uid}")
+        key = f"zmqueue/queues/{q.name}/config"
+        _, item = kv_client(addr).kv.get(key)
+        good = item["Value"]
+        edited = {**json.loads(good), "fifo": True}
+        assert kv_client(addr).kv.put(key, json.dumps(edited), cas=item["ModifyIndex"])
+        kv_check = f"kv:zmqueue-{h.node}"
+        wait_for(lambda: check_statuses(consul_agent, h.node).get(kv_check) == "warning", 15,
+                 "kv warning check")
+        entry = [c for c in kv_client(addr).health.node("zmqueue-dev")[1] if c["CheckID"] == kv_check]
+        assert entry and key in entry[0]["Output"] and "fifo False -> True" in entry[0]["Output"]
+        assert client.get_queue(q.name).config.fifo is False, "hosts keep serving the old config"
+        q.send(b"still standard")  # a FIFO queue would refuse a send without a group id
+        [m] = q.receive(wait_time=5)
+        assert m.body == b"still standard"
+        kv_client(addr).kv.put(key, good)
+        wait_for(lambda: kv_check not in check_statuses(consul_agent, h.node), 15,
+                 "kv check removed once the value is good again")
+        # deleted and created again as a FIFO queue: a new queue, not an edit
+        client.delete_queue(q.name)
+        f = client.create_queue(q.name, fifo=True)
+        f.send(b"fifo now", group_id="g")
+        [m] = f.receive(wait_time=5)
+        assert m.body == b"fifo now" and m.group_id == "g"
+        assert kv_check not in check_statuses(consul_agent, h.node)
+    finally:
+        client.close()

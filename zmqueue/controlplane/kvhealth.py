@@ -50,7 +50,7 @@ def keep_last_good(prev: kv.ClusterState | None, state: kv.ClusterState,
         parts = p.key[len(kv.PREFIX):].split("/") if p.key.startswith(kv.PREFIX) else []
         match parts:
             case ["queues", q, "config"] if q in prev.configs:
-                configs.setdefault(q, prev.configs[q])
+                configs[q] = prev.configs[q]
             case ["queues", q, "partitions", n] if n.isdigit():
                 pid = kv.PartitionId(q, int(n))
                 if pid in prev.assignments:
@@ -60,6 +60,34 @@ def keep_last_good(prev: kv.ClusterState | None, state: kv.ClusterState,
             case _:
                 pass
     return replace(state, configs=configs, assignments=assignments, drains=drains)
+
+
+FIXED_AT_CREATION = ("fifo", "encrypted")
+"""Queue settings an edit in KV may not change: the streams were opened, and
+their messages written, as that type and with that encryption."""
+
+
+def fixed_setting_edits(prev: kv.ClusterState, state: kv.ClusterState) -> list[kv.Malformed]:
+    """Queue configs edited in KV so as to change what is fixed once a queue
+    exists (:data:`FIXED_AT_CREATION`) or to take partitions away: each is a
+    problem, and :func:`keep_last_good` keeps the previous config. A queue
+    deleted and created again under the same name (its key has a new
+    ``CreateIndex``) is a new queue, not an edit."""
+    out = []
+    for q, new in state.configs.items():
+        old = prev.configs.get(q)
+        key = kv.queue_config_key(q)
+        if old is None or state.create_index.get(key) != prev.create_index.get(key):
+            continue
+        changed = [f"{name} {getattr(old, name)!r} -> {getattr(new, name)!r}"
+                   for name in FIXED_AT_CREATION if getattr(old, name) != getattr(new, name)]
+        if new.partitions < old.partitions:
+            changed.append(f"partitions {old.partitions} -> {new.partitions} (partitions can only be added)")
+        if changed:
+            out.append(kv.Malformed(key, f"{'; '.join(changed)}: fixed once the queue exists, the queue "
+                                         "keeps its previous config; put the old value back, or create "
+                                         "a new queue"))
+    return out
 
 
 def describe(problems: list[kv.Malformed]) -> str:

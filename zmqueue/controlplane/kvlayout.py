@@ -348,6 +348,9 @@ class ClusterState:
     policies: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     """queue -> authorization policy (zmqueue.security.authz)."""
     modify_index: dict[str, int] = field(default_factory=dict)
+    create_index: dict[str, int] = field(default_factory=dict)
+    """Every decoded key's ``CreateIndex``: a key deleted and written again
+    (a queue deleted and created anew under its name) gets a new one."""
 
 
 def _partition(text: str) -> int:
@@ -500,6 +503,9 @@ def parse_tree(items: list[dict[str, Any]] | None,
         index = item.get("ModifyIndex")
         if isinstance(index, int):
             state.modify_index[key] = index
+        created = item.get("CreateIndex")
+        if isinstance(created, int):
+            state.create_index[key] = created
     if external:
         state = replace(state, external_manager=external[-1])
     return state, problems

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from zmqueue.controlplane.consul_client import ConsulClient
-from zmqueue.controlplane.kvhealth import KvProblemReporter, keep_last_good
+from zmqueue.controlplane.kvhealth import KvProblemReporter, fixed_setting_edits, keep_last_good
 from zmqueue.controlplane.queue_directory import QueueDirectory, Snapshot
 from zmqueue.controlplane.snapshot_feed import SnapshotFeed
 from zmqueue.dataplane.topology import Metadata, PartitionInfo, PartKey, Peer
@@ -189,17 +189,22 @@ class MetadataCache:
             failures = 0
             index = snap.index if snap.index > 0 else None
             prev = snap
+            good = self._last_good(snap)
             if reporter is not None:
-                reporter.report(snap.problems)
-            self._publish(self._last_good(snap), always=False)
+                reporter.report(good.problems)
+            self._publish(good, always=False)
 
     def _last_good(self, snap: Snapshot) -> Snapshot:
-        """``snap`` with the last good value of each malformed key kept."""
+        """``snap`` with the last good value of each malformed key kept (a
+        queue config edited to change a fixed setting counts as malformed)."""
         prev = self.last
-        if prev is None or not snap.problems:
+        if prev is None:
             return snap
-        state = keep_last_good(prev.state, snap.state, snap.problems)
-        return Snapshot(snap.index, state, snap.problems, snap.hosts, snap.sessions)
+        problems = snap.problems + fixed_setting_edits(prev.state, snap.state)
+        if not problems:
+            return snap
+        state = keep_last_good(prev.state, snap.state, problems)
+        return Snapshot(snap.index, state, problems, snap.hosts, snap.sessions)
 
     def stop(self) -> None:
         self.stopped.set()
