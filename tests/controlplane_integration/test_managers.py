@@ -4,6 +4,9 @@ manager drains a host, and operators steer through KV (config edits, bad JSON)."
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+
+import pytest
 
 import zmqueue
 from tests.conftest import HostFactory, wait_for
@@ -98,62 +101,70 @@ def test_a_queue_config_edited_in_kv_takes_effect_within_seconds(
         client.close()
 
 
-def test_bad_json_in_kv_raises_a_warning_check_and_the_queue_keeps_serving(
-        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
-    addr = consul_agent.http_addr
+def kv_warning(consul_agent: ConsulAgent, node: str) -> str:
+    """The output of the host's ``kv:`` warning check, once it is there."""
+    kv_check = f"kv:zmqueue-{node}"
+    wait_for(lambda: check_statuses(consul_agent, node).get(kv_check) == "warning", 15, "kv warning check")
+    entry = [c for c in kv_client(consul_agent.http_addr).health.node("zmqueue-dev")[1]
+             if c["CheckID"] == kv_check]
+    assert entry, "the warning check is listed"
+    return str(entry[0]["Output"])
+
+
+def kv_warning_cleared(consul_agent: ConsulAgent, node: str) -> None:
+    wait_for(lambda: f"kv:zmqueue-{node}" not in check_statuses(consul_agent, node), 15,
+             "kv check removed once the value is good again")
+
+
+@pytest.fixture
+def one_host(hosts: HostFactory, consul_agent: ConsulAgent) -> Iterator[tuple[HostProcess, zmqueue.Client]]:
+    """One host and a client (closed after the test; the host is stopped by ``hosts``)."""
     [h] = start_cluster(hosts, consul_agent, 1)
-    client = zmqueue.connect(addr, request_timeout=10)
+    client = zmqueue.connect(consul_agent.http_addr, request_timeout=10)
     try:
-        q = client.create_queue(f"bad-{hosts.uid}", visibility_timeout=60)
-        key = f"zmqueue/queues/{q.name}/config"
-        good = kv_client(addr).kv.get(key)[1]["Value"]
-        kv_client(addr).kv.put(key, '{"visibility_timeout_s": oops')
-        kv_check = f"kv:zmqueue-{h.node}"
-        wait_for(lambda: check_statuses(consul_agent, h.node).get(kv_check) == "warning", 15,
-                 "kv warning check")
-        entry = [c for c in kv_client(addr).health.node("zmqueue-dev")[1] if c["CheckID"] == kv_check]
-        assert entry and key in entry[0]["Output"]
-        q.send(b"still served")  # the last good config is kept
-        [m] = q.receive(wait_time=5)
-        assert m.body == b"still served"
-        kv_client(addr).kv.put(key, good)
-        wait_for(lambda: kv_check not in check_statuses(consul_agent, h.node), 15,
-                 "kv check removed once the value is good again")
-        assert all_passing(consul_agent, h.node)
+        yield h, client
     finally:
         client.close()
+
+
+def test_bad_json_in_kv_raises_a_warning_check_and_the_queue_keeps_serving(
+        one_host: tuple[HostProcess, zmqueue.Client], hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    h, client = one_host
+    kv = kv_client(consul_agent.http_addr).kv
+    q = client.create_queue(f"bad-{hosts.uid}", visibility_timeout=60)
+    key = f"zmqueue/queues/{q.name}/config"
+    good = kv.get(key)[1]["Value"]
+    kv.put(key, '{"visibility_timeout_s": oops')
+    assert key in kv_warning(consul_agent, h.node)
+    q.send(b"still served")  # the last good config is kept
+    [m] = q.receive(wait_time=5)
+    assert m.body == b"still served"
+    kv.put(key, good)
+    kv_warning_cleared(consul_agent, h.node)
+    assert all_passing(consul_agent, h.node)
 
 
 def test_a_kv_edit_of_a_fixed_setting_is_refused_and_the_queue_keeps_its_type(
-        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
-    addr = consul_agent.http_addr
-    [h] = start_cluster(hosts, consul_agent, 1)
-    client = zmqueue.connect(addr, request_timeout=10)
-    try:
-        q = client.create_queue(f"fixed-{hosts.uid}")
-        key = f"zmqueue/queues/{q.name}/config"
-        _, item = kv_client(addr).kv.get(key)
-        good = item["Value"]
-        edited = {**json.loads(good), "fifo": True}
-        assert kv_client(addr).kv.put(key, json.dumps(edited), cas=item["ModifyIndex"])
-        kv_check = f"kv:zmqueue-{h.node}"
-        wait_for(lambda: check_statuses(consul_agent, h.node).get(kv_check) == "warning", 15,
-                 "kv warning check")
-        entry = [c for c in kv_client(addr).health.node("zmqueue-dev")[1] if c["CheckID"] == kv_check]
-        assert entry and key in entry[0]["Output"] and "fifo False -> True" in entry[0]["Output"]
-        assert client.get_queue(q.name).config.fifo is False, "hosts keep serving the old config"
-        q.send(b"still standard")  # a FIFO queue would refuse a send without a group id
-        [m] = q.receive(wait_time=5)
-        assert m.body == b"still standard"
-        kv_client(addr).kv.put(key, good)
-        wait_for(lambda: kv_check not in check_statuses(consul_agent, h.node), 15,
-                 "kv check removed once the value is good again")
-        # deleted and created again as a FIFO queue: a new queue, not an edit
-        client.delete_queue(q.name)
-        f = client.create_queue(q.name, fifo=True)
-        f.send(b"fifo now", group_id="g")
-        [m] = f.receive(wait_time=5)
-        assert m.body == b"fifo now" and m.group_id == "g"
-        assert kv_check not in check_statuses(consul_agent, h.node)
-    finally:
-        client.close()
+        one_host: tuple[HostProcess, zmqueue.Client], hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    h, client = one_host
+    kv = kv_client(consul_agent.http_addr).kv
+    q = client.create_queue(f"fixed-{hosts.uid}")
+    key = f"zmqueue/queues/{q.name}/config"
+    _, item = kv.get(key)
+    good = item["Value"]
+    assert kv.put(key, json.dumps({**json.loads(good), "fifo": True}), cas=item["ModifyIndex"])
+    output = kv_warning(consul_agent, h.node)
+    assert key in output and "fifo False -> True" in output
+    assert client.get_queue(q.name).config.fifo is False, "hosts keep serving the old config"
+    q.send(b"still standard")  # a FIFO queue would refuse a send without a group id
+    [m] = q.receive(wait_time=5)
+    assert m.body == b"still standard"
+    kv.put(key, good)
+    kv_warning_cleared(consul_agent, h.node)
+    # deleted and created again as a FIFO queue: a new queue, not an edit
+    client.delete_queue(q.name)
+    f = client.create_queue(q.name, fifo=True)
+    f.send(b"fifo now", group_id="g")
+    [m] = f.receive(wait_time=5)
+    assert m.body == b"fifo now" and m.group_id == "g"
+    assert f"kv:zmqueue-{h.node}" not in check_statuses(consul_agent, h.node)
