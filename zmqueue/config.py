@@ -141,9 +141,9 @@ class QueueConfig:
 
     def updated(self, changes: dict[str, Any]) -> QueueConfig:
         """This config with ``changes`` (config field names, as in KV) applied
-        and validated. Only the settings of :data:`MUTABLE_SETTINGS` may change;
-        the others (name, type, partitions, replication, encryption) shape
-        where and how messages are stored: ConfigError naming them."""
+        and validated. Only the settings of :data:`MUTABLE_SETTINGS` may change:
+        ConfigError naming any other (:data:`FIXED_AT_CREATION` never change;
+        placement, partitions and replication, only by a KV edit)."""
         if not isinstance(changes, dict) or not changes:
             raise ConfigError("give at least one setting to change", field="changes")
         settable = set(MUTABLE_SETTINGS.values())
@@ -154,10 +154,19 @@ class QueueConfig:
             if unknown:
                 raise ConfigError(f"unknown queue settings {unknown}; settable: {sorted(settable)}",
                                   field="changes")
-            raise ConfigError(f"{', '.join(fixed)} cannot change after a queue is created; "
-                              "create a new queue (and redrive or copy its messages)", field=fixed[0])
+            if any(k in FIXED_AT_CREATION for k in fixed):
+                raise ConfigError(f"{', '.join(fixed)} cannot change after a queue is created; "
+                                  "create a new queue (and redrive or copy its messages)", field=fixed[0])
+            raise ConfigError(f"{', '.join(fixed)} cannot be set here: placement settings change by "
+                              "editing the queue's config in Consul KV (the managers place the "
+                              "difference; partitions can only be added)", field=fixed[0])
         return QueueConfig.from_dict({**self.to_dict(), **self.extra, **changes})
 
+
+FIXED_AT_CREATION = ("name", "fifo", "encrypted")
+"""Settings no change may touch, by any path: the streams were opened, and
+their messages written, as that type and with that encryption (a host refuses
+a KV edit of them, see ``controlplane/kvhealth.py``)."""
 
 MUTABLE_SETTINGS: dict[str, str] = {
     "visibility_timeout": "visibility_timeout_s",

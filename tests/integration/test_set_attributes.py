@@ -74,6 +74,8 @@ def test_bad_changes_get_a_clear_error_and_change_nothing(qcluster: QueueCluster
     # what the host says to a client that skips those checks
     with pytest.raises(InvalidParameter, match="cannot change after a queue is created"):
         c.any_host(Command.SET_QUEUE_ATTRIBUTES, {"name": q.name, "changes": {"fifo": True}})
+    with pytest.raises(InvalidParameter, match="partitions cannot be set here"):
+        c.any_host(Command.SET_QUEUE_ATTRIBUTES, {"name": q.name, "changes": {"partitions": 2}})
     with pytest.raises(InvalidParameter, match="unknown queue settings"):
         c.any_host(Command.SET_QUEUE_ATTRIBUTES, {"name": q.name, "changes": {"colour": "red"}})
     with pytest.raises(InvalidParameter, match="max_receive_count"):

@@ -338,6 +338,8 @@ class Queue:
         read mid-election, a host restarting, Consul recovering) the routes
         are re-read with back-off, for as long as ``call`` retries a request;
         then Unavailable with the message ``unavailable``."""
+        if found := find():  # the usual case: no budget built on the receive path
+            return found
         retry = RetryBudget(0, self.client.request_timeout_ms / 1000)
         while not (found := find()):
             if not retry.again():
@@ -592,8 +594,9 @@ class Queue:
         ``visibility_timeout``, ``retention``, ``delay`` (seconds),
         ``max_message_bytes``, ``dead_letter_queue`` (created if missing; None
         to detach), ``max_receive_count``, ``content_based_dedup``, ``fsync``,
-        ``max_messages``, and the rate limits. The queue's type, partitions,
-        replication and encryption cannot change (ConfigError). Returns the
+        ``max_messages``, and the rate limits. The queue's type and encryption
+        never change, partitions and replication only by a KV edit
+        (ConfigError). Returns the
         new config; every host applies it within a second or two. A
         concurrent edit (another client, the Consul UI) is not overwritten:
         this change is applied on top of it."""

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 import consul
 
+from zmqueue.config import FIXED_AT_CREATION
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.discovery import KV_CHECK_PREFIX
@@ -62,11 +63,6 @@ def keep_last_good(prev: kv.ClusterState | None, state: kv.ClusterState,
     return replace(state, configs=configs, assignments=assignments, drains=drains)
 
 
-FIXED_AT_CREATION = ("fifo", "encrypted")
-"""Queue settings an edit in KV may not change: the streams were opened, and
-their messages written, as that type and with that encryption."""
-
-
 def fixed_setting_edits(prev: kv.ClusterState, state: kv.ClusterState) -> list[kv.Malformed]:
     """Queue configs edited in KV so as to change what is fixed once a queue
     exists (:data:`FIXED_AT_CREATION`) or to take partitions away: each is a
@@ -77,7 +73,7 @@ def fixed_setting_edits(prev: kv.ClusterState, state: kv.ClusterState) -> list[k
     for q, new in state.configs.items():
         old = prev.configs.get(q)
         key = kv.queue_config_key(q)
-        if old is None or state.create_index.get(key) != prev.create_index.get(key):
+        if old is None or old is new or state.create_index.get(key) != prev.create_index.get(key):
             continue
         changed = [f"{name} {getattr(old, name)!r} -> {getattr(new, name)!r}"
                    for name in FIXED_AT_CREATION if getattr(old, name) != getattr(new, name)]

@@ -87,7 +87,7 @@ class StreamSet:
             else:
                 if st.replicas != replicas:
                     self.version += 1
-                if st.config != cfg:  # settings changed (set_attributes, an edit in Consul KV)
+                if st.config is not cfg and st.config != cfg:  # changed (set_attributes, a KV edit)
                     st.store.reconfigure(storage_config(cfg, self.defaults))
                 st.config, st.replicas = cfg, replicas
         return closed
