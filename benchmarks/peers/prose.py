@@ -567,6 +567,13 @@ socket per host (~0.6 us per poll). Measured:
   consumer; 3dd2fbc, 89e87b6 and 73a1356 interleaved, 4 rounds): ~14 k
   msg/s for each, client CPU 30, 31 and 32 us per message. The link
   monitors cost a one-at-a-time round trip about 2% here, within the noise.
+- **the session's last tree** (5bcaef3: `set_attributes`, hosts applying
+  a changed config to open streams, FIFO receives following NOT_LEADER
+  hints; none of it on a message's path) against 73a1356, the peers tree,
+  the same way, 3 alternating pairs of `zmqueue bench --workload W3
+  --workload W2 --hosts 1 --duration 5`: W3 60.5 k against 61.3 k msg/s,
+  W2 1,635 against 1,667 msg/s (medians; single W3 runs moved between
+  50 k and 84 k): within the noise, so the peers rows stand.
 With a 30 s request timeout, the chaos scenarios `fifo-sync-kill-writer`
 and `std-sync-kill-writer-pipeline` (tests/chaos) fail if any send waits
 out the timeout; in a run here the longest send took 0.70 s (FIFO writer
