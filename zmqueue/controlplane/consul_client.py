@@ -19,6 +19,39 @@ from zmqueue.errors import ConsulUnavailable
 
 T = TypeVar("T")
 
+REFUSALS = ("missing check", "in critical state", "invalid session", "permission denied",
+            "acl not found")
+"""Consul's answers that start like a lost server ("500 rpc error making
+call: ...") but are the server's verdict on the request itself: another
+agent would give the same answer (or, for "missing check", a misleading one:
+the checks live on one agent, see :class:`AgentHome`)."""
+
+
+def server_gone(exc: consul.ConsulException) -> bool:
+    """The agent answered but could not reach a Consul server (one just died,
+    or an election is running): as good as unreachable."""
+    text = str(exc).lower()
+    if not text.startswith(("500", "503")) or any(r in text for r in REFUSALS):
+        return False
+    return "rpc error" in text or "no leader" in text or "no cluster leader" in text
+
+
+class AgentHome:
+    """The Consul agent that holds a host's registration: its service and the
+    checks its sessions are tied to.
+
+    Consul creates a session only through the agent whose node has the
+    session's checks (elsewhere: "Missing check ... registration"). A host's
+    threads each own a :class:`ConsulClient` and fail over on their own, so
+    after a Consul agent dies they can land on different agents; the
+    heartbeat re-registers the service where it lands and records that here,
+    and the threads that create sessions go there first
+    (:meth:`ConsulClient.prefer`). Shared between threads: one str
+    assignment, atomic under the GIL."""
+
+    def __init__(self) -> None:
+        self.address: str | None = None
+
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
     requests.RequestException,
     OSError,
@@ -56,6 +89,11 @@ class ConsulClient:
     def address(self) -> str:
         return self.addresses[self._current]
 
+    def prefer(self, address: str | None) -> None:
+        """Make ``address`` (one of :attr:`addresses`) the first one tried."""
+        if address in self.addresses:
+            self._current = self.addresses.index(address)
+
     def call(self, fn: Callable[[consul.Consul], T]) -> T:
         errors: list[str] = []
         for i in range(len(self.addresses)):
@@ -67,10 +105,7 @@ class ConsulClient:
                 errors.append(f"{addr}: {type(exc).__name__}")
                 continue
             except consul.ConsulException as exc:
-                text = str(exc).lower()
-                server_gone = text.startswith(("500", "503")) and (
-                    "rpc error" in text or "no leader" in text or "no cluster leader" in text)
-                if not server_gone:
+                if not server_gone(exc):
                     raise
                 if self.agent_local:
                     raise ConsulUnavailable(

@@ -38,7 +38,7 @@ from typing import Any
 import consul
 
 from zmqueue.controlplane import kvlayout as kv
-from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.consul_client import AgentHome, ConsulClient
 from zmqueue.controlplane.discovery import list_hosts
 from zmqueue.errors import ConsulUnavailable
 
@@ -128,9 +128,13 @@ def may_campaign(me: str, cand: Candidacy, passing: set[str], my_seq: int,
 
 class Leadership(threading.Thread):
     def __init__(self, addresses: tuple[str, ...], timeout_s: float, node: str,
-                 checks: list[str], value: dict[str, Any], post: Callable[[Event], None]) -> None:
+                 checks: list[str], value: dict[str, Any], post: Callable[[Event], None],
+                 home: AgentHome | None = None) -> None:
+        """``home``: where the host's ``checks`` are registered; sessions are
+        created there (see :class:`AgentHome`)."""
         super().__init__(name="leadership", daemon=True)
         self.client = ConsulClient(addresses, timeout_s, agent_local=True)
+        self.home = home
         self.node = node
         self.checks = checks
         self.value = json.dumps(value).encode()
@@ -212,6 +216,10 @@ class Leadership(threading.Thread):
             except consul.NotFound:
                 log.warning("session %s expired; every lock it held is lost", self.session)
                 self._lose_all()
+        if self.home is not None:
+            # only the agent holding the checks accepts a session tied to them;
+            # left elsewhere by a failover, this thread would be refused for good
+            self.client.prefer(self.home.address)
         sid = self.client.call(lambda c: c.session.create(
             name=f"zmqueue-{self.node}", behavior="release", lock_delay=0, ttl=SESSION_TTL_S,
             checks=self.checks))

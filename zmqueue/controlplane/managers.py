@@ -30,7 +30,7 @@ from typing import Any
 import consul
 
 from zmqueue.controlplane import kvlayout as kv
-from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.consul_client import AgentHome, ConsulClient
 from zmqueue.controlplane.external_manager import plan_external
 from zmqueue.controlplane.fleetview import AssignmentWrite, HealthGrace
 from zmqueue.controlplane.internal_manager import plan_internal
@@ -65,13 +65,13 @@ def txn_ops(w: AssignmentWrite, lock_key: str, sid: str) -> list[dict[str, Any]]
 
 
 class ManagerRoles(threading.Thread):
-    def __init__(self, cfg: RolesConfig, feed: SnapshotFeed) -> None:
+    def __init__(self, cfg: RolesConfig, feed: SnapshotFeed, home: AgentHome | None = None) -> None:
         super().__init__(name="manager-roles", daemon=True)
         self.cfg = cfg
         self.client = ConsulClient(cfg.consul, cfg.timeout_s)
         self.feed = feed
         self._seq = 0
-        self.session = Session(self.client, cfg.node, cfg.service_id)
+        self.session = Session(self.client, cfg.node, cfg.service_id, home)
         self.grace = HealthGrace(cfg.failover_grace_s)
         self.locks = {"external": kv.external_manager_key(),
                       "cluster": kv.cluster_manager_key(cfg.cluster)}

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import consul
 
-from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.consul_client import AgentHome, ConsulClient
 from zmqueue.errors import ConsulUnavailable
 
 log = logging.getLogger(__name__)
@@ -61,9 +61,15 @@ class Registration:
 
 
 class Registrar:
-    def __init__(self, client: ConsulClient, reg: Registration) -> None:
+    """Registers the host on the first agent of ``client`` that answers (it
+    fails over like any client) and records that agent in ``home``, where the
+    host's sessions must be created (see :class:`AgentHome`)."""
+
+    def __init__(self, client: ConsulClient, reg: Registration,
+                 home: AgentHome | None = None) -> None:
         self.client = client
         self.reg = reg
+        self.home = home
 
     def register(self) -> None:
         reg = self.reg
@@ -98,6 +104,9 @@ class Registrar:
                 raise ConsulUnavailable(f"heartbeat failed: {str(exc)[:120]}") from None
             log.warning("consul forgot service %s; registering it again", self.reg.service_id)
             self.register()
+            return
+        if self.home is not None:
+            self.home.address = self.client.address
 
     def deregister(self) -> None:
         self.client.call(lambda c: c.agent.service.deregister(self.reg.service_id))

@@ -21,7 +21,7 @@ import time
 import consul
 
 from zmqueue.controlplane import kvlayout as kv
-from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.consul_client import AgentHome, ConsulClient
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +36,12 @@ def session_checks(service_id: str) -> list[str]:
 class Session:
     """One Consul session, created on demand and renewed; one thread only."""
 
-    def __init__(self, client: ConsulClient, node: str, service_id: str) -> None:
+    def __init__(self, client: ConsulClient, node: str, service_id: str,
+                 home: AgentHome | None = None) -> None:
+        """``home``: the agent holding the host's checks, where the session is
+        created (see :class:`AgentHome`)."""
         self.client = client
+        self.home = home
         self.node = node
         self.service_id = service_id
         self.id: str | None = None
@@ -60,6 +64,8 @@ class Session:
                 return self.id
             log.info("session %s of %s is gone (a check failed?); creating a new one", sid, self.node)
             self.id = None
+        if self.home is not None:
+            self.client.prefer(self.home.address)
         try:
             self.id = self.client.call(lambda c: c.session.create(
                 name=f"zmqueue-{self.node}", behavior="release", lock_delay=0, ttl=SESSION_TTL_S,

@@ -24,7 +24,7 @@ import zmq
 from prometheus_client import CollectorRegistry
 
 from zmqueue.config import HostConfig
-from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.consul_client import AgentHome, ConsulClient
 from zmqueue.controlplane.leadership import Candidacy, Confirmed, Deposed, Elected, Leadership
 from zmqueue.controlplane.managers import ManagerRoles, RolesConfig
 from zmqueue.controlplane.queue_directory import Snapshot
@@ -192,8 +192,9 @@ class Host:
         reg = Registration(cluster=cfg.cluster, node=cfg.node, version=__version__,
                            address=cfg.bind_host, client_port=port, endpoints=endpoints,
                            zone=cfg.zone, check_ttl_ms=cfg.check_ttl_ms, http_health_url=http_url)
+        home = AgentHome()  # the agent holding the registration: sessions are made there
         registrar = Registrar(ConsulClient(cfg.consul, cfg.consul_timeout_ms / 1000, agent_local=True),
-                              reg)
+                              reg, home)
         try:
             registrar.register()
         except ConsulUnavailable as exc:
@@ -201,7 +202,7 @@ class Host:
             raise StartupError(str(exc)) from None
         self.registrar = registrar
         hb_registrar = Registrar(
-            ConsulClient(cfg.consul, cfg.consul_timeout_ms / 1000, agent_local=True), reg)
+            ConsulClient(cfg.consul, cfg.consul_timeout_ms / 1000, agent_local=True), reg, home)
         self.heartbeat = Heartbeat(hb_registrar, cfg.heartbeat_interval_ms, self.healthy)
         self.heartbeat.start()
         self._write_info(endpoints)
@@ -215,11 +216,11 @@ class Host:
             # lock when that one Consul server dies (see docs/REPLICATION.md)
             [reg.check_id, f"http:{reg.service_id}"],
             {"node": cfg.node, "endpoint": self.sockets.endpoints.client, "epoch": 0},
-            lambda ev: cache.post(lambda: self._on_leadership(ev)))
+            lambda ev: cache.post(lambda: self._on_leadership(ev)), home)
         self.hooks.leadership = self.leadership
         self.leadership.start()
         self.roles = ManagerRoles(RolesConfig(cfg.node, cfg.cluster, reg.service_id, cfg.consul,
-                                              cfg.consul_timeout_ms / 1000), cache.feed)
+                                              cfg.consul_timeout_ms / 1000), cache.feed, home)
         self.roles.start()
         log.info("host %s (cluster %s) serving on %s", cfg.node, cfg.cluster, endpoints)
 
