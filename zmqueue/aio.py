@@ -158,6 +158,10 @@ class AsyncQueue:
     async def change_visibility(self, receipt: Deletable, timeout: int) -> None:
         await self.client.run(self.sync.change_visibility, receipt, timeout)
 
+    async def change_visibility_batch(self, receipts: Iterable[Deletable], timeout: int | Sequence[int]
+                                      ) -> list[ZmqueueError | None]:
+        return await self.client.run(self.sync.change_visibility_batch, list(receipts), timeout)
+
     async def purge(self) -> int:
         return await self.client.run(self.sync.purge)
 

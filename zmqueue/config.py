@@ -24,6 +24,9 @@ MAX_MESSAGE_BYTES_LIMIT = 1024 * 1024
 """Upper bound for a queue's ``max_message_bytes`` (1 MiB)."""
 
 FSYNC_POLICIES = ("always", "interval", "never")
+MAX_VISIBILITY_S = 43200
+"""12 h, as SQS: the longest a received message stays invisible (queue
+default, per receive, per change_visibility)."""
 
 
 def _check(cond: bool, name: str, why: str) -> None:
@@ -92,7 +95,7 @@ class QueueConfig:
     def validate(self) -> QueueConfig:
         validate_queue_name(self.name)
         _check(isinstance(self.fifo, bool), "fifo", "must be true or false")
-        _check_range(self.visibility_timeout_s, "visibility_timeout", 0, 43200)
+        _check_range(self.visibility_timeout_s, "visibility_timeout", 0, MAX_VISIBILITY_S)
         _check_range(self.retention_s, "retention", 1, 1209600)
         _check_range(self.delay_s, "delay", 0, 900)
         _check_range(self.max_message_bytes, "max_message_bytes", 1024, MAX_MESSAGE_BYTES_LIMIT)

@@ -59,6 +59,7 @@ def test_the_async_client_sends_receives_and_raises_what_the_blocking_one_does(
             assert {m.body for m in msgs} == {b"one", b"two", b"three"}
             assert next(m for m in msgs if m.id == one).attributes == {"k": "v"}
             await q.change_visibility(msgs[0], 0)
+            assert await q.change_visibility_batch(msgs[1:], [600, 600]) == [None, None]
             assert await q.delete_batch(msgs[1:]) == [None, None]
             again = await drain(q, 1)
             assert list(again) == [msgs[0].id], "the message made visible again came back"

@@ -104,6 +104,41 @@ def test_change_visibility_extends_the_timeout(qcluster: QueueCluster) -> None:
     q.delete(m.receipt)
 
 
+def test_change_visibility_batch_releases_extends_and_answers_for_each_receipt(
+        qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name(), visibility_timeout=60, partitions=2)
+    q.send_batch([b"m%d" % i for i in range(6)])
+    held: list[zmqueue.Message] = []
+
+    def gather(into: list[zmqueue.Message], n: int) -> bool:
+        into += q.receive(max_messages=10)
+        return len(into) >= n
+
+    wait_for(lambda: gather(held, 6), 10, "all six received")
+    by_body = {m.body: m for m in held}
+    gone = by_body[b"m5"]
+    q.delete(gone)
+    # one timeout for all: three released at once, a deleted one's receipt refused
+    out = q.change_visibility_batch([by_body[b"m0"], by_body[b"m1"], by_body[b"m2"].receipt, gone], 0)
+    assert out[:3] == [None, None, None]
+    assert isinstance(out[3], zmqueue.InvalidReceipt), out
+    back: list[zmqueue.Message] = []
+    wait_for(lambda: gather(back, 3), 10, "the released three back")
+    assert sorted(m.body for m in back) == [b"m0", b"m1", b"m2"], "m3 and m4 stay hidden for 60 s"
+    # one timeout per receipt: m3 now, m4 in ten minutes
+    assert q.change_visibility_batch([by_body[b"m3"], by_body[b"m4"]], [0, 600]) == [None, None]
+    [m3] = q.receive(max_messages=10, wait_time=5)
+    assert m3.body == b"m3"
+    assert q.receive(max_messages=10, wait_time=1) == []
+    # bad input fails before any request, saying what to do
+    with pytest.raises(zmqueue.InvalidParameter, match="one per receipt"):
+        q.change_visibility_batch([m3, by_body[b"m4"]], [0])
+    with pytest.raises(zmqueue.InvalidParameter, match="0-43200 seconds"):
+        q.change_visibility_batch([m3], 43201)
+    with pytest.raises(zmqueue.InvalidParameter, match="1 to 1000 receipts"):
+        q.change_visibility_batch([], 0)
+
+
 def test_long_polling_returns_as_soon_as_a_message_arrives_or_empty_after_wait_time(
         qcluster: QueueCluster) -> None:
     q = qcluster.client.create_queue(qcluster.queue_name())

@@ -22,7 +22,7 @@ from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
 from zmqueue.client.retry import RetryBudget
 from zmqueue.client.routing import FIFO_ORIGIN, Routes
 from zmqueue.client.transport import Connection, LinkWatch
-from zmqueue.config import MUTABLE_SETTINGS, QueueConfig
+from zmqueue.config import MAX_VISIBILITY_S, MUTABLE_SETTINGS, QueueConfig
 from zmqueue.errors import (
     ConfigError,
     InvalidParameter,
@@ -544,15 +544,33 @@ class Queue:
 
     def change_visibility(self, receipt: Deletable, timeout: int) -> None:
         """Make a received message visible after ``timeout`` seconds from now (0 = now)."""
-        err = self._batch(Command.CHANGE_VISIBILITY, [receipt], timeout)[0]
+        err = self.change_visibility_batch([receipt], timeout)[0]
         if err is not None:
             raise err
 
-    def _batch(self, command: Command, receipts: list[Deletable], timeout: int | None
+    def change_visibility_batch(self, receipts: Iterable[Deletable], timeout: int | Sequence[int]
+                                ) -> list[ZmqueueError | None]:
+        """:meth:`change_visibility` for up to 1000 messages at once, as SQS's
+        ChangeMessageVisibilityBatch: ``timeout`` for all of them, or one per
+        receipt. One request per (partition, stream); one outcome per receipt,
+        in order (None = changed), as :meth:`delete_batch`."""
+        items = list(receipts)
+        timeouts = [timeout] * len(items) if isinstance(timeout, int) else list(timeout)
+        if len(timeouts) != len(items):
+            raise InvalidParameter(f"{len(timeouts)} timeouts for {len(items)} receipts: give one "
+                                   "timeout, or one per receipt", field="visibility_timeout")
+        for t in timeouts:
+            if type(t) is not int or not 0 <= t <= MAX_VISIBILITY_S:
+                raise InvalidParameter(f"visibility timeout must be 0-{MAX_VISIBILITY_S} seconds, "
+                                       f"got {t!r}", field="visibility_timeout")
+        return self._batch(Command.CHANGE_VISIBILITY, items, timeouts)
+
+    def _batch(self, command: Command, receipts: list[Deletable], timeouts: list[int] | None
                ) -> list[ZmqueueError | None]:
+        """DELETE (``timeouts`` None) or CHANGE_VISIBILITY (one timeout per receipt)."""
         out: list[ZmqueueError | None] = [None] * len(receipts)
         for (p, origin), idxs in self.by_stream(receipts).items():
-            self._apply(command, receipts, idxs, p, origin, timeout, out)
+            self._apply(command, receipts, idxs, p, origin, timeouts, out)
         return out
 
     def by_stream(self, receipts: Sequence[Deletable]) -> dict[tuple[int, str], list[int]]:
@@ -580,9 +598,9 @@ class Queue:
         return groups
 
     def _apply(self, command: Command, receipts: list[Deletable], idxs: list[int], p: int, origin: str,
-               timeout: int | None, out: list[ZmqueueError | None]) -> None:
+               timeouts: list[int] | None, out: list[ZmqueueError | None]) -> None:
         """One DELETE / CHANGE_VISIBILITY of one stream's receipts; outcomes into ``out``."""
-        items: list[Any] = [_text(receipts[i]) if timeout is None else [_text(receipts[i]), timeout]
+        items: list[Any] = [_text(receipts[i]) if timeouts is None else [_text(receipts[i]), timeouts[i]]
                             for i in idxs]
         reply = self.call(p, command, {"q": self.name, "p": p, "r": items},
                           partial(self.routes.for_stream, p, origin), origin)

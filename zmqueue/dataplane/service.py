@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from zmqueue.config import MAX_VISIBILITY_S
 from zmqueue.dataplane import fields as F
 from zmqueue.dataplane.deadletters import DeadLetterMover
 from zmqueue.dataplane.dispatch import DEFERRED, Dispatcher, Request, now_ms
@@ -328,7 +329,7 @@ class QueueService:
             return DEFERRED
         max_n = F.get_int(body, "max", 1, MAX_BATCH, default=1, name="max_messages")
         wait_ms = F.get_int(body, "wait_ms", 0, MAX_WAIT_MS, default=0, name="wait_time")
-        vis_s = F.get_opt_int(body, "vis_s", 0, 43200, name="visibility_timeout")
+        vis_s = F.get_opt_int(body, "vis_s", 0, MAX_VISIBILITY_S, name="visibility_timeout")
         cols = body.get("cols") is True
         if body.get("del") is not None or body.get("dref") is not None:
             return self._delete_then_take(req, part, body, max_n, wait_ms, vis_s, cols, now)
@@ -428,8 +429,8 @@ class QueueService:
         results: list[Any] = []
         for text, timeout_s in items:
             try:
-                if not isinstance(timeout_s, int) or not 0 <= timeout_s <= 43200:
-                    raise InvalidParameter("visibility timeout must be 0-43200 seconds",
+                if not isinstance(timeout_s, int) or not 0 <= timeout_s <= MAX_VISIBILITY_S:
+                    raise InvalidParameter(f"visibility timeout must be 0-{MAX_VISIBILITY_S} seconds",
                                            field="visibility_timeout")
                 st.change_visibility(Receipt.decode(text), timeout_s, now)
                 results.append(None)
@@ -468,7 +469,7 @@ class QueueService:
             return DEFERRED
         self.readable_streams(part)
         prefetch = F.get_int(body, "prefetch", 1, 1000, default=10)
-        vis_s = F.get_opt_int(body, "vis_s", 0, 43200, name="visibility_timeout")
+        vis_s = F.get_opt_int(body, "vis_s", 0, MAX_VISIBILITY_S, name="visibility_timeout")
         return {"sub": self.pusher.subscribe(part, req.identity, prefetch, vis_s, body.get("cols") is True)}
 
     def h_credit(self, req: Request, body: dict[str, Any], now: int) -> Any:
