@@ -89,7 +89,9 @@ class AdminHandlers:
         return self._read_through(req)
 
     def _get(self, d: QueueDirectory, body: dict[str, Any]) -> Any:
-        return {"queue": d.get(F.get_queue(body, "name"))}
+        # as served: a refused KV edit (bad JSON, a fixed setting) is not shown
+        name = F.get_queue(body, "name")
+        return {"queue": self.cache.last_good(d.snapshot()).queue_info(name)}
 
     def _list(self, d: QueueDirectory, body: dict[str, Any]) -> Any:
         prefix = body.get("prefix") or ""

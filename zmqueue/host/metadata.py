@@ -162,7 +162,7 @@ class MetadataCache:
         def work() -> None:
             self._refresh_pending.clear()
             try:
-                self._publish(self._last_good(self.directory().snapshot()))
+                self._publish(self.last_good(self.directory().snapshot()))
             except ConsulUnavailable as exc:
                 log.warning("metadata refresh failed: %s", exc)
                 self.post(self.unavailable)
@@ -189,14 +189,16 @@ class MetadataCache:
             failures = 0
             index = snap.index if snap.index > 0 else None
             prev = snap
-            good = self._last_good(snap)
+            good = self.last_good(snap)
             if reporter is not None:
                 reporter.report(good.problems)
             self._publish(good, always=False)
 
-    def _last_good(self, snap: Snapshot) -> Snapshot:
+    def last_good(self, snap: Snapshot) -> Snapshot:
         """``snap`` with the last good value of each malformed key kept (a
-        queue config edited to change a fixed setting counts as malformed)."""
+        queue config edited to change a fixed setting counts as malformed):
+        what this host serves, and so what a read-through ``GET_QUEUE``
+        reports. Any thread (``last`` is read once)."""
         prev = self.last
         if prev is None:
             return snap
