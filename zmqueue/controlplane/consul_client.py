@@ -52,6 +52,7 @@ class AgentHome:
     def __init__(self) -> None:
         self.address: str | None = None
 
+
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
     requests.RequestException,
     OSError,
