@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import queue
 import uuid
-from pathlib import Path
+from collections.abc import Iterator
 
 import consul
 import pytest
@@ -18,7 +18,7 @@ from tests.conftest import wait_for
 from tests.controlplane_integration.conftest import kv_client
 from zmqueue.controlplane.consul_client import AgentHome, ConsulClient, server_gone
 from zmqueue.controlplane.leadership import Candidacy, Elected, Event, Leadership
-from zmqueue.controlplane.registry import Registrar, Registration
+from zmqueue.controlplane.registry import SERVICE_NAME, Registrar, Registration
 from zmqueue.localcluster import ConsulCluster
 from zmqueue.localcluster.consul_agent import has_leader
 
@@ -36,27 +36,40 @@ def test_a_refusal_is_not_taken_for_a_lost_server(answer: str, gone: bool) -> No
     assert server_gone(consul.ConsulException(answer)) is gone
 
 
-def test_the_writer_session_is_created_where_the_host_is_registered(tmp_path: Path) -> None:
-    cluster = ConsulCluster(tmp_path / "consul", size=2)
-    node = f"home-{uuid.uuid4().hex[:8]}"
-    stream = (f"q-{node}", 0, node)
-    events: queue.Queue[Event] = queue.Queue()
-    lead: Leadership | None = None
+@pytest.fixture(scope="module")
+def two_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """Two Consul servers (one cluster): their agents' HTTP addresses."""
+    cluster = ConsulCluster(tmp_path_factory.mktemp("consul"), size=2)
     try:
         cluster.start()
         a, b = cluster.http_addrs
         wait_for(lambda: has_leader(a) and has_leader(b), 30, "a Consul server leader")
-        home = AgentHome()
-        reg = Registration(cluster="home", node=node, version="test", address="127.0.0.1",
-                           client_port=1, check_ttl_ms=600_000)
-        # registered on the second agent, as after a failover from the first
-        Registrar(ConsulClient([b], 2.0, agent_local=True), reg, home).register()
-        assert home.address == b
-        # the leadership thread's own client tries the first agent first
-        lead = Leadership((a, b), 2.0, node, [reg.check_id], {"node": node}, events.put, home)
-        lead.update({stream: Candidacy((node,), node)}, {stream: (0, 0)})
-        lead.start()
+        yield a, b
+    finally:
+        cluster.stop()
 
+
+def registration(node: str) -> Registration:
+    return Registration(cluster="home", node=node, version="test", address="127.0.0.1",
+                        client_port=1, check_ttl_ms=600_000)
+
+
+def test_the_writer_session_is_created_where_the_host_is_registered(
+        two_servers: tuple[str, str]) -> None:
+    a, b = two_servers
+    node = f"home-{uuid.uuid4().hex[:8]}"
+    stream = (f"q-{node}", 0, node)
+    events: queue.Queue[Event] = queue.Queue()
+    home = AgentHome()
+    reg = registration(node)
+    # registered on the second agent, as after a failover from the first
+    Registrar(ConsulClient([b], 2.0, agent_local=True), reg, home).register()
+    assert home.address == b
+    # the leadership thread's own client tries the first agent first
+    lead = Leadership((a, b), 2.0, node, [reg.check_id], {"node": node}, events.put, home)
+    lead.update({stream: Candidacy((node,), node)}, {stream: (0, 0)})
+    lead.start()
+    try:
         def elected() -> bool:
             while not events.empty():
                 if isinstance(ev := events.get_nowait(), Elected) and ev.stream == stream:
@@ -69,7 +82,27 @@ def test_the_writer_session_is_created_where_the_host_is_registered(tmp_path: Pa
         _, info = kv_client(a).session.info(sid)
         assert info is not None and info["Node"] == "consul-1", info
     finally:
-        if lead is not None:
-            lead.stop()
-            lead.join(10)
-        cluster.stop()
+        lead.stop()
+        lead.join(10)
+    assert not lead.is_alive()
+
+
+def test_a_host_registered_again_elsewhere_leaves_the_agent_it_used_before(
+        two_servers: tuple[str, str]) -> None:
+    """A heartbeat that failed over from an agent that still runs (it was only
+    slow) deregisters the service there: no critical copy left in the catalog."""
+    a, b = two_servers
+    reg = registration(f"home-{uuid.uuid4().hex[:8]}")
+    home = AgentHome()
+    Registrar(ConsulClient([a], 2.0, agent_local=True), reg, home).register()
+    assert reg.service_id in kv_client(a).agent.services()
+    Registrar(ConsulClient([b], 2.0, agent_local=True), reg, home).register()
+    assert home.address == b
+    assert reg.service_id in kv_client(b).agent.services()
+    assert reg.service_id not in kv_client(a).agent.services()
+
+    def catalog_nodes() -> set[str]:
+        _, entries = kv_client(b).catalog.service(SERVICE_NAME)
+        return {e["Node"] for e in entries if e["ServiceID"] == reg.service_id}
+
+    wait_for(lambda: catalog_nodes() == {"consul-1"}, 10, "one registration in the catalog")

@@ -95,6 +95,15 @@ class ConsulClient:
         if address in self.addresses:
             self._current = self.addresses.index(address)
 
+    def call_at(self, address: str, fn: Callable[[consul.Consul], T]) -> T:
+        """``fn`` on ``address`` alone (no failover): for what lives on one
+        agent. ConsulUnavailable when it cannot be reached."""
+        try:
+            return fn(self._client(address))
+        except TRANSPORT_ERRORS as exc:
+            raise ConsulUnavailable(f"cannot reach Consul at {address} ({type(exc).__name__})",
+                                    addresses=[address]) from None
+
     def call(self, fn: Callable[[consul.Consul], T]) -> T:
         errors: list[str] = []
         for i in range(len(self.addresses)):

@@ -92,7 +92,25 @@ class Registrar:
             SERVICE_NAME, service_id=reg.service_id, address=reg.address, port=reg.client_port,
             tags=reg.tags(), meta=reg.meta(), check=check, extra_checks=extra or None,
         ))
+        self._leave_old_home()
         self.heartbeat()
+
+    def _leave_old_home(self) -> None:
+        """Just registered on another agent than before (a failover): drop the
+        registration left on the old one, if that agent still answers (it was
+        only slow). Otherwise its checks would show critical in the catalog
+        for 30 minutes, and the sessions tied to them would end 3 s later
+        anyway; this ends them now."""
+        old = self.home.address if self.home is not None else None
+        if old is None or old == self.client.address:
+            return
+        try:
+            self.client.call_at(old, lambda c: c.agent.service.deregister(self.reg.service_id))
+            log.info("deregistered %s from the Consul agent at %s (now registered at %s)",
+                     self.reg.service_id, old, self.client.address)
+        except (ConsulUnavailable, consul.ConsulException) as exc:
+            log.info("left %s registered at %s, which does not answer (%s)",
+                     self.reg.service_id, old, exc)
 
     def heartbeat(self) -> None:
         try:
