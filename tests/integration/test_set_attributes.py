@@ -4,6 +4,8 @@ config to its open streams, stored messages included."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import zmqueue
@@ -97,3 +99,21 @@ def test_the_cli_sets_settings(qcluster: QueueCluster, capsys: pytest.CaptureFix
     assert cli(["queue", "set", q.name, "--max-messages", "0", "--consul", addr]) == 0
     assert c.get_queue(q.name).config.max_messages is None
     assert cli(["queue", "set", q.name, "--consul", addr]) == 2, "nothing to change"
+
+
+def test_the_cli_shows_a_queue_as_it_is_served(
+        qcluster: QueueCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    c = qcluster.client
+    q = c.create_queue(qcluster.queue_name("show"), partitions=2, visibility_timeout=45)
+    addr = qcluster.factory.agent.http_addr
+    q.send(b"routes are known once a send went through")
+    capsys.readouterr()
+    assert cli(["queue", "show", q.name, "--consul", addr]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["config"]["visibility_timeout_s"] == 45
+    assert [p["partition"] for p in shown["partitions"]] == [0, 1]
+    for p in shown["partitions"]:
+        assert p["replicas"], p
+        assert set(p["endpoints"]) <= set(p["replicas"]), p
+    assert cli(["queue", "show", qcluster.queue_name("missing"), "--consul", addr]) == 1
+    assert "does not exist" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""``zmqueue queue create|set|list|delete|purge|stats|redrive``, ``zmqueue send`` and
+"""``zmqueue queue create|set|list|delete|purge|stats|show|redrive``, ``zmqueue send`` and
 ``zmqueue receive``: the client library from the shell."""
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ def _client_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
-    q = sub.add_parser("queue", help="create, set, list, delete, purge, redrive queues and show their stats")
+    q = sub.add_parser("queue", help="create, set, list, delete, purge, redrive queues and show their "
+                       "stats and settings")
     qsub = q.add_subparsers(dest="queue_command", metavar="ACTION", parser_class=type(q))
     qsub.required = True
 
@@ -71,7 +72,9 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 
     for name, fn, text in (("delete", cmd_delete, "delete a queue and its messages"),
                            ("purge", cmd_purge, "delete every message of a queue"),
-                           ("stats", cmd_stats, "show a queue's counters")):
+                           ("stats", cmd_stats, "show a queue's counters"),
+                           ("show", cmd_show, "show a queue's settings and, per partition, its "
+                                              "cluster, replicas, writers and their endpoints")):
         p = qsub.add_parser(name, help=text)
         p.add_argument("name")
         _client_flags(p)
@@ -183,6 +186,13 @@ def cmd_redrive(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     with _client(args) as c:
         print(json.dumps(c.get_queue(args.name).stats(), sort_keys=True))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """As SQS's GetQueueAttributes, plus where the queue lives (JSON)."""
+    with _client(args) as c:
+        print(json.dumps(c.queue_info(args.name), sort_keys=True, indent=2))
     return 0
 
 
