@@ -4,6 +4,8 @@ a host's kill -9, refused for FIFO queues."""
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 
 import pytest
@@ -141,3 +143,40 @@ def test_a_closed_client_says_so_instead_of_a_zeromq_error(qcluster: QueueCluste
         pipe.flush()
     with pytest.raises(zmqueue.ClientClosed):
         pipe.send(b"after")
+
+
+def waiting_in(thread: threading.Thread, function: str) -> bool:
+    """``thread`` is inside ``function`` now (seen in its current stack)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_name == function:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_calls_waiting_in_other_threads_get_client_closed_when_the_client_closes(
+        qcluster: QueueCluster) -> None:
+    """Closing the client closes every thread's sockets; a long poll or a
+    request waiting on them in another thread ends with ClientClosed, not a
+    ZeroMQ error ("Socket operation on non-socket") escaping its thread."""
+    c = zmqueue.connect(qcluster.client.consul_addresses[0], request_timeout=5)
+    q = c.create_queue(qcluster.queue_name("closing"))
+    outcomes: list[BaseException | None] = []
+
+    def long_poll() -> None:
+        try:
+            q.receive(wait_time=20)
+            outcomes.append(None)
+        except BaseException as exc:  # the outcome is what the test checks
+            outcomes.append(exc)
+
+    t = threading.Thread(target=long_poll, daemon=True)
+    t.start()
+    wait_for(lambda: waiting_in(t, "poll") and waiting_in(t, "_long_poll"), 10, "the long poll waiting")
+    c.close()
+    t.join(10)
+    assert not t.is_alive(), "the long poll ended once its client closed"
+    [exc] = outcomes
+    assert isinstance(exc, zmqueue.ClientClosed), repr(exc)
+    assert "closed while this call waited" in str(exc)

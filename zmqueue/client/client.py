@@ -22,7 +22,7 @@ import zmq
 from zmqueue.client.breaker import Guards
 from zmqueue.client.queue import Queue
 from zmqueue.client.retry import RetryBudget
-from zmqueue.client.transport import Connection
+from zmqueue.client.transport import CLOSED, Connection
 from zmqueue.config import QueueConfig, check_consul_addresses, from_env, parse_consul_addresses
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.discovery import HostInfo, list_hosts
@@ -130,7 +130,7 @@ class Client:
         """This thread's connection to ``endpoint`` (ZeroMQ sockets are not
         thread safe, and a long poll must not hold up other threads)."""
         if self.closed:  # its sockets are closed: a clear error, not a ZMQError
-            raise ClientClosed("this zmqueue client is closed; connect again with zmqueue.connect()")
+            raise ClientClosed(CLOSED)
         conns: dict[str, Connection] | None = getattr(self._local, "conns", None)
         if conns is None:
             conns = self._local.conns = {}
@@ -138,7 +138,7 @@ class Client:
         if conn is None:
             with self._lock:
                 if self.closed:
-                    raise ClientClosed("this zmqueue client is closed; connect again with zmqueue.connect()")
+                    raise ClientClosed(CLOSED)
                 conn = Connection(self.ctx, endpoint, curve=self.curve_for(endpoint))
                 self._all_conns.append(conn)
             conns[endpoint] = conn

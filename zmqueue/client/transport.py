@@ -22,14 +22,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from zmqueue import protocol
-from zmqueue.errors import ConnectionLost, ProtocolError, RequestTimeout, ZmqueueError, from_wire
+from zmqueue.errors import (
+    ClientClosed,
+    ConnectionLost,
+    ProtocolError,
+    RequestTimeout,
+    ZmqueueError,
+    from_wire,
+)
 from zmqueue.protocol import Command, Frame, RequestIds, new_request_id
 
 PushHandler = Callable[[Frame], None]
@@ -61,6 +68,17 @@ a frozen process misses them)."""
 HANDSHAKE_IVL_MS = 3000
 """A (re)connect whose ZMTP handshake does not finish in 3 s is dropped (the
 kernel of a frozen host still accepts TCP connections)."""
+
+
+CLOSED = "this zmqueue client is closed; connect again with zmqueue.connect()"
+
+
+def closed_while_waiting(conns: Iterable[Connection]) -> None:
+    """Raise ClientClosed if one of ``conns`` was closed: the ZeroMQ error
+    being handled came from another thread closing the client while this one
+    waited on its sockets (ENOTSOCK), which is no fault of the call."""
+    if any(c.closed for c in conns):
+        raise ClientClosed(f"{CLOSED} (it was closed while this call waited)") from None
 
 
 class Connection:
@@ -121,29 +139,36 @@ class Connection:
                 request_id: int | None = None) -> Any:
         """Send one request and wait for its reply; raise its error if any."""
         with self.lock:
-            rid = self.next_request_id() if request_id is None else request_id
-            drops = self.link_drops()  # older drops are not this request's
-            if self.refused:
-                raise self.lost(command.name)
-            self.send(command, body, rid)
-            deadline = time.monotonic() + timeout_ms / 1000
-            while True:
-                remaining = int((deadline - time.monotonic()) * 1000)
-                if remaining < 0:
-                    raise RequestTimeout(
-                        f"{command.name} to {self.endpoint} got no reply within {timeout_ms} ms",
-                        endpoint=self.endpoint, timeout_ms=timeout_ms)
-                # the DEALER alone (a second socket in the poll costs every
-                # request); the monitor is read whenever a slice passes quietly
-                if not self.sock_poller.poll(min(remaining, LINK_CHECK_MS)):
-                    if self.link_drops() != drops:
-                        raise self.lost(command.name)
-                    continue
-                frame = self.reply_of(self.sock.recv())
-                if frame is not None and frame.request_id == rid and frame.command == command:
-                    if frame.is_error:
-                        raise from_wire(frame.body)
-                    return frame.body
+            try:
+                return self._request(command, body, timeout_ms, request_id)
+            except zmq.ZMQError:
+                closed_while_waiting([self])
+                raise
+
+    def _request(self, command: Command, body: Any, timeout_ms: int, request_id: int | None) -> Any:
+        rid = self.next_request_id() if request_id is None else request_id
+        drops = self.link_drops()  # older drops are not this request's
+        if self.refused:
+            raise self.lost(command.name)
+        self.send(command, body, rid)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            remaining = int((deadline - time.monotonic()) * 1000)
+            if remaining < 0:
+                raise RequestTimeout(
+                    f"{command.name} to {self.endpoint} got no reply within {timeout_ms} ms",
+                    endpoint=self.endpoint, timeout_ms=timeout_ms)
+            # the DEALER alone (a second socket in the poll costs every
+            # request); the monitor is read whenever a slice passes quietly
+            if not self.sock_poller.poll(min(remaining, LINK_CHECK_MS)):
+                if self.link_drops() != drops:
+                    raise self.lost(command.name)
+                continue
+            frame = self.reply_of(self.sock.recv())
+            if frame is not None and frame.request_id == rid and frame.command == command:
+                if frame.is_error:
+                    raise from_wire(frame.body)
+                return frame.body
 
     def link_drops(self) -> int:
         """Read the link events queued by the monitor; returns :attr:`drops`.
@@ -189,13 +214,17 @@ class Connection:
         pushes go to ``on_push``, late replies to timed-out requests are
         discarded (used by subscribers between requests)."""
         with self.lock:
-            if not self.sock_poller.poll(timeout_ms):
-                return
-            while True:
-                try:
-                    self.reply_of(self.sock.recv(zmq.NOBLOCK))
-                except zmq.Again:
+            try:
+                if not self.sock_poller.poll(timeout_ms):
                     return
+                while True:
+                    try:
+                        self.reply_of(self.sock.recv(zmq.NOBLOCK))
+                    except zmq.Again:
+                        return
+            except zmq.ZMQError:
+                closed_while_waiting([self])
+                raise
 
     def close(self) -> None:
         self.closed = True
@@ -248,7 +277,12 @@ class LinkWatch:
         replies that came before the drop are there); the others are lost."""
         readable: list[Connection] = []
         dropped: list[Connection] = []
-        for sock, _ in self.poller.poll(timeout_ms):
+        try:
+            ready = self.poller.poll(timeout_ms)
+        except zmq.ZMQError:
+            closed_while_waiting(self._drops)
+            raise
+        for sock, _ in ready:
             conn = self._conns[sock]
             if sock is conn.sock:
                 readable.append(conn)
