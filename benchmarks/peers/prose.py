@@ -574,6 +574,19 @@ socket per host (~0.6 us per poll). Measured:
   --workload W2 --hosts 1 --duration 5`: W3 60.5 k against 61.3 k msg/s,
   W2 1,635 against 1,667 msg/s (medians; single W3 runs moved between
   50 k and 84 k): within the noise, so the peers rows stand.
+- **the fifteenth session's tree** (2e914f2: Consul sessions created on
+  the agent holding the host's registration, `change_visibility_batch`,
+  `zmqueue queue show`, and one more Python frame in
+  `Connection.request`, which turns a ZeroMQ error from a client closed in
+  another thread into `ClientClosed`) against 54fc994 (the fourteenth's
+  last), each run from inside its snapshot, `zmqueue bench --workload W3
+  --workload W2 --hosts 1 --duration 5`, 3 ABBA rounds (6 runs a tree):
+  W3 84.1 k against 88.3 k msg/s, W2 1,982 against 2,006 msg/s, W2 send
+  p99 1.01 against 0.95 ms (medians; no loss, no duplicate in any run);
+  and a `Connection.request` loop against a raw ROUTER echo, 9c5f479
+  against 2e914f2, 6 ABBA rounds of 5,000 requests: 160 against 166 us per
+  request (spread 137-204 and 139-185 us). Within the noise: the peers rows
+  stand.
 With a 30 s request timeout, the chaos scenarios `fifo-sync-kill-writer`
 and `std-sync-kill-writer-pipeline` (tests/chaos) fail if any send waits
 out the timeout; in a run here the longest send took 0.70 s (FIFO writer
