@@ -43,6 +43,14 @@ class Routes:
                 old = self.parts.get(int(p["partition"]))
                 route = PartitionRoute(list(p.get("replicas") or []), dict(p.get("endpoints") or {}),
                                        dict(p.get("writers") or {}))
+                if old is not None:
+                    for origin, node in old.writers.items():
+                        # read mid-election, or from a host's cache a moment behind
+                        # the NOT_LEADER hint that taught it: no writer named for
+                        # the stream. The last one known, still a healthy replica,
+                        # is the best guess (if wrong, it answers NOT_LEADER)
+                        if origin not in route.writers and node in route.endpoints:
+                            route.writers[origin] = node
                 route.home = old.home if old and old.home in route.replicas else None
                 if route.home is None and route.replicas:
                     route.home = random.choice(route.replicas)
