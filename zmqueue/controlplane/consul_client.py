@@ -132,3 +132,15 @@ class ConsulClient:
             "start it with `zmqueue up` or pass the right --consul HOST:PORT",
             addresses=list(self.addresses),
         )
+
+
+def create_session(client: ConsulClient, home: AgentHome | None, node: str, checks: list[str],
+                   ttl_s: int) -> str:
+    """A host's Consul session (``zmqueue-<node>``, behavior release, no lock
+    delay) tied to ``checks``, created through ``home``: only the agent
+    holding the checks accepts it, and a thread left on another agent by a
+    failover would be refused for good."""
+    if home is not None:
+        client.prefer(home.address)
+    return str(client.call(lambda c: c.session.create(
+        name=f"zmqueue-{node}", behavior="release", lock_delay=0, ttl=ttl_s, checks=checks)))

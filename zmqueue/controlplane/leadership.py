@@ -38,7 +38,7 @@ from typing import Any
 import consul
 
 from zmqueue.controlplane import kvlayout as kv
-from zmqueue.controlplane.consul_client import AgentHome, ConsulClient
+from zmqueue.controlplane.consul_client import AgentHome, ConsulClient, create_session
 from zmqueue.controlplane.discovery import list_hosts
 from zmqueue.errors import ConsulUnavailable
 
@@ -216,16 +216,10 @@ class Leadership(threading.Thread):
             except consul.NotFound:
                 log.warning("session %s expired; every lock it held is lost", self.session)
                 self._lose_all()
-        if self.home is not None:
-            # only the agent holding the checks accepts a session tied to them;
-            # left elsewhere by a failover, this thread would be refused for good
-            self.client.prefer(self.home.address)
-        sid = self.client.call(lambda c: c.session.create(
-            name=f"zmqueue-{self.node}", behavior="release", lock_delay=0, ttl=SESSION_TTL_S,
-            checks=self.checks))
-        self.session, self._renewed_at = str(sid), now
+        sid = create_session(self.client, self.home, self.node, self.checks, SESSION_TTL_S)
+        self.session, self._renewed_at = sid, now
         self._holders_at = None
-        return str(sid)
+        return sid
 
     def _lose_all(self) -> None:
         for s in list(self.held):

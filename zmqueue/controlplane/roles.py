@@ -21,7 +21,7 @@ import time
 import consul
 
 from zmqueue.controlplane import kvlayout as kv
-from zmqueue.controlplane.consul_client import AgentHome, ConsulClient
+from zmqueue.controlplane.consul_client import AgentHome, ConsulClient, create_session
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +64,9 @@ class Session:
                 return self.id
             log.info("session %s of %s is gone (a check failed?); creating a new one", sid, self.node)
             self.id = None
-        if self.home is not None:
-            self.client.prefer(self.home.address)
         try:
-            self.id = self.client.call(lambda c: c.session.create(
-                name=f"zmqueue-{self.node}", behavior="release", lock_delay=0, ttl=SESSION_TTL_S,
-                checks=session_checks(self.service_id)))
+            self.id = create_session(self.client, self.home, self.node,
+                                     session_checks(self.service_id), SESSION_TTL_S)
         except consul.ConsulException as exc:
             log.debug("session not created yet: %s", exc)
             return None
