@@ -90,6 +90,9 @@ class AsyncClient:
     async def list_queues(self, prefix: str = "") -> list[str]:
         return await self.run(self.sync.list_queues, prefix)
 
+    async def list_dead_letter_source_queues(self, name: str) -> list[str]:
+        return await self.run(self.sync.list_dead_letter_source_queues, name)
+
     async def delete_queue(self, name: str) -> None:
         await self.run(self.sync.delete_queue, name)
 

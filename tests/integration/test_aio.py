@@ -50,6 +50,7 @@ def test_the_async_client_sends_receives_and_raises_what_the_blocking_one_does(
             q = await client.create_queue(name, visibility_timeout=30, max_message_bytes=1024)
             assert q.name == name and q.config.visibility_timeout_s == 30
             assert name in await client.list_queues("aio-")
+            assert await client.list_dead_letter_source_queues(name) == [], "no queue sends it dead letters"
             one = await q.send(b"one", attributes={"k": "v"})
             more = await q.send_batch([b"two", b"three"])
             msgs = await q.receive(max_messages=10, wait_time=2)

@@ -285,6 +285,23 @@ class Client:
     def list_queues(self, prefix: str = "") -> list[str]:
         return list(self.any_host(Command.LIST_QUEUES, {"prefix": prefix})["queues"])
 
+    def list_dead_letter_source_queues(self, name: str) -> list[str]:
+        """The queues whose dead-letter queue is ``name`` (SQS's
+        ListDeadLetterSourceQueues), sorted; QueueNotFound if ``name`` does
+        not exist. One GET_QUEUE per queue (answered from a host's cache): an
+        admin call, not one for a message path. A queue deleted meanwhile is
+        skipped."""
+        self.queue_info(name)
+        sources = []
+        for other in self.list_queues():
+            try:
+                cfg = self.queue_info(other)["config"]
+            except QueueNotFound:
+                continue
+            if other != name and cfg.get("dead_letter_queue") == name:
+                sources.append(other)
+        return sorted(sources)
+
     def delete_queue(self, name: str) -> None:
         """Delete a queue and its messages; QueueNotFound if there is none."""
         if not self.any_host(Command.DELETE_QUEUE, {"name": name})["deleted"]:
