@@ -154,8 +154,12 @@ def test_a_replica_lost_for_good_is_replaced_and_the_new_one_catches_up(
     after = wait_for(lambda: (r := replica_set(consul_agent, "rerep")) and spare.node in r and r, 30,
                      "the manager to put the spare host in the replica set")
     assert lost.node not in after and len(after) == 3
-    # the new replica holds a copy of every stream with every message
-    endpoint = json.loads(json.dumps(client.queue_info("rerep")))["partitions"][0]["endpoints"][spare.node]
+    # the new replica holds a copy of every stream with every message. Its
+    # endpoint is listed once the answering host's cache sees it healthy
+    # (host health is re-read every 2 s; the manager that placed it may be
+    # another host, a moment ahead)
+    endpoint = wait_for(lambda: client.queue_info("rerep")["partitions"][0]["endpoints"].get(spare.node),
+                        10, "the new replica's endpoint listed")
     conn = client.connection(endpoint)
     wait_for(lambda: conn.request(Command.QUEUE_STATS, {"q": "rerep", "p": 0}, 3000)["total"] == len(ids),
              30, "the new replica to catch up")
