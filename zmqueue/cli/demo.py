@@ -143,8 +143,13 @@ def show_failover(client: zmqueue.Client, cluster: LocalCluster, n: int = 2000) 
                   f"longest took {longest:.2f} s (request timeout {client.request_timeout_ms / 1000:.0f} s: "
                   f"the dead host's connection dropped)")
     lost = len(confirmed - got.keys())
+    twice = len(got) - len(set(got.values()))
     console.print(f"  received {len(confirmed & got.keys())} of the {len(confirmed)} confirmed "
-                  f"({lost} lost, {len(got) - len(set(got.values()))} stored twice)")
+                  f"({lost} lost, {twice} stored twice)")
+    if twice:
+        console.print("  (standard queues are at least once: a send the dead host had already "
+                      "stored and replicated, but not yet confirmed, was sent again to another "
+                      "replica and stored there too; FIFO sends with a dedup id are not)")
     with console.status(f"starting {node} again..."):
         cluster.restart_host(node)
         cluster.wait_passing(nodes=[node])
