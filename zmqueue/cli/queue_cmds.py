@@ -128,10 +128,8 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_set(args: argparse.Namespace) -> int:
-    given = {k: getattr(args, k) for k in ("visibility_timeout", "retention", "delay", "max_message_bytes",
-                                           "dead_letter_queue", "max_receive_count", "max_messages",
-                                           "content_based_dedup", "fsync")
-             if getattr(args, k) is not None}
+    # every settable name the parser has a flag for (the rate limits have none)
+    given = {k: v for k in MUTABLE_SETTINGS if (v := getattr(args, k, None)) is not None}
     if not given:
         console.print("nothing to change: give at least one setting (zmqueue queue set --help)")
         return 2

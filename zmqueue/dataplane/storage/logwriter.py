@@ -88,6 +88,11 @@ class IntervalFlusher:
                     log.warning("interval fsync of %s works again", lw.path)
 
 
+def _flusher_for(config: StorageConfig) -> IntervalFlusher | None:
+    """The shared group-commit flusher of ``fsync=interval``; None otherwise."""
+    return IntervalFlusher.shared(config.fsync_interval_ms) if config.fsync == "interval" else None
+
+
 class LogWriter:
     def __init__(
         self, directory: Path, config: StorageConfig, segments: list[SegmentInfo], index: BlockIndex
@@ -100,8 +105,7 @@ class LogWriter:
             last = segments[-1]
             self.writer = SegmentWriter(directory / segment_name(last.base), last.base)
         self._dirty = False
-        self._flusher = (IntervalFlusher.shared(config.fsync_interval_ms)
-                         if config.fsync == "interval" else None)
+        self._flusher = _flusher_for(config)
 
     def set_policy(self, config: StorageConfig) -> None:
         """Switch the durability policy (``fsync``) for the blocks written from
@@ -112,8 +116,7 @@ class LogWriter:
                 self.writer.sync()
                 self._dirty = False
             self.config = config
-            self._flusher = (IntervalFlusher.shared(config.fsync_interval_ms)
-                             if config.fsync == "interval" else None)
+            self._flusher = _flusher_for(config)
             if self._dirty and self._flusher is not None:  # written under "never": synced soon now
                 self._flusher.mark(self)
 
