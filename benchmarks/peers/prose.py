@@ -586,7 +586,11 @@ socket per host (~0.6 us per poll). Measured:
   and a `Connection.request` loop against a raw ROUTER echo, 9c5f479
   against 2e914f2, 6 ABBA rounds of 5,000 requests: 160 against 166 us per
   request (spread 137-204 and 139-185 us). Within the noise: the peers rows
-  stand.
+  stand. After the session's review mends (95b58e0: the routes keep a
+  healthy last-known writer, the log writer's flusher built in one place),
+  2 more ABBA rounds against 54fc994: W3 75.3 k against 84.1 k msg/s, W2
+  1,918 against 2,104 msg/s, W2 send p99 1.02 against 0.93 ms (medians of
+  4 runs each; no loss, no duplicate).
 With a 30 s request timeout, the chaos scenarios `fifo-sync-kill-writer`
 and `std-sync-kill-writer-pipeline` (tests/chaos) fail if any send waits
 out the timeout; in a run here the longest send took 0.70 s (FIFO writer
