@@ -211,3 +211,31 @@ def test_a_new_fifo_writer_keeps_the_deletes_receive_counts_and_deadlines_replic
     assert all(m.receive_count == 2 for m in again), [m.receive_count for m in again]
     q.delete_batch([m.receipt for m in again])
     assert q.receive(max_messages=10, wait_time=1) == []
+
+
+def test_a_send_retried_at_another_host_after_its_writer_died_is_answered_not_stored_again(
+        hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
+    """The writer stored and replicated a send, then died before the client
+    saw the reply; the client's retry (same request id) at another replica is
+    answered with the ids the first host gave, and nothing is stored twice."""
+    hs = three_hosts(hosts, consul_agent)
+    q = client.create_queue("resend", replication_factor=3, sync_replication=True)
+    eps = wait_for(lambda: len(e := q.routes.part(0).endpoints) == 3 and e, 10, "3 endpoints listed")
+    first_node, other_node = sorted(eps)[:2]
+    body = {"q": "resend", "p": 0, "m": [[f"r{i}".encode(), None, None, None, None] for i in range(5)]}
+    first_conn = client.connection(eps[first_node])
+    rid = first_conn.next_request_id()
+    first = wait_for(lambda: first_conn.request(Command.SEND, body, 3000, request_id=rid), 10,
+                     "the first host to take the send")
+    other = client.connection(eps[other_node])
+    wait_for(lambda: other.request(Command.QUEUE_STATS, {"q": "resend", "p": 0}, 3000)["total"] == 5,
+             10, "the other host to apply the send as a replica")
+    by_node(hs, first_node).kill9()
+    again = other.request(Command.SEND, body, 3000, request_id=rid)
+    assert again == first, "the retry is answered with the first host's ids"
+    got = drain(q, 5)
+    assert sorted(got) == sorted(first["ids"])
+    assert sorted(got.values()) == [f"r{i}".encode() for i in range(5)]
+    assert q.receive(max_messages=10, wait_time=1) == [], "nothing was stored twice"
+    fresh = other.request(Command.SEND, body, 3000, request_id=other.next_request_id())
+    assert set(fresh["ids"]).isdisjoint(first["ids"]), "a new request is stored anew"

@@ -147,9 +147,9 @@ def show_failover(client: zmqueue.Client, cluster: LocalCluster, n: int = 2000) 
     console.print(f"  received {len(confirmed & got.keys())} of the {len(confirmed)} confirmed "
                   f"({lost} lost, {twice} stored twice)")
     if twice:
-        console.print("  (standard queues are at least once: a send the dead host had already "
-                      "stored and replicated, but not yet confirmed, was sent again to another "
-                      "replica and stored there too; FIFO sends with a dedup id are not)")
+        console.print("  (standard queues are at least once: a send the dead host had stored but "
+                      "not confirmed was sent again to a replica that had not applied it yet, and "
+                      "stored there too; a replica that had applied it answers with the first id)")
     with console.status(f"starting {node} again..."):
         cluster.restart_host(node)
         cluster.wait_passing(nodes=[node])

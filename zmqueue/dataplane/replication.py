@@ -50,6 +50,7 @@ import zmq
 
 from zmqueue import protocol
 from zmqueue.dataplane.forwarder import Forwarder
+from zmqueue.dataplane.resends import ReplicatedSends
 from zmqueue.dataplane.server import Wakeable
 from zmqueue.dataplane.storage import replay
 from zmqueue.dataplane.storage.records import Table
@@ -132,8 +133,11 @@ class Replicator:
         ``REPORT_EVERY_MS`` later (their writer changed)."""
         self.next_report_ms = 0
         self.next_heartbeat_ms = 0
+        self.resends = ReplicatedSends()
+        """What this host stored as a replica, by request (retried sends find it)."""
         self.counters: dict[str, int] = {"gaps": 0, "stale_refused": 0, "resyncs": 0,
-                                         "published": 0, "applied": 0}
+                                         "published": 0, "applied": 0,
+                                         "sends_found_replicated": 0}
 
     # --- topology -------------------------------------------------------------------
     def set_topology(self, pub_endpoints: list[str], writers: dict[StreamKey, str]) -> None:
@@ -307,6 +311,7 @@ class Replicator:
 
     def apply(self, st: Stream, chunks: list[tuple[Table, bytes]], epoch: int) -> bool:
         """Apply chunks that extend the local log; False on a gap or divergence."""
+        now = int(time.time() * 1000)
         for table, heap in chunks:
             small = len(table) <= replay.SMALL_CHUNK  # (a few records: Python scalars are cheaper)
             epochs = table["epoch"].tolist() if small else table["epoch"]
@@ -325,6 +330,7 @@ class Replicator:
                 self.catch_up(st, int(time.time() * 1000))
                 return False
             n = st.store.apply_chunk(table, heap)
+            self.resends.note(st.queue, st.partition, table[max(0, at_last + 1):], now)
             if st.config.fifo:
                 st.note_table(table[max(0, at_last + 1):], heap)
             self.counters["applied"] += n

@@ -32,6 +32,7 @@ from zmqueue.dataplane.forwarder import Forwarder
 from zmqueue.dataplane.handover import Handover
 from zmqueue.dataplane.pushing import Pusher
 from zmqueue.dataplane.replication import Replicator
+from zmqueue.dataplane.resends import request_tag
 from zmqueue.dataplane.server import Wakeable
 from zmqueue.dataplane.storage import StorageConfig
 from zmqueue.dataplane.storage.store import STATS_KEYS
@@ -313,7 +314,13 @@ class QueueService:
             st.append_dead_letters(items, now)
             self.dlq_targets.add(st.key)
             return self.after_commit(st, req, {"n": len(items)})
-        ids = st.send(F.get_list(body, "m", MAX_BATCH, name="messages"), now)
+        items = F.get_list(body, "m", MAX_BATCH, name="messages")
+        tag = request_tag(req.user or "", req.frame.request_id)
+        stored = self.replicator.resends.get(part[0], part[1], tag, len(items), now)
+        if stored is not None:  # a retry of a send another host stored, applied here as a replica
+            self.replicator.counters["sends_found_replicated"] += 1
+            return {"ids": stored}
+        ids = st.send(items, now, tag)
         return self.after_commit(st, req, {"ids": ids})
 
     def readable_streams(self, part: PartKey) -> list[Stream]:

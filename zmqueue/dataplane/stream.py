@@ -33,6 +33,7 @@ from zmqueue.dataplane.messages import (
     new_message_id,
     validate_attributes,
 )
+from zmqueue.dataplane.resends import tagged_ids
 from zmqueue.dataplane.storage import (
     Columns,
     Delivered,
@@ -184,21 +185,22 @@ class Stream:
                     self.dedup.put(key, r.message_id, r.time_ms)
 
     # --- send -------------------------------------------------------------------
-    def send(self, items: list[Any], now_ms: int) -> list[str]:
+    def send(self, items: list[Any], now_ms: int, tag: bytes | None = None) -> list[str]:
         """Validate and append a batch; returns message ids (hex), in order.
 
         A FIFO duplicate (same dedup key within 5 minutes) is not stored and
         returns the original id. The whole batch is checked before anything
-        is appended, so a bad item rejects the batch.
+        is appended, so a bad item rejects the batch. ``tag``: the request's
+        tag, the first 8 bytes of every new id (:mod:`~zmqueue.dataplane.resends`).
         """
-        fast = None if self.config.fifo else self._send_plain(items, now_ms)
+        fast = None if self.config.fifo else self._send_plain(items, now_ms, tag)
         if fast is not None:
             return fast
         prepared: list[tuple[NewMessage | None, bytes]] = []
         batch_keys: dict[str, bytes] = {}
         new_keys: list[tuple[str, bytes]] = []
         for i, item in enumerate(items):
-            msg, key = self._prepare(i, item)
+            msg, key = self._prepare(i, item, tag)
             known = (self.dedup.get(key, now_ms) or batch_keys.get(key)) if key else None
             if known is not None:
                 prepared.append((None, known))
@@ -214,7 +216,7 @@ class Stream:
             self.dedup.put(key, mid, now_ms)
         return [mid.hex() for _, mid in prepared]
 
-    def _send_plain(self, items: list[Any], now_ms: int) -> list[str] | None:
+    def _send_plain(self, items: list[Any], now_ms: int, tag: bytes | None) -> list[str] | None:
         """The common standard-queue batch (bodies only, no attributes, no
         per-message delay), appended as columns; None if the batch is not plain."""
         limit = self.config.max_message_bytes
@@ -226,7 +228,7 @@ class Stream:
             if len(item[0]) > limit:
                 return None  # the general path raises MessageTooLarge with details
             bodies.append(item[0])
-        ids = os.urandom(16 * len(bodies))
+        ids = tagged_ids(tag, len(bodies)) if tag else os.urandom(16 * len(bodies))
         if self.cipher is not None:  # an encrypted queue: seal each body (AAD binds its id)
             bodies = self.cipher.seal_many(bodies, ids, b"b")
         self.store.append_batch(bodies, now_ms, self.epoch, message_ids=ids,
@@ -234,7 +236,7 @@ class Stream:
         text = ids.hex()
         return [text[i:i + 32] for i in range(0, len(text), 32)]
 
-    def _prepare(self, i: int, item: Any) -> tuple[NewMessage, str | None]:
+    def _prepare(self, i: int, item: Any, tag: bytes | None = None) -> tuple[NewMessage, str | None]:
         cfg = self.config
         if not isinstance(item, list) or len(item) != 5:
             raise InvalidParameter(f"message {i}: expected [body, attributes, delay, group, dedup]")
@@ -253,7 +255,7 @@ class Stream:
             raise InvalidParameter(f"message {i}: FIFO queues need a group_id", field="group_id")
         blob = encode_blob(attrs, group, dedup)
         check_size(body, blob, cfg.max_message_bytes)
-        mid = new_message_id()
+        mid = tag + os.urandom(16 - len(tag)) if tag else new_message_id()
         sealed, sealed_blob = self.seal(mid, body, blob)
         msg = NewMessage(mid, sealed, sealed_blob, group_hash(group) if cfg.fifo else 0, delay * 1000)
         return msg, dedup_key(cfg, body, dedup)

@@ -1,0 +1,71 @@
+"""ReplicatedSends: the ids a replica applied, found again by the request that
+stored them (pure logic on record tables)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zmqueue.dataplane.resends import ReplicatedSends, request_tag, tagged_ids
+from zmqueue.dataplane.storage.records import RecordType, Table, new_table
+
+
+def table_of(first_seq: int, ids: bytes, types: list[RecordType] | None = None) -> Table:
+    n = len(ids) // 16
+    t = new_table(n)
+    t["seq"] = np.arange(first_seq, first_seq + n)
+    t["type"] = [int(x) for x in types] if types else int(RecordType.MESSAGE)
+    t["message_id"] = np.frombuffer(ids, "V16")
+    return t
+
+
+def hexes(ids: bytes) -> list[str]:
+    return [ids[i:i + 16].hex() for i in range(0, len(ids), 16)]
+
+
+def test_tags_differ_by_request_and_by_client_and_ids_carry_them() -> None:
+    assert request_tag("", 7) == request_tag("", 7)
+    assert len({request_tag("", 7), request_tag("", 8), request_tag("alice", 7)}) == 3
+    tag = request_tag("", 7)
+    for n in (1, 3, 100):
+        ids = tagged_ids(tag, n)
+        assert len(ids) == 16 * n
+        assert all(ids[i:i + 8] == tag for i in range(0, len(ids), 16))
+        assert len(set(hexes(ids))) == n
+
+
+def test_each_request_of_a_block_is_found_with_its_own_ids_and_only_at_its_partition() -> None:
+    index = ReplicatedSends()
+    a, b, c = (tagged_ids(request_tag("", r), n) for r, n in ((1, 3), (2, 1), (3, 2)))
+    index.note("q", 0, table_of(10, a + b + c), now_ms=1000)
+    assert index.get("q", 0, request_tag("", 1), 3, 1000) == hexes(a)
+    assert index.get("q", 0, request_tag("", 2), 1, 1000) == hexes(b)
+    assert index.get("q", 0, request_tag("", 3), 2, 1000) == hexes(c)
+    assert index.get("q", 1, request_tag("", 1), 3, 1000) is None
+    assert index.get("other", 0, request_tag("", 1), 3, 1000) is None
+    assert index.get("q", 0, request_tag("", 4), 1, 1000) is None
+
+
+def test_only_message_records_count_and_a_request_split_over_chunks_is_joined() -> None:
+    index = ReplicatedSends()
+    ids = tagged_ids(request_tag("", 5), 4)
+    index.note("q", 0, table_of(1, ids[:32]), now_ms=0)
+    assert index.get("q", 0, request_tag("", 5), 4, 0) is None, "half of the request is not enough"
+    index.note("q", 0, table_of(3, ids[32:]), now_ms=0)
+    assert index.get("q", 0, request_tag("", 5), 4, 0) == hexes(ids)
+    other = tagged_ids(request_tag("", 6), 1)
+    index.note("q", 0, table_of(5, other + other, [RecordType.MESSAGE, RecordType.DELETE]), now_ms=0)
+    assert index.get("q", 0, request_tag("", 6), 1, 0) == hexes(other)
+    single = tagged_ids(request_tag("", 9), 1)
+    index.note("q", 0, table_of(7, single, [RecordType.DELETE]), now_ms=0)
+    assert index.get("q", 0, request_tag("", 9), 1, 0) is None
+
+
+def test_entries_expire_and_the_index_is_bounded_by_ids() -> None:
+    index = ReplicatedSends(max_ids=10, ttl_ms=100)
+    first = tagged_ids(request_tag("", 1), 6)
+    index.note("q", 0, table_of(1, first), now_ms=0)
+    assert index.get("q", 0, request_tag("", 1), 6, 101) is None, "older than the TTL"
+    index.note("q", 0, table_of(7, tagged_ids(request_tag("", 2), 6)), now_ms=50)
+    assert index.get("q", 0, request_tag("", 1), 6, 50) is None, "dropped: 12 ids > 10"
+    assert index.get("q", 0, request_tag("", 2), 6, 50) is not None
+    assert len(index) == 1

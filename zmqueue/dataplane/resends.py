@@ -1,0 +1,105 @@
+"""Sends this host holds as a replica, by the request that stored them, so a
+SEND retried here after its first host died is answered, not stored twice.
+
+A writer gives every message of a SEND request an id whose first 8 bytes are
+the request's tag (:func:`request_tag`: a hash of the client's identity and
+the request id) and whose last 8 bytes are random. Replicas see those ids in
+the records they apply and note, per partition, the ids each tag stored. A
+client whose writer died before confirming retries the same request (the same
+request id) at another host of the partition; if that host applied the
+request's records as a replica, it answers with the ids they were stored
+under. Without this, standard queues stored such a send twice.
+
+The retry must find every message of the request (a request's records are
+noted as one run, extended when a catch-up delivers them in pieces); a retry
+that finds fewer is stored again, which is the at-least-once fallback.
+Bounded: ``max_ids`` ids in all, each entry for ``ttl_ms`` (a client retries
+for its request timeout, seconds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+from collections import OrderedDict
+
+import numpy as np
+
+from zmqueue.dataplane.storage.records import RecordType, Table
+
+TAG_BYTES = 8
+ID_BYTES = 16
+
+Key = tuple[str, int, bytes]
+"""(queue, partition, request tag)."""
+
+
+def request_tag(user: str, request_id: int) -> bytes:
+    """The 8-byte tag of a client's request: the same on every host."""
+    return hashlib.blake2b(request_id.to_bytes(8, "big") + user.encode(), digest_size=TAG_BYTES).digest()
+
+
+def tagged_ids(tag: bytes, n: int) -> bytes:
+    """``n`` message ids, 16 bytes each, joined: ``tag`` + 8 random bytes."""
+    if n == 1:
+        return tag + os.urandom(ID_BYTES - TAG_BYTES)
+    ids = np.frombuffer(os.urandom(ID_BYTES * n), np.uint8).reshape(n, ID_BYTES).copy()
+    ids[:, :TAG_BYTES] = np.frombuffer(tag, np.uint8)
+    return ids.tobytes()
+
+
+class ReplicatedSends:
+    def __init__(self, max_ids: int = 1_000_000, ttl_ms: int = 2 * 60 * 1000) -> None:
+        self.max_ids = max_ids
+        self.ttl_ms = ttl_ms
+        self._items: OrderedDict[Key, tuple[int, int, bytes]] = OrderedDict()
+        """key -> (noted at ms, seq of its last message, ids joined)."""
+        self._ids = 0
+        self.hits = 0
+
+    def note(self, queue: str, p: int, table: Table, now_ms: int) -> None:
+        """Note the MESSAGE records of an applied chunk, one run per tag."""
+        if len(table) == 1:
+            row = table[0]
+            if int(row["type"]) == RecordType.MESSAGE:
+                mid = bytes(row["message_id"])
+                self._put((queue, p, mid[:TAG_BYTES]), int(row["seq"]), mid, now_ms)
+            return
+        msgs = table[table["type"] == RecordType.MESSAGE]
+        if not len(msgs):
+            return
+        raw = msgs["message_id"].tobytes()
+        tags = np.frombuffer(raw, np.uint64)[::2]
+        starts = [0, *(np.flatnonzero(tags[1:] != tags[:-1]) + 1).tolist(), len(msgs)]
+        seqs = msgs["seq"]
+        for a, b in itertools.pairwise(starts):
+            self._put((queue, p, raw[a * ID_BYTES:a * ID_BYTES + TAG_BYTES]), int(seqs[b - 1]),
+                      raw[a * ID_BYTES:b * ID_BYTES], now_ms, first_seq=int(seqs[a]))
+
+    def _put(self, key: Key, last_seq: int, ids: bytes, now_ms: int, first_seq: int = 0) -> None:
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._ids -= len(old[2]) // ID_BYTES
+            if old[1] + 1 == (first_seq or last_seq):  # the same request, delivered in pieces
+                ids = old[2] + ids
+        self._items[key] = (now_ms, last_seq, ids)
+        self._ids += len(ids) // ID_BYTES
+        while self._items:
+            first = next(iter(self._items.values()))
+            if self._ids <= self.max_ids and now_ms - first[0] <= self.ttl_ms:
+                break
+            self._ids -= len(self._items.popitem(last=False)[1][2]) // ID_BYTES
+
+    def get(self, queue: str, p: int, tag: bytes, count: int, now_ms: int) -> list[str] | None:
+        """The ids (hex) the request tagged ``tag`` was stored under, if all
+        ``count`` of its messages were noted here within the TTL."""
+        item = self._items.get((queue, p, tag))
+        if item is None or now_ms - item[0] > self.ttl_ms or len(item[2]) != count * ID_BYTES:
+            return None
+        self.hits += 1
+        text = item[2].hex()
+        return [text[i:i + 2 * ID_BYTES] for i in range(0, len(text), 2 * ID_BYTES)]
+
+    def __len__(self) -> int:
+        return len(self._items)
