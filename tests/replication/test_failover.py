@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from functools import partial
+from typing import Any
 
 import pytest
 
 import zmqueue
 from tests.conftest import HostFactory, all_passing, wait_for
 from tests.helpers import check_statuses, consul_for
+from zmqueue.client.transport import Connection
 from zmqueue.localcluster import ConsulAgent, HostProcess
 from zmqueue.protocol import Command
 
@@ -213,6 +216,15 @@ def test_a_new_fifo_writer_keeps_the_deletes_receive_counts_and_deadlines_replic
     assert q.receive(max_messages=10, wait_time=1) == []
 
 
+def _request_or_none(conn: Connection, body: dict[str, Any], rid: int) -> Any:
+    """A SEND with request id ``rid`` on ``conn``; None on a retryable refusal
+    (a writer settling just after the queue's creation says NOT_LEADER)."""
+    try:
+        return conn.request(Command.SEND, body, 3000, request_id=rid)
+    except (zmqueue.NotLeader, zmqueue.Unavailable):
+        return None
+
+
 def test_a_send_retried_at_another_host_after_its_writer_died_is_answered_not_stored_again(
         hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
     """The writer stored and replicated a send, then died before the client
@@ -221,21 +233,49 @@ def test_a_send_retried_at_another_host_after_its_writer_died_is_answered_not_st
     hs = three_hosts(hosts, consul_agent)
     q = client.create_queue("resend", replication_factor=3, sync_replication=True)
     eps = wait_for(lambda: len(e := q.routes.part(0).endpoints) == 3 and e, 10, "3 endpoints listed")
-    first_node, other_node = sorted(eps)[:2]
+    first_node, *others = sorted(eps)
     body = {"q": "resend", "p": 0, "m": [[f"r{i}".encode(), None, None, None, None] for i in range(5)]}
     first_conn = client.connection(eps[first_node])
     rid = first_conn.next_request_id()
-    first = wait_for(lambda: first_conn.request(Command.SEND, body, 3000, request_id=rid), 10,
-                     "the first host to take the send")
-    other = client.connection(eps[other_node])
-    wait_for(lambda: other.request(Command.QUEUE_STATS, {"q": "resend", "p": 0}, 3000)["total"] == 5,
-             10, "the other host to apply the send as a replica")
+    first = wait_for(lambda: _request_or_none(first_conn, body, rid), 10, "the first host to take the send")
+    for node in others:
+        conn = client.connection(eps[node])
+        wait_for(lambda: conn.request(Command.QUEUE_STATS, {"q": "resend", "p": 0}, 3000)["total"] == 5,  # noqa: B023
+                 10, f"{node} to apply the send as a replica")
     by_node(hs, first_node).kill9()
-    again = other.request(Command.SEND, body, 3000, request_id=rid)
+    # the client's own retry path: the dead host's endpoint fails, another answers
+    again = q.call(0, Command.SEND, body, partial(q.routes.for_send, 0), request_id=rid)
     assert again == first, "the retry is answered with the first host's ids"
     got = drain(q, 5)
     assert sorted(got) == sorted(first["ids"])
     assert sorted(got.values()) == [f"r{i}".encode() for i in range(5)]
     assert q.receive(max_messages=10, wait_time=1) == [], "nothing was stored twice"
-    fresh = other.request(Command.SEND, body, 3000, request_id=other.next_request_id())
+    survivor = client.connection(eps[others[0]])
+    fresh = survivor.request(Command.SEND, body, 3000, request_id=survivor.next_request_id())
     assert set(fresh["ids"]).isdisjoint(first["ids"]), "a new request is stored anew"
+
+
+def test_a_fifo_send_without_dedup_id_retried_after_its_writer_died_is_stored_once(
+        hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
+    """No dedup id, no content-based dedup: the new writer (a caught-up
+    replica) recognises the retried request by its tag and keeps the order."""
+    hs = three_hosts(hosts, consul_agent)
+    q = client.create_queue("resend.fifo", fifo=True, replication_factor=3, sync_replication=True)
+    q.send(b"before", group_id="g")
+    node, _ = wait_for(lambda: writer_of(consul_agent, "resend.fifo", "fifo"), 10, "a writer")
+    conn = client.connection(q.routes.part(0).endpoints[node])
+    rid = conn.next_request_id()
+    body = {"q": "resend.fifo", "p": 0, "m": [[f"f{i}".encode(), None, None, "g", None] for i in range(3)]}
+    first = wait_for(lambda: _request_or_none(conn, body, rid), 10, "the writer to take the send")
+    by_node(hs, node).kill9()
+
+    def retry() -> Any:
+        try:
+            return q.call(0, Command.SEND, body, partial(q.routes.for_send, 0), "fifo", request_id=rid)
+        except zmqueue.ZmqueueError:
+            return None  # no writer yet (errors are not cached: the retry is applied afresh)
+
+    again = wait_for(retry, 20, "the retried send answered by the new writer")
+    assert again == first
+    assert drain_in_order(q, 4, 20) == [b"before", b"f0", b"f1", b"f2"]
+    assert q.receive(max_messages=10, wait_time=1) == [], "nothing was stored twice"

@@ -69,3 +69,7 @@ def test_entries_expire_and_the_index_is_bounded_by_ids() -> None:
     assert index.get("q", 0, request_tag("", 1), 6, 50) is None, "dropped: 12 ids > 10"
     assert index.get("q", 0, request_tag("", 2), 6, 50) is not None
     assert len(index) == 1
+    few = ReplicatedSends(max_entries=2)
+    for r in range(3):
+        few.note("q", 0, table_of(r + 1, tagged_ids(request_tag("", r), 1)), now_ms=0)
+    assert len(few) == 2 and few.get("q", 0, request_tag("", 0), 1, 0) is None, "the oldest went first"

@@ -13,8 +13,8 @@ under. Without this, standard queues stored such a send twice.
 The retry must find every message of the request (a request's records are
 noted as one run, extended when a catch-up delivers them in pieces); a retry
 that finds fewer is stored again, which is the at-least-once fallback.
-Bounded: ``max_ids`` ids in all, each entry for ``ttl_ms`` (a client retries
-for its request timeout, seconds).
+Bounded: ``max_entries`` requests and ``max_ids`` ids in all, each for at
+most ``ttl_ms`` (a client retries for its request timeout, seconds).
 """
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ def tagged_ids(tag: bytes, n: int) -> bytes:
 
 
 class ReplicatedSends:
-    def __init__(self, max_ids: int = 1_000_000, ttl_ms: int = 2 * 60 * 1000) -> None:
+    def __init__(self, max_entries: int = 100_000, max_ids: int = 1_000_000,
+                 ttl_ms: int = 2 * 60 * 1000) -> None:
+        self.max_entries = max_entries
         self.max_ids = max_ids
         self.ttl_ms = ttl_ms
         self._items: OrderedDict[Key, tuple[int, int, bytes]] = OrderedDict()
@@ -87,7 +89,8 @@ class ReplicatedSends:
         self._ids += len(ids) // ID_BYTES
         while self._items:
             first = next(iter(self._items.values()))
-            if self._ids <= self.max_ids and now_ms - first[0] <= self.ttl_ms:
+            if (self._ids <= self.max_ids and len(self._items) <= self.max_entries
+                    and now_ms - first[0] <= self.ttl_ms):
                 break
             self._ids -= len(self._items.popitem(last=False)[1][2]) // ID_BYTES
 

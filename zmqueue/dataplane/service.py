@@ -302,24 +302,29 @@ class QueueService:
         part = self._part(req, body, now)
         if part is None:
             return DEFERRED
+        items = tag = None
+        if body.get("dl") is None:
+            items = F.get_list(body, "m", MAX_BATCH, name="messages")
+            tag = request_tag(req.user or "", req.frame.request_id)
+            stored = self.replicator.resends.get(part[0], part[1], tag, len(items), now)
+            if stored is not None:
+                # a retry of a send whose writer died before replying: its
+                # records are in this host's copy of that writer's stream,
+                # which the stream's next writer recovers like any record
+                self.replicator.counters["sends_found_replicated"] += 1
+                return {"ids": stored}
         key = (part[0], part[1], FIFO_ORIGIN if self.meta.configs[part[0]].fifo else self.node)
         if self.handover.hold(req, [key], now):
             return DEFERRED
         st = self.writer_stream(*key)
-        if body.get("dl") is not None:
+        if items is None:
             if req.sock != "peer":
                 raise InvalidParameter("dead-letter moves are host-to-host (peer socket) only",
                                        field="dl")
-            items = dead_letter_items(F.get_list(body, "dl", MAX_BATCH), st.config.max_message_bytes)
-            st.append_dead_letters(items, now)
+            dead = dead_letter_items(F.get_list(body, "dl", MAX_BATCH), st.config.max_message_bytes)
+            st.append_dead_letters(dead, now)
             self.dlq_targets.add(st.key)
-            return self.after_commit(st, req, {"n": len(items)})
-        items = F.get_list(body, "m", MAX_BATCH, name="messages")
-        tag = request_tag(req.user or "", req.frame.request_id)
-        stored = self.replicator.resends.get(part[0], part[1], tag, len(items), now)
-        if stored is not None:  # a retry of a send another host stored, applied here as a replica
-            self.replicator.counters["sends_found_replicated"] += 1
-            return {"ids": stored}
+            return self.after_commit(st, req, {"n": len(dead)})
         ids = st.send(items, now, tag)
         return self.after_commit(st, req, {"ids": ids})
 
