@@ -157,9 +157,11 @@ def waiting_in(thread: threading.Thread, function: str) -> bool:
 
 def test_calls_waiting_in_other_threads_get_client_closed_when_the_client_closes(
         qcluster: QueueCluster) -> None:
-    """Closing the client closes every thread's sockets; a long poll or a
-    request waiting on them in another thread ends with ClientClosed, not a
-    ZeroMQ error ("Socket operation on non-socket") escaping its thread."""
+    """Closing the client marks every other thread's sockets; a long poll or
+    a request waiting on them in another thread closes them itself (a ZeroMQ
+    socket must not be closed under the thread polling it) and ends with
+    ClientClosed, not a ZeroMQ error escaping its thread; then the client's
+    ZeroMQ context is released."""
     c = zmqueue.connect(qcluster.client.consul_addresses[0], request_timeout=5)
     q = c.create_queue(qcluster.queue_name("closing"))
     outcomes: list[BaseException | None] = []
@@ -180,3 +182,34 @@ def test_calls_waiting_in_other_threads_get_client_closed_when_the_client_closes
     [exc] = outcomes
     assert isinstance(exc, zmqueue.ClientClosed), repr(exc)
     assert "closed while this call waited" in str(exc)
+    wait_for(lambda: c.ctx.closed, 10, "the client's ZeroMQ context released")
+
+
+def test_a_thread_idle_when_the_client_closes_gets_client_closed_on_its_next_call(
+        qcluster: QueueCluster) -> None:
+    """The idle thread's connection is closed by close() itself (no call of
+    that thread is on it), so the client's ZeroMQ context is released at once."""
+    c = zmqueue.connect(qcluster.client.consul_addresses[0], request_timeout=5)
+    q = c.create_queue(qcluster.queue_name("idle-closing"))
+    go, sent = threading.Event(), threading.Event()
+    outcomes: list[BaseException | None] = []
+
+    def worker() -> None:
+        q.send(b"from the worker")  # opens this thread's connection
+        sent.set()
+        go.wait(30)
+        try:
+            q.send(b"after close")
+            outcomes.append(None)
+        except BaseException as exc:  # the outcome is what the test checks
+            outcomes.append(exc)
+
+    t = threading.Thread(target=worker, daemon=True)
+    t.start()
+    assert sent.wait(20)
+    c.close()
+    assert c.ctx.closed, "every socket was closed by close(): the context is released"
+    go.set()
+    t.join(10)
+    [exc] = outcomes
+    assert isinstance(exc, zmqueue.ClientClosed), repr(exc)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import random
 import threading
 import time
@@ -22,7 +23,7 @@ import zmq
 from zmqueue.client.breaker import Guards
 from zmqueue.client.queue import Queue
 from zmqueue.client.retry import RetryBudget
-from zmqueue.client.transport import CLOSED, Connection
+from zmqueue.client.transport import CLOSED, LINK_CHECK_MS, Connection
 from zmqueue.config import QueueConfig, check_consul_addresses, from_env, parse_consul_addresses
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.discovery import HostInfo, list_hosts
@@ -42,9 +43,12 @@ from zmqueue.protocol import Command
 from zmqueue.security.curve import CurveKeys, check_key
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 HOSTS_TTL_S = 2.0
 MAX_THROTTLE_WAIT_S = 5.0
+REAP_S = 60.0
+"""How long a client closed while other threads hold its sockets waits for them."""
 
 
 def connect(consul: str | Sequence[str] | None = None, *, request_timeout: float = 10.0,
@@ -129,9 +133,12 @@ class Client:
     def connection(self, endpoint: str) -> Connection:
         """This thread's connection to ``endpoint`` (ZeroMQ sockets are not
         thread safe, and a long poll must not hold up other threads)."""
-        if self.closed:  # its sockets are closed: a clear error, not a ZMQError
-            raise ClientClosed(CLOSED)
         conns: dict[str, Connection] | None = getattr(self._local, "conns", None)
+        if self.closed:  # a clear error, not a ZMQError; this thread's sockets are its to close
+            for c in (conns or {}).values():
+                if not c.closed:
+                    c.close()
+            raise ClientClosed(CLOSED)
         if conns is None:
             conns = self._local.conns = {}
         conn = conns.get(endpoint)
@@ -325,10 +332,29 @@ class Client:
             if self.closed:
                 return
             self.closed = True
-            for c in self._all_conns:
-                c.close()
-            self._all_conns.clear()
-        self.ctx.term()
+            conns, self._all_conns = self._all_conns, []
+        busy = [c for c in conns if not c.close_if_idle()]
+        for c in busy:  # in a socket call on another thread: that thread closes it
+            c.closing = True
+        if not busy:
+            self.ctx.term()
+            return
+        threading.Thread(target=self._reap, args=(busy,), name="zmqueue-client-close",
+                         daemon=True).start()
+
+    def _reap(self, conns: list[Connection]) -> None:
+        """Wait for the threads using ``conns`` to close them (a thread waiting
+        on a socket sees the mark within ``LINK_CHECK_MS``), closing any whose
+        thread left its socket call without seeing it, then release the ZeroMQ
+        context. Bounded by ``REAP_S``."""
+        deadline = time.monotonic() + REAP_S
+        while time.monotonic() < deadline:
+            conns = [c for c in conns if not c.close_if_idle()]
+            if not conns:
+                self.ctx.term()
+                return
+            time.sleep(LINK_CHECK_MS / 1000)
+        log.debug("zmqueue client closed with %d sockets still held by live threads", len(conns))
 
     def __enter__(self) -> Client:
         return self

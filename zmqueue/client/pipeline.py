@@ -39,8 +39,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import zmq
-
 from zmqueue.client.breaker import Bulkhead, CircuitOpen
 from zmqueue.client.models import AttributeValue, OutgoingMessage
 from zmqueue.client.transport import Connection, LinkWatch
@@ -201,7 +199,8 @@ class SendPipeline:
         then count as timed out."""
         if not self._inflight:
             return
-        if self.queue.client.closed:  # its sockets are gone: the replies cannot come
+        if self.queue.client.closed:  # its sockets are going: the replies cannot come
+            self._watch.close_closing()
             raise ClientClosed(f"the client was closed with {len(self._inflight)} pipelined sends "
                                "unanswered; their outcome is unknown")
         oldest = next(iter(self._inflight.values()))
@@ -216,11 +215,7 @@ class SendPipeline:
             self._timed_out()
 
     def _drain(self, conn: Connection) -> None:
-        while True:
-            try:
-                data = conn.sock.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        while (data := conn.recv_nowait()) is not None:
             self._take(conn, data)
 
     def _lost(self, conn: Connection) -> None:

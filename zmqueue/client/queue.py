@@ -467,13 +467,12 @@ class Queue:
         while pending and time.monotonic() < deadline:
             timeout = max(0, int((deadline - time.monotonic()) * 1000))
             readable, dropped = watch.poll(timeout)
-            for conn in readable:
-                failed |= self._take_reply(conn, pending, out)
+            for conn in readable + dropped:
+                # (a dropped link: the host died or restarted; answers that
+                # came first are taken, the others cannot come)
+                while (data := conn.recv_nowait()) is not None:
+                    failed |= self._take_reply(conn, data, pending, out)
             for conn in dropped:
-                # the host died or restarted: answers that came first are
-                # taken, the others cannot come
-                while conn.sock.poll(0):
-                    failed |= self._take_reply(conn, pending, out)
                 lost = [rid for rid, (_, ep) in pending.items() if ep == conn.endpoint]
                 for rid in lost:
                     del pending[rid]
@@ -495,11 +494,11 @@ class Queue:
                 breaker.success()
         return out, failed or bool(silent)
 
-    def _take_reply(self, conn: Connection, pending: dict[int, tuple[int, str]],
+    def _take_reply(self, conn: Connection, data: bytes, pending: dict[int, tuple[int, str]],
                     out: list[Message]) -> bool:
-        """Read one frame from ``conn``: an awaited reply's messages go to
+        """A frame read from ``conn``: an awaited reply's messages go to
         ``out``; True if it was an error reply."""
-        frame = conn.reply_of(conn.sock.recv())
+        frame = conn.reply_of(data)
         if frame is None:
             return False
         asked = pending.pop(frame.request_id, None) if frame.command == Command.RECEIVE else None

@@ -16,6 +16,14 @@ its connections open but stops answering the connection's ZMTP heartbeats, so
 the link is dropped after ``HEARTBEAT_TIMEOUT_MS`` and counts the same way. A
 host whose process runs but whose request loop is stuck still answers
 heartbeats: that costs the request timeout.
+
+Every call on a connection's socket holds the connection's ``lock``
+(ZeroMQ sockets are not thread safe: closing one while another thread polls
+it is undefined behaviour in libzmq). A client closed from another thread
+closes the connections whose lock is free and marks the others
+:attr:`Connection.closing`: the thread in a call on one sees the mark within
+``LINK_CHECK_MS`` (waits are sliced), closes it and raises
+:class:`~zmqueue.errors.ClientClosed`.
 """
 
 from __future__ import annotations
@@ -73,6 +81,17 @@ kernel of a frozen host still accepts TCP connections)."""
 CLOSED = "this zmqueue client is closed; connect again with zmqueue.connect()"
 
 
+def close_if_closing(conns: Iterable[Connection]) -> None:
+    """In the connections' own thread: close those the client marked
+    ``closing``, and raise ClientClosed if any of them was."""
+    hit = [c for c in conns if c.closing or c.closed]
+    for c in hit:
+        if not c.closed:
+            c.close()
+    if hit:
+        raise ClientClosed(f"{CLOSED} (it was closed while this call waited)")
+
+
 def closed_while_waiting(conns: Iterable[Connection]) -> None:
     """Raise ClientClosed if one of ``conns`` was closed: the ZeroMQ error
     being handled came from another thread closing the client while this one
@@ -119,11 +138,20 @@ class Connection:
         self._ids = RequestIds()
         self.lock = threading.RLock()
         self.closed = False
+        self.closing = False
+        """Set by a client closed while a thread was in a call on this
+        connection: that thread closes it."""
 
     def next_request_id(self) -> int:
         return self._ids.next()
 
     def send(self, command: Command, body: Any, request_id: int) -> None:
+        with self.lock:
+            if self.closing or self.closed:
+                close_if_closing([self])
+            self._send(command, body, request_id)
+
+    def _send(self, command: Command, body: Any, request_id: int) -> None:
         try:
             self.sock.send(protocol.encode_request(command, request_id, body), zmq.NOBLOCK)
         except zmq.Again:
@@ -150,7 +178,9 @@ class Connection:
         drops = self.link_drops()  # older drops are not this request's
         if self.refused:
             raise self.lost(command.name)
-        self.send(command, body, rid)
+        if self.closing or self.closed:
+            close_if_closing([self])
+        self._send(command, body, rid)
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             remaining = int((deadline - time.monotonic()) * 1000)
@@ -161,6 +191,8 @@ class Connection:
             # the DEALER alone (a second socket in the poll costs every
             # request); the monitor is read whenever a slice passes quietly
             if not self.sock_poller.poll(min(remaining, LINK_CHECK_MS)):
+                if self.closing:
+                    close_if_closing([self])
                 if self.link_drops() != drops:
                     raise self.lost(command.name)
                 continue
@@ -214,6 +246,8 @@ class Connection:
         pushes go to ``on_push``, late replies to timed-out requests are
         discarded (used by subscribers between requests)."""
         with self.lock:
+            if self.closing:
+                close_if_closing([self])
             try:
                 if not self.sock_poller.poll(timeout_ms):
                     return
@@ -226,7 +260,32 @@ class Connection:
                 closed_while_waiting([self])
                 raise
 
+    def recv_nowait(self) -> bytes | None:
+        """The next frame queued on the socket, None if there is none."""
+        with self.lock:
+            if self.closing or self.closed:
+                close_if_closing([self])
+            try:
+                return self.sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return None
+
+    def close_if_idle(self) -> bool:
+        """From any thread: close it unless a thread is in a call on its
+        socket now (its lock is held); True if it is closed."""
+        if self.closed:
+            return True
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            self.close()
+        finally:
+            self.lock.release()
+        return True
+
     def close(self) -> None:
+        if self.closed:
+            return
         self.closed = True
         self.sock.disable_monitor()
         self.monitor.close(linger=0)
@@ -257,7 +316,8 @@ class LinkWatch:
         self.poller.register(conn.sock, zmq.POLLIN)
         self.poller.register(conn.monitor, zmq.POLLIN)
         self._conns[conn.sock] = self._conns[conn.monitor] = conn
-        self._drops[conn] = conn.link_drops()
+        with conn.lock:
+            self._drops[conn] = conn.link_drops()
 
     def remove(self, conn: Connection) -> None:
         if self._drops.pop(conn, None) is None:
@@ -270,26 +330,49 @@ class LinkWatch:
         for conn in list(self._drops):
             self.remove(conn)
 
+    def close_closing(self) -> None:
+        """In the watch's thread: close the connections a client closed from
+        another thread marked ``closing``."""
+        for conn in self._drops:
+            if conn.closing:
+                conn.close()
+
     def poll(self, timeout_ms: int) -> tuple[list[Connection], list[Connection]]:
         """Wait up to ``timeout_ms`` for a frame or a link event. Returns the
         connections with frames to read, and those whose link dropped since
         they were added or last returned here: read their frames first (the
-        replies that came before the drop are there); the others are lost."""
-        readable: list[Connection] = []
-        dropped: list[Connection] = []
+        replies that came before the drop are there); the others are lost.
+        Holds the connections' locks meanwhile, and waits in slices of
+        ``LINK_CHECK_MS``: a client closed by another thread is seen within one."""
+        conns = list(self._drops)
+        for c in conns:
+            c.lock.acquire()
         try:
-            ready = self.poller.poll(timeout_ms)
-        except zmq.ZMQError:
-            closed_while_waiting(self._drops)
-            raise
-        for sock, _ in ready:
-            conn = self._conns[sock]
-            if sock is conn.sock:
-                readable.append(conn)
-            elif (drops := conn.link_drops()) != self._drops[conn]:
-                self._drops[conn] = drops
-                dropped.append(conn)
-        return readable, dropped
+            deadline = time.monotonic() + max(0, timeout_ms) / 1000
+            while True:
+                if any(c.closing or c.closed for c in conns):
+                    close_if_closing(conns)
+                left = max(0, int((deadline - time.monotonic()) * 1000))
+                try:
+                    ready = self.poller.poll(min(left, LINK_CHECK_MS))
+                except zmq.ZMQError:
+                    closed_while_waiting(conns)
+                    raise
+                if ready or left <= LINK_CHECK_MS:
+                    break
+            readable: list[Connection] = []
+            dropped: list[Connection] = []
+            for sock, _ in ready:
+                conn = self._conns[sock]
+                if sock is conn.sock:
+                    readable.append(conn)
+                elif (drops := conn.link_drops()) != self._drops[conn]:
+                    self._drops[conn] = drops
+                    dropped.append(conn)
+            return readable, dropped
+        finally:
+            for c in conns:
+                c.lock.release()
 
 
 def call(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, command: Command,
