@@ -591,6 +591,28 @@ socket per host (~0.6 us per poll). Measured:
   2 more ABBA rounds against 54fc994: W3 75.3 k against 84.1 k msg/s, W2
   1,918 against 2,104 msg/s, W2 send p99 1.02 against 0.93 ms (medians of
   4 runs each; no loss, no duplicate).
+- **the sixteenth session's trees**, each run from inside its snapshot
+  against c2c8aa2 (the fifteenth's last), ABBA:
+  - 63c94f6 (SEND ids carry the request's tag; replicas note the ids of
+    each tag they apply, so a retried send is answered, not stored again):
+    2 rounds of `--workload W5 --workload W5b --hosts 3` and of `--workload
+    W3 --workload W2 --hosts 1`, `--duration 5`: W5 854 against 936 msg/s
+    (send p50 1.065 against 0.947 ms), W5b 43.0 k against 43.9 k, W3 89.4 k
+    against 92.3 k, W2 2,191 against 2,205 (medians of 4 runs). W5 again,
+    A B C C B A x 3 with C = 63c94f6 with the replicas' noting turned off:
+    919 (B) and 923 (C) against 963 (A), so the noting is not what costs;
+    then c2c8aa2, a second copy of it and 63c94f6, A A2 B B A2 A x 2: 920,
+    912 and 901 msg/s. The two copies of one tree differ by 1%, the change
+    costs W5 2-5% (one blake2b and the tagged ids per SEND on the writer,
+    about 1.5 us by microbenchmark);
+  - 642b33b (the above, plus the client's socket calls under their
+    connection's lock and its waits in 0.1 s slices, so `close()` never
+    closes a socket another thread is polling): 3 rounds of `--workload W2
+    --workload W3 --workload W1p --hosts 1 --duration 5`: W2 2,137 against
+    2,200 msg/s (send p99 0.89 against 0.82 ms), W3 95.7 k against 95.5 k,
+    W1p 18.6 k against 19.5 k (medians of 6 runs; single runs of one tree
+    spread 5-10%). No loss, no duplicate in any run. W1p and W2 are 3-5%
+    lower, about the spread: the peers rows stand.
 With a 30 s request timeout, the chaos scenarios `fifo-sync-kill-writer`
 and `std-sync-kill-writer-pipeline` (tests/chaos) fail if any send waits
 out the timeout; in a run here the longest send took 0.70 s (FIFO writer
