@@ -305,8 +305,11 @@ class QueueService:
         items = tag = None
         if body.get("dl") is None:
             items = F.get_list(body, "m", MAX_BATCH, name="messages")
-            tag = request_tag(req.user or "", req.frame.request_id)
-            stored = self.replicator.resends.get(part[0], part[1], tag, len(items), now)
+            info = self.meta.partitions.get(part)
+            stored = None
+            if info is not None and len(info.replicas) > 1:  # (R=1: no other host holds a copy)
+                tag = request_tag(req.user or "", req.frame.request_id)
+                stored = self.replicator.resends.get(part[0], part[1], tag, len(items), now)
             if stored is not None:
                 # a retry of a send whose writer died before replying: its
                 # records are in this host's copy of that writer's stream,
