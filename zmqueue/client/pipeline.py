@@ -273,7 +273,7 @@ class SendPipeline:
             self.retried += 1
             p = pending.partition
             try:
-                reply = self.queue.call(p, Command.SEND, self._body(pending),
+                reply = self.queue.call(p, Command.SEND, {**self._body(pending), "rt": True},
                                         partial(self.queue.routes.for_send, p),
                                         request_id=pending.request_id or None)
             except ZmqueueError as exc:

@@ -198,6 +198,8 @@ class Queue:
             except Unavailable as exc:
                 last = exc
                 tried += 1
+                if command == Command.SEND and "rt" not in body:
+                    body = {**body, "rt": True}  # the next host may hold what this one stored
                 self.refresh()
                 retry.pause()
         assert last is not None

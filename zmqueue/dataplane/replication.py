@@ -251,8 +251,14 @@ class Replicator:
     # --- replica side ------------------------------------------------------------------
     def poll(self, now_ms: int, ready: frozenset[Wakeable] | None = None) -> None:
         """Records on the SUB socket if it is in ``ready`` (None: look), then heartbeats."""
+        if ready is None or self.sub in ready:
+            self.take_pending(now_ms)
+        self.heartbeats(now_ms)
+
+    def take_pending(self, now_ms: int, limit: int = 1000) -> None:
+        """Apply the frames already queued on the SUB socket (up to ``limit``)."""
         sub = self.sub
-        for _ in range(1000 if ready is None or sub in ready else 0):
+        for _ in range(limit):
             try:
                 frames = sub.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
@@ -267,7 +273,6 @@ class Replicator:
             # raises zmq.Again, which costs microseconds per block applied
             if not cast(int, sub.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
                 break
-        self.heartbeats(now_ms)
 
     def _on_pub(self, cmd: Command, body: Any, now_ms: int) -> None:
         if not isinstance(body, dict):

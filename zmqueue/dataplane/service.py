@@ -310,6 +310,11 @@ class QueueService:
             if info is not None and len(info.replicas) > 1:  # (R=1: no other host holds a copy)
                 tag = request_tag(req.user or "", req.frame.request_id)
                 stored = self.replicator.resends.get(part[0], part[1], tag, len(items), now)
+                if stored is None and body.get("rt"):
+                    # a retry after its first host failed: that host's last
+                    # records may still be queued here, unapplied
+                    self.replicator.take_pending(now)
+                    stored = self.replicator.resends.get(part[0], part[1], tag, len(items), now)
             if stored is not None:
                 # a retry of a send whose writer died before replying: its
                 # records are in this host's copy of that writer's stream,
