@@ -136,8 +136,7 @@ class Client:
         conns: dict[str, Connection] | None = getattr(self._local, "conns", None)
         if self.closed:  # a clear error, not a ZMQError; this thread's sockets are its to close
             for c in (conns or {}).values():
-                if not c.closed:
-                    c.close()
+                c.close_if_idle()  # (or the closing client's reaper does)
             raise ClientClosed(CLOSED)
         if conns is None:
             conns = self._local.conns = {}

@@ -215,7 +215,7 @@ class SendPipeline:
             self._timed_out()
 
     def _drain(self, conn: Connection) -> None:
-        while (data := conn.recv_nowait()) is not None:
+        for data in conn.recv_queued():
             self._take(conn, data)
 
     def _lost(self, conn: Connection) -> None:

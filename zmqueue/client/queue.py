@@ -472,7 +472,7 @@ class Queue:
             for conn in readable + dropped:
                 # (a dropped link: the host died or restarted; answers that
                 # came first are taken, the others cannot come)
-                while (data := conn.recv_nowait()) is not None:
+                for data in conn.recv_queued():
                     failed |= self._take_reply(conn, data, pending, out)
             for conn in dropped:
                 lost = [rid for rid, (_, ep) in pending.items() if ep == conn.endpoint]

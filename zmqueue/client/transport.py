@@ -246,7 +246,7 @@ class Connection:
         pushes go to ``on_push``, late replies to timed-out requests are
         discarded (used by subscribers between requests)."""
         with self.lock:
-            if self.closing:
+            if self.closing or self.closed:
                 close_if_closing([self])
             try:
                 if not self.sock_poller.poll(timeout_ms):
@@ -260,15 +260,18 @@ class Connection:
                 closed_while_waiting([self])
                 raise
 
-    def recv_nowait(self) -> bytes | None:
-        """The next frame queued on the socket, None if there is none."""
+    def recv_queued(self) -> list[bytes]:
+        """The frames queued on the socket now (none: an empty list)."""
         with self.lock:
             if self.closing or self.closed:
                 close_if_closing([self])
+            out: list[bytes] = []
+            recv = self.sock.recv
             try:
-                return self.sock.recv(zmq.NOBLOCK)
+                while True:
+                    out.append(recv(zmq.NOBLOCK))
             except zmq.Again:
-                return None
+                return out
 
     def close_if_idle(self) -> bool:
         """From any thread: close it unless a thread is in a call on its
@@ -284,12 +287,13 @@ class Connection:
         return True
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.sock.disable_monitor()
-        self.monitor.close(linger=0)
-        self.sock.close(linger=0)
+        with self.lock:  # (not under a call of another thread)
+            if self.closed:
+                return
+            self.closed = True
+            self.sock.disable_monitor()
+            self.monitor.close(linger=0)
+            self.sock.close(linger=0)
 
 
 class LinkWatch:
@@ -350,8 +354,9 @@ class LinkWatch:
         try:
             deadline = time.monotonic() + max(0, timeout_ms) / 1000
             while True:
-                if any(c.closing or c.closed for c in conns):
-                    close_if_closing(conns)
+                for c in conns:
+                    if c.closing or c.closed:
+                        close_if_closing(conns)
                 left = max(0, int((deadline - time.monotonic()) * 1000))
                 try:
                     ready = self.poller.poll(min(left, LINK_CHECK_MS))

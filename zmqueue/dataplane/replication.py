@@ -332,12 +332,13 @@ class Replicator:
                 continue
             if first > last + 1 and last:
                 self.counters["gaps"] += 1
-                self.catch_up(st, int(time.time() * 1000))
+                self.catch_up(st, now)
                 return False
             n = st.store.apply_chunk(table, heap)
-            self.resends.note(st.queue, st.partition, table[max(0, at_last + 1):], now)
+            fresh = table[max(0, at_last + 1):]
+            self.resends.note(st.queue, st.partition, fresh, now)
             if st.config.fifo:
-                st.note_table(table[max(0, at_last + 1):], heap)
+                st.note_table(fresh, heap)
             self.counters["applied"] += n
         self.mark_dirty(st.key)
         return True

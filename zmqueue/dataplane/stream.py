@@ -255,7 +255,7 @@ class Stream:
             raise InvalidParameter(f"message {i}: FIFO queues need a group_id", field="group_id")
         blob = encode_blob(attrs, group, dedup)
         check_size(body, blob, cfg.max_message_bytes)
-        mid = tag + os.urandom(16 - len(tag)) if tag else new_message_id()
+        mid = tagged_ids(tag, 1) if tag else new_message_id()
         sealed, sealed_blob = self.seal(mid, body, blob)
         msg = NewMessage(mid, sealed, sealed_blob, group_hash(group) if cfg.fifo else 0, delay * 1000)
         return msg, dedup_key(cfg, body, dedup)
