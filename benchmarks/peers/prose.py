@@ -614,7 +614,13 @@ socket per host (~0.6 us per poll). Measured:
     W1p 18.6 k against 19.5 k (medians of 6 runs; single runs of one tree
     spread 5-10%). No loss, no duplicate in any run. W1p and W2 are 3-5%
     lower, about the spread. The peers table above was then taken again,
-    on e40ecc3 (these two changes and the `rt` mark on retried sends).
+    on e40ecc3 (these two changes and the `rt` mark on retried sends);
+  - 2789822 (the session's last code: no tag on a partition with one
+    replica, and the client reading all queued frames under one lock), 2
+    ABBA rounds of `--workload W2 --workload W1p --hosts 1 --duration 5`:
+    W2 2,218 against 2,215 msg/s (send p99 0.839 against 0.843 ms), W1p
+    18.6 k against 18.6 k (medians of 4 runs): the R=1 paths cost nothing
+    more.
 With a 30 s request timeout, the chaos scenarios `fifo-sync-kill-writer`
 and `std-sync-kill-writer-pipeline` (tests/chaos) fail if any send waits
 out the timeout; in a run here the longest send took 0.70 s (FIFO writer
