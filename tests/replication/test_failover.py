@@ -255,6 +255,36 @@ def test_a_send_retried_at_another_host_after_its_writer_died_is_answered_not_st
     assert set(fresh["ids"]).isdisjoint(first["ids"]), "a new request is stored anew"
 
 
+def test_a_host_restarted_after_kill_9_answers_a_retry_of_a_send_it_stored_before(
+        hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
+    """The retry reaches the restarted host itself: it noted its streams'
+    recent sends when it reopened them from disk."""
+    hs = three_hosts(hosts, consul_agent)
+    q = client.create_queue("reopen", replication_factor=3, sync_replication=True)
+    eps = wait_for(lambda: len(e := q.routes.part(0).endpoints) == 3 and e, 10, "3 endpoints listed")
+    node = sorted(eps)[0]
+    body = {"q": "reopen", "p": 0, "m": [[f"o{i}".encode(), None, None, None, None] for i in range(4)]}
+    conn = client.connection(eps[node])
+    rid = conn.next_request_id()
+    first = wait_for(lambda: _request_or_none(conn, body, rid), 10, "the host to take the send")
+    old = by_node(hs, node)
+    old.kill9()
+    new = hosts.restart(old)
+    wait_for(lambda: all_passing(check_statuses(consul_agent, node)), 60, f"{node} passing again")
+
+    def at_restarted() -> Any:
+        # its endpoint (new ports) is listed once the answering host's cache sees it
+        endpoint = client.queue_info("reopen")["partitions"][0]["endpoints"].get(node)
+        return endpoint and _request_or_none(client.connection(endpoint), body, rid)
+
+    again = wait_for(at_restarted, 30, "the restarted host to answer")
+    assert again == first, "answered from the restarted host's own log"
+    assert new.alive()
+    got = drain(q, 4)
+    assert sorted(got) == sorted(first["ids"])
+    assert q.receive(max_messages=10, wait_time=1) == [], "nothing was stored twice"
+
+
 def test_a_fifo_send_without_dedup_id_retried_after_its_writer_died_is_stored_once(
         hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
     """No dedup id, no content-based dedup: the new writer (a caught-up

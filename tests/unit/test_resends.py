@@ -3,9 +3,12 @@ stored them (pure logic on record tables)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from zmqueue.dataplane.resends import ReplicatedSends, request_tag, tagged_ids
+from zmqueue.dataplane.storage import PartitionStore, StorageConfig
 from zmqueue.dataplane.storage.records import RecordType, Table, new_table
 
 
@@ -73,3 +76,19 @@ def test_entries_expire_and_the_index_is_bounded_by_ids() -> None:
     for r in range(3):
         few.note("q", 0, table_of(r + 1, tagged_ids(request_tag("", r), 1)), now_ms=0)
     assert len(few) == 2 and few.get("q", 0, request_tag("", 0), 1, 0) is None, "the oldest went first"
+
+
+def test_a_stream_reopened_from_disk_answers_for_its_recent_sends_only(tmp_path: Path) -> None:
+    """A host restarted soon after it died: its streams' sends of the last
+    TTL are noted again from the log (a real store on disk)."""
+    now = 10_000_000
+    old, recent = (tagged_ids(request_tag("", r), 3) for r in (1, 2))
+    with PartitionStore.open(tmp_path / "s", StorageConfig(fsync="always"), now_ms=now) as store:
+        store.append_batch([b"a", b"b", b"c"], now - 3 * 60 * 1000, message_ids=old)
+        store.append_batch([b"d", b"e", b"f"], now - 1000, message_ids=recent)
+        store.commit()
+    with PartitionStore.open(tmp_path / "s", StorageConfig(fsync="always"), now_ms=now) as store:
+        index = ReplicatedSends(ttl_ms=2 * 60 * 1000)
+        index.note_recent("q", 0, store, now)
+    assert index.get("q", 0, request_tag("", 2), 3, now) == hexes(recent)
+    assert index.get("q", 0, request_tag("", 1), 3, now) is None, "older than the TTL"

@@ -26,10 +26,14 @@ from collections import OrderedDict
 
 import numpy as np
 
+from zmqueue.dataplane.storage.protocol import PartitionStoreProtocol
 from zmqueue.dataplane.storage.records import RecordType, Table
 
 TAG_BYTES = 8
 ID_BYTES = 16
+RECENT_RECORDS = 10_000
+"""How far back a stream opened from disk is read for recent sends."""
+READ_STEP = 2000
 
 Key = tuple[str, int, bytes]
 """(queue, partition, request tag)."""
@@ -93,6 +97,24 @@ class ReplicatedSends:
                     and now_ms - first[0] <= self.ttl_ms):
                 break
             self._ids -= len(self._items.popitem(last=False)[1][2]) // ID_BYTES
+
+    def note_recent(self, queue: str, p: int, store: PartitionStoreProtocol, now_ms: int,
+                    last: int = RECENT_RECORDS) -> None:
+        """Note the messages a stream opened from disk stored within the TTL
+        (among its last ``last`` records): a host restarted soon after it
+        died still answers a retry of what it, or a writer it replicated,
+        stored before."""
+        horizon = now_ms - self.ttl_ms
+        seq = max(1, store.last_seq - last + 1)
+        while seq <= store.last_seq:
+            chunks = store.read_chunks(seq, READ_STEP)  # (as much as a catch-up reply holds)
+            if not chunks:
+                return
+            for table, _ in chunks:
+                recent = table[table["time_ms"] >= horizon]  # (a request's records share their time)
+                if len(recent):
+                    self.note(queue, p, recent, now_ms)
+            seq = int(chunks[-1][0]["seq"][-1]) + 1
 
     def get(self, queue: str, p: int, tag: bytes, count: int, now_ms: int) -> list[str] | None:
         """The ids (hex) the request tagged ``tag`` was stored under, if all

@@ -130,6 +130,12 @@ class QueueService:
         self.replicator = Replicator(forwarder.ctx, node, pub, forwarder, lambda: self.set.streams,
                                      self.meta_peer_endpoint, self.dirty.add, self._resync)
         self.dlq = DeadLetterMover(self)
+        self.set.on_open = self._note_recent_sends
+
+    def _note_recent_sends(self, st: Stream, now: int) -> None:
+        """A replicated stream opened from disk: its recent sends can answer retries."""
+        if len(st.replicas) > 1 and st.store.last_seq:
+            self.replicator.resends.note_recent(st.queue, st.partition, st.store, now)
 
     def meta_peer_endpoint(self, node: str) -> str | None:
         return self.meta.peer_endpoint(node)

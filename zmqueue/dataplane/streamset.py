@@ -40,6 +40,8 @@ class StreamSet:
         """The same streams by partition: a receive, a parked long poll's tick
         and a push look up their partition's streams without a scan of all."""
         self.cipher_for: Callable[[QueueConfig], Any] | None = None
+        self.on_open: Callable[[Stream, int], None] | None = None
+        """Called with each stream opened (and the time), after its recovery."""
         """At-rest cipher of an encrypted queue (set by the host), else None."""
         self.version = 0
         """Bumped whenever a stream opens or closes or its replica set
@@ -101,6 +103,8 @@ class StreamSet:
         self.version += 1
         self._by_part.setdefault((key[0], key[1]), {})[key] = st
         self._local_origins((key[0], key[1])).add(key[2])
+        if self.on_open is not None:
+            self.on_open(st, now_ms)
         return st
 
     def close_stream(self, key: StreamKey, remove: bool) -> None:
