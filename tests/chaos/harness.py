@@ -69,6 +69,10 @@ class Report:
     first_send_after_fault: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     duplicates: int = 0
+    stored_twice: int = 0
+    """Extra ids one message number was delivered under: a send stored again
+    (a retry that no host recognised, or this harness sending again after
+    an error), as opposed to a redelivery of the same id."""
     redelivered_undeleted: int = 0
     lost: list[int] = field(default_factory=list)
     elapsed_s: float = 0.0
@@ -84,7 +88,7 @@ class Report:
         s = self.scenario
         return {"scenario": s.name, "seed": s.seed, "fifo": s.fifo, "sync": s.sync, "fault": s.fault,
                 "acked": len(self.acked), "delivered_unique": len({d[0] for d in self.deliveries}),
-                "lost": len(self.lost), "duplicates": self.duplicates,
+                "lost": len(self.lost), "duplicates": self.duplicates, "stored_twice": self.stored_twice,
                 "redelivered_after_unacked_delete": self.redelivered_undeleted,
                 "send_errors": self.send_errors, "faults": [f[1] + ":" + f[2] for f in self.faults],
                 "failover_s": [round(x, 2) for x in self.first_send_after_fault],
@@ -376,6 +380,10 @@ def check(r: Report) -> None:
                           "frozen (its heartbeats stopped)")
     if r.lost and s.sync:
         r.problems.append(f"{len(r.lost)} acknowledged sends lost: {r.lost[:10]}")
+    ids_of: dict[int, set[str]] = defaultdict(set)
+    for mid, num, _ in r.deliveries:
+        ids_of[num].add(mid)
+    r.stored_twice = sum(len(ids) - 1 for ids in ids_of.values())
     for mid, ds in by_id.items():
         if len(ds) > 1:
             r.duplicates += len(ds) - 1
