@@ -62,9 +62,12 @@ def test_retention_and_a_new_dead_letter_queue(qcluster: QueueCluster) -> None:
     wait_for(lambda: q.stats()["total"] == 0, 30, "messages older than 1 s expired", interval_s=0.3)
     assert q.receive(max_messages=10) == []
     other = c.create_queue(qcluster.queue_name("ret2"), dead_letter_queue=dlq)
-    assert c.list_dead_letter_source_queues(dlq) == sorted([q.name, other.name])
+    # answered from the hosts' metadata caches, which follow Consul a moment behind
+    wait_for(lambda: c.list_dead_letter_source_queues(dlq) == sorted([q.name, other.name]), 10,
+             "both queues listed as the DLQ's sources")
     assert q.set_attributes(dead_letter_queue=None).dead_letter_queue is None
-    assert c.list_dead_letter_source_queues(dlq) == [other.name], "a detached queue is no source"
+    wait_for(lambda: c.list_dead_letter_source_queues(dlq) == [other.name], 10,
+             "a detached queue no longer listed as a source")
     with pytest.raises(zmqueue.QueueNotFound):
         c.list_dead_letter_source_queues(qcluster.queue_name("no-such-dlq"))
 
