@@ -34,6 +34,7 @@ ID_BYTES = 16
 RECENT_RECORDS = 10_000
 """How far back a stream opened from disk is read for recent sends."""
 READ_STEP = 2000
+"""Records read at a time meanwhile (as many as a catch-up reply holds)."""
 
 Key = tuple[str, int, bytes]
 """(queue, partition, request tag)."""
@@ -107,7 +108,7 @@ class ReplicatedSends:
         horizon = now_ms - self.ttl_ms
         seq = max(1, store.last_seq - last + 1)
         while seq <= store.last_seq:
-            chunks = store.read_chunks(seq, READ_STEP)  # (as much as a catch-up reply holds)
+            chunks = store.read_chunks(seq, READ_STEP)
             if not chunks:
                 return
             for table, _ in chunks:

@@ -40,9 +40,9 @@ class StreamSet:
         """The same streams by partition: a receive, a parked long poll's tick
         and a push look up their partition's streams without a scan of all."""
         self.cipher_for: Callable[[QueueConfig], Any] | None = None
+        """At-rest cipher of an encrypted queue (set by the host), else None."""
         self.on_open: Callable[[Stream, int], None] | None = None
         """Called with each stream opened (and the time), after its recovery."""
-        """At-rest cipher of an encrypted queue (set by the host), else None."""
         self.version = 0
         """Bumped whenever a stream opens or closes or its replica set
         changes: what depends only on those (the leadership candidacies) is
