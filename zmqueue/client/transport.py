@@ -83,20 +83,13 @@ CLOSED = "this zmqueue client is closed; connect again with zmqueue.connect()"
 
 def close_if_closing(conns: Iterable[Connection]) -> None:
     """In the connections' own thread: close those the client marked
-    ``closing``, and raise ClientClosed if any of them was."""
+    ``closing``, and raise ClientClosed if any of them was (or is closed).
+    Also what a ZeroMQ error on a closed connection's socket turns into."""
     hit = [c for c in conns if c.closing or c.closed]
     for c in hit:
         if not c.closed:
             c.close()
     if hit:
-        raise ClientClosed(f"{CLOSED} (it was closed while this call waited)")
-
-
-def closed_while_waiting(conns: Iterable[Connection]) -> None:
-    """Raise ClientClosed if one of ``conns`` was closed: the ZeroMQ error
-    being handled came from another thread closing the client while this one
-    waited on its sockets (ENOTSOCK), which is no fault of the call."""
-    if any(c.closed for c in conns):
         raise ClientClosed(f"{CLOSED} (it was closed while this call waited)") from None
 
 
@@ -170,7 +163,7 @@ class Connection:
             try:
                 return self._request(command, body, timeout_ms, request_id)
             except zmq.ZMQError:
-                closed_while_waiting([self])
+                close_if_closing([self])
                 raise
 
     def _request(self, command: Command, body: Any, timeout_ms: int, request_id: int | None) -> Any:
@@ -257,7 +250,7 @@ class Connection:
                     except zmq.Again:
                         return
             except zmq.ZMQError:
-                closed_while_waiting([self])
+                close_if_closing([self])
                 raise
 
     def recv_queued(self) -> list[bytes]:
@@ -361,7 +354,7 @@ class LinkWatch:
                 try:
                     ready = self.poller.poll(min(left, LINK_CHECK_MS))
                 except zmq.ZMQError:
-                    closed_while_waiting(conns)
+                    close_if_closing(conns)
                     raise
                 if ready or left <= LINK_CHECK_MS:
                     break
