@@ -620,7 +620,17 @@ socket per host (~0.6 us per poll). Measured:
     ABBA rounds of `--workload W2 --workload W1p --hosts 1 --duration 5`:
     W2 2,218 against 2,215 msg/s (send p99 0.839 against 0.843 ms), W1p
     18.6 k against 18.6 k (medians of 4 runs): the R=1 paths cost nothing
-    more.
+    more;
+  - 717fcd0 (the last tree: also a restarted host noting its streams'
+    recent sends, read once as a stream opens) against c2c8aa2, `--hosts 1`
+    W2 + W1p, 2 runs each: W2 2,098 against 2,179 msg/s, W1p 19.1 k against
+    18.5 k; W5 (`--hosts 3`), 5 runs each: 831 against 932 msg/s (send p50
+    1.06 against 0.96 ms). Then e40ecc3, 717fcd0 and c2c8aa2 alternately,
+    W5: 896, 891 and 954 msg/s. So nothing after e40ecc3 costs more; the
+    W5 cost is the tagged ids' (63c94f6), 5-11% in these runs, more than
+    the first measurement's 2-5%. Where it goes is not found: the replicas'
+    noting was ruled out above, and the writer's tag is ~1.5 us by
+    microbenchmark, against ~0.1 ms more send p50.
 With a 30 s request timeout, the chaos scenarios `fifo-sync-kill-writer`
 and `std-sync-kill-writer-pipeline` (tests/chaos) fail if any send waits
 out the timeout; in a run here the longest send took 0.70 s (FIFO writer
