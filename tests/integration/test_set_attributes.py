@@ -102,10 +102,11 @@ def test_the_cli_sets_settings(qcluster: QueueCluster, capsys: pytest.CaptureFix
     addr = qcluster.factory.agent.http_addr
     assert cli(["queue", "set", q.name, "--delay", "2", "--max-messages", "500", "--consul", addr]) == 0
     assert "delay=2" in capsys.readouterr().out
-    got = c.get_queue(q.name).config
-    assert (got.delay_s, got.max_messages) == (2, 500)
+    # read back from the hosts' metadata caches, which follow Consul a moment behind
+    wait_for(lambda: (g := c.get_queue(q.name).config) and (g.delay_s, g.max_messages) == (2, 500), 10,
+             "delay 2 and max_messages 500 served")
     assert cli(["queue", "set", q.name, "--max-messages", "0", "--consul", addr]) == 0
-    assert c.get_queue(q.name).config.max_messages is None
+    wait_for(lambda: c.get_queue(q.name).config.max_messages is None, 10, "max_messages unset served")
     assert cli(["queue", "set", q.name, "--consul", addr]) == 2, "nothing to change"
 
 
