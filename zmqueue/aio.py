@@ -34,7 +34,7 @@ from zmqueue.client.breaker import Guards
 from zmqueue.client.client import Client
 from zmqueue.client.client import connect as connect_blocking
 from zmqueue.client.models import AttributeValue, Message, OutgoingMessage
-from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
+from zmqueue.client.pipeline import DEFAULT_MAX_REQUESTS, DEFAULT_WINDOW, PendingSend, SendPipeline
 from zmqueue.client.queue import Deletable, Queue
 from zmqueue.client.redrive import RedriveReport
 from zmqueue.client.subscription import Subscription
@@ -179,13 +179,14 @@ class AsyncQueue:
                       visibility_timeout: int = 60, wait_time: float = 1.0) -> RedriveReport:
         return await self.client.run(self.sync.redrive, to, max_messages, visibility_timeout, wait_time)
 
-    def pipeline(self, window: int = DEFAULT_WINDOW) -> AsyncSendPipeline:
+    def pipeline(self, window: int = DEFAULT_WINDOW,
+                 max_requests: int = DEFAULT_MAX_REQUESTS) -> AsyncSendPipeline:
         """Pipelined sends (standard queues), as :meth:`Queue.pipeline`:
         ``await pipe.send(body)`` returns a PendingSend as soon as fewer than
         ``window`` sends are unanswered; ``async with`` confirms them all."""
         if self.client.closed:
             raise ClientClosed("this zmqueue client is closed; connect again with zmqueue.aio.connect()")
-        return AsyncSendPipeline(self.sync, window)
+        return AsyncSendPipeline(self.sync, window, max_requests)
 
     async def subscribe(self, handler: Handler, prefetch: int = 10,
                         visibility_timeout: int | None = None,
@@ -237,9 +238,9 @@ class AsyncSendPipeline:
     asyncio; it runs on one thread of its own (its requests in flight share
     that thread's connections)."""
 
-    def __init__(self, queue: Queue, window: int) -> None:
+    def __init__(self, queue: Queue, window: int, max_requests: int = DEFAULT_MAX_REQUESTS) -> None:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="zmqueue-aio-pipeline")
-        self.sync = SendPipeline(queue, window)
+        self.sync = SendPipeline(queue, window, max_requests=max_requests)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, partial(fn, *args))

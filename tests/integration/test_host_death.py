@@ -102,7 +102,7 @@ def test_a_pipeline_retries_its_sends_in_flight_to_a_killed_host_at_once(
     q = patient_client.create_queue("dying-piped", replication_factor=3, sync_replication=True)
     taker = taker_of(q, hs)
     taker.freeze()
-    pipe = q.pipeline(window=16)
+    pipe = q.pipeline(window=16, max_requests=16)  # (one request per message: none coalesced)
     pending = [pipe.send(f"m{i}".encode()) for i in range(16)]  # all in flight to the frozen host
     assert not any(p.done for p in pending)
     t, outcome = in_thread(pipe.flush)

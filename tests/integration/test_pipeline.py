@@ -1,6 +1,6 @@
-"""Pipelined sends (``Queue.pipeline``): many single-message SEND requests in
-flight from one thread, each confirmed or failed on its own, retried through
-a host's kill -9, refused for FIFO queues."""
+"""Pipelined sends (``Queue.pipeline``): many single-message sends in flight
+from one thread, coalesced into fewer requests under load, each confirmed or
+failed on its own, retried through a host's kill -9, refused for FIFO queues."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_pipelined_sends_are_each_their_own_request_with_many_in_flight(qcluster
     bodies = [f"m{i:03d}".encode() for i in range(300)]
     pending: list[zmqueue.PendingSend] = []
     most_in_flight = 0
-    with q.pipeline(window=16, on_done=confirmed.append) as pipe:
+    with q.pipeline(window=16, on_done=confirmed.append, max_requests=16) as pipe:
         for b in bodies:
             p = pipe.send(b)
             assert not p.done, "send() returned before its reply was read"
@@ -42,16 +42,40 @@ def test_pipelined_sends_are_each_their_own_request_with_many_in_flight(qcluster
     assert len({p.id for p in pending}) == 300
     assert sorted(p.index for p in confirmed) == list(range(300)), "on_done once per message"
     assert {p.partition for p in pending} == {0, 1}, "messages spread over both partitions"
-    # each message was its own SEND request (metrics are scraped, so poll)
+    # with max_requests >= window, each message was its own SEND request (metrics are
+    # scraped, so poll)
+    assert pipe.requests == 300
     wait_for(lambda: _sends_answered(qcluster) - before >= 300, 10, "300 SEND requests counted")
     got = drain(q, 300)
     assert sorted(got.values()) == bodies
     assert set(got) == {p.id for p in pending}
 
 
-def test_a_bad_message_fails_alone_and_the_with_block_raises_it(qcluster: QueueCluster) -> None:
+def test_sends_made_while_the_requests_are_in_flight_go_together_each_with_its_own_id(
+        qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("piped-co"), partitions=2, visibility_timeout=60)
+    before = _sends_answered(qcluster)
+    bodies = [f"c{i:04d}".encode() for i in range(600)]
+    with q.pipeline(window=100, max_requests=2) as pipe:
+        pending = [pipe.send(b) for b in bodies]
+    assert all(p.id and p.error is None for p in pending)
+    assert len({p.id for p in pending}) == 600
+    assert pipe.requests < 600, "sends made while 2 requests were unanswered were coalesced"
+    assert len({p.request_id for p in pending}) == pipe.requests
+    wait_for(lambda: _sends_answered(qcluster) - before == pipe.requests, 10,
+             f"{pipe.requests} SEND requests counted by the hosts")
+    got = drain(q, 600)
+    assert got == {p.id: b for p, b in zip(pending, bodies, strict=True)}, \
+        "each message stored under the id its PendingSend was given"
+
+
+@pytest.mark.parametrize("max_requests", [1, 8])
+def test_a_bad_message_fails_alone_and_the_with_block_raises_it(
+        qcluster: QueueCluster, max_requests: int) -> None:
+    """With max_requests=1 the bad message is sent in a coalesced group, which
+    the host refuses whole: the group is sent again one message at a time."""
     q = qcluster.client.create_queue(qcluster.queue_name("piped-bad"), max_message_bytes=1024)
-    pipe = q.pipeline(window=8)
+    pipe = q.pipeline(window=8, max_requests=max_requests)
     sent = [pipe.send(b"x" * 10) for _ in range(5)]
     too_big = pipe.send(b"y" * 2048)
     sent += [pipe.send(b"z" * 10) for _ in range(5)]
@@ -60,7 +84,7 @@ def test_a_bad_message_fails_alone_and_the_with_block_raises_it(qcluster: QueueC
     assert isinstance(too_big.error, zmqueue.MessageTooLarge) and too_big.id is None
     assert all(p.id for p in sent), "the messages around the bad one were confirmed"
     assert pipe.flush() == [], "a flush reports each failure once"
-    with pytest.raises(zmqueue.MessageTooLarge), q.pipeline(window=4) as pipe2:
+    with pytest.raises(zmqueue.MessageTooLarge), q.pipeline(window=4, max_requests=max_requests) as pipe2:
         pipe2.send(b"ok")
         pipe2.send(b"w" * 4096)
     assert len(drain(q, 11)) == 11, "10 + 1 confirmed messages, the too-large ones never stored"
@@ -74,6 +98,9 @@ def test_pipelines_refuse_fifo_queues_and_bad_windows(qcluster: QueueCluster) ->
     for window in (0, 1001):
         with pytest.raises(zmqueue.InvalidParameter, match="window"):
             std.pipeline(window=window)
+    for max_requests in (0, 1001):
+        with pytest.raises(zmqueue.InvalidParameter, match="max_requests"):
+            std.pipeline(max_requests=max_requests)
 
 
 def test_pipelined_sends_in_flight_to_a_killed_host_are_retried_and_none_is_lost(
@@ -118,7 +145,7 @@ def test_throttled_pipelined_sends_back_off_and_all_land_once(qcluster: QueueClu
     through the retry path (which honours retry_after_ms), none is lost or doubled."""
     q = qcluster.client.create_queue(qcluster.queue_name("piped-rate"), rate_limit_per_s=20, rate_burst=5)
     started = time.monotonic()
-    with q.pipeline(window=10) as pipe:
+    with q.pipeline(window=10, max_requests=10) as pipe:  # (a request costs a token, however many messages)
         pending = [pipe.send(f"r{i}".encode()) for i in range(30)]
     elapsed = time.monotonic() - started
     assert all(p.id for p in pending)

@@ -22,9 +22,10 @@ def test_new_settings_apply_on_every_host(qcluster: QueueCluster) -> None:
     assert (cfg.visibility_timeout_s, cfg.max_message_bytes) == (1, 2048)
     assert q.config == cfg
     other = zmqueue.connect(qcluster.factory.agent.http_addr)
-    try:
-        got = other.get_queue(q.name).config
-        assert (got.visibility_timeout_s, got.max_message_bytes, got.retention_s) == (1, 2048, 4 * 86400)
+    try:  # answered from the hosts' metadata caches, which follow Consul a moment behind
+        wait_for(lambda: (g := other.get_queue(q.name).config)
+                 and (g.visibility_timeout_s, g.max_message_bytes, g.retention_s) == (1, 2048, 4 * 86400),
+                 10, "the new settings served to another client")
     finally:
         other.close()
 

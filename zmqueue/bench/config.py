@@ -33,6 +33,11 @@ class BenchConfig:
     are confirmed. zmqueue sends them through ``Queue.pipeline``, the peers
     through the same path as their W3 batches (concurrent publishes, a Redis
     pipeline)."""
+    max_requests: int = 4
+    """zmqueue pipelines (``window`` > 1): SEND requests in flight per
+    producer; sends made meanwhile are coalesced into the next request
+    (``Queue.pipeline(max_requests=...)``; ``max_requests`` >= ``window``:
+    one request per message)."""
     queue_type: str = "standard"
     replication_factor: int = 1
     sync_replication: bool = True
@@ -56,7 +61,8 @@ class BenchConfig:
 
         if not HEADER_BYTES <= self.message_bytes <= 1024 * 1024:
             raise bad("message_bytes", f"must be {HEADER_BYTES} to 1 MiB (bodies carry a header)")
-        for f, hi in (("producers", 64), ("consumers", 64), ("batch", 1000), ("window", 1000)):
+        for f, hi in (("producers", 64), ("consumers", 64), ("batch", 1000), ("window", 1000),
+                      ("max_requests", 1000)):
             if not 1 <= getattr(self, f) <= hi:
                 raise bad(f, f"must be 1 to {hi}")
         if self.queue_type not in QUEUE_TYPES:

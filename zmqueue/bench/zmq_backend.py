@@ -20,10 +20,11 @@ class ZmqueueProducer:
         self.queue = self.client.get_queue(target["queue"])
         self.fifo = cfg.queue_type == "fifo"
         self.group = f"g{index}"
-        self.pipe = self.queue.pipeline(cfg.window) if cfg.window > 1 else None
+        self.pipe = (self.queue.pipeline(cfg.window, max_requests=cfg.max_requests)
+                     if cfg.window > 1 else None)
 
     def send(self, bodies: list[bytes]) -> None:
-        if self.pipe is not None:  # each body its own request, up to `window` in flight
+        if self.pipe is not None:  # up to `window` in flight, in up to `max_requests` requests
             for b in bodies:
                 self.pipe.send(b)
             self.pipe.confirm_all()

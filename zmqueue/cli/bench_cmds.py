@@ -30,7 +30,9 @@ Every run checks each message id it sent: "lost" counts confirmed sends never
 received, "dup" counts extra receipts. One JSON line per run goes to stdout.
 Send latency is per call of the producer: one message, one batch, or with
 --window a group of that many pipelined sends (JSON "send_requests" counts
-those calls).
+those calls). A pipeline keeps at most --max-requests SEND requests in
+flight and coalesces the sends made meanwhile into the next one (each
+message still confirmed with its own id).
 
 examples:
   zmqueue bench --workload W3 --duration 10 --runs 3
@@ -52,6 +54,9 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--batch", type=int, default=None, help="messages per send/receive (default 1)")
     p.add_argument("--window", type=int, default=None,
                    help="single-message sends in flight per producer (pipelined; default 1)")
+    p.add_argument("--max-requests", type=int, default=None,
+                   help="with --window: SEND requests in flight per producer; sends made "
+                        "meanwhile go together in the next one (default 4; >= window: one each)")
     p.add_argument("--queue-type", choices=["standard", "fifo"], default=None)
     p.add_argument("--replication-factor", type=int, default=None, help="replicas (default 1)")
     p.add_argument("--replication-mode", choices=["sync", "async"], default=None)
@@ -76,7 +81,8 @@ def configs(args: argparse.Namespace) -> list[Any]:
 
     overrides: dict[str, Any] = {"duration_s": args.duration}
     for opt, field in (("size", "message_bytes"), ("producers", "producers"), ("consumers", "consumers"),
-                       ("batch", "batch"), ("window", "window"), ("queue_type", "queue_type"),
+                       ("batch", "batch"), ("window", "window"), ("max_requests", "max_requests"),
+                       ("queue_type", "queue_type"),
                        ("fsync", "fsync"),
                        ("replication_factor", "replication_factor"), ("rate", "rate_per_s"),
                        ("max_messages", "max_messages"), ("warmup", "warmup_s"),

@@ -1,28 +1,42 @@
-"""Pipelined sends: many single-message SEND requests in flight from one thread.
+"""Pipelined sends: many single-message sends in flight from one thread.
 
 ``queue.pipeline(window=32)`` returns a :class:`SendPipeline`. Its
-:meth:`~SendPipeline.send` sends one message as its own request and returns
-at once with a :class:`PendingSend`; it waits only while ``window`` requests
-are already unanswered. This is what NATS's ``publish_async`` or RabbitMQ's
-asynchronous publisher confirms give: a producer that makes messages one at a
-time still keeps the host busy, instead of waiting a round trip per message.
-Hosts take the requests that arrive together into one storage commit (and,
-with R=3, one replicated block), so pipelining pays most where one send at a
-time pays a whole commit each.
+:meth:`~SendPipeline.send` takes one message and returns at once with a
+:class:`PendingSend`; it waits only while ``window`` messages are already
+unanswered. This is what NATS's ``publish_async`` or RabbitMQ's asynchronous
+publisher confirms give: a producer that makes messages one at a time still
+keeps the host busy, instead of waiting a round trip per message.
+
+Coalescing (as the SQS SDK's buffered client batches ``SendMessage`` calls
+into ``SendMessageBatch``): at most ``max_requests`` SEND requests are in
+flight at once. A message sent while fewer are goes out at once as its own
+request; a message sent while ``max_requests`` are unanswered waits in the
+pipeline, and when a reply frees a request, the waiting messages of a
+partition go together as one SEND request (up to :data:`COALESCE_MESSAGES`
+messages and :data:`COALESCE_BYTES` of bodies). Under light load every
+message still travels alone and at once; under heavy load the host pays its
+per-request cost once per group, not once per message. A waiting message
+goes out on the pipeline's next call (``send``, ``flush``): replies are read
+only then, as before. ``max_requests >= window`` turns coalescing off (one
+request per message).
 
 Semantics (the same promise as :meth:`Queue.send`, per message):
 
 - a message is confirmed when its PendingSend has an ``id``; it then has the
   durability of a plain send (written per the queue's fsync policy, and on
-  the sync replicas with synchronous replication);
+  the sync replicas with synchronous replication). Every message of a
+  coalesced request gets its own id, in send order;
 - a request that fails in a way that may be retried (no reply within the
-  request timeout, NotLeader, Unavailable, Throttled) is retried, with the
-  same request id, once the requests in flight have settled, through the
-  same retry path as ``Queue.send``; a message that still fails, or fails
-  for good (e.g. InvalidParameter for an oversized body), gets its
-  ``error``. Nothing is dropped silently: :meth:`SendPipeline.flush` waits
-  for every send and returns the ones that failed, and leaving a ``with``
-  block raises the first failure's error;
+  request timeout, NotLeader, Unavailable, Throttled) is retried whole, with
+  the same request id, once the requests in flight have settled, through the
+  same retry path as ``Queue.send`` (so a replica that holds the first try's
+  copy answers with the first ids); a message that still fails, or fails for
+  good, gets its ``error``. A coalesced request refused for one of its
+  messages (InvalidParameter, e.g. MessageTooLarge: a host checks the whole
+  request before it stores any of it) is sent again one message per request,
+  so only the bad message fails. Nothing is dropped silently:
+  :meth:`SendPipeline.flush` waits for every send and returns the ones that
+  failed, and leaving a ``with`` block raises the first failure's error;
 - standard queues only. A FIFO queue promises order within a message group,
   and a retried request that lands after later ones of its group would break
   it; FIFO producers use ``send`` / ``send_batch`` (one batch of up to 1,000
@@ -45,6 +59,7 @@ from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.errors import (
     ClientClosed,
     InvalidParameter,
+    ProtocolError,
     Throttled,
     Unavailable,
     ZmqueueError,
@@ -57,8 +72,16 @@ if TYPE_CHECKING:
 
 MAX_WINDOW = 1000
 DEFAULT_WINDOW = 32
+DEFAULT_MAX_REQUESTS = 4
+"""SEND requests in flight at once by default; messages beyond wait and are
+coalesced (4 keeps a replicated queue's writer and replicas all busy: a
+request's round trip overlaps the next ones')."""
+COALESCE_MESSAGES = 1000
+"""Messages in one coalesced request at most (a SEND's batch limit)."""
+COALESCE_BYTES = 1024 * 1024
+"""Bodies' bytes in one coalesced request at most (a larger message goes alone)."""
 RETRYABLE = (Unavailable, Throttled)
-"""Failures of one request that say nothing about the message (Unavailable
+"""Failures of one request that say nothing about its messages (Unavailable
 covers NotLeader, RequestTimeout and an open circuit): sent again."""
 
 
@@ -73,38 +96,65 @@ class PendingSend:
     id: str | None = None
     error: ZmqueueError | None = None
     sent_at: float = 0.0
-    """``time.monotonic()`` when it was first sent."""
+    """``time.monotonic()`` when it was given to the pipeline (``send``)."""
     done_at: float = 0.0
     """``time.monotonic()`` when it was confirmed or failed for good."""
     request_id: int = 0
+    """The id of the SEND request that carries it (shared by a coalesced group)."""
 
     @property
     def done(self) -> bool:
         return self.id is not None or self.error is not None
 
 
+@dataclass(eq=False)
+class _Request:
+    """One SEND request of the pipeline: one message, or several coalesced."""
+
+    partition: int
+    sends: list[PendingSend]
+    request_id: int = 0
+    sent_at: float = 0.0
+    """``time.monotonic()`` when it was first sent (its deadline counts from it)."""
+
+
+def _size(wire: list[Any]) -> int:
+    body = wire[0]
+    return len(body) if isinstance(body, (bytes, str)) else 0
+
+
 class SendPipeline:
-    """Up to ``window`` single-message sends in flight; see the module doc.
+    """Up to ``window`` single-message sends unanswered, in at most
+    ``max_requests`` requests; see the module doc.
 
     ``on_done`` is called (on this thread, from ``send`` or ``flush``) for
     each message as it is confirmed or fails for good; an exception it raises
     comes out of that ``send`` or ``flush``."""
 
     def __init__(self, queue: Queue, window: int = DEFAULT_WINDOW,
-                 on_done: Callable[[PendingSend], None] | None = None) -> None:
+                 on_done: Callable[[PendingSend], None] | None = None,
+                 max_requests: int = DEFAULT_MAX_REQUESTS) -> None:
         if queue.config.fifo:
             raise InvalidParameter(
                 f"{queue.name!r} is a FIFO queue: pipelined sends could reorder a message group "
                 "when one is retried; send FIFO messages with send() or send_batch()")
         if not 1 <= window <= MAX_WINDOW:
             raise InvalidParameter(f"pipeline window must be 1 to {MAX_WINDOW}, got {window}")
+        if not 1 <= max_requests <= MAX_WINDOW:
+            raise InvalidParameter(f"pipeline max_requests must be 1 to {MAX_WINDOW}, got {max_requests}")
         self.queue = queue
         self.window = window
+        self.max_requests = max_requests
         self.on_done = on_done
         self._count = 0
-        self._inflight: dict[tuple[str, int], PendingSend] = {}
-        """(endpoint, request id) -> the send, oldest first."""
-        self._retry: list[PendingSend] = []
+        self._waiting: dict[int, list[PendingSend]] = {}
+        """partition -> messages not sent yet (all requests were in flight), oldest first."""
+        self._n_waiting = 0
+        self._inflight: dict[tuple[str, int], _Request] = {}
+        """(endpoint, request id) -> the request, oldest first."""
+        self._n_inflight = 0
+        """Messages in those requests."""
+        self._retry: list[_Request] = []
         self._failed: list[PendingSend] = []
         self._watch = LinkWatch()
         """The connections with requests of this pipeline sent on them."""
@@ -112,6 +162,9 @@ class SendPipeline:
         """Bulkhead slots held while this pipeline has requests in flight (one per host)."""
         self.retried = 0
         """Requests sent again after a retryable failure (a counter for tests and tools)."""
+        self.requests = 0
+        """SEND requests sent (first tries), for tests and tools: fewer than the
+        messages when sends were coalesced."""
 
     # --- the API ---------------------------------------------------------------------
     def send(self, body: bytes | str, attributes: dict[str, AttributeValue] | None = None,
@@ -121,14 +174,20 @@ class SendPipeline:
             wire: list[Any] = [body, None, None, None, None]
         else:
             wire = OutgoingMessage(body, attributes, delay).to_wire()
-        pending = PendingSend(self._count, self.queue.next_partition(), wire)
+        pending = PendingSend(self._count, self.queue.next_partition(), wire,
+                              sent_at=time.monotonic())
         self._count += 1
         self._wait(block=False)  # replies that came meanwhile: settles them early
-        while len(self._inflight) >= self.window:
-            self._wait(block=True)
+        while self._n_inflight + self._n_waiting >= self.window:
+            if self._retry:
+                self._settle()
+            else:
+                self._wait(block=True)
         if self._retry:
             self._settle()
-        self._dispatch(pending)
+        self._waiting.setdefault(pending.partition, []).append(pending)
+        self._n_waiting += 1
+        self._pump()
         return pending
 
     def flush(self) -> list[PendingSend]:
@@ -150,9 +209,12 @@ class SendPipeline:
 
     def close(self) -> None:
         """Stop without waiting: replies still to come are discarded, and sends
-        waiting for a retry are not sent again (their ``id`` and ``error``
-        stay None: their fate is unknown)."""
+        not sent yet or waiting for a retry are not sent (their ``id`` and
+        ``error`` stay None: their fate is unknown)."""
         self._inflight.clear()
+        self._n_inflight = 0
+        self._waiting.clear()
+        self._n_waiting = 0
         self._retry.clear()
         self._release()
 
@@ -166,11 +228,31 @@ class SendPipeline:
         self.confirm_all()
 
     # --- requests in flight --------------------------------------------------------
-    def _dispatch(self, pending: PendingSend) -> None:
+    def _pump(self) -> None:
+        """Send waiting messages while fewer than ``max_requests`` requests
+        are in flight: each partition's, oldest first, as one request."""
+        while self._waiting and len(self._inflight) < self.max_requests:
+            p, msgs = next(iter(self._waiting.items()))
+            n, size = 0, 0
+            for m in msgs:
+                size += _size(m.wire)
+                if n and (n == COALESCE_MESSAGES or size > COALESCE_BYTES):
+                    break
+                n += 1
+            group, rest = msgs[:n], msgs[n:]
+            if rest:
+                self._waiting[p] = rest
+            else:
+                del self._waiting[p]
+            self._n_waiting -= n
+            self.requests += 1
+            self._dispatch(_Request(p, group))
+
+    def _dispatch(self, req: _Request) -> None:
         """Send to the partition's first host whose circuit is not open; with
         none (or a full send queue), to the retry path."""
         client = self.queue.client
-        for endpoint in self.queue.routes.for_send(pending.partition):
+        for endpoint in self.queue.routes.for_send(req.partition):
             breaker, bulkhead = client.guards.for_endpoint(endpoint)
             try:
                 breaker.before()
@@ -179,29 +261,41 @@ class SendPipeline:
                     self._slots[endpoint] = bulkhead
                 conn = client.connection(endpoint)
                 self._watch.add(conn)
-                pending.request_id = pending.request_id or conn.next_request_id()
-                conn.send(Command.SEND, self._body(pending), pending.request_id)
+                if not req.request_id:
+                    req.request_id = conn.next_request_id()
+                    for m in req.sends:
+                        m.request_id = req.request_id
+                conn.send(Command.SEND, self._body(req), req.request_id)
             except CircuitOpen:
                 continue  # a host that failed just now: the next replica
             except RETRYABLE:
                 break
-            pending.sent_at = pending.sent_at or time.monotonic()
-            self._inflight[(endpoint, pending.request_id)] = pending
+            req.sent_at = req.sent_at or time.monotonic()
+            self._inflight[(endpoint, req.request_id)] = req
+            self._n_inflight += len(req.sends)
             return
-        self._retry.append(pending)  # the retry path refreshes the routes and backs off
+        self._retry.append(req)  # the retry path refreshes the routes and backs off
 
-    def _body(self, pending: PendingSend) -> dict[str, Any]:
-        return {"q": self.queue.name, "p": pending.partition, "m": [pending.wire]}
+    def _body(self, req: _Request) -> dict[str, Any]:
+        return {"q": self.queue.name, "p": req.partition, "m": [m.wire for m in req.sends]}
+
+    def _pop(self, key: tuple[str, int]) -> _Request | None:
+        req = self._inflight.pop(key, None)
+        if req is not None:
+            self._n_inflight -= len(req.sends)
+        return req
 
     def _wait(self, block: bool) -> None:
         """Take every reply that has arrived, with ``block`` after waiting for
         one up to the oldest request's deadline; requests past their deadline
-        then count as timed out."""
+        then count as timed out. Then sends what waited for a free request."""
         if not self._inflight:
+            if not self._retry:
+                self._pump()
             return
         if self.queue.client.closed:  # its sockets are going: the replies cannot come
             self._watch.close_closing()
-            raise ClientClosed(f"the client was closed with {len(self._inflight)} pipelined sends "
+            raise ClientClosed(f"the client was closed with {self._n_inflight} pipelined sends "
                                "unanswered; their outcome is unknown")
         oldest = next(iter(self._inflight.values()))
         deadline = oldest.sent_at + self.queue.client.request_timeout_ms / 1000
@@ -213,6 +307,8 @@ class SendPipeline:
             self._lost(conn)
         if self._inflight and time.monotonic() >= deadline:
             self._timed_out()
+        if not self._retry:  # (with a retry due, settle first: it refreshes the routes)
+            self._pump()
 
     def _drain(self, conn: Connection) -> None:
         for data in conn.recv_queued():
@@ -221,65 +317,103 @@ class SendPipeline:
     def _lost(self, conn: Connection) -> None:
         """The link to ``conn``'s host dropped since requests were sent on it
         (the host died or restarted): the replies that came first are taken,
-        the others cannot come, so their sends go to the retry path now, not
-        after the request timeout."""
+        the others cannot come, so their requests go to the retry path now,
+        not after the request timeout."""
         self._drain(conn)
         lost = [key for key in self._inflight if key[0] == conn.endpoint]
         if lost:
             self.queue.client.guards.for_endpoint(conn.endpoint)[0].failure()
         for key in lost:
-            self._retry.append(self._inflight.pop(key))
+            req = self._pop(key)
+            assert req is not None
+            self._retry.append(req)
 
     def _take(self, conn: Connection, data: bytes) -> None:
         frame = conn.reply_of(data)
         if frame is None:
             return
         endpoint = conn.endpoint
-        pending = self._inflight.pop((endpoint, frame.request_id), None)
-        if pending is None or frame.command != Command.SEND:
+        key = (endpoint, frame.request_id)
+        if key not in self._inflight or frame.command != Command.SEND:
             return  # a late reply to a request given up on
+        req = self._pop(key)
+        assert req is not None
         breaker, _ = self.queue.client.guards.for_endpoint(endpoint)
         breaker.success()  # the host answered, even with an error
         if not frame.is_error:
-            self._finish(pending, frame.body["ids"][0], None)
+            self._confirm(req, frame.body.get("ids") if isinstance(frame.body, dict) else None)
             return
         err = from_wire(frame.body)
         if isinstance(err, RETRYABLE):
-            self._retry.append(pending)
+            self._retry.append(req)
         else:
-            self._finish(pending, None, err)
+            self._refused(req, err)
+
+    def _confirm(self, req: _Request, ids: Any) -> None:
+        if not isinstance(ids, list) or len(ids) != len(req.sends):
+            bad = ProtocolError(f"a SEND of {len(req.sends)} messages was answered with "
+                                f"{len(ids) if isinstance(ids, list) else 'no'} ids")
+            for m in req.sends:
+                self._finish(m, None, bad)
+            return
+        for m, mid in zip(req.sends, ids, strict=True):
+            self._finish(m, mid, None)
+
+    def _refused(self, req: _Request, err: ZmqueueError) -> None:
+        """A request refused for good. A coalesced one refused for a message
+        (nothing of it was stored) is sent again one message per request, so
+        that only the bad message fails."""
+        if len(req.sends) > 1 and isinstance(err, InvalidParameter):
+            self._retry.extend(_Request(req.partition, [m]) for m in req.sends)
+            return
+        for m in req.sends:
+            self._finish(m, None, err)
 
     def _timed_out(self) -> None:
         """The oldest request got no reply in time: it, and every other one
         past its deadline, go to the retry path (same request id)."""
         now = time.monotonic()
         limit = self.queue.client.request_timeout_ms / 1000
-        for key, pending in list(self._inflight.items()):
-            if now - pending.sent_at < limit:
+        for key, req in list(self._inflight.items()):
+            if now - req.sent_at < limit:
                 break
-            del self._inflight[key]
+            self._pop(key)
             self.queue.client.guards.for_endpoint(key[0])[0].failure()
-            self._retry.append(pending)
+            self._retry.append(req)
 
     def _settle(self) -> None:
-        """Wait out every request in flight, then retry the failed ones one at
-        a time, in send order, through the queue's retry path."""
-        while self._inflight:
-            self._wait(block=True)
-        retry, self._retry = sorted(self._retry, key=lambda p: p.index), []
-        if retry:
-            self._forget_sockets()  # a retry may replace a connection (CURVE reconnects)
-        for pending in retry:
-            self.retried += 1
-            p = pending.partition
+        """Send what waits and wait out every request in flight, then retry
+        the failed ones one request at a time, in send order, through the
+        queue's retry path; until nothing is left."""
+        while True:
+            while self._inflight or (self._waiting and not self._retry):
+                self._wait(block=True)
+            if not self._retry:
+                return
+            self._retry_all()
+
+    def _retry_all(self) -> None:
+        retry, self._retry = sorted(self._retry, key=lambda r: r.sends[0].index), []
+        self._forget_sockets()  # a retry may replace a connection (CURVE reconnects)
+        while retry:
+            req = retry.pop(0)
+            if req.request_id:  # (not a message sent alone after its group was refused)
+                self.retried += 1
+            p = req.partition
             try:
-                reply = self.queue.call(p, Command.SEND, {**self._body(pending), "rt": True},
-                                        partial(self.queue.routes.for_send, p),
-                                        request_id=pending.request_id or None)
+                body = self._body(req)
+                if req.request_id:
+                    body["rt"] = True  # (a retry: see Queue.call)
+                reply = self.queue.call(p, Command.SEND, body, partial(self.queue.routes.for_send, p),
+                                        request_id=req.request_id or None)
             except ZmqueueError as exc:
-                self._finish(pending, None, exc)
+                if len(req.sends) > 1 and isinstance(exc, InvalidParameter):
+                    retry[:0] = [_Request(p, [m]) for m in req.sends]  # (see _refused)
+                    continue
+                for m in req.sends:
+                    self._finish(m, None, exc)
             else:
-                self._finish(pending, reply["ids"][0], None)
+                self._confirm(req, reply.get("ids") if isinstance(reply, dict) else None)
 
     def _finish(self, pending: PendingSend, mid: str | None, error: ZmqueueError | None) -> None:
         pending.id, pending.error, pending.done_at = mid, error, time.monotonic()
