@@ -240,3 +240,38 @@ def test_a_thread_idle_when_the_client_closes_gets_client_closed_on_its_next_cal
     t.join(10)
     [exc] = outcomes
     assert isinstance(exc, zmqueue.ClientClosed), repr(exc)
+
+
+def test_any_mix_of_windows_requests_and_bad_messages_confirms_each_good_message_once(
+        qcluster: QueueCluster) -> None:
+    """Property: whatever the window, max_requests, partitions and where the
+    too-large messages fall, every good message is confirmed under its own id
+    (stored with its own body, once) and every bad one fails alone with
+    MessageTooLarge. Drawn by hypothesis, run against a real cluster."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    queues = {p: qcluster.client.create_queue(qcluster.queue_name(f"piped-prop{p}"), partitions=p,
+                                              max_message_bytes=1024, visibility_timeout=60)
+              for p in (1, 3)}
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(window=st.integers(1, 40), max_requests=st.integers(1, 6), partitions=st.sampled_from([1, 3]),
+           bad=st.lists(st.booleans(), min_size=1, max_size=80))
+    def run(window: int, max_requests: int, partitions: int, bad: list[bool]) -> None:
+        q = queues[partitions]
+        bodies = [(b"x" * 2000 if is_bad else b"") + f"p{i}".encode() for i, is_bad in enumerate(bad)]
+        pipe = q.pipeline(window=window, max_requests=max_requests)
+        pending = [pipe.send(b) for b in bodies]
+        failed = pipe.flush()
+        assert failed == [p for p, is_bad in zip(pending, bad, strict=True) if is_bad]
+        assert all(isinstance(p.error, zmqueue.MessageTooLarge) and p.id is None for p in failed)
+        good = {p.id: b for p, b, is_bad in zip(pending, bodies, bad, strict=True) if not is_bad}
+        assert None not in good and len(good) == bad.count(False), "one distinct id per good message"
+        assert pipe.requests <= len(bodies)
+        got = drain(q, len(good)) if good else {}
+        assert got == good, "each good message stored once, under the id it was confirmed with"
+
+    run()
+    for q in queues.values():
+        assert q.receive(max_messages=10, wait_time=0.5) == [], "nothing stored beyond the confirmed"
