@@ -34,7 +34,7 @@ from zmqueue.client.breaker import Guards
 from zmqueue.client.client import Client
 from zmqueue.client.client import connect as connect_blocking
 from zmqueue.client.models import AttributeValue, Message, OutgoingMessage
-from zmqueue.client.pipeline import DEFAULT_MAX_REQUESTS, DEFAULT_WINDOW, PendingSend, SendPipeline
+from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
 from zmqueue.client.queue import Deletable, Queue
 from zmqueue.client.redrive import RedriveReport
 from zmqueue.client.subscription import Subscription
@@ -180,8 +180,8 @@ class AsyncQueue:
         return await self.client.run(self.sync.redrive, to, max_messages, visibility_timeout, wait_time)
 
     def pipeline(self, window: int = DEFAULT_WINDOW,
-                 max_requests: int = DEFAULT_MAX_REQUESTS) -> AsyncSendPipeline:
-        """Pipelined sends (standard queues), as :meth:`Queue.pipeline`:
+                 max_requests: int | None = None) -> AsyncSendPipeline:
+        """Pipelined sends, as :meth:`Queue.pipeline`:
         ``await pipe.send(body)`` returns a PendingSend as soon as fewer than
         ``window`` sends are unanswered; ``async with`` confirms them all."""
         if self.client.closed:
@@ -238,7 +238,7 @@ class AsyncSendPipeline:
     asyncio; it runs on one thread of its own (its requests in flight share
     that thread's connections)."""
 
-    def __init__(self, queue: Queue, window: int, max_requests: int = DEFAULT_MAX_REQUESTS) -> None:
+    def __init__(self, queue: Queue, window: int, max_requests: int | None = None) -> None:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="zmqueue-aio-pipeline")
         self.sync = SendPipeline(queue, window, max_requests=max_requests)
 
@@ -246,8 +246,9 @@ class AsyncSendPipeline:
         return await asyncio.get_running_loop().run_in_executor(self._thread, partial(fn, *args))
 
     async def send(self, body: bytes | str, attributes: dict[str, AttributeValue] | None = None,
-                   delay: int | None = None) -> PendingSend:
-        return await self._run(self.sync.send, body, attributes, delay)
+                   delay: int | None = None, group_id: str | None = None,
+                   dedup_id: str | None = None) -> PendingSend:
+        return await self._run(self.sync.send, body, attributes, delay, group_id, dedup_id)
 
     async def flush(self) -> list[PendingSend]:
         return await self._run(self.sync.flush)

@@ -151,8 +151,19 @@ def test_an_async_pipeline_confirms_every_send(qcluster: QueueCluster) -> None:
             assert set(got) == {p.id for p in pending}
             assert sorted(got.values()) == sorted(f"e{i}".encode() for i in range(200))
             fifo = await client.create_queue(name + ".fifo", fifo=True)
-            with pytest.raises(zmqueue.InvalidParameter, match="FIFO"):
-                fifo.pipeline()
+            with pytest.raises(zmqueue.InvalidParameter, match="max_requests=1"):
+                fifo.pipeline(max_requests=4)
+            async with fifo.pipeline(window=8) as fpipe:
+                ordered = [await fpipe.send(f"f{i}".encode(), group_id="g", dedup_id=f"f{i}")
+                           for i in range(20)]
+            assert all(p.id for p in ordered)
+            got_fifo: list[bytes] = []
+            while len(got_fifo) < 20:
+                msgs = await fifo.receive(max_messages=10, wait_time=2)
+                assert msgs, f"only {len(got_fifo)} of 20 FIFO messages came"
+                got_fifo += [m.body for m in msgs]
+                await fifo.delete_batch(msgs)
+            assert got_fifo == [f"f{i}".encode() for i in range(20)], "the group's send order"
 
     asyncio.run(main())
 

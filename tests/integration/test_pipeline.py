@@ -90,10 +90,12 @@ def test_a_bad_message_fails_alone_and_the_with_block_raises_it(
     assert len(drain(q, 11)) == 11, "10 + 1 confirmed messages, the too-large ones never stored"
 
 
-def test_pipelines_refuse_fifo_queues_and_bad_windows(qcluster: QueueCluster) -> None:
+def test_pipelines_refuse_bad_windows_and_fifo_ones_more_than_one_request(qcluster: QueueCluster) -> None:
     fifo = qcluster.client.create_queue(qcluster.queue_name("piped") + ".fifo", fifo=True)
-    with pytest.raises(zmqueue.InvalidParameter, match="FIFO"):
-        fifo.pipeline()
+    with pytest.raises(zmqueue.InvalidParameter, match="max_requests=1"):
+        fifo.pipeline(max_requests=2)
+    with pytest.raises(zmqueue.InvalidParameter, match="group_id"):
+        fifo.pipeline().send(b"no group")
     std = qcluster.client.create_queue(qcluster.queue_name("piped-w"))
     for window in (0, 1001):
         with pytest.raises(zmqueue.InvalidParameter, match="window"):
@@ -275,3 +277,67 @@ def test_any_mix_of_windows_requests_and_bad_messages_confirms_each_good_message
     run()
     for q in queues.values():
         assert q.receive(max_messages=10, wait_time=0.5) == [], "nothing stored beyond the confirmed"
+
+
+def _fifo_drain(q: zmqueue.Queue, expect: int, timeout_s: float = 30) -> list[zmqueue.Message]:
+    got: list[zmqueue.Message] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < expect and time.monotonic() < deadline:
+        msgs = q.receive(max_messages=10, wait_time=1)
+        got += msgs
+        if msgs:
+            q.delete_batch(msgs)
+    return got
+
+
+def test_a_fifo_pipeline_keeps_each_groups_order_with_one_request_in_flight(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("piped-fifo") + ".fifo", fifo=True, partitions=2)
+    with q.pipeline(window=50) as pipe:
+        assert pipe.max_requests == 1
+        pending = [pipe.send(f"g{i % 3}-{i:03d}".encode(), group_id=f"g{i % 3}", dedup_id=f"d{i}")
+                   for i in range(300)]
+    assert all(p.id and p.error is None for p in pending)
+    assert pipe.requests < 300, "the sends made while a request was in flight went together"
+    got = _fifo_drain(q, 300)
+    assert {m.id for m in got} == {p.id for p in pending} and len(got) == 300
+    for g in range(3):
+        bodies = [m.body for m in got if m.group_id == f"g{g}"]
+        assert bodies == [f"g{g}-{i:03d}".encode() for i in range(g, 300, 3)], "a group's send order"
+    # a dedup id seen in the last 5 minutes returns the first id, not a second message
+    with q.pipeline() as again:
+        dup = again.send(b"g0-000 again", group_id="g0", dedup_id="d0")
+    assert dup.id == pending[0].id
+    assert q.receive(max_messages=10, wait_time=0.5) == []
+
+
+def test_a_fifo_send_that_fails_for_good_fails_the_later_ones_unsent(qcluster: QueueCluster) -> None:
+    """A queue capped at 3 messages: the 4th send fails with QueueLimitReached.
+    Its on_done frees room (another client takes and deletes the first
+    message), yet the later sends fail too, unsent: nothing is stored after
+    a failed send of the group. After the flush the pipeline sends again."""
+    q = qcluster.client.create_queue(qcluster.queue_name("piped-cap") + ".fifo", fifo=True, max_messages=3)
+    other = zmqueue.connect(qcluster.factory.agent.http_addr)
+    freed: list[bytes] = []
+
+    def free_room(p: zmqueue.PendingSend) -> None:
+        if p.error is not None and not freed:
+            oq = other.get_queue(q.name)
+            msgs = oq.receive(max_messages=1, wait_time=5)
+            oq.delete_batch(msgs)
+            freed.extend(m.body for m in msgs)
+
+    try:
+        pipe = q.pipeline(window=1, on_done=free_room)
+        pending = [pipe.send(f"m{i}".encode(), group_id="g", dedup_id=f"d{i}") for i in range(6)]
+        failed = pipe.flush()
+        assert freed == [b"m0"], "room was made when the 4th send failed"
+        assert [p.id is not None for p in pending] == [True] * 3 + [False] * 3
+        assert failed == pending[3:]
+        assert all(isinstance(p.error, zmqueue.QueueLimitReached) for p in failed)
+        assert pipe.requests == 4, "the sends after the failed one were not sent"
+        again = pipe.send(b"after the flush", group_id="g", dedup_id="d-after")
+        assert pipe.flush() == [] and again.id, "a flush ends the failure's hold on the pipeline"
+        got = _fifo_drain(q, 3)
+        assert [m.body for m in got] == [b"m1", b"m2", b"after the flush"]
+    finally:
+        other.close()

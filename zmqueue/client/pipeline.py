@@ -37,10 +37,17 @@ Semantics (the same promise as :meth:`Queue.send`, per message):
   so only the bad message fails. Nothing is dropped silently:
   :meth:`SendPipeline.flush` waits for every send and returns the ones that
   failed, and leaving a ``with`` block raises the first failure's error;
-- standard queues only. A FIFO queue promises order within a message group,
-  and a retried request that lands after later ones of its group would break
-  it; FIFO producers use ``send`` / ``send_batch`` (one batch of up to 1,000
-  keeps its order).
+- FIFO queues: a pipeline keeps one request in flight (``max_requests=1``,
+  the only value allowed), so a request is answered, or retried until it is,
+  before the next one goes; the messages sent meanwhile wait, in order, and
+  go together next. A message group's order is the order of ``send`` calls,
+  as with ``send_batch``. Each ``send`` names its ``group_id`` (and may name
+  a ``dedup_id``). A send that fails for good for a reason other than its
+  own content (say Unavailable after the retries, or QueueNotFound) fails
+  every message sent after it in the pipeline with the same error, unsent,
+  until the next ``flush``: no later message of its group is stored ahead of
+  it. A message refused for its content (InvalidParameter) fails alone, as in
+  ``send_batch``.
 
 Not thread safe: one pipeline per thread (it uses the thread's connections).
 """
@@ -55,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 from zmqueue.client.breaker import Bulkhead, CircuitOpen
 from zmqueue.client.models import AttributeValue, OutgoingMessage
+from zmqueue.client.routing import FIFO_ORIGIN
 from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.errors import (
     ClientClosed,
@@ -133,11 +141,15 @@ class SendPipeline:
 
     def __init__(self, queue: Queue, window: int = DEFAULT_WINDOW,
                  on_done: Callable[[PendingSend], None] | None = None,
-                 max_requests: int = DEFAULT_MAX_REQUESTS) -> None:
-        if queue.config.fifo:
+                 max_requests: int | None = None) -> None:
+        self.fifo = queue.config.fifo
+        if max_requests is None:
+            max_requests = 1 if self.fifo else DEFAULT_MAX_REQUESTS
+        if self.fifo and max_requests != 1:
             raise InvalidParameter(
-                f"{queue.name!r} is a FIFO queue: pipelined sends could reorder a message group "
-                "when one is retried; send FIFO messages with send() or send_batch()")
+                f"{queue.name!r} is a FIFO queue: its pipeline keeps one request in flight "
+                f"(max_requests=1, not {max_requests}), so that a retried request lands before "
+                "the later sends of its message groups")
         if not 1 <= window <= MAX_WINDOW:
             raise InvalidParameter(f"pipeline window must be 1 to {MAX_WINDOW}, got {window}")
         if not 1 <= max_requests <= MAX_WINDOW:
@@ -165,17 +177,27 @@ class SendPipeline:
         self.requests = 0
         """SEND requests sent (first tries), for tests and tools: fewer than the
         messages when sends were coalesced."""
+        self._broken: ZmqueueError | None = None
+        """FIFO: the error of a send that failed for good; the later sends fail
+        with it, unsent, until the next flush."""
 
     # --- the API ---------------------------------------------------------------------
     def send(self, body: bytes | str, attributes: dict[str, AttributeValue] | None = None,
-             delay: int | None = None) -> PendingSend:
-        """Send one message; returns at once unless ``window`` sends are unanswered."""
-        if isinstance(body, bytes) and not attributes and delay is None:
+             delay: int | None = None, group_id: str | None = None,
+             dedup_id: str | None = None) -> PendingSend:
+        """Send one message; returns at once unless ``window`` sends are
+        unanswered. ``group_id`` (required) and ``dedup_id``: FIFO queues."""
+        if self.fifo and not group_id:
+            raise InvalidParameter(f"{self.queue.name!r} is a FIFO queue: each send needs a group_id",
+                                   field="group_id")
+        if (isinstance(body, bytes) and not attributes and delay is None and group_id is None
+                and dedup_id is None):
             wire: list[Any] = [body, None, None, None, None]
+            partition = self.queue.next_partition()
         else:
-            wire = OutgoingMessage(body, attributes, delay).to_wire()
-        pending = PendingSend(self._count, self.queue.next_partition(), wire,
-                              sent_at=time.monotonic())
+            msg = OutgoingMessage(body, attributes, delay, group_id, dedup_id)
+            wire, partition = msg.to_wire(), self.queue.partition_for(msg)
+        pending = PendingSend(self._count, partition, wire, sent_at=time.monotonic())
         self._count += 1
         self._wait(block=False)  # replies that came meanwhile: settles them early
         while self._n_inflight + self._n_waiting >= self.window:
@@ -185,6 +207,9 @@ class SendPipeline:
                 self._wait(block=True)
         if self._retry:
             self._settle()
+        if self._broken is not None:  # (FIFO) an earlier send failed for good
+            self._finish(pending, None, self._broken)
+            return pending
         self._waiting.setdefault(pending.partition, []).append(pending)
         self._n_waiting += 1
         self._pump()
@@ -196,6 +221,7 @@ class SendPipeline:
         every one was confirmed)."""
         self._settle()
         self._release()
+        self._broken = None
         failed, self._failed = sorted(self._failed, key=lambda p: p.index), []
         return failed
 
@@ -397,6 +423,10 @@ class SendPipeline:
         self._forget_sockets()  # a retry may replace a connection (CURVE reconnects)
         while retry:
             req = retry.pop(0)
+            if self._broken is not None:  # (FIFO) an earlier send failed for good: not sent
+                for m in req.sends:
+                    self._finish(m, None, self._broken)
+                continue
             if req.request_id:  # (not a message sent alone after its group was refused)
                 self.retried += 1
             p = req.partition
@@ -405,6 +435,7 @@ class SendPipeline:
                 if req.request_id:
                     body["rt"] = True  # (a retry: see Queue.call)
                 reply = self.queue.call(p, Command.SEND, body, partial(self.queue.routes.for_send, p),
+                                        FIFO_ORIGIN if self.fifo else None,
                                         request_id=req.request_id or None)
             except ZmqueueError as exc:
                 if len(req.sends) > 1 and isinstance(exc, InvalidParameter):
@@ -421,6 +452,14 @@ class SendPipeline:
             self._failed.append(pending)
         if self.on_done is not None:
             self.on_done(pending)
+        if (self.fifo and error is not None and self._broken is None
+                and not isinstance(error, InvalidParameter)):
+            self._broken = error  # the later sends must not be stored ahead of it
+            waiting = sorted((m for msgs in self._waiting.values() for m in msgs), key=lambda m: m.index)
+            self._waiting.clear()
+            self._n_waiting = 0
+            for m in waiting:
+                self._finish(m, None, error)
 
     def _forget_sockets(self) -> None:
         self._watch.clear()

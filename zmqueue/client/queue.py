@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from zmqueue.client.breaker import CircuitOpen
 from zmqueue.client.models import AttributeValue, Message, OutgoingMessage, StreamRef, column_ref
-from zmqueue.client.pipeline import DEFAULT_MAX_REQUESTS, DEFAULT_WINDOW, PendingSend, SendPipeline
+from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
 from zmqueue.client.retry import RetryBudget
 from zmqueue.client.routing import FIFO_ORIGIN, Routes
 from zmqueue.client.transport import Connection, LinkWatch
@@ -263,13 +263,14 @@ class Queue:
 
     def pipeline(self, window: int = DEFAULT_WINDOW,
                  on_done: Callable[[PendingSend], None] | None = None,
-                 max_requests: int = DEFAULT_MAX_REQUESTS) -> SendPipeline:
+                 max_requests: int | None = None) -> SendPipeline:
         """Pipelined sends: ``pipe.send(body)`` returns at once while fewer than
-        ``window`` sends are unanswered (standard queues; see
-        :mod:`zmqueue.client.pipeline`). At most ``max_requests`` SEND requests
-        are in flight; messages sent meanwhile go together in the next one
-        (each still confirmed with its own id). ``with queue.pipeline() as
-        pipe:`` waits for all at the end and raises the first failure."""
+        ``window`` sends are unanswered (see :mod:`zmqueue.client.pipeline`).
+        At most ``max_requests`` SEND requests are in flight (default 4; FIFO
+        queues: 1, the only value allowed); messages sent meanwhile go together
+        in the next one (each still confirmed with its own id). ``with
+        queue.pipeline() as pipe:`` waits for all at the end and raises the
+        first failure."""
         return SendPipeline(self, window, on_done, max_requests)
 
     # --- receive -------------------------------------------------------------------
