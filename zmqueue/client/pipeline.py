@@ -208,7 +208,7 @@ class SendPipeline:
         if self._retry:
             self._settle()
         if self._broken is not None:  # (FIFO) an earlier send failed for good
-            self._finish(pending, None, self._broken)
+            self._finish([pending], None, self._broken)
             return pending
         self._waiting.setdefault(pending.partition, []).append(pending)
         self._n_waiting += 1
@@ -379,11 +379,9 @@ class SendPipeline:
         if not isinstance(ids, list) or len(ids) != len(req.sends):
             bad = ProtocolError(f"a SEND of {len(req.sends)} messages was answered with "
                                 f"{len(ids) if isinstance(ids, list) else 'no'} ids")
-            for m in req.sends:
-                self._finish(m, None, bad)
+            self._finish(req.sends, None, bad)
             return
-        for m, mid in zip(req.sends, ids, strict=True):
-            self._finish(m, mid, None)
+        self._finish(req.sends, [str(i) for i in ids], None)
 
     def _refused(self, req: _Request, err: ZmqueueError) -> None:
         """A request refused for good. A coalesced one refused for a message
@@ -392,8 +390,7 @@ class SendPipeline:
         if len(req.sends) > 1 and isinstance(err, InvalidParameter):
             self._retry.extend(_Request(req.partition, [m]) for m in req.sends)
             return
-        for m in req.sends:
-            self._finish(m, None, err)
+        self._finish(req.sends, None, err)
 
     def _timed_out(self) -> None:
         """The oldest request got no reply in time: it, and every other one
@@ -419,13 +416,16 @@ class SendPipeline:
             self._retry_all()
 
     def _retry_all(self) -> None:
-        retry, self._retry = sorted(self._retry, key=lambda r: r.sends[0].index), []
+        """Each request of the retry path in turn, in send order (they stay
+        listed until taken: an ``on_done`` that raises leaves the rest for the
+        next flush)."""
+        retry = self._retry
+        retry.sort(key=lambda r: r.sends[0].index)
         self._forget_sockets()  # a retry may replace a connection (CURVE reconnects)
         while retry:
             req = retry.pop(0)
             if self._broken is not None:  # (FIFO) an earlier send failed for good: not sent
-                for m in req.sends:
-                    self._finish(m, None, self._broken)
+                self._finish(req.sends, None, self._broken)
                 continue
             if req.request_id:  # (not a message sent alone after its group was refused)
                 self.retried += 1
@@ -441,25 +441,29 @@ class SendPipeline:
                 if len(req.sends) > 1 and isinstance(exc, InvalidParameter):
                     retry[:0] = [_Request(p, [m]) for m in req.sends]  # (see _refused)
                     continue
-                for m in req.sends:
-                    self._finish(m, None, exc)
+                self._finish(req.sends, None, exc)
             else:
                 self._confirm(req, reply.get("ids") if isinstance(reply, dict) else None)
 
-    def _finish(self, pending: PendingSend, mid: str | None, error: ZmqueueError | None) -> None:
-        pending.id, pending.error, pending.done_at = mid, error, time.monotonic()
-        if error is not None:
-            self._failed.append(pending)
-        if self.on_done is not None:
-            self.on_done(pending)
+    def _finish(self, sends: list[PendingSend], ids: list[str] | None,
+                error: ZmqueueError | None) -> None:
+        """Settle ``sends`` (with ``ids``, in order, or ``error``): every one
+        is recorded before ``on_done`` runs, so one that raises loses none."""
+        now = time.monotonic()
+        done = list(sends)
         if (self.fifo and error is not None and self._broken is None
                 and not isinstance(error, InvalidParameter)):
             self._broken = error  # the later sends must not be stored ahead of it
-            waiting = sorted((m for msgs in self._waiting.values() for m in msgs), key=lambda m: m.index)
+            done += sorted((m for msgs in self._waiting.values() for m in msgs), key=lambda m: m.index)
             self._waiting.clear()
             self._n_waiting = 0
-            for m in waiting:
-                self._finish(m, None, error)
+        for i, m in enumerate(done):
+            m.id, m.error, m.done_at = (ids[i] if ids is not None and i < len(sends) else None), error, now
+            if error is not None:
+                self._failed.append(m)
+        if self.on_done is not None:
+            for m in done:
+                self.on_done(m)
 
     def _forget_sockets(self) -> None:
         self._watch.clear()
