@@ -34,10 +34,11 @@ def test_the_queue_benchmark_receives_and_deletes_every_message_it_sent(qcluster
 
 
 @pytest.mark.parametrize(("mode", "sending"), [("pull", ["--batch", "10"]), ("push", ["--batch", "10"]),
-                                               ("pull", ["--window", "20"])])
+                                               ("pull", ["--window", "20"]),
+                                               ("pull", ["--window", "20", "--queue-type", "fifo"])])
 def test_zmqueue_bench_checks_every_message_and_prints_a_json_line_per_run(
         qcluster: QueueCluster, mode: str, sending: list[str]) -> None:
-    """Batches of 10, or single sends 20 in flight (a pipeline)."""
+    """Batches of 10, or single sends 20 in flight (a pipeline; a FIFO one too)."""
     consul = qcluster.client.consul_addresses[0]
     proc = subprocess.run(
         [sys.executable, "-m", "zmqueue", "bench", "--consul", consul, "--duration", "0.5",

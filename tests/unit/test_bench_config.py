@@ -23,8 +23,9 @@ def test_a_window_pipelines_single_sends_to_standard_queues() -> None:
     assert preset("W1").per_receive == 10 and preset("W3").per_receive == 100
     with pytest.raises(ConfigError, match="batch=1"):
         BenchConfig(window=10, batch=10).validate()
-    with pytest.raises(ConfigError, match="standard queues"):
-        BenchConfig(window=10, queue_type="fifo").validate()
+    assert BenchConfig(window=10, queue_type="fifo").validate().max_requests is None
+    with pytest.raises(ConfigError, match="FIFO"):
+        BenchConfig(window=10, queue_type="fifo", max_requests=2).validate()
 
 
 @pytest.mark.parametrize(("field", "value"), [("batch", 0), ("batch", 1001), ("producers", 65),

@@ -33,11 +33,12 @@ class BenchConfig:
     are confirmed. zmqueue sends them through ``Queue.pipeline``, the peers
     through the same path as their W3 batches (concurrent publishes, a Redis
     pipeline)."""
-    max_requests: int = 4
+    max_requests: int | None = None
     """zmqueue pipelines (``window`` > 1): SEND requests in flight per
     producer; sends made meanwhile are coalesced into the next request
-    (``Queue.pipeline(max_requests=...)``; ``max_requests`` >= ``window``:
-    one request per message)."""
+    (``Queue.pipeline(max_requests=...)``; None: the pipeline's default, 4,
+    and 1 for FIFO queues; ``max_requests`` >= ``window``: one request per
+    message)."""
     queue_type: str = "standard"
     replication_factor: int = 1
     sync_replication: bool = True
@@ -61,17 +62,17 @@ class BenchConfig:
 
         if not HEADER_BYTES <= self.message_bytes <= 1024 * 1024:
             raise bad("message_bytes", f"must be {HEADER_BYTES} to 1 MiB (bodies carry a header)")
-        for f, hi in (("producers", 64), ("consumers", 64), ("batch", 1000), ("window", 1000),
-                      ("max_requests", 1000)):
+        for f, hi in (("producers", 64), ("consumers", 64), ("batch", 1000), ("window", 1000)):
             if not 1 <= getattr(self, f) <= hi:
                 raise bad(f, f"must be 1 to {hi}")
         if self.queue_type not in QUEUE_TYPES:
             raise bad("queue_type", f"must be one of {QUEUE_TYPES}")
         if self.window > 1 and self.batch > 1:
             raise bad("window", "pipelines single-message sends: use it with batch=1")
-        if self.window > 1 and self.queue_type == "fifo":
-            raise bad("window", "pipelined sends are for standard queues (FIFO order needs one "
-                                "request at a time, or send_batch)")
+        if self.max_requests is not None and not 1 <= self.max_requests <= 1000:
+            raise bad("max_requests", "must be 1 to 1000")
+        if self.queue_type == "fifo" and self.max_requests not in (None, 1):
+            raise bad("max_requests", "a FIFO queue's pipeline keeps one request in flight (1)")
         if not 1 <= self.replication_factor <= 5:
             raise bad("replication_factor", "must be 1 to 5")
         if self.fsync not in FSYNC_POLICIES:

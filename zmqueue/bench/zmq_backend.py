@@ -25,8 +25,12 @@ class ZmqueueProducer:
 
     def send(self, bodies: list[bytes]) -> None:
         if self.pipe is not None:  # up to `window` in flight, in up to `max_requests` requests
-            for b in bodies:
-                self.pipe.send(b)
+            if self.fifo:
+                for b in bodies:
+                    self.pipe.send(b, group_id=self.group, dedup_id=uuid.uuid4().hex)
+            else:
+                for b in bodies:
+                    self.pipe.send(b)
             self.pipe.confirm_all()
         elif self.fifo:
             items: list[Any] = [zmqueue.OutgoingMessage(b, group_id=self.group, dedup_id=uuid.uuid4().hex)
