@@ -518,6 +518,15 @@ doubles W5p and more than doubles W1p; 4 was kept (a replicated queue's
 writer and replicas stay busy with a request's round trip overlapping the
 next ones'). No loss or duplicate in any run.
 
+FIFO pipelines (tree c0ee236's code): a FIFO queue's pipeline keeps one
+request in flight and coalesces the rest, so a group's order is the order
+of the sends. `zmqueue bench --queue-type fifo --window W --duration 5`,
+W = 1 and 100 alternately, 3 pairs, 100 B, e2e msg/s: one host 1,624 /
+1,666 / 1,573 one at a time against 25,037 / 25,618 / 23,400 pipelined
+(`--hosts 1`); R=3 sync (`--replication-factor 3 --hosts 3`) 727 / 672 /
+738 against 12,475 / 13,069 / 12,405. No loss or duplicate in any run.
+There is no peer row for it: the peers' W1p paths are not FIFO.
+
 Fourteenth session (tree 4fbfeab): **W5p is partly latency-bound at 100
 in flight.** `zmqueue bench --replication-factor 3 --window W --duration 6`
 (3 hosts), W = 100 and 300 alternately, 5 pairs: e2e medians 8.5 k and
