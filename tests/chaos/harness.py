@@ -51,7 +51,8 @@ class Scenario:
     the outcome; it must follow the writer through the faults."""
     producer: str = "single"
     """``single``: one ``send`` at a time; ``pipeline``: ``Queue.pipeline``
-    with up to 8 sends in flight (standard queues), a failed one sent again."""
+    with up to 8 sends in flight, a failed one sent again (FIFO: in order,
+    before any later one, with its dedup id)."""
     request_timeout_s: float = 1.5
     """The client's request timeout. With a long one (>= 10 s) the run fails
     if any send waited it out: a killed host's requests must fail over when
@@ -183,9 +184,12 @@ class ChaosRun:
 
     def produce_pipelined(self, q: zmqueue.Queue) -> None:
         """Each message's send is in flight while the next ones go out; one
-        that fails for good (after the pipeline's retries) is sent again."""
+        that fails for good (after the pipeline's retries) is sent again. On
+        a FIFO queue the pipeline fails the sends after a failed one too, and
+        they all go again, in order, before any new one."""
         todo = deque(range(self.s.messages))
         number_of: dict[int, int] = {}  # pipeline index -> message number
+        failed: list[int] = []
 
         def settled(p: zmqueue.PendingSend) -> None:
             i = number_of.pop(p.index)
@@ -196,19 +200,32 @@ class ChaosRun:
                     self.report.max_send_s = max(self.report.max_send_s, p.done_at - p.sent_at)
                 else:
                     self.report.send_errors += 1
-                    todo.append(i)
+                    failed.append(i)
 
         eps = q.routes.for_send(0)
         self.send_target = next((n for n, ep in q.routes.part(0).endpoints.items() if eps and ep == eps[0]),
                                 None)  # kill_writer then kills the host the pipeline sends to
         pipe = q.pipeline(window=8, on_done=settled)
+        sent = 0
         try:
-            while (todo or number_of) and not self.stop.is_set():
+            while (todo or number_of or failed) and not self.stop.is_set():
+                if failed:
+                    if self.s.fifo:
+                        pipe.flush()  # (ends the failure's hold; later sends failed unsent)
+                        todo.extendleft(sorted(failed, reverse=True))
+                    else:
+                        todo.extend(failed)
+                    failed.clear()
+                    continue
                 if not todo:
                     pipe.flush()
                     continue
                 i = todo.popleft()
-                number_of[pipe.send(f"{i}".encode()).index] = i
+                number_of[sent] = i  # (on_done may run before send returns)
+                group = f"g{i % self.s.groups}" if self.s.fifo else None
+                dedup = f"m{i}" if self.s.fifo else None
+                assert pipe.send(f"{i}".encode(), group_id=group, dedup_id=dedup).index == sent
+                sent += 1
                 time.sleep(0.01)
         finally:
             self.report.pipeline_retried = pipe.retried

@@ -33,6 +33,8 @@ CI_SCENARIOS = [
              consumer="push"),
     Scenario("std-sync-kill-writer-pipeline", fifo=False, sync=True, fault="kill_writer", seed=110,
              producer="pipeline", request_timeout_s=30),
+    Scenario("fifo-sync-kill-writer-pipeline", fifo=True, sync=True, fault="kill_writer", seed=111,
+             producer="pipeline", request_timeout_s=30),
 ]
 
 
