@@ -256,8 +256,10 @@ class SendPipeline:
     # --- requests in flight --------------------------------------------------------
     def _pump(self) -> None:
         """Send waiting messages while fewer than ``max_requests`` requests
-        are in flight: each partition's, oldest first, as one request."""
-        while self._waiting and len(self._inflight) < self.max_requests:
+        are in flight: each partition's, oldest first, as one request. Not
+        while a request waits for its retry (it goes first: a FIFO group's
+        order, and a refreshed route for the rest)."""
+        while self._waiting and not self._retry and len(self._inflight) < self.max_requests:
             p, msgs = next(iter(self._waiting.items()))
             n, size = 0, 0
             for m in msgs:
@@ -316,8 +318,7 @@ class SendPipeline:
         one up to the oldest request's deadline; requests past their deadline
         then count as timed out. Then sends what waited for a free request."""
         if not self._inflight:
-            if not self._retry:
-                self._pump()
+            self._pump()
             return
         if self.queue.client.closed:  # its sockets are going: the replies cannot come
             self._watch.close_closing()
@@ -333,8 +334,7 @@ class SendPipeline:
             self._lost(conn)
         if self._inflight and time.monotonic() >= deadline:
             self._timed_out()
-        if not self._retry:  # (with a retry due, settle first: it refreshes the routes)
-            self._pump()
+        self._pump()
 
     def _drain(self, conn: Connection) -> None:
         for data in conn.recv_queued():
