@@ -46,8 +46,9 @@ Semantics (the same promise as :meth:`Queue.send`, per message):
   own content (say Unavailable after the retries, or QueueNotFound) fails
   every message sent after it in the pipeline with the same error, unsent,
   until the next ``flush``: no later message of its group is stored ahead of
-  it. A message refused for its content (InvalidParameter) fails alone, as in
-  ``send_batch``.
+  it. A message refused for its content (InvalidParameter) fails alone (its
+  group is resent one message per request, in order), and the others of its
+  message group are stored around the gap it leaves.
 
 Not thread safe: one pipeline per thread (it uses the thread's connections).
 """
