@@ -92,3 +92,19 @@ def test_a_stream_reopened_from_disk_answers_for_its_recent_sends_only(tmp_path:
         index.note_recent("q", 0, store, now)
     assert index.get("q", 0, request_tag("", 2), 3, now) == hexes(recent)
     assert index.get("q", 0, request_tag("", 1), 3, now) is None, "older than the TTL"
+
+
+def test_chunks_noted_later_count_from_the_next_pass_or_the_next_lookup() -> None:
+    """A replica notes applied chunks after its pass's acks (note_later); a
+    lookup in the same pass, or the pass's end, notes them first."""
+    index = ReplicatedSends()
+    a, b = tagged_ids(request_tag("", 1), 2), tagged_ids(request_tag("", 2), 1)
+    index.note_later("q", 0, table_of(1, a), now_ms=0)
+    index.note_later("q", 0, table_of(3, b), now_ms=0)
+    assert len(index) == 0, "nothing noted before the pass ends"
+    assert index.get("q", 0, request_tag("", 2), 1, 0) == hexes(b), "a lookup notes what waits"
+    assert len(index) == 2
+    c = tagged_ids(request_tag("", 3), 1)
+    index.note_later("q", 0, table_of(4, c), now_ms=0)
+    index.note_deferred()
+    assert len(index) == 3 and index.get("q", 0, request_tag("", 3), 1, 0) == hexes(c)

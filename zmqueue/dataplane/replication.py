@@ -336,7 +336,7 @@ class Replicator:
                 return False
             n = st.store.apply_chunk(table, heap)
             fresh = table[max(0, at_last + 1):]
-            self.resends.note(st.queue, st.partition, fresh, now)
+            self.resends.note_later(st.queue, st.partition, fresh, now)  # (after the ack: flush)
             if st.config.fifo:
                 st.note_table(fresh, heap)
             self.counters["applied"] += n

@@ -64,6 +64,22 @@ class ReplicatedSends:
         """key -> (noted at ms, seq of its last message, ids joined)."""
         self._ids = 0
         self.hits = 0
+        self._later: list[tuple[str, int, Table, int]] = []
+        """Applied chunks not noted yet (:meth:`note_later`)."""
+
+    def note_later(self, queue: str, p: int, table: Table, now_ms: int) -> None:
+        """:meth:`note`, deferred until :meth:`note_deferred` or the next
+        :meth:`get`: a replica notes a chunk after its loop pass has committed
+        it and reported its position, so the noting is not on the path of a
+        synchronous ack. ``table`` must not change meanwhile (a decoded chunk)."""
+        self._later.append((queue, p, table, now_ms))
+
+    def note_deferred(self) -> None:
+        """Note the chunks :meth:`note_later` kept (once per loop pass)."""
+        if self._later:
+            later, self._later = self._later, []
+            for queue, p, table, now_ms in later:
+                self.note(queue, p, table, now_ms)
 
     def note(self, queue: str, p: int, table: Table, now_ms: int) -> None:
         """Note the MESSAGE records of an applied chunk, one run per tag."""
@@ -120,6 +136,7 @@ class ReplicatedSends:
     def get(self, queue: str, p: int, tag: bytes, count: int, now_ms: int) -> list[str] | None:
         """The ids (hex) the request tagged ``tag`` was stored under, if all
         ``count`` of its messages were noted here within the TTL."""
+        self.note_deferred()
         item = self._items.get((queue, p, tag))
         if item is None or now_ms - item[0] > self.ttl_ms or len(item[2]) != count * ID_BYTES:
             return None

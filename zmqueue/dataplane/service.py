@@ -673,6 +673,7 @@ class QueueService:
                 reported.add(key)
         self.dirty.clear()
         self.replicator.report_positions(now_ms(), reported)
+        self.replicator.resends.note_deferred()  # (the pass's applied chunks, after their acks)
 
     def close(self) -> None:
         self.set.close()
