@@ -660,6 +660,23 @@ socket per host (~0.6 us per poll). Measured:
     the first measurement's 2-5%. Where it goes is not found: the replicas'
     noting was ruled out above, and the writer's tag is ~1.5 us by
     microbenchmark, against ~0.1 ms more send p50.
+- **the seventeenth session's trees** (W5, `--hosts 3 --duration 5`, each
+  from its snapshot, trees in turn and back, medians):
+  - c2c8aa2 against 6ae799d (the session's start), 10 runs each: 856
+    against 774 msg/s (send p50 1.04 against 1.16 ms). A variant of
+    6ae799d with the writer's tag and lookup and the replicas' noting all
+    turned off, in a 3-way run of 6 each: c2c8aa2 865, the variant 844,
+    6ae799d 810;
+  - c2c8aa2, d8079bd (the tagged ids and the lookup, before the client's
+    locks) and 642b33b (with them), 7-8 runs each: 954, 884 and 910. The
+    client's locks cost nothing here; the gap comes with the tagged ids,
+    and turning their parts off recovers most of it, though each part is
+    microseconds;
+  - 556f0a1 (a replica notes an applied chunk's sends at the end of its
+    loop pass, after the commit and the position report, not before them)
+    against 682a4e0, 8 runs each: 906 against 897 msg/s (send p50 0.999
+    against 1.010 ms), about 1%, inside the spread. Kept: it takes work off
+    the synchronous ack's path and costs nothing.
 With a 30 s request timeout, the chaos scenarios `fifo-sync-kill-writer`
 and `std-sync-kill-writer-pipeline` (tests/chaos) fail if any send waits
 out the timeout; in a run here the longest send took 0.70 s (FIFO writer
