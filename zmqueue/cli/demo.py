@@ -179,7 +179,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 summary.add_row(name, "fifo" if fifo else "standard",
                                 f"{q.config.replication_factor} (sync)", str(args.messages), str(got),
                                 f"{secs:.2f}", f"{2 * args.messages / secs:,.0f}")
-            console.print("[bold]pipelined sends[/] (demo-standard: standard queues only)")
+            console.print("[bold]pipelined sends[/] (demo-standard)")
             show_pipeline(client.get_queue("demo-standard"))
             console.print("[bold]visibility timeout and dead-letter queue[/]")
             show_visibility_and_dlq(client)
