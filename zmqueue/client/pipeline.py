@@ -387,9 +387,10 @@ class SendPipeline:
     def _refused(self, req: _Request, err: ZmqueueError) -> None:
         """A request refused for good. A coalesced one refused for a message
         (nothing of it was stored) is sent again one message per request, so
-        that only the bad message fails."""
+        that only the bad message fails (first in the retry list: it is the
+        oldest there when the retries are under way)."""
         if len(req.sends) > 1 and isinstance(err, InvalidParameter):
-            self._retry.extend(_Request(req.partition, [m]) for m in req.sends)
+            self._retry[:0] = [_Request(req.partition, [m]) for m in req.sends]
             return
         self._finish(req.sends, None, err)
 
@@ -439,10 +440,7 @@ class SendPipeline:
                                         FIFO_ORIGIN if self.fifo else None,
                                         request_id=req.request_id or None)
             except ZmqueueError as exc:
-                if len(req.sends) > 1 and isinstance(exc, InvalidParameter):
-                    retry[:0] = [_Request(p, [m]) for m in req.sends]  # (see _refused)
-                    continue
-                self._finish(req.sends, None, exc)
+                self._refused(req, exc)
             else:
                 self._confirm(req, reply.get("ids") if isinstance(reply, dict) else None)
 

@@ -347,9 +347,8 @@ class LinkWatch:
         try:
             deadline = time.monotonic() + max(0, timeout_ms) / 1000
             while True:
-                for c in conns:
-                    if c.closing or c.closed:
-                        close_if_closing(conns)
+                if any(c.closing or c.closed for c in conns):
+                    close_if_closing(conns)
                 left = max(0, int((deadline - time.monotonic()) * 1000))
                 try:
                     ready = self.poller.poll(min(left, LINK_CHECK_MS))
