@@ -101,6 +101,8 @@ RECORD_STRUCT = struct.Struct("<BBHIQQQ16sqqQIIII")
 """One record as a struct (for writing a single row without numpy calls)."""
 assert RECORD_STRUCT.size == RECORD_BYTES
 WORDS = RECORD_BYTES // 8  # 11 u64 words per record
+_W32_BODY_LEN, _W32_ATTR_LEN, _W32_DATA_OFF = 1, 19, 20  # u32 word indexes of these columns in a row
+assert [RECORD_DTYPE.fields[f][1] // 4 for f in ("body_len", "attr_len", "data_off")] == [1, 19, 20]  # type: ignore[index]
 
 
 class RecordBuffer:
@@ -241,14 +243,19 @@ def decode_payload(header: BlockHeader, comp: bytes) -> tuple[Table, bytes]:
 
 
 def _check_table(header: BlockHeader, table: Table, heap_len: int) -> None:
+    # (every block read is checked, a page-in reads many: few numpy calls,
+    # the length columns read as u32 words of the rows)
     seqs = table["seq"]
     if int(seqs[0]) != header.first_seq or int(seqs[-1]) != header.last_seq:
         raise CorruptSegment("record seqs disagree with the header")
-    if len(seqs) > 1 and not bool(np.all(seqs[1:] > seqs[:-1])):
+    if len(seqs) > 1 and not (seqs[1:] > seqs[:-1]).all():
         raise CorruptSegment("record seqs not strictly increasing")
-    ends = table["data_off"].astype(np.int64) + table["body_len"] + table["attr_len"]
-    if len(ends) and int(ends.max()) > heap_len:
+    w32 = table.view(np.uint32).reshape(len(table), RECORD_BYTES // 4)
+    ends = w32[:, _W32_DATA_OFF].astype(np.int64)
+    ends += w32[:, _W32_BODY_LEN]
+    ends += w32[:, _W32_ATTR_LEN]
+    if int(ends.max()) > heap_len:
         raise CorruptSegment("record data beyond the heap")
     types = table["type"]
-    if not bool(np.all((types >= RecordType.MESSAGE) & (types <= RecordType.PURGE))):
+    if int(types.min()) < RecordType.MESSAGE or int(types.max()) > RecordType.PURGE:
         raise CorruptSegment("unknown record type")
