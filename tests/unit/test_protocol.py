@@ -187,3 +187,37 @@ def test_messages_from_a_column_group_are_the_messages_the_constructor_builds() 
     for torn in (group[:6], [*group[:2], ids[:20], *group[3:]], [*group[:4], [40], *group[5:]]):
         with pytest.raises(ProtocolError, match="column group"):
             Message.from_columns("q", stream, torn)
+
+
+def test_receipts_are_grouped_by_stream_in_order_and_results_land_at_their_indexes() -> None:
+    """Queue.by_stream groups received messages (column-read, of two streams
+    interleaved) and receipt texts by (partition, origin), keeping each
+    stream's order; _outcomes puts each host result at its receipt's index
+    and refuses a results list of the wrong shape."""
+    from zmqueue.client.models import Message, StreamRef
+    from zmqueue.client.queue import Queue, _outcomes
+    from zmqueue.errors import InvalidReceipt
+    from zmqueue.protocol import Receipt, ReceiptEncoder
+
+    def group(origin: str, seqs: list[int]) -> list[Any]:
+        n = len(seqs)
+        return [origin, 1, bytes(16 * n), [b"x"] * n, seqs, [1] * n, [0] * n]
+
+    s1 = StreamRef(0, "h1", 1, ReceiptEncoder("q", 0, "h1"))
+    s2 = StreamRef(1, "h2", 1, ReceiptEncoder("q", 1, "h2"))
+    a = Message.from_columns("q", s1, group("h1", [1, 2]))
+    b = Message.from_columns("q", s2, group("h2", [5, 6]))
+    text = Receipt("q", 0, "h1", 9, 1, 1).encode()
+    queue = object.__new__(Queue)
+    queue.name, queue._reader = "q", (None, (0, ""))
+    items: list[str | Message] = [a[0], b[0], a[1], text, b[1]]
+    assert queue.by_stream(items) == {(0, "h1"): [0, 2, 3], (1, "h2"): [1, 4]}
+
+    out: list[errors.ZmqueueError | None] = [None] * 4
+    _outcomes([0, 2], [None, {"code": int(ErrorCode.INVALID_RECEIPT), "message": "stale"}], out)
+    assert out[0] is None and isinstance(out[2], InvalidReceipt) and out[1] is None
+    _outcomes([1, 3], [None, None], out)
+    assert out[1] is None and out[3] is None
+    for bad in ([None], None, "x"):
+        with pytest.raises(ProtocolError, match="malformed results"):
+            _outcomes([1, 3], bad, out)  # type: ignore[arg-type]

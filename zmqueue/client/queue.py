@@ -100,6 +100,10 @@ def delete_refs(origin: str, items: Sequence[Deletable]) -> list[Any] | None:
 
 def _outcomes(idxs: list[int], results: list[Any], out: list[ZmqueueError | None]) -> None:
     """Per-receipt results of a host (nil or an error map) into ``out`` at ``idxs``."""
+    if not isinstance(results, list) or len(results) != len(idxs):
+        raise ProtocolError(f"malformed results for {len(idxs)} receipts in a reply: {results!r:.80}")
+    if results.count(None) == len(results):  # all done (``out`` holds None already)
+        return
     for i, res in zip(idxs, results, strict=True):
         out[i] = None if res is None else from_wire(res)
 
@@ -585,11 +589,17 @@ class Queue:
             raise InvalidParameter(f"1 to {MAX_BATCH} receipts per batch, got {len(receipts)}")
         groups: dict[tuple[int, str], list[int]] = {}
         reader, group = self._reader
+        name = self.name
+        last: StreamRef | None = None  # the stream of the previous column-read message, and its list
+        last_idxs: list[int] = []
         for i, r in enumerate(receipts):
             if isinstance(r, Message):
                 ref = column_ref(r)
-                if ref is not None and r.queue == self.name:  # read from a column group
-                    groups.setdefault((ref[0].partition, ref[0].origin), []).append(i)
+                if ref is not None and r.queue == name:  # read from a column group
+                    if ref[0] is not last:
+                        last = ref[0]
+                        last_idxs = groups.setdefault((last.partition, last.origin), [])
+                    last_idxs.append(i)
                     continue
                 r = r.receipt
             if reader is None or reader.read(r) is None:  # not the last receipt's stream
