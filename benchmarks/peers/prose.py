@@ -167,13 +167,14 @@ numbers before and after.
 ## Storage engine
 
 Copied from [docs/perf/storage.md](perf/storage.md) (the storage owner's
-page): the eighth session's one-message-per-call costs, old and new code run
-alternately (`python -m benchmarks.storage.bench_storage --only single`:
-the scalar paths for small blocks and receives), then its latest full run
-(`python -m benchmarks.storage.bench_storage`, seventh session, tree of
-21f8b81, a quiet machine) and the consumer-path change of that session.
-Earlier sessions' alternating runs (append at 149c75a, drain and has_visible
-at c119677) and where the append time goes are on that page.
+page): the eighteenth session's page-in change (a host's W3 pass inside one
+store, `python -m benchmarks.storage.w3_loop`, old and new trees in turn)
+and its full run (`python -m benchmarks.storage.bench_storage`, tree of
+105047f), then the eighth session's one-message-per-call costs, old and new
+code run alternately (`python -m benchmarks.storage.bench_storage --only
+single`). Earlier sessions' runs (the seventh session's full run and
+consumer-path change, append at 149c75a, drain and has_visible at c119677)
+and where the append time goes are on that page.
 
 {storage}
 
@@ -677,6 +678,16 @@ socket per host (~0.6 us per poll). Measured:
     against 682a4e0, 8 runs each: 906 against 897 msg/s (send p50 0.999
     against 1.010 ms), about 1%, inside the spread. Kept: it takes work off
     the synchronous ack's path and costs nothing.
+- **the eighteenth session's trees** (W3, `--hosts 1 --duration 10`, each
+  from its snapshot, A B B A, medians): 105047f (page-in reads a few
+  blocks at a time and checks them with fewer numpy calls; the client's
+  `by_stream` and `_outcomes` cheaper per message) against 6a4374e, 6 runs
+  each: 96.6k against 91.7k msg/s (+5%); page-in alone, ce65516 against
+  6a4374e, 6 runs each: 94.2k against 90.9k. Inside one store the W3 pass
+  costs 0.83x the thread CPU (docs/perf/storage.md). The W3 consumer stays
+  the busier process (~80% of a core in its client, py-spy: building the
+  Message objects, grouping the deletes, the send itself), so host CPU
+  saved shows only in part.
 With a 30 s request timeout, the chaos scenarios `fifo-sync-kill-writer`
 and `std-sync-kill-writer-pipeline` (tests/chaos) fail if any send waits
 out the timeout; in a run here the longest send took 0.70 s (FIFO writer
