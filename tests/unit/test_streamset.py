@@ -70,3 +70,47 @@ def test_streams_kept_on_disk_are_reopened_and_removed_ones_are_not(tmp_path: Pa
         assert {p.name for p in (tmp_path / "a" / "0").iterdir()} == {"h1", "h2", "h3"}
     finally:
         ss.close()
+
+
+def test_a_removed_stream_leaves_its_place_at_once_and_the_trash_empties(tmp_path: Path) -> None:
+    """Deleting a queue renames its streams' directories into the trash (the
+    request loop does not wait for the files' deletion) and a background
+    thread deletes them; what a stopped host left in the trash is deleted
+    after its next start."""
+    root, trash = tmp_path / "queues", tmp_path / "trash"
+    ss = StreamSet("h1", root, StorageConfig(fsync="never"), trash=trash)
+    try:
+        ss.reconcile(meta({"a": 1}), NOW)
+        st = ss.streams[("a", 0, "h1")]
+        st.store.append_batch([b"x" * 100] * 50, NOW)
+        st.store.commit()
+        assert any((root / "a" / "0" / "h1").glob("*.seg"))
+        ss.reconcile(meta({}), NOW)  # the queue is deleted
+        assert not (root / "a" / "0" / "h1").exists() and not (root / "a" / "0" / "h2").exists()
+        assert ss.trash.idle(10)
+        assert list(trash.iterdir()) == []
+    finally:
+        ss.close()
+    left = trash / "left-by-a-stopped-host"
+    (left / "a" / "0").mkdir(parents=True)
+    (left / "a" / "0" / "00000000000000000001.seg").write_bytes(b"x" * 4096)
+    again = StreamSet("h1", root, StorageConfig(fsync="never"), trash=trash)
+    try:
+        assert again.trash.idle(10)
+        assert not left.exists()
+    finally:
+        again.close()
+
+
+def test_a_directory_that_cannot_be_moved_is_deleted_in_place(tmp_path: Path) -> None:
+    from zmqueue.dataplane.trash import Trash
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the trash directory should be")
+    victim = tmp_path / "stream"
+    victim.mkdir()
+    (victim / "00000000000000000001.seg").write_bytes(b"x")
+    trash = Trash(blocker)  # mkdir fails: the directory goes at once, inline
+    trash.discard(victim)
+    assert not victim.exists() and trash.idle(1)
+    trash.discard(tmp_path / "never-existed")  # nothing to do, no error

@@ -110,7 +110,8 @@ class QueueService:
         self.forwarder = forwarder
         self.request_refresh = request_refresh
         self.meta = Metadata()
-        self.set = StreamSet(node, data_dir / "queues", storage_defaults or StorageConfig())
+        self.set = StreamSet(node, data_dir / "queues", storage_defaults or StorageConfig(),
+                             trash=data_dir / "trash")
         self.parked: list[tuple[Request, int]] = []
         self.dirty: set[StreamKey] = set()
         self.dlq_targets: set[StreamKey] = set()

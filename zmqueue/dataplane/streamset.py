@@ -1,15 +1,16 @@
 """The streams this host keeps: opened, reconciled with metadata, wiped.
 
 Layout: ``<data dir>/queues/<queue>/<partition>/<origin>/`` holds one
-stream's segment files. A stream is kept while its queue exists and this host
-is a replica of its partition, or while it still holds messages (a standard
-stream whose origin left the replica set keeps its messages deliverable).
+stream's segment files; a removed stream's directory goes to the trash
+(:mod:`zmqueue.dataplane.trash`) and is deleted in the background. A stream
+is kept while its queue exists and this host is a replica of its partition,
+or while it still holds messages (a standard stream whose origin left the
+replica set keeps its messages deliverable).
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +20,7 @@ from zmqueue.config import QueueConfig
 from zmqueue.dataplane.storage import PartitionStore, StorageConfig
 from zmqueue.dataplane.stream import Stream
 from zmqueue.dataplane.topology import Metadata, PartKey, StreamKey
+from zmqueue.dataplane.trash import Trash
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +31,11 @@ def storage_config(cfg: QueueConfig, defaults: StorageConfig) -> StorageConfig:
 
 
 class StreamSet:
-    def __init__(self, node: str, root: Path, defaults: StorageConfig) -> None:
+    def __init__(self, node: str, root: Path, defaults: StorageConfig, trash: Path | None = None) -> None:
         self.node = node
         self.root = root
         self.defaults = defaults
+        self.trash = Trash(trash if trash is not None else root.with_name(root.name + ".trash"))
         self.streams: dict[StreamKey, Stream] = {}
         """Every stream by key; changed only by :meth:`open_stream` and
         :meth:`close_stream`, which keep ``_by_part`` in step."""
@@ -116,7 +119,7 @@ class StreamSet:
             del self._by_part[part]
         st.store.close()
         if remove:
-            shutil.rmtree(self.path(key), ignore_errors=True)
+            self.trash.discard(self.path(key))
             on_disk = self._local_origins(part)
             on_disk.discard(key[2])
             if not on_disk:
@@ -127,7 +130,7 @@ class StreamSet:
         """Drop a diverged copy and start it empty (it then catches up)."""
         st = self.streams[key]
         self.close_stream(key, remove=False)
-        shutil.rmtree(self.path(key), ignore_errors=True)
+        self.trash.discard(self.path(key))
         fresh = self.open_stream(key, st.config, st.replicas, now_ms)
         fresh.epoch = st.epoch
 
