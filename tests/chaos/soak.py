@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from tests.chaos.harness import FAULTS, ChaosRun, Scenario
+from zmqueue.bench.signals import signals_raise
 from zmqueue.localcluster import ConsulAgent
 
 
@@ -27,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="zmqueue-soak-"))
     failed = []
-    with ConsulAgent(work / "consul") as agent:
+    # SIGTERM (`kill`, `timeout`) runs the finally blocks: hosts and Consul stop by pid
+    with signals_raise(), ConsulAgent(work / "consul") as agent:
         for i in range(args.seeds):
             seed = args.first_seed + i
             fault = FAULTS[i % len(FAULTS)]
