@@ -18,7 +18,9 @@ from zmqueue.dataplane.storage.records import (
     ref_table,
 )
 from zmqueue.dataplane.storage.ring import AVAILABLE, DELETED, IN_FLIGHT, Ring
+from zmqueue.dataplane.storage.segment import BlockIndex
 from zmqueue.dataplane.storage.select import pick_fifo, pick_standard
+from zmqueue.dataplane.trash import Trash
 from zmqueue.errors import ConfigError, CorruptSegment, InvalidReceipt, QueueLimitReached
 
 
@@ -146,23 +148,47 @@ def test_dead_letters_are_handed_out_once_and_removed_when_marked(tmp_path):
         assert store.stats(50)["total"] == 0
 
 
-def test_compaction_removes_fully_consumed_segments_but_never_the_active_one(tmp_path):
+@pytest.mark.parametrize("through_trash", [False, True], ids=["unlink", "trash"])
+def test_compaction_removes_fully_consumed_segments_but_never_the_active_one(tmp_path, through_trash):
+    """Inline, or (a host's housekeeping) handing the files to a trash that
+    deletes them in the background."""
     config = StorageConfig(segment_bytes_max=4096)
-    with PartitionStore.open(tmp_path, config, now_ms=0) as store:
+    trash = Trash(tmp_path / "trash") if through_trash else None
+    log_dir = tmp_path / "log"
+    bodies = [os.urandom(400) for _ in range(20)]
+    with PartitionStore.open(log_dir, config, now_ms=0) as store:
         for i in range(20):
-            store.append([NewMessage(i.to_bytes(16, "big"), os.urandom(400))], 0)
+            store.append([NewMessage(i.to_bytes(16, "big"), bodies[i])], 0)
             store.commit()
-        files = len(list(tmp_path.glob("*.seg")))
+        files = len(list(log_dir.glob("*.seg")))
         got, _ = store.receive(15, 0, 1000)
         for d in got:
             store.delete(d.seq, d.receive_count, 0)
         store.commit()
-        removed = store.compact()
+        removed = store.compact(discard=trash.discard if trash else None)
         assert 0 < removed < files
+        assert len(list(log_dir.glob("*.seg"))) == files - removed
         assert store.stats(0)["total"] == 5
-    with PartitionStore.open(tmp_path, config, now_ms=0) as store:
+        rest, _ = store.receive(10, 2000, 1000)  # the first 15 are in flight until 1000
+        assert [d.body for d in rest] == bodies[15:]
+    if trash is not None:
+        assert trash.idle(10) and list(trash.path.iterdir()) == []
+    with PartitionStore.open(log_dir, config, now_ms=0) as store:
         assert store.stats(0)["total"] == 5
         assert len(store.read_records(1, 1000)) > 0
+
+
+def test_the_block_index_drops_one_segment_s_entries_and_still_finds_the_rest():
+    index = BlockIndex()
+    for base, firsts in ((1, [1, 5, 9]), (12, [12, 20]), (30, [30, 31, 40])):
+        for first in firsts:
+            index.add(first, base, first * 100)
+    index.drop_segment(12)
+    assert [index.entry(i) for i in range(index.count)] == [
+        (1, 1, 100), (5, 1, 500), (9, 1, 900), (30, 30, 3000), (31, 30, 3100), (40, 30, 4000)]
+    index.drop_segment(1)
+    index.drop_segment(99)  # not there: nothing changes
+    assert index.count == 3 and index.entry(index.find(35)) == (31, 30, 3100)
 
 
 def test_next_wakeup_reports_the_earliest_delay_or_visibility_deadline(tmp_path):

@@ -610,7 +610,7 @@ class QueueService:
                 continue
             if st.store.expire(now):
                 self.dirty.add(key)
-            st.store.compact()
+            st.store.compact(discard=self.set.trash.discard)
 
     def _expire_acks(self) -> None:
         if not self.acking:

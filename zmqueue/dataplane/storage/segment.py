@@ -134,10 +134,9 @@ class BlockIndex:
         return self._first[i], self._base[i], self._offset[i]
 
     def drop_segment(self, base: int) -> None:
-        keep = [i for i, b in enumerate(self._base) if b != base]
-        self._first = array("Q", [self._first[i] for i in keep])
-        self._base = array("Q", [self._base[i] for i in keep])
-        self._offset = array("Q", [self._offset[i] for i in keep])
+        # a segment's entries are one run: bases never decrease along the index
+        lo, hi = bisect.bisect_left(self._base, base), bisect.bisect_right(self._base, base)
+        del self._first[lo:hi], self._base[lo:hi], self._offset[lo:hi]
 
 
 class BlockReader:

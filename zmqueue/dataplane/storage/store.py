@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -410,12 +410,13 @@ class PartitionStore:
         return self.backlog.page_in(self.ring, self.reader, self.index, self._last_written, cutoff, needed)
 
     # -- maintenance and introspection ----------------------------------------
-    def compact(self, max_files: int = 16) -> int:
-        """Delete up to ``max_files`` closed segments holding no live message."""
+    def compact(self, max_files: int = 16, discard: Callable[[Path], None] | None = None) -> int:
+        """Delete up to ``max_files`` closed segments holding no live message
+        (``discard``: what takes a file away instead of an unlink here)."""
         floor = select.lowest_live_seq(self.ring)
         if floor is None:
             floor = self._next_seq if self.backlog.cursor is None else self.backlog.cursor
-        return self.log.remove_segments_below(floor, max_files, self.reader.forget)
+        return self.log.remove_segments_below(floor, max_files, self.reader.forget, discard)
 
     def next_wakeup_ms(self, now_ms: int) -> int | None:
         """Earliest future time a ring message becomes visible, None if none."""
