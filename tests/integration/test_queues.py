@@ -32,13 +32,21 @@ def test_an_unknown_queue_is_queue_not_found_and_a_deleted_queue_is_gone(qcluste
         c.get_queue(qcluster.queue_name("missing"))
     name = qcluster.queue_name()
     q = c.create_queue(name)
-    q.send(b"x")
+    q.send_batch([b"x" * 1000] * 100)
+    dirs = [h.data_dir / "queues" / name for h in qcluster.factory.hosts]
+    segments = lambda: [p for d in dirs for p in d.rglob("*.seg")]  # noqa: E731
+    assert segments(), "the queue's messages are on the hosts' disks"
     c.delete_queue(name)
     assert name not in c.list_queues()
     with pytest.raises(zmqueue.QueueNotFound):
         c.get_queue(name)
     with pytest.raises(zmqueue.QueueNotFound):
         c.delete_queue(name)
+    # each host moves the streams into its trash once its cache sees the
+    # deletion, and a background thread deletes them
+    trashes = [h.data_dir / "trash" for h in qcluster.factory.hosts]
+    wait_for(lambda: not segments() and not any(t.is_dir() and any(t.iterdir()) for t in trashes), 20,
+             "the deleted queue's files gone from every host")
 
 
 def test_a_sent_message_is_received_with_its_attributes_and_deleted(qcluster: QueueCluster) -> None:
