@@ -12,6 +12,7 @@ deleted after the host's next start.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -25,6 +26,9 @@ log = logging.getLogger(__name__)
 
 
 class Trash:
+    """The trash directory ``path`` (made on first use) and the thread that
+    empties it (started while there is something to delete)."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
@@ -45,10 +49,7 @@ class Trash:
             os.rename(path, target)
         except OSError as exc:
             log.warning("could not move %s into %s (%s); deleting it in place", path, self.path, exc)
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+            _delete(path)
             return
         self._put(target)
 
@@ -78,9 +79,16 @@ class Trash:
                     self._running = False
                     return
                 path = self._pending.popleft()
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+            _delete(path)
             if path.exists():
                 log.warning("could not delete %s; the next start of this host tries again", path)
+
+
+def _delete(path: Path) -> None:
+    """Delete a directory tree or a file; an error leaves it (the caller
+    checks) and never ends the trash's thread."""
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
