@@ -688,6 +688,10 @@ socket per host (~0.6 us per poll). Measured:
   the busier process (~80% of a core in its client, py-spy: building the
   Message objects, grouping the deletes, the send itself), so host CPU
   saved shows only in part.
+- **the W3 host's tail**: one page-in call loads at most 1,024 messages and
+  `Ring.compact` moves rows as u64 words (208d402 against 532ee04, A B B A,
+  4 runs each): W3 send p99.9 11.3-14.0 -> 5.9-7.7 ms, throughput the same
+  within the spread (docs/perf/storage.md).
 - **deleting a big queue** (`python -m benchmarks.delete_pause --mib 1024
   --rounds 2`: one host, a 1 GiB queue deleted while single 100-byte sends
   to another queue on the host run one at a time; the slowest round trip in
