@@ -186,7 +186,7 @@ class Ring:
 
     def compact(self) -> None:
         """Squeeze out removed slots and their arena bytes (order preserved)."""
-        # (rows moved as u64 words: structured-array copies cost 4x as much)
+        # (rows moved as u64 words: the structured-array copies were most of its time)
         n = self.n
         state = self._state[:n]
         kept = self._words[:n][(state >= AVAILABLE) & (state <= MOVING)]

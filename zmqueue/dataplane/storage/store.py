@@ -263,9 +263,10 @@ class PartitionStore:
         if max_messages <= 0:
             return [], []
         ring, fifo, log = self.ring, self.config.fifo, self._log_refs
-        # A FIFO receive pages in first, as much as fits: a group's next
-        # messages come in the same receive. A standard one pages ahead only
-        # (cheap, see Ring.can_place) and pages in for real when the ring is short.
+        # A FIFO receive pages in first, as much as fits (1,024 at most, see
+        # Backlog.page_in): a group's next messages come in the same receive.
+        # A standard one pages ahead only (cheap, see Ring.can_place) and
+        # pages in for real when the ring is short.
         self._page_in(now_ms, needed=fifo)
         got, dead = receive.receive(ring, fifo, now_ms, max_messages, visibility_ms, max_rc, log, as_columns)
         short = max_messages - _count(got) - len(dead)
