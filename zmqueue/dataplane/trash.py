@@ -1,4 +1,4 @@
-"""Removing stream directories off the request loop.
+"""Removing stream directories and segment files off the request loop.
 
 Deleting a queue (or wiping a diverged copy) removes its streams' segment
 files, and so does compaction (a segment whose messages are all gone), and
@@ -6,8 +6,8 @@ unlinking them takes time: about 0.2 s per GiB on this machine's ext4 (12 ms
 for one 64 MiB segment), which the host's request loop would spend with
 every other queue on the host waiting. Instead the directory or file is
 renamed into the trash (one ``rename`` on the same file system: the data
-dir's ``trash/``) at once, and a background thread deletes it. What a host stopped before it was deleted is
-deleted after the host's next start.
+dir's ``trash/``) at once, and a background thread deletes it. What a host
+stopped before it was deleted is deleted after the host's next start.
 """
 
 from __future__ import annotations

@@ -108,6 +108,8 @@ class Backlog:
             room = min(ring.slots - ring.live, PAGE_IN_MAX - (ring.live - start))
             if room <= 0:
                 break
+            # rows, not messages: a host's blocks also hold receives' and
+            # deletes' records; too few only means another turn of this loop
             table, heap = self._rows(reader, index, self.cursor, 2 * room + 64)
             if not len(table):
                 break  # (nothing written at or past the cursor: not reached while cursor <= last_written)
@@ -158,14 +160,16 @@ class Backlog:
         group = self._cache
         if group is None or not group.holds(seq):
             group = self._cache = _read_group(reader, index, seq)
+            if group is None:
+                return np.zeros(0, RECORD_DTYPE), np.zeros(0, np.uint8)
         pos = int(np.searchsorted(group.seqs, seq))
         return group.table[pos : pos + limit], group.heap
 
 
-def _read_group(reader: BlockReader, index: BlockIndex, seq: int) -> _Group:
+def _read_group(reader: BlockReader, index: BlockIndex, seq: int) -> _Group | None:
     """The blocks from the one holding ``seq`` (blocks wholly before it are
     skipped), until :data:`GROUP_RECORDS` records or :data:`GROUP_BYTES` of
-    heap or the last block written."""
+    heap or the last block written; None if no block holds ``seq`` or later."""
     tables: list[Table] = []
     heaps: list[bytes] = []
     records = nbytes = 0
@@ -181,8 +185,7 @@ def _read_group(reader: BlockReader, index: BlockIndex, seq: int) -> _Group:
         records += len(table)
         nbytes += len(heap)
     if not tables:
-        empty = np.zeros(0, RECORD_DTYPE)
-        return _Group(empty, np.zeros(0, np.uint8), np.full(1, -1, np.int64))
+        return None
     if len(tables) == 1:
         table = tables[0]
     else:
