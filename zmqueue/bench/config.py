@@ -55,6 +55,9 @@ class BenchConfig:
     consumer_mode: str = "pull"
     """``pull``: receive (long polls) and delete; ``push``: a subscription
     (zmqueue only) whose deletes ride on its credits."""
+    receives_in_flight: int = 2
+    """zmqueue pull consumers: RECEIVE requests in flight
+    (``Queue.receive_pipeline(in_flight=...)``; 1: one round trip per batch)."""
 
     def validate(self) -> BenchConfig:
         def bad(field: str, why: str) -> ConfigError:
@@ -87,6 +90,8 @@ class BenchConfig:
             raise bad("drain_timeout_s", "must be 1 to 3600 seconds")
         if not 0 <= self.warmup_s < self.duration_s:
             raise bad("warmup_s", "must be 0 or more and below duration_s")
+        if not 1 <= self.receives_in_flight <= 8:
+            raise bad("receives_in_flight", "must be 1 to 8")
         if self.consumer_mode not in CONSUMER_MODES:
             raise bad("consumer_mode", f"must be one of {CONSUMER_MODES}")
         if self.consumer_mode == "push" and self.system != "zmqueue":

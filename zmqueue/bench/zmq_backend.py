@@ -9,6 +9,7 @@ from typing import Any
 import zmqueue
 from zmqueue.bench.backend import Target
 from zmqueue.bench.config import BenchConfig
+from zmqueue.bench.worker import RECEIVE_WAIT_S
 from zmqueue.errors import ZmqueueError
 
 SPEC = "zmqueue.bench.zmq_backend:ZmqueueBackend"
@@ -46,29 +47,35 @@ class ZmqueueProducer:
 
 
 class ZmqueueConsumer:
-    """Deletes ride on the next receive (``delete_and_receive``): one round
-    trip per batch, each delete confirmed with the next receive's answer
-    (RabbitMQ's and NATS's acks are not confirmed at all); ``close`` deletes
-    what is left."""
+    """A receive pipeline (``Queue.receive_pipeline``): ``receives_in_flight``
+    RECEIVE requests in flight, so the host takes the next batch while this
+    one is checked; each batch's deletes ride on the next request, confirmed
+    with its answer (RabbitMQ's and NATS's acks are not confirmed at all).
+    ``close`` sends what is left."""
 
     def __init__(self, target: Target, cfg: BenchConfig, index: int) -> None:
-        del cfg, index
+        del index
         self.client = zmqueue.connect(target["consul"])
         self.queue = self.client.get_queue(target["queue"])
-        self.acks: list[zmqueue.Message] = []
+        self.pipe = self.queue.receive_pipeline(cfg.per_receive, RECEIVE_WAIT_S,
+                                                in_flight=cfg.receives_in_flight)
 
     def receive(self, max_n: int, wait_s: float) -> list[tuple[bytes, Any]]:
-        acks, self.acks = self.acks, []
-        errors, msgs = self.queue.delete_and_receive(acks, max_n, wait_s)
-        _raise_first(errors)
+        del max_n, wait_s  # the pipeline's (the worker passes per_receive and its wait)
+        msgs = self.pipe.receive()
+        self._check()
         return [(m.body, m) for m in msgs]  # the Message is the ack token: deleted by reference
 
     def ack(self, tokens: list[Any]) -> None:
-        self.acks.extend(tokens)
+        self.pipe.delete(tokens)
+
+    def _check(self) -> None:
+        if self.pipe.failed_deletes:
+            raise self.pipe.failed_deletes[0][1]
 
     def close(self) -> None:
-        if self.acks:
-            _raise_first(self.queue.delete_batch(self.acks))
+        self.pipe.close()
+        self._check()
         self.client.close()
 
 

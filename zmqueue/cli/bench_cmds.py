@@ -71,6 +71,9 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--work-dir", default=None, help="where a started cluster keeps data (default temp)")
     p.add_argument("--consumer-mode", choices=["pull", "push"], default=None,
                    help="pull: receive and delete (default); push: a subscription, deletes on its credits")
+    p.add_argument("--receives-in-flight", type=int, default=None,
+                   help="pull: RECEIVE requests in flight per consumer, the next batch taken while "
+                        "one is handled (default 2; 1: one round trip per batch)")
     p.add_argument("--no-progress", action="store_true", help="no live progress display")
     add_consul_flag(p)
     p.set_defaults(func=cmd_bench)
@@ -86,7 +89,8 @@ def configs(args: argparse.Namespace) -> list[Any]:
                        ("fsync", "fsync"),
                        ("replication_factor", "replication_factor"), ("rate", "rate_per_s"),
                        ("max_messages", "max_messages"), ("warmup", "warmup_s"),
-                       ("consumer_mode", "consumer_mode")):
+                       ("consumer_mode", "consumer_mode"),
+                       ("receives_in_flight", "receives_in_flight")):
         value = getattr(args, opt)
         if value is not None:
             overrides[field] = value

@@ -150,6 +150,25 @@ class Client:
             conns[endpoint] = conn
         return conn
 
+    def dedicated_connection(self, endpoint: str) -> Connection:
+        """A connection to ``endpoint`` of the caller's own, not the thread's
+        shared one (no other call reads its replies: a receive pipeline's
+        requests stay in flight across the thread's other calls); closed by
+        :meth:`forget_connection`, or with the client."""
+        with self._lock:
+            if self.closed:
+                raise ClientClosed(CLOSED)
+            conn = Connection(self.ctx, endpoint, curve=self.curve_for(endpoint))
+            self._all_conns.append(conn)
+        return conn
+
+    def forget_connection(self, conn: Connection) -> None:
+        """Close a connection of :meth:`dedicated_connection`."""
+        with self._lock:
+            if conn in self._all_conns:
+                self._all_conns.remove(conn)
+        conn.close()
+
     def drop_connection(self, endpoint: str) -> None:
         """Close this thread's connection to ``endpoint`` (the next request opens a new one)."""
         conns: dict[str, Connection] = getattr(self._local, "conns", None) or {}

@@ -36,6 +36,7 @@ from zmqueue.protocol import Command, Receipt, ReceiptEncoder, group_partition
 
 if TYPE_CHECKING:
     from zmqueue.client.client import Client
+    from zmqueue.client.receiver import ReceivePipeline
     from zmqueue.client.redrive import RedriveReport
     from zmqueue.client.subscription import Subscription
 
@@ -330,6 +331,15 @@ class Queue:
                 _outcomes(carry.idxs, carry.results, out)
         return out, msgs
 
+    def receive_pipeline(self, max_messages: int = 10, wait_time: float = 1.0,
+                         visibility_timeout: int | None = None, in_flight: int = 2) -> ReceivePipeline:
+        """A consumer loop's receives with ``in_flight`` requests in flight (the
+        next batch is taken while the caller handles this one) and the deletes
+        riding on them; see :mod:`zmqueue.client.receiver`."""
+        from zmqueue.client.receiver import ReceivePipeline
+
+        return ReceivePipeline(self, max_messages, wait_time, visibility_timeout, in_flight)
+
     @staticmethod
     def _check_receive(max_messages: int, wait_time: float) -> None:
         if not isinstance(max_messages, int) or not 1 <= max_messages <= MAX_BATCH:
@@ -519,7 +529,10 @@ class Queue:
             if isinstance(err, NotLeader):
                 self._follow(asked[0], FIFO_ORIGIN if self.config.fifo else None, err)
             return True
-        out.extend(self.messages_of(asked[0], frame.body))
+        got = self.messages_of(asked[0], frame.body)
+        if got:
+            self._lucky = asked
+            out.extend(got)
         return False
 
     def messages_of(self, p: int, reply: dict[str, Any]) -> list[Message]:

@@ -1,0 +1,95 @@
+"""Pipelined receives (``Queue.receive_pipeline``): RECEIVE requests in flight
+ahead of the caller, deletes riding on them, on real hosts."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+import zmqueue
+from tests.conftest import QueueCluster, wait_for
+from tests.integration.test_delete_and_receive import _delivered_twice, _requests
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_pipeline_drains_a_queue_with_requests_ahead_and_its_deletes_riding_on_them(
+        qcluster: QueueCluster, replicas: int) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("rp"), visibility_timeout=60,
+                                     replication_factor=replicas, sync_replication=replicas > 1)
+    wait_for(lambda: len(q.refresh() or q.routes.part(0).writers) == replicas, 20, "streams written")
+    sent = q.send_batch([b"m%d" % i for i in range(250)])
+    deletes_before = _requests(qcluster, "DELETE")
+    seen: list[str] = []
+    with q.receive_pipeline(max_messages=20, wait_time=0.5, in_flight=2) as pipe:
+        while msgs := pipe.receive():
+            seen += [m.id for m in msgs]
+            pipe.delete(msgs)
+        assert pipe.requests >= 6, "batches were asked for ahead, not one round trip each"
+    assert sorted(seen) == sorted(sent), "every message once, none twice"
+    assert pipe.failed_deletes == []
+    assert _requests(qcluster, "DELETE") == deletes_before, "every delete rode on a receive"
+    stats = q.stats()
+    assert (stats["total"], stats["in_flight"], stats["visible"]) == (0, 0, 0)
+
+
+def test_closing_makes_the_messages_received_ahead_visible_again_at_once(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("rp-close"), visibility_timeout=300)
+    q.send_batch([b"c%d" % i for i in range(40)])
+    pipe = q.receive_pipeline(max_messages=10, wait_time=1, in_flight=3)
+    first = pipe.receive()  # the plain way (nothing was asked ahead yet)
+    second = pipe.receive()  # now three requests went ahead: 30 taken, 10 returned
+    assert len(first) == len(second) == 10 and pipe.requests == 3
+    pipe.close()
+    stats = q.stats()
+    # the 20 taken ahead and never returned are visible now, not in 300 s
+    assert (stats["in_flight"], stats["visible"]) == (20, 20)
+    rest = q.receive(max_messages=10, wait_time=1)
+    assert {m.id for m in rest}.isdisjoint({m.id for m in first + second})
+    with pytest.raises(zmqueue.ClientClosed, match="receive_pipeline"):
+        pipe.receive()
+
+
+def test_a_stale_delete_is_reported_and_the_rest_are_deleted(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("rp-stale"), visibility_timeout=1)
+    stale, again = _delivered_twice(q)
+    q.change_visibility(again, 300)  # received again and in flight: the first receipt is stale
+    q.send_batch([b"s%d" % i for i in range(30)])
+    with q.receive_pipeline(max_messages=10, wait_time=1, visibility_timeout=60) as pipe:
+        got = pipe.receive() + pipe.receive()  # the second came from a request ahead
+        pipe.delete([stale, *got])
+        while msgs := pipe.receive():  # the deletes rode on the request sent by the first
+            got += msgs
+            pipe.delete(msgs)
+    assert len({m.id for m in got}) == 30
+    assert len(pipe.failed_deletes) == 1
+    receipt, err = pipe.failed_deletes[0]
+    assert receipt is stale and isinstance(err, zmqueue.InvalidReceipt)
+    assert q.stats()["total"] == 1  # only the message received again is left
+    q.delete(again)
+
+
+def test_a_fifo_pipeline_keeps_each_groups_order(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("rp") + ".fifo", fifo=True, visibility_timeout=60)
+    groups = "ABC"
+    for i in range(20):
+        q.send_batch([zmqueue.OutgoingMessage(f"{g}{i}".encode(), group_id=g) for g in groups])
+    bodies: dict[str, list[int]] = collections.defaultdict(list)
+    with q.receive_pipeline(max_messages=4, wait_time=0.5, in_flight=2) as pipe:
+        while msgs := pipe.receive():
+            for m in msgs:
+                bodies[m.group_id or ""].append(int(m.body[1:]))
+            pipe.delete(msgs)
+    assert pipe.failed_deletes == []
+    assert dict(bodies) == {g: list(range(20)) for g in groups}, "each group once, in send order"
+    assert q.stats()["total"] == 0
+
+
+def test_pipeline_options_are_checked(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("rp-opts"))
+    with pytest.raises(zmqueue.InvalidParameter, match="in_flight must be 1 to 8"):
+        q.receive_pipeline(in_flight=0)
+    with pytest.raises(zmqueue.InvalidParameter, match="max_messages must be 1 to 1000"):
+        q.receive_pipeline(max_messages=1001)
+    with pytest.raises(zmqueue.InvalidParameter, match="wait_time"):
+        q.receive_pipeline(wait_time=21)
