@@ -22,6 +22,7 @@ from typing import Any
 import consul
 
 import zmqueue
+from zmqueue.client.queue import Deletable
 from zmqueue.localcluster import ConsulAgent, HostProcess
 
 FAULTS = ("kill_writer", "kill_follower", "kill_random", "kill_two", "freeze_writer")
@@ -48,7 +49,9 @@ class Scenario:
     consumer: str = "pull"
     """``pull``: a thread receiving (long polls); ``push``: a subscription
     (``auto_delete=False``) whose handler deletes each message and records
-    the outcome; it must follow the writer through the faults."""
+    the outcome; it must follow the writer through the faults; ``pipeline``:
+    ``Queue.receive_pipeline`` (two RECEIVEs in flight, the deletes riding on
+    them, their outcomes heard through ``on_deleted``)."""
     producer: str = "single"
     """``single``: one ``send`` at a time; ``pipeline``: ``Queue.pipeline``
     with up to 8 sends in flight, a failed one sent again (FIFO: in order,
@@ -270,6 +273,32 @@ class ChaosRun:
             with self.lock:
                 self._settle(msgs, outcomes, done)
 
+    def consume_pipeline(self, q: zmqueue.Queue) -> None:
+        def deleted(items: list[Deletable], errors: list[zmqueue.ZmqueueError | None]
+                    ) -> None:
+            now = time.monotonic()
+            msgs = [m for m in items if isinstance(m, zmqueue.Message)]
+            with self.lock:
+                # a host's per-message answer is an InvalidReceipt; any other
+                # error is the request's (no answer): the outcome is unknown
+                unknown = {m.id for m, e in zip(msgs, errors, strict=True)
+                           if e is not None and not isinstance(e, zmqueue.InvalidReceipt)}
+                self.report.delete_unknown |= unknown
+                self._settle([m for m in msgs if m.id not in unknown],
+                             [e for m, e in zip(msgs, errors, strict=True) if m.id not in unknown], now)
+
+        with q.receive_pipeline(max_messages=10, wait_time=1, in_flight=2, on_deleted=deleted) as pipe:
+            while not self.stop.is_set():
+                try:
+                    msgs = pipe.receive()
+                except zmqueue.ZmqueueError:
+                    time.sleep(0.05)  # the pending deletes stay in the pipeline: they go next time
+                    continue
+                now = time.monotonic()
+                with self.lock:
+                    self.report.deliveries += [(m.id, int(m.body), now) for m in msgs]
+                pipe.delete(msgs)
+
     def consume_push(self, q: zmqueue.Queue) -> None:
         def handle(m: zmqueue.Message) -> None:
             with self.lock:
@@ -357,7 +386,8 @@ class ChaosRun:
                              retries=6) as client:
             q = client.create_queue(self.queue_name, fifo=self.s.fifo, replication_factor=3,
                                     sync_replication=self.s.sync, visibility_timeout=5)
-            consume = self.consume_push if self.s.consumer == "push" else self.consume
+            consume = {"push": self.consume_push, "pipeline": self.consume_pipeline}.get(
+                self.s.consumer, self.consume)
             produce = self.produce_pipelined if self.s.producer == "pipeline" else self.produce
             threads = [threading.Thread(target=produce, args=(q,), daemon=True),
                        threading.Thread(target=consume, args=(q,), daemon=True)]

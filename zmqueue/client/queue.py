@@ -36,7 +36,7 @@ from zmqueue.protocol import Command, Receipt, ReceiptEncoder, group_partition
 
 if TYPE_CHECKING:
     from zmqueue.client.client import Client
-    from zmqueue.client.receiver import ReceivePipeline
+    from zmqueue.client.receiver import OnDeleted, ReceivePipeline
     from zmqueue.client.redrive import RedriveReport
     from zmqueue.client.subscription import Subscription
 
@@ -332,13 +332,15 @@ class Queue:
         return out, msgs
 
     def receive_pipeline(self, max_messages: int = 10, wait_time: float = 1.0,
-                         visibility_timeout: int | None = None, in_flight: int = 2) -> ReceivePipeline:
+                         visibility_timeout: int | None = None, in_flight: int = 2,
+                         on_deleted: OnDeleted | None = None) -> ReceivePipeline:
         """A consumer loop's receives with ``in_flight`` requests in flight (the
         next batch is taken while the caller handles this one) and the deletes
-        riding on them; see :mod:`zmqueue.client.receiver`."""
+        riding on them; ``on_deleted(items, outcomes)`` hears each delete's
+        outcome once known. See :mod:`zmqueue.client.receiver`."""
         from zmqueue.client.receiver import ReceivePipeline
 
-        return ReceivePipeline(self, max_messages, wait_time, visibility_timeout, in_flight)
+        return ReceivePipeline(self, max_messages, wait_time, visibility_timeout, in_flight, on_deleted)
 
     @staticmethod
     def _check_receive(max_messages: int, wait_time: float) -> None:

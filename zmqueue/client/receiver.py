@@ -30,11 +30,15 @@ Semantics:
   ahead again once an answer has messages. So an idle consumer long-polls
   as a plain one does, and routing, failover and retries are the plain
   receive's;
-- a delete's outcome is known once the request that carried it is answered;
-  a delete refused (a stale receipt: the message's visibility timeout ran
-  out and it went to another consumer) or whose request got no answer (a
-  host died) is added to :attr:`ReceivePipeline.failed_deletes` with its
-  error. Such a message may be delivered again (at-least-once), never lost;
+- a delete's outcome is known once the request that carried it is answered
+  (``on_deleted`` hears it); a delete whose request got no answer (a host
+  died) or failed goes again with the next one (deleting a message already
+  deleted succeeds), and :meth:`~ReceivePipeline.receive` raises what the
+  plain receive raises. A delete refused (a stale receipt: the message's
+  visibility timeout ran out and it went to another consumer), or failed
+  for good when the pipeline closed, is added to
+  :attr:`ReceivePipeline.failed_deletes` with its error. Such a message may
+  be delivered again (at-least-once), never lost;
 - :meth:`~ReceivePipeline.close` (or leaving a ``with`` block) waits for the
   requests in flight, makes the messages received but not yet returned
   visible again at once (they are not left invisible for their visibility
@@ -54,7 +58,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +81,9 @@ from zmqueue.protocol import Command
 if TYPE_CHECKING:
     from zmqueue.client.queue import Queue
 
+OnDeleted = Callable[[list[Deletable], list[ZmqueueError | None]], None]
+"""Called with deletes whose outcome is known, one outcome each (None =
+deleted, else the error: refused, or unknown as its request got no answer)."""
 MAX_IN_FLIGHT = 8
 DEFAULT_IN_FLIGHT = 2
 """One request ahead of the one being answered: enough to keep the host
@@ -101,7 +108,8 @@ class _Ask:
 
 class ReceivePipeline:
     def __init__(self, queue: Queue, max_messages: int = 10, wait_time: float = 1.0,
-                 visibility_timeout: int | None = None, in_flight: int = DEFAULT_IN_FLIGHT) -> None:
+                 visibility_timeout: int | None = None, in_flight: int = DEFAULT_IN_FLIGHT,
+                 on_deleted: OnDeleted | None = None) -> None:
         queue._check_receive(max_messages, wait_time)
         if type(in_flight) is not int or not 1 <= in_flight <= MAX_IN_FLIGHT:
             raise InvalidParameter(f"in_flight must be 1 to {MAX_IN_FLIGHT}", field="in_flight")
@@ -110,9 +118,10 @@ class ReceivePipeline:
         self.wait_time = wait_time
         self.visibility_timeout = visibility_timeout
         self.in_flight = in_flight
+        self.on_deleted = on_deleted
         self.failed_deletes: list[tuple[Deletable, ZmqueueError]] = []
-        """Deletes refused, or whose outcome is unknown (their request got no
-        answer), each with its error: those messages may come again."""
+        """Deletes refused (stale receipts), or failed when the pipeline
+        closed, each with its error: those messages may come again."""
         self.requests = 0
         """RECEIVE requests sent ahead."""
         self.fallbacks = 0
@@ -246,10 +255,14 @@ class ReceivePipeline:
                 errors = self.queue.delete_batch(chunk)
             except ZmqueueError as exc:
                 errors = [exc] * len(chunk)
-            self._failed(chunk, errors)
+            self._outcome(chunk, errors)
 
-    def _failed(self, items: list[Deletable], errors: list[ZmqueueError | None]) -> None:
+    def _outcome(self, items: list[Deletable], errors: list[ZmqueueError | None]) -> None:
+        if not items:
+            return
         self.failed_deletes.extend((m, e) for m, e in zip(items, errors, strict=True) if e is not None)
+        if self.on_deleted is not None:
+            self.on_deleted(items, errors)
 
     # --- answers -----------------------------------------------------------------
     def _next(self) -> list[Message]:
@@ -298,8 +311,7 @@ class ReceivePipeline:
             else:
                 if not isinstance(results, list) or len(results) != len(ask.carried):
                     raise ProtocolError(f"malformed results for {len(ask.carried)} deletes in a reply")
-                if results.count(None) != len(results):
-                    self._failed(ask.carried, [None if r is None else from_wire(r) for r in results])
+                self._outcome(ask.carried, [None if r is None else from_wire(r) for r in results])
         ask.msgs = self.queue.messages_of(ask.partition, body)
         if ask.msgs:
             self.queue._lucky = (ask.partition, ask.conn.endpoint)
@@ -307,12 +319,12 @@ class ReceivePipeline:
             self._ahead = False  # drained (here): the plain receive sweeps and waits
 
     def _unanswered(self, asks: list[_Ask], err: ZmqueueError) -> None:
-        """Requests that cannot be answered: their deletes' outcome is unknown
-        (reported; the messages may come again), as are their messages (back
-        after their visibility timeout)."""
+        """Requests that cannot be answered now: their deletes go again (a
+        message already deleted deletes again without error); their messages,
+        if the host took any, come back after their visibility timeout."""
         for ask in asks:
             ask.done = True
-            self._failed(ask.carried, [err] * len(ask.carried))
+            self._acks[:0] = ask.carried
         if asks:
             self._ahead = False
             if isinstance(err, ConnectionLost | RequestTimeout):
@@ -325,9 +337,13 @@ class ReceivePipeline:
         pending = self._waited + self._acks
         acks, self._acks, self._waited = pending[:MAX_BATCH], pending[MAX_BATCH:], []
         self.fallbacks += 1
-        errors, msgs = self.queue.delete_and_receive(acks, self.max_messages, self.wait_time,
-                                                     self.visibility_timeout)
-        self._failed(acks, errors)
+        try:
+            errors, msgs = self.queue.delete_and_receive(acks, self.max_messages, self.wait_time,
+                                                         self.visibility_timeout)
+        except ZmqueueError:
+            self._acks[:0] = acks  # outcome unknown: they go again next time
+            raise
+        self._outcome(acks, errors)
         self._ahead = bool(msgs) and self.queue._lucky is not None
         return msgs
 
