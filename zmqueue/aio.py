@@ -15,8 +15,9 @@ errors and retries are exactly the blocking client's.
   it, with ``auto_delete``) once the coroutine returns. If the loop is closed
   while the subscription runs, it stops by itself (the message in hand comes
   back after its visibility timeout) instead of failing every message.
-- A pipeline (:meth:`AsyncQueue.pipeline`) lives on one thread of its own,
-  since its requests in flight share that thread's connections.
+- A pipeline (:meth:`AsyncQueue.pipeline`, :meth:`AsyncQueue.receive_pipeline`)
+  lives on one thread of its own, since its requests in flight share that
+  thread's connections.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from zmqueue.client.client import connect as connect_blocking
 from zmqueue.client.models import AttributeValue, Message, OutgoingMessage
 from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
 from zmqueue.client.queue import Deletable, Queue
+from zmqueue.client.receiver import OnDeleted, ReceivePipeline
 from zmqueue.client.redrive import RedriveReport
 from zmqueue.client.subscription import Subscription
 from zmqueue.config import QueueConfig
@@ -188,6 +190,18 @@ class AsyncQueue:
             raise ClientClosed("this zmqueue client is closed; connect again with zmqueue.aio.connect()")
         return AsyncSendPipeline(self.sync, window, max_requests)
 
+    def receive_pipeline(self, max_messages: int = 10, wait_time: float = 1.0,
+                         visibility_timeout: int | None = None, in_flight: int = 2,
+                         on_deleted: OnDeleted | None = None) -> AsyncReceivePipeline:
+        """Pipelined receives, as :meth:`Queue.receive_pipeline`: ``await
+        pipe.receive()`` returns a batch while the next is being taken;
+        ``await pipe.delete(msgs)`` rides on the next request (``on_deleted`` is
+        called on the pipeline's thread); ``async with`` closes it."""
+        if self.client.closed:
+            raise ClientClosed("this zmqueue client is closed; connect again with zmqueue.aio.connect()")
+        return AsyncReceivePipeline(self.sync.receive_pipeline(max_messages, wait_time, visibility_timeout,
+                                                               in_flight, on_deleted))
+
     async def subscribe(self, handler: Handler, prefetch: int = 10,
                         visibility_timeout: int | None = None,
                         auto_delete: bool = True) -> AsyncSubscription:
@@ -275,6 +289,41 @@ class AsyncSendPipeline:
             await self.close()
 
 
+class AsyncReceivePipeline:
+    """A :class:`~zmqueue.client.receiver.ReceivePipeline` (``sync``) driven
+    from asyncio, on one thread of its own (it is not thread safe, and its
+    plain receives use that thread's connections)."""
+
+    def __init__(self, pipe: ReceivePipeline) -> None:
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="zmqueue-aio-receiver")
+        self.sync = pipe
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, partial(fn, *args))
+
+    async def receive(self) -> list[Message]:
+        return await self._run(self.sync.receive)
+
+    async def delete(self, receipts: Iterable[Deletable]) -> None:
+        """Queue these deletes for the next request (on the pipeline's thread:
+        after a receive still running there)."""
+        await self._run(self.sync.delete, list(receipts))
+
+    @property
+    def failed_deletes(self) -> list[tuple[Deletable, ZmqueueError]]:
+        return self.sync.failed_deletes
+
+    async def close(self) -> None:
+        await self._run(self.sync.close)
+        self._thread.shutdown(wait=False)
+
+    async def __aenter__(self) -> AsyncReceivePipeline:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
 class AsyncSubscription:
     """A running :class:`~zmqueue.client.subscription.Subscription` (``sync``,
     with its counters)."""
@@ -293,4 +342,5 @@ class AsyncSubscription:
         await self.close()
 
 
-__all__ = ["AsyncClient", "AsyncQueue", "AsyncSendPipeline", "AsyncSubscription", "connect"]
+__all__ = ["AsyncClient", "AsyncQueue", "AsyncReceivePipeline", "AsyncSendPipeline", "AsyncSubscription",
+           "connect"]

@@ -229,59 +229,61 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5b, W1p, W5p, W5-half) and the
 raw pyzmq ceiling come from the one invocation above, on the tree of commit
-{commit}, the seventeenth session's code. Since the previous invocation
-(e40ecc3, sixteenth session) one thing changed: a send pipeline keeps at
-most 4 SEND requests in flight and coalesces the sends made meanwhile into
-the next request, each message still confirmed with its own id (see
-"Pipelined single sends" below). W1p went from 18.7 k to 42.7 k msg/s and
-W5p from 11.6 k to 20.1 k; the rows without a pipeline did not change
-beyond the spread.
+{commit}, the nineteenth session's code. Since the previous invocation
+(14f0e36, seventeenth session) the consumer changed: `zmqueue bench`'s pull
+consumers receive through `Queue.receive_pipeline`, which keeps two
+RECEIVE requests in flight, so the host takes the next batch while the
+consumer checks this one, each batch's deletes riding on the next request
+(see "Receive + delete" in "Where the time goes"); the eighteenth session
+also paged the backlog in by groups of blocks (docs/perf/storage.md).
+Every system's rows are lower than in the previous invocation, at about
+the same load (median 1-minute load average 3.2 against 3.5): Redis's W3 by
+a fifth (73.2 k against 90.0 k msg/s), raw pyzmq's batched round trip by a
+sixth (552 k against 658 k). The VM's CPUs are shared with other machines'
+work; read the ratios, measured side by side.
 
 Per-run ratios of this invocation (100 B unless marked; zmqueue vs the peer, e2e msg/s):
 
 | row | run 1 | run 2 | run 3 |
 |---|---:|---:|---:|
-| W1 vs Redis | 0.32x (2.1 k vs 6.7 k) | 0.40x (2.2 k vs 5.5 k) | 0.35x (2.1 k vs 6.0 k) |
-| W1p vs Redis | 0.47x (42.7 k vs 90.9 k) | 0.41x (36.7 k vs 88.4 k) | 0.53x (46.3 k vs 86.7 k) |
-| W1p vs NATS | 2.15x | 2.00x | 2.31x |
-| W3 vs Redis | 0.94x (86.0 k vs 91.5 k) | 1.06x (90.4 k vs 85.5 k) | 0.96x (86.7 k vs 90.0 k) |
-| W5 vs NATS R=3 | 0.88x | 0.75x | 0.98x |
-| W5p vs NATS R=3 | 2.06x (20.1 k vs 9.8 k) | 1.95x (22.6 k vs 11.6 k) | 1.60x (17.9 k vs 11.3 k) |
-| W5p vs NATS R=3, 1,024 B | 1.72x | 2.62x | 2.06x |
-| W5b vs NATS R=3 | 3.90x | 3.56x | 4.00x |
+| W1 vs Redis | 0.33x (1.7 k vs 5.3 k) | 0.27x (1.6 k vs 5.8 k) | 0.31x (1.9 k vs 6.2 k) |
+| W1p vs Redis | 0.56x (33.4 k vs 59.8 k) | 0.53x (36.3 k vs 68.7 k) | 0.50x (43.9 k vs 88.1 k) |
+| W1p vs NATS | 2.17x | 2.21x | 2.20x |
+| W3 vs Redis | 1.35x (73.8 k vs 54.7 k) | 1.17x (100.6 k vs 86.3 k) | 1.19x (87.5 k vs 73.2 k) |
+| W3 vs Redis, 1,024 B | 1.29x (62.5 k vs 48.4 k) | 1.12x (78.5 k vs 70.0 k) | 1.42x (85.8 k vs 60.6 k) |
+| W5 vs NATS R=3 | 0.59x | 0.84x | 0.75x |
+| W5p vs NATS R=3 | 1.82x (15.5 k vs 8.5 k) | 1.67x (16.4 k vs 9.8 k) | 2.14x (16.1 k vs 7.5 k) |
+| W5p vs NATS R=3, 1,024 B | 1.73x | 2.03x | 1.69x |
+| W5b vs NATS R=3 | 2.87x | 3.46x | 3.78x |
 
-The peers' own rows are where they were in the previous invocation (Redis
-W3 90.0 k against 90.2 k msg/s, NATS R=3 W5p 11.3 k against 11.0 k, raw
-pyzmq's batched round trip 658 k against 680 k). The 1-minute load
-average, {load}, is mostly the benchmark's own servers and clients on 2
-CPUs.
-
-The previous invocation (e40ecc3) had W1 0.36x Redis, W1p 0.21x, W3 0.98x,
-W2 p99 2.79x, W5 0.88x, W5p 1.05x (1,024 B 1.13x), W5b 4.12x and a
-half-rate R=3 send p99 of 3.76 ms; the one before it (73a1356) W1 0.28x,
-W1p 0.19x, W3 0.95x, W2 p99 4.82x, W5 0.83x, W5p 1.14x and W5b 2.67x.
+The previous invocation (14f0e36) had W1 0.36x Redis, W1p 0.48x, W3 0.96x
+(1,024 B 0.96x), W2 p99 3.03x, W5 0.96x, W5p 1.79x (1,024 B 2.36x), W5b
+4.00x and a half-rate R=3 send p99 of 4.69 ms; the one before it (e40ecc3)
+W1 0.36x, W1p 0.21x, W3 0.98x, W2 p99 2.79x, W5 0.88x, W5p 1.05x and W5b
+4.12x.
 
 docs/perf/peers.md holds this invocation's JSON lines; earlier ones are in
 that page's history.
 
-- **Where zmqueue stands.** W3 is level with Redis (0.96x; 1,024 B
-  0.96x) and W5b 4.0x NATS R=3. One message per request is where it is
-  behind: Redis answers one XADD in ~0.14 ms (p50), zmqueue one confirmed
-  send in ~0.42 ms, so W1 and W2 stay behind Redis and W2 behind NATS; the
-  single-send latency tail was probed three ways on an otherwise idle host
-  (see "Where the time goes"), and none changed it.
-- **Pipelined single sends.** With 100 sends in flight zmqueue moves 20x
-  its W1 (42.7 k msg/s) and 24x its W5 with R=3 sync (20.1 k): 2.2x NATS at
-  R=1, 1.8x NATS R=3 (1,024 B 2.4x), 3.2x RabbitMQ, 0.48x Redis. The
+- **Where zmqueue stands.** W3 is ahead of Redis (1.19x; 1,024 B 1.30x)
+  and 4.5x NATS; W5b is 3.2x NATS R=3. One message per request is where it
+  is behind: Redis answers one XADD in ~0.14 ms (p50), zmqueue one
+  confirmed send in ~0.53 ms on this busier machine, so W1 and W2 stay
+  behind Redis and W2 behind NATS; the single-send latency tail was probed
+  three ways on an otherwise idle host (see "Where the time goes"), and
+  none changed it.
+- **Pipelined single sends.** With 100 sends in flight zmqueue moves 21x
+  its W1 (36.3 k msg/s) and 23x its W5 with R=3 sync (16.1 k): 2.2x NATS at
+  R=1, 1.9x NATS R=3 (1,024 B 1.8x), 3.1x RabbitMQ, 0.53x Redis. The
   pipeline coalesces the sends made while 4 requests are in flight, so the
   host's ~45-55 us per request is paid once per group; Redis answers a
   pipelined XADD in a few us of C. See "Pipelined single sends" in "Where
   the time goes".
 - **Targets met:**
   - no losses or duplicates in any run of any system;
-  - the R=3 send p99 at half rate (< 10 ms: 4.69 ms);
-  - W5 at 1.5x NATS R=3 with batches (W5b 4.00x; 1,024 B 3.95x) and with
-    pipelined single sends (W5p 1.79x; 1,024 B 2.36x);
+  - the R=3 send p99 at half rate (< 10 ms: 5.46 ms);
+  - W5 at 1.5x NATS R=3 with batches (W5b 3.25x; 1,024 B 3.51x) and with
+    pipelined single sends (W5p 1.89x; 1,024 B 1.80x);
   - FIFO failover (replication.md, rerun in the tenth session, with
     requests held while a new writer recovers and the loop woken at once by
     posted work: p50 1.57 s, max 1.63 s over 20 kills; ninth session 1.62 s
@@ -294,10 +296,12 @@ that page's history.
   - queues.md (3dd2fbc, 5 runs): send_batch at 25% of raw pyzmq (35.6%),
     and the single-send p99 at 3x raw (2.47x).
 - **Targets missed:**
-  - 2x the best peer in W1 (one at a time or pipelined) and W3;
-  - W2 p99 at or below the best peer's;
-  - W3 end to end at 25% of the raw pyzmq batched round trip;
-  - W5 at 1.5x NATS R=3 with one send at a time (0.96x; 1,024 B 0.67x):
+  - 2x the best peer in W1 (one at a time, 0.30x Redis, or pipelined,
+    0.53x) and W3 (1.19x Redis);
+  - W2 p99 at or below the best peer's (1.59 ms against Redis's 0.42 ms);
+  - W3 end to end at 25% of the raw pyzmq batched round trip (15.8%; 1,024 B
+    20.3%);
+  - W5 at 1.5x NATS R=3 with one send at a time (0.81x; 1,024 B 0.68x):
     each send waits a whole replicated round trip across four processes
     on 2 CPUs.
 
@@ -403,6 +407,22 @@ calls of replies (p50 32 us, p90 0.3 ms, p99 0.9 ms in a W3-like run): the
 three processes and their ZeroMQ I/O threads share 2 CPUs, and a woken I/O
 thread takes the CPU from the loop, so the consumer waiting less does not
 give the host more time.
+Nineteenth session: **receiving ahead, kept this time**
+(`Queue.receive_pipeline`; `zmqueue bench`'s pull consumers use it with two
+RECEIVE requests in flight, `--receives-in-flight 1` for the old loop).
+The host's loop has since become cheaper (~40-50% busy in W3 in the
+eighteenth session's py-spy, against ~75%), and the consumer's one round
+trip per batch had become W3's limit: in W3 it fell behind its producer
+(end-to-end p50 ~2 s, a backlog growing through the run). `zmqueue bench
+--workload W3 --hosts 1` with 1 and 2 requests in flight alternately (4
+pairs, 10 s each, one tree): 86.3 / 85.4 / 86.3 / 78.0 k msg/s end to end
+against 96.7 / 92.4 / 92.4 / 88.8 k (medians 85.9 k and 92.4 k, +8%); with
+two the consumer kept up (end-to-end p50 2.6-3.1 ms) and the producer's one
+`send_batch` at a time became the limit (92-96 k msg/s sent, against
+100-119 k while the consumer trailed). A producer with two batches in
+flight (an experiment on raw requests, not kept) then sent 124-144 k msg/s
+and the consumer fell behind again at 97-112 k: three processes and their
+I/O threads on 2 CPUs.
 
 Seventh session: **the storage side of the consumer path.** py-spy on the
 single host of a W3 run (`zmqueue bench --workload W3 --hosts 1`, 200

@@ -168,6 +168,29 @@ def test_an_async_pipeline_confirms_every_send(qcluster: QueueCluster) -> None:
     asyncio.run(main())
 
 
+def test_an_async_receive_pipeline_drains_a_queue_and_hears_every_delete(qcluster: QueueCluster) -> None:
+    name = qcluster.queue_name("aio-rpipe")
+    heard: list[Any] = []
+
+    async def main() -> None:
+        async with await zmqueue.aio.connect(addr(qcluster)) as client:
+            q = await client.create_queue(name, visibility_timeout=60)
+            sent = await q.send_batch([f"r{i}".encode() for i in range(150)])
+            seen: list[str] = []
+            on_deleted = lambda items, errors: heard.extend(zip(items, errors, strict=True))  # noqa: E731
+            async with q.receive_pipeline(max_messages=20, wait_time=0.5, on_deleted=on_deleted) as pipe:
+                while msgs := await pipe.receive():
+                    seen += [m.id for m in msgs]
+                    await pipe.delete(msgs)
+                assert pipe.sync.requests > 0, "requests went ahead"
+            assert pipe.failed_deletes == []
+            assert sorted(seen) == sorted(sent)
+            assert (await q.stats())["total"] == 0
+
+    asyncio.run(main())
+    assert len(heard) == 150 and all(err is None for _, err in heard), "each delete's outcome, once"
+
+
 def test_cancelled_polls_leave_the_client_working_and_close_is_clear(qcluster: QueueCluster) -> None:
     name = qcluster.queue_name("aio-close")
 

@@ -21,15 +21,16 @@ Semantics:
 - a received message's visibility timeout starts when the host answers,
   which may be up to ``in_flight - 1`` batches before the caller gets it: a
   handler slow enough to matter should extend it (or use ``in_flight=1``);
-- requests ahead go to the (partition, host) whose last answer had
-  messages, without waiting (``wait_ms`` 0). Once an answer is empty (the
-  queue is drained, or that host's copy is), or a request fails, nothing
-  more is sent ahead: the next batch is taken the way :meth:`Queue.receive`
-  takes it (a sweep of every serving host, then a long poll up to
-  ``wait_time``, with the pending deletes riding on it), and requests go
-  ahead again once an answer has messages. So an idle consumer long-polls
-  as a plain one does, and routing, failover and retries are the plain
-  receive's;
+- requests go ahead only while there is a backlog: after an answer with a
+  full batch (``max_messages``), to the (partition, host) it came from,
+  without waiting (``wait_ms`` 0). Once an answer is short (the backlog
+  there is gone: a request ahead would likely come back empty, a host's
+  work for nothing) or a request fails, nothing more is sent ahead: the
+  next batch is taken the way :meth:`Queue.delete_and_receive` takes it (a
+  sweep of every serving host, then a long poll up to ``wait_time``, the
+  pending deletes riding on it), and requests go ahead again after a full
+  batch. So a consumer that keeps up, or idles, makes the requests a plain
+  one makes, and routing, failover and retries are the plain receive's;
 - a delete's outcome is known once the request that carried it is answered
   (``on_deleted`` hears it); a delete whose request got no answer (a host
   died) or failed goes again with the next one (deleting a message already
@@ -183,8 +184,8 @@ class ReceivePipeline:
 
     # --- requests ahead ----------------------------------------------------------
     def _top_up(self) -> None:
-        """While the last answer had messages: send until ``in_flight`` are in
-        flight, to where it came from (but see ``Queue._receive_targets``: now
+        """While the last answer was a full batch: send until ``in_flight`` are
+        in flight, to where it came from (but see ``Queue._receive_targets``: now
         and then elsewhere)."""
         while self._ahead and len(self._asks) < self.in_flight:
             p, endpoint = self.queue._targets_now()[0]
@@ -315,8 +316,11 @@ class ReceivePipeline:
         ask.msgs = self.queue.messages_of(ask.partition, body)
         if ask.msgs:
             self.queue._lucky = (ask.partition, ask.conn.endpoint)
-        else:
-            self._ahead = False  # drained (here): the plain receive sweeps and waits
+        if len(ask.msgs) < self.max_messages:
+            # not a full batch: the backlog here is gone, a request ahead would
+            # likely come back empty (a host's cost for nothing); the plain
+            # receive sweeps and waits
+            self._ahead = False
 
     def _unanswered(self, asks: list[_Ask], err: ZmqueueError) -> None:
         """Requests that cannot be answered now: their deletes go again (a
@@ -333,7 +337,7 @@ class ReceivePipeline:
 
     def _fallback(self) -> list[Message]:
         """A batch the plain way, carrying the pending deletes; requests go
-        ahead again if it had messages."""
+        ahead again if it was full."""
         pending = self._waited + self._acks
         acks, self._acks, self._waited = pending[:MAX_BATCH], pending[MAX_BATCH:], []
         self.fallbacks += 1
@@ -344,7 +348,7 @@ class ReceivePipeline:
             self._acks[:0] = acks  # outcome unknown: they go again next time
             raise
         self._outcome(acks, errors)
-        self._ahead = bool(msgs) and self.queue._lucky is not None
+        self._ahead = len(msgs) == self.max_messages and self.queue._lucky is not None
         return msgs
 
     def _settle(self) -> None:
