@@ -229,61 +229,62 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5b, W1p, W5p, W5-half) and the
 raw pyzmq ceiling come from the one invocation above, on the tree of commit
-{commit}, the nineteenth session's code. Since the previous invocation
-(14f0e36, seventeenth session) the consumer changed: `zmqueue bench`'s pull
-consumers receive through `Queue.receive_pipeline`, which keeps two
-RECEIVE requests in flight, so the host takes the next batch while the
-consumer checks this one, each batch's deletes riding on the next request
-(see "Receive + delete" in "Where the time goes"); the eighteenth session
-also paged the backlog in by groups of blocks (docs/perf/storage.md).
-Every system's rows are lower than in the previous invocation, at about
-the same load (median 1-minute load average 3.2 against 3.5): Redis's W3 by
-a fifth (73.2 k against 90.0 k msg/s), raw pyzmq's batched round trip by a
-sixth (552 k against 658 k). The VM's CPUs are shared with other machines'
-work; read the ratios, measured side by side.
+{commit}, the nineteenth session's code. Since the previous session's
+invocation (14f0e36) the consumer changed: `zmqueue bench`'s pull consumers
+receive through `Queue.receive_pipeline`, which keeps two RECEIVE requests
+in flight while there is a backlog (answers are full batches), so the host
+takes the next batch while the consumer checks this one, each batch's
+deletes riding on the next request (see "Receive + delete" in "Where the
+time goes"); the eighteenth session also paged the backlog in by groups of
+blocks (docs/perf/storage.md). The peers' rows are lower than in the
+previous session's invocation at about the same load (median 1-minute load
+average 3.4 against 3.5): Redis's W3 79.4 k against 90.0 k msg/s, raw
+pyzmq's batched round trip 477 k against 658 k. The VM's CPUs are shared
+with other machines' work; read the ratios, measured side by side.
 
 Per-run ratios of this invocation (100 B unless marked; zmqueue vs the peer, e2e msg/s):
 
 | row | run 1 | run 2 | run 3 |
 |---|---:|---:|---:|
-| W1 vs Redis | 0.33x (1.7 k vs 5.3 k) | 0.27x (1.6 k vs 5.8 k) | 0.31x (1.9 k vs 6.2 k) |
-| W1p vs Redis | 0.56x (33.4 k vs 59.8 k) | 0.53x (36.3 k vs 68.7 k) | 0.50x (43.9 k vs 88.1 k) |
-| W1p vs NATS | 2.17x | 2.21x | 2.20x |
-| W3 vs Redis | 1.35x (73.8 k vs 54.7 k) | 1.17x (100.6 k vs 86.3 k) | 1.19x (87.5 k vs 73.2 k) |
-| W3 vs Redis, 1,024 B | 1.29x (62.5 k vs 48.4 k) | 1.12x (78.5 k vs 70.0 k) | 1.42x (85.8 k vs 60.6 k) |
-| W5 vs NATS R=3 | 0.59x | 0.84x | 0.75x |
-| W5p vs NATS R=3 | 1.82x (15.5 k vs 8.5 k) | 1.67x (16.4 k vs 9.8 k) | 2.14x (16.1 k vs 7.5 k) |
-| W5p vs NATS R=3, 1,024 B | 1.73x | 2.03x | 1.69x |
-| W5b vs NATS R=3 | 2.87x | 3.46x | 3.78x |
+| W1 vs Redis | 0.34x (2.0 k vs 5.8 k) | 0.31x (1.8 k vs 5.7 k) | 0.29x (1.9 k vs 6.4 k) |
+| W1p vs Redis | 0.37x (32.5 k vs 88.3 k) | 0.45x (38.6 k vs 85.6 k) | 0.52x (42.8 k vs 83.0 k) |
+| W1p vs NATS | 1.92x | 2.09x | 2.22x |
+| W3 vs Redis | 1.32x (90.8 k vs 68.5 k) | 1.04x (82.6 k vs 79.4 k) | 1.11x (93.7 k vs 84.3 k) |
+| W3 vs Redis, 1,024 B | 1.23x (72.8 k vs 59.2 k) | 1.50x (90.3 k vs 60.0 k) | 1.27x (91.3 k vs 71.9 k) |
+| W5 vs NATS R=3 | 0.80x | 0.84x | 0.93x |
+| W5p vs NATS R=3 | 1.43x (13.3 k vs 9.3 k) | 1.65x (16.4 k vs 9.9 k) | 2.04x (18.7 k vs 9.2 k) |
+| W5p vs NATS R=3, 1,024 B | 2.43x | 1.97x | 2.15x |
+| W5b vs NATS R=3 | 3.99x | 3.73x | 4.22x |
 
-The previous invocation (14f0e36) had W1 0.36x Redis, W1p 0.48x, W3 0.96x
-(1,024 B 0.96x), W2 p99 3.03x, W5 0.96x, W5p 1.79x (1,024 B 2.36x), W5b
-4.00x and a half-rate R=3 send p99 of 4.69 ms; the one before it (e40ecc3)
-W1 0.36x, W1p 0.21x, W3 0.98x, W2 p99 2.79x, W5 0.88x, W5p 1.05x and W5b
-4.12x.
+An invocation an hour earlier on 08ca0d5, whose pipeline sent requests
+ahead after any answer with messages (so in W1 each message cost the host
+two extra, empty RECEIVEs), had W3 1.19x Redis (1,024 B 1.30x), W1 0.30x,
+W2 p99 3.77x, W5 0.81x, W5p 1.89x and W5b 3.25x; its JSON lines are in the
+history of docs/perf/peers.md. The previous session's (14f0e36) had W1
+0.36x Redis, W1p 0.48x, W3 0.96x (1,024 B 0.96x), W2 p99 3.03x, W5 0.96x,
+W5p 1.79x (1,024 B 2.36x), W5b 4.00x and a half-rate R=3 send p99 of
+4.69 ms.
 
 docs/perf/peers.md holds this invocation's JSON lines; earlier ones are in
 that page's history.
 
-- **Where zmqueue stands.** W3 is ahead of Redis (1.19x; 1,024 B 1.30x)
-  and 4.5x NATS; W5b is 3.2x NATS R=3. One message per request is where it
+- **Where zmqueue stands.** W3 is ahead of Redis (1.14x; 1,024 B 1.50x)
+  and 4.9x NATS; W5b is 4.2x NATS R=3. One message per request is where it
   is behind: Redis answers one XADD in ~0.14 ms (p50), zmqueue one
-  confirmed send in ~0.53 ms on this busier machine, so W1 and W2 stay
-  behind Redis and W2 behind NATS; the single-send latency tail was probed
-  three ways on an otherwise idle host (see "Where the time goes"), and
-  none changed it.
+  confirmed send in ~0.49 ms, so W1 and W2 stay behind Redis and W2 behind
+  NATS; the single-send latency tail was probed three ways on an otherwise
+  idle host (see "Where the time goes"), and none changed it.
 - **Pipelined single sends.** With 100 sends in flight zmqueue moves 21x
-  its W1 (36.3 k msg/s) and 23x its W5 with R=3 sync (16.1 k): 2.2x NATS at
-  R=1, 1.9x NATS R=3 (1,024 B 1.8x), 3.1x RabbitMQ, 0.53x Redis. The
-  pipeline coalesces the sends made while 4 requests are in flight, so the
-  host's ~45-55 us per request is paid once per group; Redis answers a
-  pipelined XADD in a few us of C. See "Pipelined single sends" in "Where
-  the time goes".
+  its W1 (38.6 k msg/s) and 26x its W5 with R=3 sync (16.4 k): 2.1x NATS at
+  R=1, 1.8x NATS R=3 (1,024 B 2.2x), 0.45x Redis. The pipeline coalesces
+  the sends made while 4 requests are in flight, so the host's ~45-55 us
+  per request is paid once per group; Redis answers a pipelined XADD in a
+  few us of C. See "Pipelined single sends" in "Where the time goes".
 - **Targets met:**
   - no losses or duplicates in any run of any system;
-  - the R=3 send p99 at half rate (< 10 ms: 5.46 ms);
-  - W5 at 1.5x NATS R=3 with batches (W5b 3.25x; 1,024 B 3.51x) and with
-    pipelined single sends (W5p 1.89x; 1,024 B 1.80x);
+  - the R=3 send p99 at half rate (< 10 ms: 4.38 ms);
+  - W5 at 1.5x NATS R=3 with batches (W5b 4.22x; 1,024 B 3.56x) and with
+    pipelined single sends (W5p 1.77x; 1,024 B 2.16x);
   - FIFO failover (replication.md, rerun in the tenth session, with
     requests held while a new writer recovers and the loop woken at once by
     posted work: p50 1.57 s, max 1.63 s over 20 kills; ninth session 1.62 s
@@ -296,12 +297,12 @@ that page's history.
   - queues.md (3dd2fbc, 5 runs): send_batch at 25% of raw pyzmq (35.6%),
     and the single-send p99 at 3x raw (2.47x).
 - **Targets missed:**
-  - 2x the best peer in W1 (one at a time, 0.30x Redis, or pipelined,
-    0.53x) and W3 (1.19x Redis);
-  - W2 p99 at or below the best peer's (1.59 ms against Redis's 0.42 ms);
-  - W3 end to end at 25% of the raw pyzmq batched round trip (15.8%; 1,024 B
-    20.3%);
-  - W5 at 1.5x NATS R=3 with one send at a time (0.81x; 1,024 B 0.68x):
+  - 2x the best peer in W1 (one at a time, 0.32x Redis, or pipelined,
+    0.45x) and W3 (1.14x Redis; 1,024 B 1.50x);
+  - W2 p99 at or below the best peer's (1.45 ms against Redis's 0.40 ms);
+  - W3 end to end at 25% of the raw pyzmq batched round trip (19.1%; 1,024 B
+    19.6%; the ceiling itself ran a quarter below the previous session's);
+  - W5 at 1.5x NATS R=3 with one send at a time (0.80x; 1,024 B 0.70x):
     each send waits a whole replicated round trip across four processes
     on 2 CPUs.
 
@@ -422,7 +423,12 @@ two the consumer kept up (end-to-end p50 2.6-3.1 ms) and the producer's one
 100-119 k while the consumer trailed). A producer with two batches in
 flight (an experiment on raw requests, not kept) then sent 124-144 k msg/s
 and the consumer fell behind again at 97-112 k: three processes and their
-I/O threads on 2 CPUs.
+I/O threads on 2 CPUs. A first version sent requests ahead after any answer
+with messages; in W1 (one message at a time) that cost the host two empty
+RECEIVEs per message, so requests now go ahead only after a full batch (a
+backlog), and a consumer that keeps up sends what a plain one sends. With
+that rule (6b78062), 2 more alternating pairs: 84.4 / 79.0 k msg/s with one
+request in flight against 90.7 / 100.0 k with two.
 
 Seventh session: **the storage side of the consumer path.** py-spy on the
 single host of a W3 run (`zmqueue bench --workload W3 --hosts 1`, 200

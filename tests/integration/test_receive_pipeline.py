@@ -69,6 +69,24 @@ def test_a_stale_delete_is_reported_and_the_rest_are_deleted(qcluster: QueueClus
     q.delete(again)
 
 
+def test_a_malformed_or_foreign_receipt_is_refused_alone(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("rp-bad"), visibility_timeout=60)
+    other = qcluster.client.create_queue(qcluster.queue_name("rp-other"), visibility_timeout=60)
+    other.send(b"x")
+    [foreign] = other.receive(max_messages=1, wait_time=5)
+    q.send_batch([b"b%d" % i for i in range(30)])
+    got: list[zmqueue.Message] = []
+    with q.receive_pipeline(max_messages=10, wait_time=0.5) as pipe:
+        while msgs := pipe.receive():
+            got += msgs
+            pipe.delete(["not-a-receipt", foreign.receipt, *msgs] if len(got) == 10 else msgs)
+    assert len({m.id for m in got}) == 30
+    refused = {str(item): type(err) for item, err in pipe.failed_deletes}
+    assert refused == {"not-a-receipt": zmqueue.InvalidReceipt, foreign.receipt: zmqueue.InvalidParameter}
+    assert q.stats()["total"] == 0, "the good deletes went through"
+    assert other.stats()["in_flight"] == 1, "the other queue's message was not touched"
+
+
 def test_a_fifo_pipeline_keeps_each_groups_order(qcluster: QueueCluster) -> None:
     q = qcluster.client.create_queue(qcluster.queue_name("rp") + ".fifo", fifo=True, visibility_timeout=60)
     groups = "ABC"

@@ -222,19 +222,19 @@ class ReceivePipeline:
         already go now, as DELETE requests."""
         if not self._acks and not self._waited:
             return None, []
-        waited, acks = self._waited, self._waited + self._acks
+        old = len(self._waited)  # acks[:old] waited once already
+        acks = self._waited + self._acks
         self._acks, self._waited = [], []
-        while len(acks) > MAX_BATCH:
+        if len(acks) > MAX_BATCH:
             self._delete_now(acks[MAX_BATCH:])
             acks = acks[:MAX_BATCH]
         try:
             groups = self.queue.by_stream(acks)
-        except ZmqueueError as exc:  # a receipt of another queue: refused one by one
-            self._delete_now(acks, exc)
-            return None, []
+        except ZmqueueError:  # a malformed receipt, or another queue's: refused alone
+            acks, old = self._checked(acks, old)
+            groups = self.queue.by_stream(acks) if acks else {}
         carry: _Carry | None = None
         carried: list[Deletable] = []
-        old = len(waited)
         for (gp, origin), idxs in sorted(groups.items(), key=lambda g: -len(g[1])):
             items = [acks[i] for i in idxs]
             if carry is None and gp == p and self.queue.routes.for_stream(gp, origin)[:1] == [endpoint]:
@@ -247,12 +247,27 @@ class ReceivePipeline:
             self._waited += [acks[i] for i in idxs if i >= old]
         return carry, carried
 
-    def _delete_now(self, items: list[Deletable], failed: ZmqueueError | None = None) -> None:
+    def _checked(self, acks: list[Deletable], old: int) -> tuple[list[Deletable], int]:
+        """``acks`` without the items refused before any request (their error
+        reported), and how many of those left had waited once."""
+        good: list[Deletable] = []
+        good_old = 0
+        for i, item in enumerate(acks):
+            try:
+                self.queue.by_stream([item])
+            except ZmqueueError as exc:
+                self._outcome([item], [exc])
+                continue
+            good.append(item)
+            good_old += i < old
+        return good, good_old
+
+    def _delete_now(self, items: list[Deletable]) -> None:
+        """DELETE requests now (outcomes reported; a request that fails
+        reports its error for each of its items)."""
         for i in range(0, len(items), MAX_BATCH):
             chunk = items[i:i + MAX_BATCH]
             try:
-                if failed is not None:
-                    raise failed
                 errors = self.queue.delete_batch(chunk)
             except ZmqueueError as exc:
                 errors = [exc] * len(chunk)
@@ -340,6 +355,11 @@ class ReceivePipeline:
         ahead again if it was full."""
         pending = self._waited + self._acks
         acks, self._acks, self._waited = pending[:MAX_BATCH], pending[MAX_BATCH:], []
+        if acks:
+            try:
+                self.queue.by_stream(acks)
+            except ZmqueueError:  # a malformed receipt, or another queue's: refused alone
+                acks, _ = self._checked(acks, 0)
         self.fallbacks += 1
         try:
             errors, msgs = self.queue.delete_and_receive(acks, self.max_messages, self.wait_time,
