@@ -31,13 +31,26 @@ def _delivered_twice(q: zmqueue.Queue) -> tuple[zmqueue.Message, zmqueue.Message
     return first, again
 
 
+def replicated_queue(qcluster: QueueCluster, base: str, replicas: int) -> zmqueue.Queue:
+    """A queue with ``replicas`` streams of partition 0 (synchronous with 2 or
+    more), once every one is written (visibility timeout 60 s)."""
+    q: zmqueue.Queue = qcluster.client.create_queue(
+        qcluster.queue_name(base), visibility_timeout=60, replication_factor=replicas,
+        sync_replication=replicas > 1)
+
+    def written() -> bool:
+        q.refresh()
+        return len(q.routes.part(0).writers) == replicas
+
+    wait_for(written, 20, "streams written")
+    return q
+
+
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_deletes_ride_on_the_next_receive_and_a_drained_queue_is_empty(
         qcluster: QueueCluster, replicas: int) -> None:
     """With 2 replicas, synchronous: the carried deletes are replicated before the answer."""
-    q = qcluster.client.create_queue(qcluster.queue_name("dar"), visibility_timeout=60,
-                                     replication_factor=replicas, sync_replication=replicas > 1)
-    wait_for(lambda: len(q.refresh() or q.routes.part(0).writers) == replicas, 20, "streams written")
+    q = replicated_queue(qcluster, "dar", replicas)
     sent_ids = set(q.send_batch([b"m%d" % i for i in range(25)]))
     first = q.receive(max_messages=10, wait_time=5)
     assert first
@@ -73,9 +86,7 @@ def test_received_messages_handed_back_are_deleted_by_reference_on_the_next_rece
     """delete_and_receive(messages): plain messages come in column groups and
     go back as (seq, receive count) pairs (dref), replicated before the
     answer (2 replicas, synchronous); no receipt text is built or sent."""
-    q = qcluster.client.create_queue(qcluster.queue_name("dar-ref"), visibility_timeout=60,
-                                     replication_factor=2, sync_replication=True)
-    wait_for(lambda: len(q.refresh() or q.routes.part(0).writers) == 2, 20, "streams written")
+    q = replicated_queue(qcluster, "dar-ref", 2)
     sent_ids = set(q.send_batch([b"r%d" % i for i in range(25)]))
     msgs = q.receive(max_messages=10, wait_time=5)
     assert msgs

@@ -8,16 +8,14 @@ import collections
 import pytest
 
 import zmqueue
-from tests.conftest import QueueCluster, wait_for
-from tests.integration.test_delete_and_receive import _delivered_twice, _requests
+from tests.conftest import QueueCluster
+from tests.integration.test_delete_and_receive import _delivered_twice, _requests, replicated_queue
 
 
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_a_pipeline_drains_a_queue_with_requests_ahead_and_its_deletes_riding_on_them(
         qcluster: QueueCluster, replicas: int) -> None:
-    q = qcluster.client.create_queue(qcluster.queue_name("rp"), visibility_timeout=60,
-                                     replication_factor=replicas, sync_replication=replicas > 1)
-    wait_for(lambda: len(q.refresh() or q.routes.part(0).writers) == replicas, 20, "streams written")
+    q = replicated_queue(qcluster, "rp", replicas)
     sent = q.send_batch([b"m%d" % i for i in range(250)])
     deletes_before = _requests(qcluster, "DELETE")
     seen: list[str] = []
