@@ -212,6 +212,29 @@ def test_push_credits_that_carry_deletes_are_rate_limited_and_retried(secure: Se
     assert _sum("zmqueue_queue_pushed_total", secure, queue=name) == 12
 
 
+def test_a_receive_pipeline_works_over_curve_and_rides_out_its_rate_limit(secure: SecureCluster) -> None:
+    """Its own connections do the CURVE handshake; its RECEIVEs (ahead, and
+    carrying deletes) are rate limited like any, and a throttled one falls
+    back to the plain receive, which backs off: every message is received
+    and deleted once."""
+    name = qname("rpipe")
+    q = secure.clients["alice"].create_queue(name, visibility_timeout=60, client_rate_limit_per_s=5,
+                                             rate_burst=5)
+    sent = secure.clients["bob"].get_queue(name).send_batch([f"r{i}".encode() for i in range(40)])
+    got: list[str] = []
+    with q.receive_pipeline(max_messages=4, wait_time=0.5) as pipe:
+        deadline = time.monotonic() + 60
+        while len(got) < 40 and time.monotonic() < deadline:
+            msgs = pipe.receive()
+            got += [m.id for m in msgs]
+            pipe.delete(msgs)
+        assert pipe.requests > 0, "requests went ahead on the pipeline's own CURVE connections"
+    assert sorted(got) == sorted(sent)
+    assert pipe.failed_deletes == []
+    assert _sum("zmqueue_queue_throttled_total", secure, queue=name) > 0
+    wait_for(lambda: _sum("zmqueue_queue_deletes_total", secure, queue=name) == 40, 10, "all deleted")
+
+
 def test_metrics_reflect_a_known_workload_exactly(secure: SecureCluster) -> None:
     name = qname("metrics")
     q = secure.clients["alice"].create_queue(name)
