@@ -101,8 +101,8 @@ class _Ask:
     request_id: int
     partition: int
     sent_at: float
-    carry: _Carry | None
     carried: list[Deletable]
+    """The deletes riding on it (empty: none)."""
     msgs: list[Message] = field(default_factory=list)
     done: bool = False
 
@@ -212,7 +212,7 @@ class ReceivePipeline:
             self._ahead = False
             return
         self.requests += 1
-        self._asks.append(_Ask(conn, rid, p, time.monotonic(), carry, carried))
+        self._asks.append(_Ask(conn, rid, p, time.monotonic(), carried))
 
     def _carry(self, p: int, endpoint: str) -> tuple[_Carry | None, list[Deletable]]:
         """The pending deletes of the stream that ``endpoint`` writes for
@@ -320,7 +320,7 @@ class ReceivePipeline:
             self._ahead = False
             return
         body = frame.body
-        if ask.carry is not None:
+        if ask.carried:
             results = body.get("dr") if isinstance(body, dict) else None
             if results is None:  # not taken with the receive (a host that no longer writes it)
                 self._acks[:0] = ask.carried
