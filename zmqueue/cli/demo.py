@@ -44,7 +44,8 @@ def _progress() -> Progress:
 
 
 def pump(q: zmqueue.Queue, n: int, fifo: bool) -> tuple[float, int]:
-    """Send n messages in batches, receive and delete them all; (seconds, received)."""
+    """Send n messages in batches, receive (``Queue.receive_pipeline``) and
+    delete them all; (seconds, received)."""
     start = time.monotonic()
     received: set[str] = set()
     with _progress() as progress:
@@ -57,11 +58,15 @@ def pump(q: zmqueue.Queue, n: int, fifo: bool) -> tuple[float, int]:
             q.send_batch(batch)
             progress.advance(sent_task, len(batch))
         deadline = time.monotonic() + 60
-        while len(received) < n and time.monotonic() < deadline:
-            msgs = q.receive(max_messages=100, wait_time=1)
-            q.delete_batch([m.receipt for m in msgs])
-            received.update(m.id for m in msgs)
-            progress.update(recv_task, completed=len(received))
+        # the next batch is taken while this one is handled; deletes ride on the requests
+        with q.receive_pipeline(max_messages=100, wait_time=1) as pipe:
+            while len(received) < n and time.monotonic() < deadline:
+                msgs = pipe.receive()
+                pipe.delete(msgs)
+                received.update(m.id for m in msgs)
+                progress.update(recv_task, completed=len(received))
+        if pipe.failed_deletes:
+            raise pipe.failed_deletes[0][1]
     return time.monotonic() - start, len(received)
 
 

@@ -63,6 +63,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from zmqueue.client.breaker import CircuitBreaker
 from zmqueue.client.models import Message
 from zmqueue.client.queue import MAX_BATCH, Deletable, _Carry, _text, delete_refs
 from zmqueue.client.routing import FIFO_ORIGIN
@@ -189,6 +190,9 @@ class ReceivePipeline:
         and then elsewhere)."""
         while self._ahead and len(self._asks) < self.in_flight:
             p, endpoint = self.queue._targets_now()[0]
+            if self.queue.client.guards.for_endpoint(endpoint)[0].state != CircuitBreaker.CLOSED:
+                self._ahead = False  # a host that failed lately: the plain receive probes it
+                return
             self._send(p, endpoint)
 
     def _conn(self, endpoint: str) -> Connection:
