@@ -33,6 +33,8 @@ ROWS = [
      "raw.dealer_router_batched_sync_payloads_per_s", "msg/s", "≥ 25% of raw"),
     ("delete_and_receive drain (batch 100; the deletes ride on the next receive)",
      "zmqueue.receive_delete_msgs_per_s", "raw.dealer_router_batched_sync_payloads_per_s", "msg/s", "-"),
+    ("receive pipeline drain (batch 100, 2 requests in flight; the deletes ride on them)",
+     "zmqueue.receive_pipeline_msgs_per_s", "raw.dealer_router_batched_sync_payloads_per_s", "msg/s", "-"),
     ("push subscription drain (prefetch 10, auto_delete: a batch's credits and deletes in one CREDIT)",
      "zmqueue.push_msgs_per_s", "raw.dealer_router_single_per_s", "msg/s", "-"),
     ("pipelined single sends (Queue.pipeline, 100 in flight; raw: 100 single requests in flight)",

@@ -113,24 +113,28 @@ process, payloads msgpack-packed 100 to a frame, loopback TCP.
 ## Queue operations beside raw pyzmq
 
 One client thread, one host, 100-byte messages, batches of 100
-([docs/perf/queues.md](perf/queues.md), `python -m benchmarks.queues --runs 5 --write`
-on commit 3dd2fbc (twelfth session), medians of 5 runs; the per-run figures
-are on that page). The machine was busy during the last two runs (their
-single-send p99 was 4.65x raw, the first three 2.04-2.48x; the push drain
-fell from 19.9 k to 11.2 k msg/s over the five runs, the pipelined sends from
-21.2 k to 14.0 k). The seventh session's invocation (76b8fdf, 9 runs, a quieter
-machine) had send_batch at 33.7% of raw, the drain at 115,195 msg/s, the push
-drain at 17,868 msg/s and the single-send p99 at 2.02x raw. Earlier history:
-the drain went from 28,361 (third session, receive + `delete_batch`) to 60,211
-(fifth, receipts carried on the receive) and 97,125 (sixth, no object per
-message on the host); the push drain from 2,382 (79e42d4) to 16,659 (999a770),
-once a batch of pushed messages was credited and deleted in one `CREDIT`.
-A check after the session's last host change (2a3cc43, `h_credit` restructured:
-`python -m benchmarks.queues --runs 3`, not written to the page, load average
-~1.4) gave send_batch at 37.3% of raw, the push drain at 16,147 msg/s, the
-pipelined sends at 15,979 msg/s and the single-send p99 at 1.98x raw: no
-regression. The pipelined row is new: `Queue.pipeline(100)` against a raw DEALER keeping
-100 single requests in flight; each zmqueue message is a whole request
+([docs/perf/queues.md](perf/queues.md), `python -m benchmarks.queues --runs 5`
+on the tree of 898ac4a plus the new row (nineteenth session, a quiet
+machine: raw pyzmq's batched round trip 678 k payloads/s), medians of 5
+runs; the per-run figures are on that page). New row: the same backlog
+drained through `Queue.receive_pipeline` (two requests in flight), 193 k
+against the `delete_and_receive` drain's 136 k msg/s (1.48x, median of the
+per-run ratios; it always ran second in a run, not alternated; the
+alternated W3 pairs are in "Receive + delete"). The previous invocation
+(3dd2fbc, twelfth session, a busy machine: raw 446 k) had send_batch at
+35.6% of raw, the drain at 87,392 msg/s, the push drain at 14,593 msg/s, the
+pipelined sends (before they coalesced) at 15,716 msg/s and the single-send
+p99 at 2.47x raw; the seventh session's (76b8fdf, 9 runs) send_batch at
+33.7%, the drain at 115,195 msg/s, the push drain at 17,868 msg/s and the
+single-send p99 at 2.02x raw. Earlier history: the drain went from 28,361
+(third session, receive + `delete_batch`) to 60,211 (fifth, receipts
+carried on the receive) and 97,125 (sixth, no object per message on the
+host); the push drain from 2,382 (79e42d4) to 16,659 (999a770), once a
+batch of pushed messages was credited and deleted in one `CREDIT`. The
+pipelined row is `Queue.pipeline(100)` against a raw DEALER keeping 100
+single requests in flight; since the seventeenth session the pipeline
+coalesces the sends made while 4 requests are in flight, so zmqueue passes
+the raw figure, where each payload is a whole request
 (see "Pipelined single sends" in "Where the time goes"):
 
 {queues}
@@ -294,8 +298,8 @@ that page's history.
     61.3% with 16 producers, median of the rounds' ratios 60.8%; with one
     producer, i.e. one batch in flight, 47.3%; ninth session 59.0% / 44.8%;
     fourth session 63.4% / 43.7%);
-  - queues.md (3dd2fbc, 5 runs): send_batch at 25% of raw pyzmq (35.6%),
-    and the single-send p99 at 3x raw (2.47x).
+  - queues.md (nineteenth session, 5 runs): send_batch at 25% of raw
+    pyzmq (32.9%), and the single-send p99 at 3x raw (1.84x).
 - **Targets missed:**
   - 2x the best peer in W1 (one at a time, 0.32x Redis, or pipelined,
     0.45x) and W3 (1.14x Redis; 1,024 B 1.50x);

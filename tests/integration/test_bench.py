@@ -28,6 +28,7 @@ def test_the_raw_pyzmq_ceiling_measures_batched_round_trips_and_single_latency()
 def test_the_queue_benchmark_receives_and_deletes_every_message_it_sent(qcluster: QueueCluster) -> None:
     r = measure_queue(qcluster.client, 100, 50, duration_s=0.3, single_count=50)
     assert r["received"] == r["sent"] > 0
+    assert r["receive_pipeline_received"] == r["sent"] and r["receive_pipeline_msgs_per_s"] > 0
     assert r["send_batch_msgs_per_s"] > 0 and r["send_single_p99_ms"] > 0
     assert r["push_handled"] == PUSH_COUNT and r["push_msgs_per_s"] > 0
     assert r["send_pipelined_msgs_per_s"] > 0

@@ -5,6 +5,8 @@ host, 100-byte messages, measured beside raw pyzmq in the same run.
   (the client is synchronous); messages/s.
 - ``receive_delete``: ``delete_and_receive`` (each batch's deletes ride on
   the next receive of ``batch``), until the queue is empty; messages/s.
+- ``receive_pipeline``: the same backlog again, drained through
+  ``Queue.receive_pipeline`` (two RECEIVEs in flight); messages/s.
 - ``send_single``: one ``send`` at a time; round-trip p50/p99/p99.9.
 - ``send_pipelined``: single-message sends through ``Queue.pipeline`` with
   100 in flight (raw pyzmq: 100 single-payload requests in flight); messages/s.
@@ -69,6 +71,7 @@ def _measure(q: zmqueue.Queue, size: int, batch: int, duration_s: float,
     if done:
         q.delete_batch(done)
     recv_rate = got / (time.perf_counter() - t0)
+    ahead_rate, ahead_got = _receive_ahead(q, bodies, sent)
 
     lat = np.empty(single_count, dtype=np.float64)
     for i in range(-100, single_count):
@@ -84,12 +87,32 @@ def _measure(q: zmqueue.Queue, size: int, batch: int, duration_s: float,
     return {
         "send_batch_msgs_per_s": send_rate,
         "receive_delete_msgs_per_s": recv_rate,
+        "receive_pipeline_msgs_per_s": ahead_rate, "receive_pipeline_received": float(ahead_got),
         "push_msgs_per_s": push_rate, "push_handled": float(pushed),
         "received": float(got), "sent": float(sent),
         "send_single_p50_ms": pct["p50"], "send_single_p99_ms": pct["p99"],
         "send_single_p99.9_ms": pct["p99.9"],
         "send_pipelined_msgs_per_s": pipe_rate,
     }
+
+
+def _receive_ahead(q: zmqueue.Queue, bodies: list[bytes], count: int) -> tuple[float, int]:
+    """Messages/s of a receive pipeline (two requests in flight, the deletes
+    riding on them) draining ``count`` messages sent beforehand, the same
+    backlog the ``delete_and_receive`` drain had; and how many it received."""
+    for i in range(0, count, len(bodies)):
+        q.send_batch(bodies[: min(len(bodies), count - i)])
+    got = 0
+    t0 = time.perf_counter()
+    stop_at = t0 + DRAIN_TIMEOUT_S
+    with q.receive_pipeline(len(bodies), wait_time=0.5, in_flight=2) as pipe:
+        while got < count and time.perf_counter() < stop_at:
+            msgs = pipe.receive()
+            pipe.delete(msgs)
+            got += len(msgs)
+    if pipe.failed_deletes:
+        raise pipe.failed_deletes[0][1]
+    return got / (time.perf_counter() - t0), got
 
 
 def _pipelined(q: zmqueue.Queue, body: bytes, duration_s: float) -> float:
