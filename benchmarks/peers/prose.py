@@ -432,7 +432,10 @@ with messages; in W1 (one message at a time) that cost the host two empty
 RECEIVEs per message, so requests now go ahead only after a full batch (a
 backlog), and a consumer that keeps up sends what a plain one sends. With
 that rule (6b78062), 2 more alternating pairs: 84.4 / 79.0 k msg/s with one
-request in flight against 90.7 / 100.0 k with two.
+request in flight against 90.7 / 100.0 k with two. The rows without a
+backlog did not move (898ac4a, 3 alternating pairs each, one against two in
+flight): W1 on one host 2.07 / 2.01 / 2.04 k against 1.99 / 2.14 / 1.86 k
+msg/s, W4 on three hosts 3.22 / 3.34 / 3.19 k against 3.34 / 3.17 / 3.20 k.
 
 Seventh session: **the storage side of the consumer path.** py-spy on the
 single host of a W3 run (`zmqueue bench --workload W3 --hosts 1`, 200
