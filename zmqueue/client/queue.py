@@ -79,6 +79,15 @@ class _Carry:
     items: list[Any]
     results: list[Any] | None = None
 
+    @classmethod
+    def of(cls, partition: int, origin: str, idxs: list[int], receipts: list[Deletable]) -> _Carry:
+        """``receipts`` (one stream's, at ``idxs`` of the caller's list) by
+        reference if every one was read from a column group, else as texts."""
+        refs = delete_refs(origin, receipts)
+        if refs is None:
+            return cls(partition, origin, idxs, "del", [_text(r) for r in receipts])
+        return cls(partition, origin, idxs, "dref", refs)
+
 
 def _text(item: Deletable) -> str:
     """A receipt text (a Message's receipt, built now if it was not yet)."""
@@ -313,10 +322,7 @@ class Queue:
             for (p, origin), idxs in sorted(groups.items(), key=lambda g: -len(g[1])):
                 eps = self.routes.for_stream(p, origin)
                 if eps and (p, eps[0]) in targets:
-                    items = [receipts[i] for i in idxs]
-                    refs = delete_refs(origin, items)
-                    carry = _Carry(p, origin, idxs, "del", [_text(r) for r in items]) if refs is None \
-                        else _Carry(p, origin, idxs, "dref", refs)
+                    carry = _Carry.of(p, origin, idxs, [receipts[i] for i in idxs])
                     del groups[(p, origin)]
                     first = (p, eps[0])
                     targets = [first, *[t for t in targets if t != first]]

@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 
 from zmqueue.client.breaker import CircuitBreaker
 from zmqueue.client.models import Message
-from zmqueue.client.queue import MAX_BATCH, Deletable, _Carry, _text, delete_refs
+from zmqueue.client.queue import MAX_BATCH, Deletable, _Carry, _outcomes
 from zmqueue.client.routing import FIFO_ORIGIN
 from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.errors import (
@@ -73,7 +73,6 @@ from zmqueue.errors import (
     ConnectionLost,
     InvalidParameter,
     NotLeader,
-    ProtocolError,
     RequestTimeout,
     ZmqueueError,
     from_wire,
@@ -242,9 +241,7 @@ class ReceivePipeline:
         for (gp, origin), idxs in sorted(groups.items(), key=lambda g: -len(g[1])):
             items = [acks[i] for i in idxs]
             if carry is None and gp == p and self.queue.routes.for_stream(gp, origin)[:1] == [endpoint]:
-                refs = delete_refs(origin, items)
-                carry = (_Carry(gp, origin, idxs, "del", [_text(r) for r in items]) if refs is None
-                         else _Carry(gp, origin, idxs, "dref", refs))
+                carry = _Carry.of(gp, origin, idxs, items)
                 carried = items
                 continue
             self._delete_now([acks[i] for i in idxs if i < old])
@@ -329,9 +326,10 @@ class ReceivePipeline:
             if results is None:  # not taken with the receive (a host that no longer writes it)
                 self._acks[:0] = ask.carried
             else:
-                if not isinstance(results, list) or len(results) != len(ask.carried):
-                    raise ProtocolError(f"malformed results for {len(ask.carried)} deletes in a reply")
-                self._outcome(ask.carried, [None if r is None else from_wire(r) for r in results])
+                n = len(ask.carried)
+                errors: list[ZmqueueError | None] = [None] * n
+                _outcomes(list(range(n)), results, errors)
+                self._outcome(ask.carried, errors)
         ask.msgs = self.queue.messages_of(ask.partition, body)
         if ask.msgs:
             self.queue._lucky = (ask.partition, ask.conn.endpoint)
