@@ -10,7 +10,6 @@ import zmqueue
 from zmqueue.bench.backend import Target
 from zmqueue.bench.config import BenchConfig
 from zmqueue.bench.worker import RECEIVE_WAIT_S
-from zmqueue.errors import ZmqueueError
 
 SPEC = "zmqueue.bench.zmq_backend:ZmqueueBackend"
 
@@ -109,12 +108,6 @@ class ZmqueuePushConsumer:
     def close(self) -> None:
         self.sub.close()
         self.client.close()
-
-
-def _raise_first(errors: list[ZmqueueError | None]) -> None:
-    for err in errors:
-        if err is not None:
-            raise err
 
 
 class ZmqueueBackend:
