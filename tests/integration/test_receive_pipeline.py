@@ -85,6 +85,23 @@ def test_a_malformed_or_foreign_receipt_is_refused_alone(qcluster: QueueCluster)
     assert other.stats()["in_flight"] == 1, "the other queue's message was not touched"
 
 
+def test_a_malformed_receipt_riding_on_a_plain_receive_is_refused_alone(qcluster: QueueCluster) -> None:
+    """Short batches (no backlog): the deletes go with the plain
+    delete_and_receive, which refuses the whole list for one bad receipt;
+    the pipeline reports that one and sends the rest again."""
+    q = qcluster.client.create_queue(qcluster.queue_name("rp-bad-plain"), visibility_timeout=60)
+    q.send_batch([b"p%d" % i for i in range(5)])
+    with q.receive_pipeline(max_messages=10, wait_time=0.5) as pipe:
+        msgs = pipe.receive()
+        assert len(msgs) == 5 and pipe.requests == 0, "a short batch: nothing asked ahead"
+        pipe.delete(["not-a-receipt", *msgs])
+        assert pipe.receive() == []
+        assert pipe.fallbacks == 2
+        assert [(str(item), type(err)) for item, err in pipe.failed_deletes] == [
+            ("not-a-receipt", zmqueue.InvalidReceipt)]
+        assert q.stats()["total"] == 0, "the good deletes went with the plain receive"
+
+
 def test_a_fifo_pipeline_keeps_each_groups_order(qcluster: QueueCluster) -> None:
     q = qcluster.client.create_queue(qcluster.queue_name("rp") + ".fifo", fifo=True, visibility_timeout=60)
     groups = "ABC"

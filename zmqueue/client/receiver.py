@@ -72,6 +72,7 @@ from zmqueue.errors import (
     ClientClosed,
     ConnectionLost,
     InvalidParameter,
+    InvalidReceipt,
     NotLeader,
     RequestTimeout,
     ZmqueueError,
@@ -357,21 +358,31 @@ class ReceivePipeline:
         ahead again if it was full."""
         pending = self._waited + self._acks
         acks, self._acks, self._waited = pending[:MAX_BATCH], pending[MAX_BATCH:], []
-        if acks:
-            try:
-                self.queue.by_stream(acks)
-            except ZmqueueError:  # a malformed receipt, or another queue's: refused alone
-                acks, _ = self._checked(acks, 0)
         self.fallbacks += 1
         try:
-            errors, msgs = self.queue.delete_and_receive(acks, self.max_messages, self.wait_time,
-                                                         self.visibility_timeout)
+            errors, msgs = self._delete_and_receive(acks)
         except ZmqueueError:
             self._acks[:0] = acks  # outcome unknown: they go again next time
             raise
         self._outcome(acks, errors)
         self._ahead = len(msgs) == self.max_messages and self.queue._lucky is not None
         return msgs
+
+    def _delete_and_receive(self, acks: list[Deletable]
+                            ) -> tuple[list[ZmqueueError | None], list[Message]]:
+        """``Queue.delete_and_receive``; if it refuses the receipts before
+        sending anything (a malformed one, another queue's), again without the
+        refused ones (reported; ``acks`` keeps the rest)."""
+        try:
+            return self.queue.delete_and_receive(acks, self.max_messages, self.wait_time,
+                                                 self.visibility_timeout)
+        except (InvalidReceipt, InvalidParameter):
+            good, _ = self._checked(acks, 0)
+            if len(good) == len(acks):
+                raise  # not the receipts (a host's refusal): the caller's
+            acks[:] = good
+        return self.queue.delete_and_receive(acks, self.max_messages, self.wait_time,
+                                             self.visibility_timeout)
 
     def _settle(self) -> None:
         """``close``: the answers still to come, their messages made visible
