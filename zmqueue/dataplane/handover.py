@@ -127,12 +127,28 @@ class Handover:
             # held only while no other host can take it: a standard
             # partition's other writers take sends and hold their own messages
             if key in self.recovering or (st is not None and st.role is Role.REPLICA
-                                          and svc.redirect_to(*key) is None):
+                                          and self._no_writer_but_me(key)):
                 req._writer_wait_until = until  # type: ignore[attr-defined]
                 self.held_due = min(self.held_due, until) if self.held else until
                 self.held.setdefault(key, []).append(req)
                 return True
         return False
+
+    def _no_writer_but_me(self, key: StreamKey) -> bool:
+        """Whether no host but this one is due to write ``key``: no writer is
+        known and no other host takes its requests, or it is this host's own
+        stream of a standard partition and no other host holds its lock. A
+        host's own stream is its to write: just after a queue is created, or
+        after the host restarts, it may be listed as the writer (its lock
+        taken) before the election reaches the request loop, and a send
+        redirected to another writer then would bounce a client that went to
+        the listed writer."""
+        svc = self.svc
+        if key[2] == svc.node:
+            info = svc.meta.partitions.get(key[:2])
+            writer = info.writers.get(key[2]) if info is not None else None
+            return writer is None or writer == svc.node
+        return svc.redirect_to(*key) is None
 
     def rerun(self, key: StreamKey | None = None) -> None:
         """Run again the requests held for ``key`` (None: all of them). Each
