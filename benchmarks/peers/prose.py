@@ -344,6 +344,46 @@ a fresh `LocalCluster`, ad-hoc loops of `send`, `send_batch` or `receive` +
 `delete_batch`. The session-1 profile (tree 1046cb7) is in the history of
 this file.
 
+**W3 end to end: where the CPU of one batch goes (twentieth session,
+98a547d).** `zmqueue bench --workload W3 --hosts 1 --duration 12`, two runs
+on a quiet machine (load 0.6), 99-104 k msg/s, each thread's CPU and
+run-queue wait read from `/proc/<pid>/task/<tid>/schedstat` over 5 s in the
+middle of the run:
+
+| thread | on CPU | waiting for a CPU | switches/s | wait per switch |
+|---|---:|---:|---:|---:|
+| host request loop | 60-61% | 8% | 1,600 | 50 us |
+| host ZeroMQ I/O | 9-10% | 10% | 4,700 | 21-23 us |
+| producer | 36-38% | 13% | 2,000 | 65-68 us |
+| producer ZeroMQ I/O | 5% | 10-11% | 2,500 | 42-44 us |
+| consumer | 18% | 10% | 1,300 | 78-80 us |
+| consumer ZeroMQ I/O | 6-7% | 10% | 2,900-3,000 | 32-35 us |
+
+Per 100 messages that is ~590 us of the host's loop, ~350 us of the
+producer and ~175 us of the consumer (plus ~150 us of I/O threads): ~1.3 ms
+of CPU on 2 CPUs, which are busy ~70% of the time; every thread also waits
+~10% of the time for a CPU after a wake-up, on the path of each round trip.
+The host loop is the busiest thread, and `perf record` of the host
+process puts its CPU in the interpreter (libpython 51%), the kernel (22%:
+`recv`/`send`/`poll` syscalls, loopback TCP, page cache), numpy (11%,
+mostly per-call overhead of small arrays), libc 6%, LZ4 3%, libzmq 3% and
+msgpack 2%. A GIL profile (`py-spy record --gil`) of the loop: RECEIVE with
+the deletes riding on it 27% (taking 100 messages 10%, the deletes 9%,
+checking the `dref` lists ~5%), SEND 11%, the commit 13%, decoding requests
+6%, the dispatcher ~9%. Raw pyzmq's batched round trip, the 25% reference,
+is one round trip per batch between two processes; W3 end to end is two
+(the producer's SEND and the consumer's RECEIVE) across three processes
+and three I/O threads on the same 2 CPUs. No single piece above is large
+enough that removing it would close the gap from 19% to 25% (which needs
+~30% more throughput); reaching it would need the host's per-batch Python
+work roughly halved, i.e. native code on the request path. Tried here and
+not kept: ZeroMQ I/O threads under `SCHED_BATCH` (libzmq's
+`THREAD_SCHED_POLICY`, so a woken I/O thread does not preempt the thread
+that woke it), alternating with the unchanged tree, 2 rounds: in both host
+and clients 71 and 80 k msg/s against 82 and 91 k; in the clients only 87
+and 92 k against 93 and 105 k; in the host only 109 and 100 k against 93
+and 105 k: no consistent gain.
+
 **Single send (W1, W2; single-send p99 1.7-2.3x raw pyzmq on a quiet
 machine, 2.9-3.5x with one CPU kept busy; docs/perf/queues.md).** Third
 session: the round trip's CPU halved. Host request loop 223-240 -> 116-125 us
