@@ -32,6 +32,11 @@ from zmqueue.protocol import MAX_FRAME_BYTES
 
 DRAIN_MAX = 2000
 """Most messages read from one socket per loop iteration (fairness bound)."""
+BIG_REQUEST_BYTES = 4096
+"""A request this large (a batch send) ends the loop pass's reading: the pass
+commits and replies at once, so its reply does not wait behind the requests
+queued after it. Smaller requests (single sends, receives, deletes) are read
+on and share one commit. See docs/PERFORMANCE.md ("Where the time goes")."""
 POLL_MAX_MS = 50
 
 
@@ -191,7 +196,7 @@ class RequestLoop:
             except zmq.Again:
                 return
             handle(name, frames)
-            if not cast(int, more(_EVENTS)) & _POLLIN:
+            if len(frames[-1]) >= BIG_REQUEST_BYTES or not cast(int, more(_EVENTS)) & _POLLIN:
                 return
 
     def _drain_secure(self, sock: zmq.Socket[bytes], name: str) -> None:
@@ -206,7 +211,10 @@ class RequestLoop:
                 user = uid if isinstance(uid, str) and uid else None
             except zmq.ZMQError:
                 user = None
-            self.dispatcher.handle(name, [p.bytes for p in parts], user)
+            frames = [p.bytes for p in parts]
+            self.dispatcher.handle(name, frames, user)
+            if len(frames[-1]) >= BIG_REQUEST_BYTES:
+                return
 
     def _send_all(self) -> None:
         self._send(self.dispatcher.outbox.take())
