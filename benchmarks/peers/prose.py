@@ -233,62 +233,63 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5b, W1p, W5p, W5-half) and the
 raw pyzmq ceiling come from the one invocation above, on the tree of commit
-{commit}, the nineteenth session's code. Since the previous session's
-invocation (14f0e36) the consumer changed: `zmqueue bench`'s pull consumers
-receive through `Queue.receive_pipeline`, which keeps two RECEIVE requests
-in flight while there is a backlog (answers are full batches), so the host
-takes the next batch while the consumer checks this one, each batch's
-deletes riding on the next request (see "Receive + delete" in "Where the
-time goes"); the eighteenth session also paged the backlog in by groups of
-blocks (docs/perf/storage.md). The peers' rows are lower than in the
-previous session's invocation at about the same load (median 1-minute load
-average 3.4 against 3.5): Redis's W3 79.4 k against 90.0 k msg/s, raw
-pyzmq's batched round trip 477 k against 658 k. The VM's CPUs are shared
-with other machines' work; read the ratios, measured side by side.
+{commit}, the twentieth session's code. Since the previous session's
+invocation (6b78062) the host's request loop changed: a request of 4 KiB or
+more (a batch send) ends the loop pass's reading, so its commit and reply go
+out without waiting behind the requests queued after it (see "A batch send
+ends the loop pass" in "Where the time goes"); the client and the consumer
+did not change. zmqueue's W3 rose from 90.8 k to 103.7 k msg/s and its ratio
+to Redis from 1.14x to 1.28x (1,024 B 1.50x to 1.65x), but its share of the
+raw pyzmq ceiling fell from 19.1% to 17.6%: the ceiling, measured alone on
+a quiet machine at the start of each run, ran a quarter higher than in the
+previous invocation (589 k against 477 k payloads/s; median 1-minute load
+average 3.5 in both). W5b ran lower than in the previous invocation (36.6 k
+against 43.0 k msg/s, 3.29x NATS R=3 against 4.22x) while NATS R=3 ran
+higher (11.1 k against 10.2 k); two ABBA blocks of W5b on the trees before
+and after the change, right after this invocation, gave medians of 44.7 k
+(before) and 45.9 k (after). The VM's CPUs are shared with other machines'
+work; read the ratios, measured side by side.
 
 Per-run ratios of this invocation (100 B unless marked; zmqueue vs the peer, e2e msg/s):
 
 | row | run 1 | run 2 | run 3 |
 |---|---:|---:|---:|
-| W1 vs Redis | 0.34x (2.0 k vs 5.8 k) | 0.31x (1.8 k vs 5.7 k) | 0.29x (1.9 k vs 6.4 k) |
-| W1p vs Redis | 0.37x (32.5 k vs 88.3 k) | 0.45x (38.6 k vs 85.6 k) | 0.52x (42.8 k vs 83.0 k) |
-| W1p vs NATS | 1.92x | 2.09x | 2.22x |
-| W3 vs Redis | 1.32x (90.8 k vs 68.5 k) | 1.04x (82.6 k vs 79.4 k) | 1.11x (93.7 k vs 84.3 k) |
-| W3 vs Redis, 1,024 B | 1.23x (72.8 k vs 59.2 k) | 1.50x (90.3 k vs 60.0 k) | 1.27x (91.3 k vs 71.9 k) |
-| W5 vs NATS R=3 | 0.80x | 0.84x | 0.93x |
-| W5p vs NATS R=3 | 1.43x (13.3 k vs 9.3 k) | 1.65x (16.4 k vs 9.9 k) | 2.04x (18.7 k vs 9.2 k) |
-| W5p vs NATS R=3, 1,024 B | 2.43x | 1.97x | 2.15x |
-| W5b vs NATS R=3 | 3.99x | 3.73x | 4.22x |
+| W1 vs Redis | 0.32x (2.1 k vs 6.6 k) | 0.29x (1.9 k vs 6.4 k) | 0.26x (1.7 k vs 6.4 k) |
+| W1p vs Redis | 0.51x (43.4 k vs 85.9 k) | 0.59x (40.0 k vs 67.9 k) | 0.47x (41.1 k vs 87.7 k) |
+| W1p vs NATS | 2.02x | 2.41x | 2.08x |
+| W3 vs Redis | 1.38x (106.6 k vs 77.4 k) | 1.14x (93.2 k vs 81.7 k) | 1.28x (103.7 k vs 81.1 k) |
+| W3 vs Redis, 1,024 B | 1.69x (100.0 k vs 59.3 k) | 1.43x (86.2 k vs 60.5 k) | 1.47x (103.2 k vs 70.4 k) |
+| W3 vs raw pyzmq | 18.1% | 15.6% | 18.0% |
+| W5 vs NATS R=3 | 0.82x | 0.64x | 0.77x |
+| W5p vs NATS R=3 | 1.88x (21.6 k vs 11.5 k) | 1.88x (20.3 k vs 10.8 k) | 1.23x (13.2 k vs 10.8 k) |
+| W5p vs NATS R=3, 1,024 B | 2.24x | 2.34x | 2.35x |
+| W5b vs NATS R=3 | 3.29x | 3.37x | 3.29x |
 
-An invocation an hour earlier on 08ca0d5, whose pipeline sent requests
-ahead after any answer with messages (so in W1 each message cost the host
-two extra, empty RECEIVEs), had W3 1.19x Redis (1,024 B 1.30x), W1 0.30x,
-W2 p99 3.77x, W5 0.81x, W5p 1.89x and W5b 3.25x; its JSON lines are in the
-history of docs/perf/peers.md. The previous session's (14f0e36) had W1
-0.36x Redis, W1p 0.48x, W3 0.96x (1,024 B 0.96x), W2 p99 3.03x, W5 0.96x,
-W5p 1.79x (1,024 B 2.36x), W5b 4.00x and a half-rate R=3 send p99 of
-4.69 ms.
+The previous session's invocation (6b78062) had W1 0.32x Redis, W1p 0.45x,
+W3 1.14x (1,024 B 1.50x), W3 at 19.1% of raw pyzmq, W2 p99 3.65x, W5 0.80x,
+W5p 1.77x (1,024 B 2.16x), W5b 4.22x and a half-rate R=3 send p99 of
+4.38 ms; its JSON lines are in the history of docs/perf/peers.md.
 
 docs/perf/peers.md holds this invocation's JSON lines; earlier ones are in
 that page's history.
 
-- **Where zmqueue stands.** W3 is ahead of Redis (1.14x; 1,024 B 1.50x)
-  and 4.9x NATS; W5b is 4.2x NATS R=3. One message per request is where it
-  is behind: Redis answers one XADD in ~0.14 ms (p50), zmqueue one
-  confirmed send in ~0.49 ms, so W1 and W2 stay behind Redis and W2 behind
+- **Where zmqueue stands.** W3 is ahead of Redis (1.28x; 1,024 B 1.65x)
+  and 5.7x NATS; W5b is 3.3x NATS R=3. One message per request is where it
+  is behind: Redis answers one XADD in ~0.12 ms (p50), zmqueue one
+  confirmed send in ~0.48 ms, so W1 and W2 stay behind Redis and W2 behind
   NATS; the single-send latency tail was probed three ways on an otherwise
   idle host (see "Where the time goes"), and none changed it.
-- **Pipelined single sends.** With 100 sends in flight zmqueue moves 21x
-  its W1 (38.6 k msg/s) and 26x its W5 with R=3 sync (16.4 k): 2.1x NATS at
-  R=1, 1.8x NATS R=3 (1,024 B 2.2x), 0.45x Redis. The pipeline coalesces
+- **Pipelined single sends.** With 100 sends in flight zmqueue moves 22x
+  its W1 (41.1 k msg/s) and 28x its W5 with R=3 sync (20.3 k): 2.1x NATS at
+  R=1, 1.9x NATS R=3 (1,024 B 2.3x), 0.48x Redis. The pipeline coalesces
   the sends made while 4 requests are in flight, so the host's ~45-55 us
   per request is paid once per group; Redis answers a pipelined XADD in a
   few us of C. See "Pipelined single sends" in "Where the time goes".
 - **Targets met:**
   - no losses or duplicates in any run of any system;
-  - the R=3 send p99 at half rate (< 10 ms: 4.38 ms);
-  - W5 at 1.5x NATS R=3 with batches (W5b 4.22x; 1,024 B 3.56x) and with
-    pipelined single sends (W5p 1.77x; 1,024 B 2.16x);
+  - the R=3 send p99 at half rate (< 10 ms: 4.13 ms);
+  - W5 at 1.5x NATS R=3 with batches (W5b 3.29x; 1,024 B 3.48x) and with
+    pipelined single sends (W5p 1.88x; 1,024 B 2.26x);
   - FIFO failover (replication.md, rerun in the tenth session, with
     requests held while a new writer recovers and the loop woken at once by
     posted work: p50 1.57 s, max 1.63 s over 20 kills; ninth session 1.62 s
@@ -301,12 +302,12 @@ that page's history.
   - queues.md (nineteenth session, 5 runs): send_batch at 25% of raw
     pyzmq (32.9%), and the single-send p99 at 3x raw (1.84x).
 - **Targets missed:**
-  - 2x the best peer in W1 (one at a time, 0.32x Redis, or pipelined,
-    0.45x) and W3 (1.14x Redis; 1,024 B 1.50x);
-  - W2 p99 at or below the best peer's (1.45 ms against Redis's 0.40 ms);
-  - W3 end to end at 25% of the raw pyzmq batched round trip (19.1%; 1,024 B
-    19.6%; the ceiling itself ran a quarter below the previous session's);
-  - W5 at 1.5x NATS R=3 with one send at a time (0.80x; 1,024 B 0.70x):
+  - 2x the best peer in W1 (one at a time, 0.29x Redis, or pipelined,
+    0.48x) and W3 (1.28x Redis; 1,024 B 1.65x);
+  - W2 p99 at or below the best peer's (1.50 ms against Redis's 0.39 ms);
+  - W3 end to end at 25% of the raw pyzmq batched round trip (17.6%; 1,024 B
+    21.5%; the ceiling itself ran a quarter above the previous session's);
+  - W5 at 1.5x NATS R=3 with one send at a time (0.76x; 1,024 B 0.94x):
     each send waits a whole replicated round trip across four processes
     on 2 CPUs.
 
@@ -383,6 +384,28 @@ that woke it), alternating with the unchanged tree, 2 rounds: in both host
 and clients 71 and 80 k msg/s against 82 and 91 k; in the clients only 87
 and 92 k against 93 and 105 k; in the host only 109 and 100 k against 93
 and 105 k: no consistent gain.
+
+**A batch send ends the loop pass (twentieth session, 3029449).** A loop
+pass read every queued request, then committed once and replied to all. In
+W3 the producer's SEND and the consumer's one or two RECEIVEs often arrive
+together, so the SEND's reply waited for the RECEIVEs queued behind it
+(~100-150 us each). Now a request of 4 KiB or more (`BIG_REQUEST_BYTES`: a
+batch send) ends the pass's reading: its commit and reply go out at once and
+the requests behind it are read in the next pass; smaller requests (single
+sends, receives, deletes) are still read on and share one commit, so the
+group commit of many small requests is unchanged. `zmqueue bench --workload
+W3 --hosts 1 --duration 10`, the trees of aeb3087 and 3029449 in 3 ABBA
+blocks (each tree a `git archive` snapshot run from its own directory with
+`PYTHONPATH` set to it): 110.1 k against 123.5 k msg/s (medians of 6, +12%;
+per block +9%, +19%, +10%), send p50 0.80 against 0.66 ms; no loss or
+duplicate. One ABBA block each of W5b (3 hosts, R=3 sync): 45.8 k / 41.0 k
+against 43.9 k / 42.2 k, and W1p with 1,024-byte messages (coalesced
+requests of ~25 KiB): 40.9 k / 38.2 k against 42.5 k / 40.2 k: no change
+beyond the spread. Tried first, with the same W3 command and 2-5 alternating
+rounds: one request per pass (W3 121-131 k against 97-117 k, but W4, single
+sends from 4 producers, -19%: a commit and a pass per request); a time budget
+per pass of 150 or 400 us (no W3 gain: a W3 request takes less, so the SEND
+still shared its pass) and of 50 us (W3 +13-19%, W4 -11 to -20%).
 
 **Single send (W1, W2; single-send p99 1.7-2.3x raw pyzmq on a quiet
 machine, 2.9-3.5x with one CPU kept busy; docs/perf/queues.md).** Third
