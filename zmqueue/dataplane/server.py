@@ -28,15 +28,19 @@ import zmq
 
 from zmqueue.dataplane.dispatch import Dispatcher
 from zmqueue.errors import StartupError
-from zmqueue.protocol import MAX_FRAME_BYTES
+from zmqueue.protocol import MAX_FRAME_BYTES, Command
 
 DRAIN_MAX = 2000
 """Most messages read from one socket per loop iteration (fairness bound)."""
 BIG_REQUEST_BYTES = 4096
-"""A request this large (a batch send) ends the loop pass's reading: the pass
-commits and replies at once, so its reply does not wait behind the requests
-queued after it. Smaller requests (single sends, receives, deletes) are read
-on and share one commit. See docs/PERFORMANCE.md ("Where the time goes")."""
+"""After a request this large (a batch send) a loop pass reads on only sends
+(they share its group commit); the first other request (a receive, a
+delete) is kept for the next pass, so the batch's commit and reply do not
+wait for the work queued behind it. See docs/PERFORMANCE.md ("Where the
+time goes")."""
+_SEND = int(Command.SEND)
+_CMD_AT = 3
+"""Offset of the command byte in a frame's header (protocol.HEADER)."""
 POLL_MAX_MS = 50
 
 
@@ -140,6 +144,9 @@ class RequestLoop:
         self.last_progress = time.monotonic()
         self.iterations = 0
         self.next_timer_ms: int | None = 0
+        self.kept: list[tuple[str, list[bytes], str | None]] = []
+        """Requests read after a batch send and kept for the next pass (see
+        BIG_REQUEST_BYTES): (socket name, frames, user)."""
 
     def run_once(self) -> None:
         # one timer tick per pass, after the drain: it also reads the wake
@@ -147,11 +154,13 @@ class RequestLoop:
         # timer) bounds the next poll; flush adds no timer that is due sooner
         wait = self.next_timer_ms
         timeout = POLL_MAX_MS if wait is None else max(0, min(POLL_MAX_MS, wait))
-        if self.dispatcher.outbox.items or self.dispatcher.outbox.early:
+        if self.dispatcher.outbox.items or self.dispatcher.outbox.early or self.kept:
             timeout = 0
         self._watch_extra()
         ready: list[Wakeable] = []
-        for sock, _ in self.poller.poll(timeout):
+        polled = self.poller.poll(timeout)
+        self._take_kept()
+        for sock, _ in polled:
             if sock in self.names:
                 self._drain(sock)
             else:
@@ -177,6 +186,13 @@ class RequestLoop:
             self.poller.unregister(s)
         self.extra = current
 
+    def _take_kept(self) -> None:
+        """Handle the requests the last pass kept for this one (they came
+        before anything still queued on their socket)."""
+        kept, self.kept = self.kept, []
+        for name, frames, user in kept:
+            self.dispatcher.handle(name, frames, user)
+
     def _drain(self, sock: zmq.Socket[bytes]) -> None:
         name = self.names[sock]
         if self.sockets.secure:
@@ -185,6 +201,7 @@ class RequestLoop:
         handle = self.dispatcher.handle
         recv = sock.recv
         more = sock.getsockopt
+        sends_only = False
         for _ in range(DRAIN_MAX):
             # the poll said readable; after each message EVENTS says whether
             # another is queued (a recv on an empty socket raises zmq.Again,
@@ -195,12 +212,18 @@ class RequestLoop:
                     frames.append(recv(_NOBLOCK))
             except zmq.Again:
                 return
+            last = frames[-1]
+            if sends_only and (len(last) <= _CMD_AT or last[_CMD_AT] != _SEND):
+                self.kept.append((name, frames, None))
+                return
             handle(name, frames)
-            if len(frames[-1]) >= BIG_REQUEST_BYTES or not cast(int, more(_EVENTS)) & _POLLIN:
+            sends_only = sends_only or len(last) >= BIG_REQUEST_BYTES
+            if not cast(int, more(_EVENTS)) & _POLLIN:
                 return
 
     def _drain_secure(self, sock: zmq.Socket[bytes], name: str) -> None:
         """Like _drain, with the identity ZAP gave the connection."""
+        sends_only = False
         for _ in range(DRAIN_MAX):
             try:
                 parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -212,9 +235,12 @@ class RequestLoop:
             except zmq.ZMQError:
                 user = None
             frames = [p.bytes for p in parts]
-            self.dispatcher.handle(name, frames, user)
-            if len(frames[-1]) >= BIG_REQUEST_BYTES:
+            last = frames[-1]
+            if sends_only and (len(last) <= _CMD_AT or last[_CMD_AT] != _SEND):
+                self.kept.append((name, frames, user))
                 return
+            self.dispatcher.handle(name, frames, user)
+            sends_only = sends_only or len(last) >= BIG_REQUEST_BYTES
 
     def _send_all(self) -> None:
         self._send(self.dispatcher.outbox.take())
