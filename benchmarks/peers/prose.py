@@ -235,10 +235,13 @@ READING = """\
 raw pyzmq ceiling come from the one invocation above, on the tree of commit
 {commit}, the twentieth session's code. Since the previous session's
 invocation (6b78062) the host's request loop changed: a request of 4 KiB or
-more (a batch send) ends the loop pass's reading, so its commit and reply go
-out without waiting behind the requests queued after it (see "A batch send
-ends the loop pass" in "Where the time goes"); the client and the consumer
-did not change. zmqueue's W3 rose from 90.8 k to 103.7 k msg/s and its ratio
+more (a batch send) ended the loop pass's reading, so its commit and reply
+went out without waiting behind the requests queued after it; the client
+and the consumer did not change. After this invocation that rule was found
+to cut R=3 batched throughput with many producers, and the code now (ac5eefc)
+reads on only sends after a batch send: see "After a batch send, only
+sends" in "Where the time goes" for both versions' measurements; the table
+was not rerun. zmqueue's W3 rose from 90.8 k to 103.7 k msg/s and its ratio
 to Redis from 1.14x to 1.28x (1,024 B 1.50x to 1.65x), but its share of the
 raw pyzmq ceiling fell from 19.1% to 17.6%: the ceiling, measured alone on
 a quiet machine at the start of each run, ran a quarter higher than in the
@@ -385,23 +388,33 @@ and clients 71 and 80 k msg/s against 82 and 91 k; in the clients only 87
 and 92 k against 93 and 105 k; in the host only 109 and 100 k against 93
 and 105 k: no consistent gain.
 
-**A batch send ends the loop pass (twentieth session, 3029449).** A loop
-pass read every queued request, then committed once and replied to all. In
-W3 the producer's SEND and the consumer's one or two RECEIVEs often arrive
-together, so the SEND's reply waited for the RECEIVEs queued behind it
-(~100-150 us each). Now a request of 4 KiB or more (`BIG_REQUEST_BYTES`: a
-batch send) ends the pass's reading: its commit and reply go out at once and
-the requests behind it are read in the next pass; smaller requests (single
-sends, receives, deletes) are still read on and share one commit, so the
-group commit of many small requests is unchanged. `zmqueue bench --workload
-W3 --hosts 1 --duration 10`, the trees of aeb3087 and 3029449 in 3 ABBA
-blocks (each tree a `git archive` snapshot run from its own directory with
+**After a batch send, only sends (twentieth session, 3029449 then
+ac5eefc).** A loop pass read every queued request, then committed once and
+replied to all. In W3 the producer's SEND and the consumer's one or two
+RECEIVEs often arrive together, so the SEND's reply waited for the RECEIVEs
+queued behind it (~100-150 us each). The first version (3029449, the tree of
+the peers table above) ended the pass's reading after any request of 4 KiB
+or more (`BIG_REQUEST_BYTES`: a batch send). `zmqueue bench --workload W3
+--hosts 1 --duration 10`, the trees of aeb3087 and 3029449 in 3 ABBA blocks
+(each tree a `git archive` snapshot run from its own directory with
 `PYTHONPATH` set to it): 110.1 k against 123.5 k msg/s (medians of 6, +12%;
-per block +9%, +19%, +10%), send p50 0.80 against 0.66 ms; no loss or
-duplicate. One ABBA block each of W5b (3 hosts, R=3 sync): 45.8 k / 41.0 k
-against 43.9 k / 42.2 k, and W1p with 1,024-byte messages (coalesced
-requests of ~25 KiB): 40.9 k / 38.2 k against 42.5 k / 40.2 k: no change
-beyond the spread. Tried first, with the same W3 command and 2-5 alternating
+per block +9%, +19%, +10%), send p50 0.80 against 0.66 ms; one ABBA block
+each of W5b (45.8 k / 41.0 k against 43.9 k / 42.2 k) and W1p with 1,024-byte
+messages (40.9 k / 38.2 k against 42.5 k / 40.2 k): no change beyond the
+spread. But it cost R=3 sync batched throughput with 16 producers a quarter
+(`python -m benchmarks.replication.bench_replication --rounds 3 --seconds 4
+--skip-failover`, R=3 151-172 k against 219-223 k msg/s, ratio to R=1
+0.31-0.38 against 0.50-0.54): each batch got its own commit, so each its own
+replicated block, and the replicas' per-block work multiplied. The kept
+version (ac5eefc) reads on after a batch send, but only sends, which share
+its group commit; the first other request (a receive, a delete) is kept
+for the next pass. Measured against aeb3087 the same ways: replication
+with 16 producers unchanged (two runs each, alternated: R=3 medians 228 k
+against 222 k msg/s, ratio to R=1 0.55 against 0.57); W3 in 6 ABBA blocks
++7% (median of the blocks' ratios; blocks -2% to +28%, the machine's load
+moving between 1.4 and 3.2 meanwhile), send p50 0.80 against 0.75 ms and
+1.01 against 0.88 ms in the two sets of blocks; a 3-way run of the three
+trees (2 rounds) separated none of them. Tried first, with the same W3 command and 2-5 alternating
 rounds: one request per pass (W3 121-131 k against 97-117 k, but W4, single
 sends from 4 producers, -19%: a commit and a pass per request); a time budget
 per pass of 150 or 400 us (no W3 gain: a W3 request takes less, so the SEND
