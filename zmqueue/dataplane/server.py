@@ -28,7 +28,7 @@ import zmq
 
 from zmqueue.dataplane.dispatch import Dispatcher
 from zmqueue.errors import StartupError
-from zmqueue.protocol import MAX_FRAME_BYTES, Command
+from zmqueue.protocol import MAX_FRAME_BYTES, Command, peek_header
 
 DRAIN_MAX = 2000
 """Most messages read from one socket per loop iteration (fairness bound)."""
@@ -39,8 +39,6 @@ delete) is kept for the next pass, so the batch's commit and reply do not
 wait for the work queued behind it. See docs/PERFORMANCE.md ("Where the
 time goes")."""
 _SEND = int(Command.SEND)
-_CMD_AT = 3
-"""Offset of the command byte in a frame's header (protocol.HEADER)."""
 POLL_MAX_MS = 50
 
 
@@ -186,6 +184,14 @@ class RequestLoop:
             self.poller.unregister(s)
         self.extra = current
 
+    def _keep(self, name: str, frames: list[bytes], user: str | None) -> bool:
+        """After a batch send: keep a request that is not a send for the next pass."""
+        head = peek_header(frames[-1])
+        if head is not None and head[0] == _SEND:
+            return False
+        self.kept.append((name, frames, user))
+        return True
+
     def _take_kept(self) -> None:
         """Handle the requests the last pass kept for this one (they came
         before anything still queued on their socket)."""
@@ -212,12 +218,10 @@ class RequestLoop:
                     frames.append(recv(_NOBLOCK))
             except zmq.Again:
                 return
-            last = frames[-1]
-            if sends_only and (len(last) <= _CMD_AT or last[_CMD_AT] != _SEND):
-                self.kept.append((name, frames, None))
+            if sends_only and self._keep(name, frames, None):
                 return
             handle(name, frames)
-            sends_only = sends_only or len(last) >= BIG_REQUEST_BYTES
+            sends_only = sends_only or len(frames[-1]) >= BIG_REQUEST_BYTES
             if not cast(int, more(_EVENTS)) & _POLLIN:
                 return
 
@@ -235,12 +239,10 @@ class RequestLoop:
             except zmq.ZMQError:
                 user = None
             frames = [p.bytes for p in parts]
-            last = frames[-1]
-            if sends_only and (len(last) <= _CMD_AT or last[_CMD_AT] != _SEND):
-                self.kept.append((name, frames, user))
+            if sends_only and self._keep(name, frames, user):
                 return
             self.dispatcher.handle(name, frames, user)
-            sends_only = sends_only or len(last) >= BIG_REQUEST_BYTES
+            sends_only = sends_only or len(frames[-1]) >= BIG_REQUEST_BYTES
 
     def _send_all(self) -> None:
         self._send(self.dispatcher.outbox.take())
