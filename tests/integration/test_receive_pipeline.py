@@ -63,6 +63,9 @@ def test_a_stale_delete_is_reported_and_the_rest_are_deleted(qcluster: QueueClus
     assert len(pipe.failed_deletes) == 1
     receipt, err = pipe.failed_deletes[0]
     assert receipt is stale and isinstance(err, zmqueue.InvalidReceipt)
+    with pytest.raises(zmqueue.InvalidReceipt) as raised:
+        pipe.raise_failed()
+    assert raised.value is err
     assert q.stats()["total"] == 1  # only the message received again is left
     q.delete(again)
 

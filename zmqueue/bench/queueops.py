@@ -110,8 +110,7 @@ def _receive_ahead(q: zmqueue.Queue, bodies: list[bytes], count: int) -> tuple[f
             msgs = pipe.receive()
             pipe.delete(msgs)
             got += len(msgs)
-    if pipe.failed_deletes:
-        raise pipe.failed_deletes[0][1]
+    pipe.raise_failed()
     return got / (time.perf_counter() - t0), got
 
 

@@ -62,19 +62,15 @@ class ZmqueueConsumer:
     def receive(self, max_n: int, wait_s: float) -> list[tuple[bytes, Any]]:
         del max_n, wait_s  # the pipeline's (the worker passes per_receive and its wait)
         msgs = self.pipe.receive()
-        self._check()
+        self.pipe.raise_failed()
         return [(m.body, m) for m in msgs]  # the Message is the ack token: deleted by reference
 
     def ack(self, tokens: list[Any]) -> None:
         self.pipe.delete(tokens)
 
-    def _check(self) -> None:
-        if self.pipe.failed_deletes:
-            raise self.pipe.failed_deletes[0][1]
-
     def close(self) -> None:
         self.pipe.close()
-        self._check()
+        self.pipe.raise_failed()
         self.client.close()
 
 

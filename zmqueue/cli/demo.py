@@ -65,8 +65,7 @@ def pump(q: zmqueue.Queue, n: int, fifo: bool) -> tuple[float, int]:
                 pipe.delete(msgs)
                 received.update(m.id for m in msgs)
                 progress.update(recv_task, completed=len(received))
-        if pipe.failed_deletes:
-            raise pipe.failed_deletes[0][1]
+        pipe.raise_failed()
     return time.monotonic() - start, len(received)
 
 

@@ -160,6 +160,12 @@ class ReceivePipeline:
         next request (see :attr:`failed_deletes` for the outcome)."""
         self._acks.extend(receipts)
 
+    def raise_failed(self) -> None:
+        """Raise the error of the first delete in :attr:`failed_deletes`, if
+        any (for a caller that treats a refused delete as fatal)."""
+        if self.failed_deletes:
+            raise self.failed_deletes[0][1]
+
     def close(self) -> None:
         """Wait for the requests in flight (at most ``CLOSE_WAIT_S``), make the
         messages they brought visible again, send the pending deletes, and
