@@ -313,6 +313,11 @@ class AsyncReceivePipeline:
     def failed_deletes(self) -> list[tuple[Deletable, ZmqueueError]]:
         return self.sync.failed_deletes
 
+    def raise_failed(self) -> None:
+        """Raise the error of the first delete in :attr:`failed_deletes`, if
+        any (no I/O: the outcomes are already recorded)."""
+        self.sync.raise_failed()
+
     async def close(self) -> None:
         await self._run(self.sync.close)
         self._thread.shutdown(wait=False)

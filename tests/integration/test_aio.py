@@ -191,6 +191,31 @@ def test_an_async_receive_pipeline_drains_a_queue_and_hears_every_delete(qcluste
     assert len(heard) == 150 and all(err is None for _, err in heard), "each delete's outcome, once"
 
 
+def test_an_async_receive_pipeline_reports_a_refused_delete_and_raise_failed_raises_it(
+        qcluster: QueueCluster) -> None:
+    name = qcluster.queue_name("aio-rpipe-bad")
+
+    async def main() -> None:
+        async with await zmqueue.aio.connect(addr(qcluster)) as client:
+            q = await client.create_queue(name, visibility_timeout=60)
+            await q.send_batch([f"b{i}".encode() for i in range(30)])
+            got: list[zmqueue.Message] = []
+            async with q.receive_pipeline(max_messages=10, wait_time=0.5) as pipe:
+                pipe.raise_failed()  # nothing failed yet: no error
+                while msgs := await pipe.receive():
+                    got += msgs
+                    await pipe.delete(["not-a-receipt", *msgs] if len(got) == 10 else msgs)
+            assert len({m.id for m in got}) == 30
+            assert [(str(item), type(err)) for item, err in pipe.failed_deletes] == [
+                ("not-a-receipt", zmqueue.InvalidReceipt)]
+            with pytest.raises(zmqueue.InvalidReceipt) as raised:
+                pipe.raise_failed()
+            assert raised.value is pipe.failed_deletes[0][1]
+            assert (await q.stats())["total"] == 0, "the good deletes went through"
+
+    asyncio.run(main())
+
+
 def test_cancelled_polls_leave_the_client_working_and_close_is_clear(qcluster: QueueCluster) -> None:
     name = qcluster.queue_name("aio-close")
 
