@@ -233,66 +233,59 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5b, W1p, W5p, W5-half) and the
 raw pyzmq ceiling come from the one invocation above, on the tree of commit
-{commit}, the twentieth session's code. Since the previous session's
-invocation (6b78062) the host's request loop changed: a request of 4 KiB or
-more (a batch send) ended the loop pass's reading, so its commit and reply
-went out without waiting behind the requests queued after it; the client
-and the consumer did not change. After this invocation that rule was found
-to cut R=3 batched throughput with many producers, and the code now (ac5eefc)
-reads on only sends after a batch send: see "After a batch send, only
-sends" in "Where the time goes" for both versions' measurements; the table
-was not rerun. zmqueue's W3 rose from 90.8 k to 103.7 k msg/s and its ratio
-to Redis from 1.14x to 1.28x (1,024 B 1.50x to 1.65x), but its share of the
-raw pyzmq ceiling fell from 19.1% to 17.6%: the ceiling, measured alone on
-a quiet machine at the start of each run, ran a quarter higher than in the
-previous invocation (589 k against 477 k payloads/s; median 1-minute load
-average 3.5 in both). W5b ran lower than in the previous invocation (36.6 k
-against 43.0 k msg/s, 3.29x NATS R=3 against 4.22x) while NATS R=3 ran
-higher (11.1 k against 10.2 k); two ABBA blocks of W5b on the trees before
-and after the change, right after this invocation, gave medians of 44.7 k
-(before) and 45.9 k (after). The VM's CPUs are shared with other machines'
-work; read the ratios, measured side by side.
+{commit}, the twentieth session's final code (the host's request loop reads
+on only sends after a batch send, ac5eefc; see "After a batch send, only
+sends" in "Where the time goes"). The previous invocation (3029449) ran the
+first version of that rule. Every system ran about a third slower than in
+that invocation, zmqueue and the peers alike (Redis W3 55.2 k against
+81.1 k msg/s, zmqueue W3 72.8 k against 103.7 k, the raw pyzmq ceiling
+393 k against 589 k payloads/s; median 1-minute load average 3.8 against
+3.5): the VM's CPUs are shared with other machines' work, so read the
+ratios, measured side by side. They moved little: W3 1.32x Redis (was
+1.28x; 1,024 B 1.26x, was 1.65x), W3 at 18.5% of raw pyzmq (was 17.6%),
+W1 0.29x Redis (same), W5 0.84x NATS R=3 (was 0.76x), W5b 3.19x (was
+3.29x), W5p 1.72x (was 1.88x).
 
 Per-run ratios of this invocation (100 B unless marked; zmqueue vs the peer, e2e msg/s):
 
 | row | run 1 | run 2 | run 3 |
 |---|---:|---:|---:|
-| W1 vs Redis | 0.32x (2.1 k vs 6.6 k) | 0.29x (1.9 k vs 6.4 k) | 0.26x (1.7 k vs 6.4 k) |
-| W1p vs Redis | 0.51x (43.4 k vs 85.9 k) | 0.59x (40.0 k vs 67.9 k) | 0.47x (41.1 k vs 87.7 k) |
-| W1p vs NATS | 2.02x | 2.41x | 2.08x |
-| W3 vs Redis | 1.38x (106.6 k vs 77.4 k) | 1.14x (93.2 k vs 81.7 k) | 1.28x (103.7 k vs 81.1 k) |
-| W3 vs Redis, 1,024 B | 1.69x (100.0 k vs 59.3 k) | 1.43x (86.2 k vs 60.5 k) | 1.47x (103.2 k vs 70.4 k) |
-| W3 vs raw pyzmq | 18.1% | 15.6% | 18.0% |
-| W5 vs NATS R=3 | 0.82x | 0.64x | 0.77x |
-| W5p vs NATS R=3 | 1.88x (21.6 k vs 11.5 k) | 1.88x (20.3 k vs 10.8 k) | 1.23x (13.2 k vs 10.8 k) |
-| W5p vs NATS R=3, 1,024 B | 2.24x | 2.34x | 2.35x |
-| W5b vs NATS R=3 | 3.29x | 3.37x | 3.29x |
+| W1 vs Redis | 0.32x (1.5 k vs 4.5 k) | 0.27x (1.4 k vs 5.1 k) | 0.28x (1.4 k vs 5.2 k) |
+| W1p vs Redis | 0.48x (28.6 k vs 59.6 k) | 0.48x (27.0 k vs 56.7 k) | 0.57x (28.5 k vs 50.3 k) |
+| W1p vs NATS | 2.08x | 2.13x | 2.28x |
+| W3 vs Redis | 1.51x (81.7 k vs 54.0 k) | 1.21x (69.3 k vs 57.3 k) | 1.32x (72.8 k vs 55.2 k) |
+| W3 vs Redis, 1,024 B | 1.51x (63.4 k vs 42.0 k) | 1.20x (54.9 k vs 45.8 k) | 1.11x (57.7 k vs 51.9 k) |
+| W3 vs raw pyzmq | 21.3% | 17.6% | 17.0% |
+| W5 vs NATS R=3 | 0.71x | 0.93x | 0.76x |
+| W5p vs NATS R=3 | 1.72x (12.0 k vs 7.0 k) | 1.62x (12.5 k vs 7.7 k) | 1.31x (8.3 k vs 6.3 k) |
+| W5p vs NATS R=3, 1,024 B | 1.87x | 1.57x | 1.51x |
+| W5b vs NATS R=3 | 3.23x | 3.55x | 2.91x |
 
-The previous session's invocation (6b78062) had W1 0.32x Redis, W1p 0.45x,
-W3 1.14x (1,024 B 1.50x), W3 at 19.1% of raw pyzmq, W2 p99 3.65x, W5 0.80x,
-W5p 1.77x (1,024 B 2.16x), W5b 4.22x and a half-rate R=3 send p99 of
-4.38 ms; its JSON lines are in the history of docs/perf/peers.md.
+The previous invocation (3029449) had W1 0.29x Redis, W1p 0.48x, W3 1.28x
+(1,024 B 1.65x), W3 at 17.6% of raw pyzmq, W2 p99 3.85x, W5 0.76x, W5p
+1.88x (1,024 B 2.26x), W5b 3.29x and a half-rate R=3 send p99 of 4.13 ms;
+its JSON lines are in the history of docs/perf/peers.md.
 
 docs/perf/peers.md holds this invocation's JSON lines; earlier ones are in
 that page's history.
 
-- **Where zmqueue stands.** W3 is ahead of Redis (1.28x; 1,024 B 1.65x)
-  and 5.7x NATS; W5b is 3.3x NATS R=3. One message per request is where it
-  is behind: Redis answers one XADD in ~0.12 ms (p50), zmqueue one
-  confirmed send in ~0.48 ms, so W1 and W2 stay behind Redis and W2 behind
+- **Where zmqueue stands.** W3 is ahead of Redis (1.32x; 1,024 B 1.26x)
+  and 5.9x NATS; W5b is 3.2x NATS R=3. One message per request is where it
+  is behind: Redis answers one XADD in ~0.16 ms (p50), zmqueue one
+  confirmed send in ~0.61 ms, so W1 and W2 stay behind Redis and W2 behind
   NATS; the single-send latency tail was probed three ways on an otherwise
   idle host (see "Where the time goes"), and none changed it.
 - **Pipelined single sends.** With 100 sends in flight zmqueue moves 22x
-  its W1 (41.1 k msg/s) and 28x its W5 with R=3 sync (20.3 k): 2.1x NATS at
-  R=1, 1.9x NATS R=3 (1,024 B 2.3x), 0.48x Redis. The pipeline coalesces
+  its W1 (28.5 k msg/s) and 22x its W5 with R=3 sync (12.0 k): 2.2x NATS at
+  R=1, 1.7x NATS R=3 (1,024 B 1.6x), 0.50x Redis. The pipeline coalesces
   the sends made while 4 requests are in flight, so the host's ~45-55 us
   per request is paid once per group; Redis answers a pipelined XADD in a
   few us of C. See "Pipelined single sends" in "Where the time goes".
 - **Targets met:**
   - no losses or duplicates in any run of any system;
-  - the R=3 send p99 at half rate (< 10 ms: 4.13 ms);
-  - W5 at 1.5x NATS R=3 with batches (W5b 3.29x; 1,024 B 3.48x) and with
-    pipelined single sends (W5p 1.88x; 1,024 B 2.26x);
+  - the R=3 send p99 at half rate (< 10 ms: 7.08 ms, paced at 261 msg/s);
+  - W5 at 1.5x NATS R=3 with batches (W5b 3.19x; 1,024 B 3.47x) and with
+    pipelined single sends (W5p 1.72x; 1,024 B 1.64x);
   - FIFO failover (replication.md, rerun in the tenth session, with
     requests held while a new writer recovers and the loop woken at once by
     posted work: p50 1.57 s, max 1.63 s over 20 kills; ninth session 1.62 s
@@ -306,11 +299,11 @@ that page's history.
     pyzmq (32.9%), and the single-send p99 at 3x raw (1.84x).
 - **Targets missed:**
   - 2x the best peer in W1 (one at a time, 0.29x Redis, or pipelined,
-    0.48x) and W3 (1.28x Redis; 1,024 B 1.65x);
-  - W2 p99 at or below the best peer's (1.50 ms against Redis's 0.39 ms);
-  - W3 end to end at 25% of the raw pyzmq batched round trip (17.6%; 1,024 B
-    21.5%; the ceiling itself ran a quarter above the previous session's);
-  - W5 at 1.5x NATS R=3 with one send at a time (0.76x; 1,024 B 0.94x):
+    0.50x) and W3 (1.32x Redis; 1,024 B 1.26x);
+  - W2 p99 at or below the best peer's (2.51 ms against Redis's 0.63 ms);
+  - W3 end to end at 25% of the raw pyzmq batched round trip (18.5%; 1,024 B
+    18.0%);
+  - W5 at 1.5x NATS R=3 with one send at a time (0.84x; 1,024 B 0.82x):
     each send waits a whole replicated round trip across four processes
     on 2 CPUs.
 
@@ -393,7 +386,7 @@ ac5eefc).** A loop pass read every queued request, then committed once and
 replied to all. In W3 the producer's SEND and the consumer's one or two
 RECEIVEs often arrive together, so the SEND's reply waited for the RECEIVEs
 queued behind it (~100-150 us each). The first version (3029449, the tree of
-the peers table above) ended the pass's reading after any request of 4 KiB
+the previous peers table) ended the pass's reading after any request of 4 KiB
 or more (`BIG_REQUEST_BYTES`: a batch send). `zmqueue bench --workload W3
 --hosts 1 --duration 10`, the trees of aeb3087 and 3029449 in 3 ABBA blocks
 (each tree a `git archive` snapshot run from its own directory with
