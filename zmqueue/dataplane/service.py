@@ -59,6 +59,7 @@ PARK_TIMEOUT_MS = 3000
 HOUSEKEEPING_MS = 1000
 HOUSEKEEPING_SLICES = 10
 ACK_TIMEOUT_S = 5.0
+_INT_ONLY = {int}
 
 
 def _delete_refs(body: dict[str, Any]) -> tuple[str, list[int], list[int]]:
@@ -68,7 +69,7 @@ def _delete_refs(body: dict[str, Any]) -> tuple[str, list[int], list[int]]:
         origin, seqs, counts = raw
         if (isinstance(origin, str) and isinstance(seqs, list) and isinstance(counts, list)
                 and 0 < len(seqs) == len(counts) <= MAX_BATCH
-                and all(type(x) is int for x in seqs) and all(type(x) is int for x in counts)
+                and {*map(type, seqs), *map(type, counts)} == _INT_ONLY  # (not bool: a subclass)
                 and 0 <= min(seqs) <= max(seqs) < 2**63 and 0 <= min(counts) <= max(counts) < 2**63):
             return origin, seqs, counts
     raise InvalidParameter("dref must be [origin, seqs, receive counts]: one stream's messages, "
