@@ -1,7 +1,8 @@
 """The scalar paths for a few records or messages against the array paths they
 shortcut: ``replay.SMALL_CHUNK`` and ``staging.SMALL`` (a replica applying a
-writer's small blocks, recovery of small blocks), ``select.SCALAR_PICK`` and
-``receive.SMALL`` (a receive of a few messages). Twin writers and twin replicas are fed the same
+writer's small blocks, recovery of small blocks), ``select.SCALAR_PICK``,
+``select.SCALAR_TAIL`` and ``receive.SMALL`` (a receive of a few messages,
+or from the last few slots). Twin writers and twin replicas are fed the same
 operations, one twin with the scalar paths off; every receive hands out the
 same messages and the rings and backlogs end byte for byte the same."""
 
@@ -27,12 +28,12 @@ CONFIG = StorageConfig(ring_slots=40, arena_bytes=4096, fsync="never")  # backlo
 
 @contextmanager
 def array_paths() -> Iterator[None]:
-    saved = replay.SMALL_CHUNK, select.SCALAR_PICK, receive.SMALL, staging.SMALL
-    replay.SMALL_CHUNK = select.SCALAR_PICK = receive.SMALL = staging.SMALL = 0
+    saved = replay.SMALL_CHUNK, select.SCALAR_PICK, select.SCALAR_TAIL, receive.SMALL, staging.SMALL
+    replay.SMALL_CHUNK = select.SCALAR_PICK = select.SCALAR_TAIL = receive.SMALL = staging.SMALL = 0
     try:
         yield
     finally:
-        replay.SMALL_CHUNK, select.SCALAR_PICK, receive.SMALL, staging.SMALL = saved
+        replay.SMALL_CHUNK, select.SCALAR_PICK, select.SCALAR_TAIL, receive.SMALL, staging.SMALL = saved
 
 
 def state(s: PartitionStore) -> tuple[Any, ...]:

@@ -131,7 +131,8 @@ class StoreMachine(RuleBasedStateMachine):
             self.model[seq] = Msg(bodies[i], group, self.now, self.now + d, attributes=attr)
 
     @rule(
-        k=st.integers(1, 4),
+        # up to 4, and past select.SCALAR_PICK: a receive of 10 over the ring's last few slots
+        k=st.one_of(st.integers(1, 4), st.integers(9, 12)),
         visibility=st.sampled_from([10, 50, 200]),
         max_rc=st.sampled_from([None, None, 2]),
         as_columns=st.booleans(),

@@ -20,6 +20,7 @@ from zmqueue.dataplane.storage.ring import AVAILABLE, IN_FLIGHT, MOVING, NEVER, 
 FIRST_CHUNK = 256
 SCALAR_PICK = 8  # receives of up to this many messages scan the first slots one at a time
 SCALAR_SCAN = 16  # ... this many slots, then the array scan goes on
+SCALAR_TAIL = 8  # any receive scans one at a time when at most this many slots are left
 
 
 def split_dead(ring: Ring, idx: IntArray, max_rc: int | None) -> tuple[IntArray, IntArray]:
@@ -36,7 +37,8 @@ def pick_standard(ring: Ring, now: int, k: int) -> IntArray:
         ring.hint, ring.hint_deadline = 0, NEVER
     state, vis = ring.state, ring.visible_at
     start, chunk, got = ring.hint, FIRST_CHUNK, []
-    if k <= SCALAR_PICK:
+    if k <= SCALAR_PICK or ring.n - start <= SCALAR_TAIL:
+        # (a caught-up consumer's receive of 10 usually has one or two new slots to read)
         start, first = _scan_scalar(ring, now, k, start)
         if len(first) == k or start >= ring.n:
             ring.hint = start
