@@ -442,6 +442,20 @@ and slowing the control plane's idle cycles took the tail from 3.8-4.2x to
 2.4-3.2x. The W rows of the table above are from the fourth session's peers
 run, after this work.
 
+**A caught-up consumer's receive of 10 (twenty-first session, e836c6c).**
+A py-spy profile of the host in W1 (one host, `zmqueue bench --workload W1
+--hosts 1`) put ~6% of the request loop's samples in `pick_standard`: the
+consumer asks for 10 messages, more than the one-slot-at-a-time path
+(`SCALAR_PICK`, 8) took, so each receive ran the dozen numpy calls of the
+array scan over the one or two new slots. Any receive now reads the ring's
+last `SCALAR_TAIL` (8) slots one at a time: the pick of one new slot costs
+~3 us of thread time instead of ~11 us. W1 end to end did not move beyond
+its spread (3 ABBA blocks, d7d5c0b against e836c6c, messages sent in 8 s:
+medians 11.8 k against 11.9 k): the round trip, not the host's CPU, bounds
+one send at a time. The model-based storage test, which received at most
+4 messages at a time, now also receives 9 to 12, and a new test compares
+the tail path with the array scan.
+
 **Batched send, R=1 (send_batch 30-40% of raw pyzmq).** ~0.55 ms per batch
 of 100: client ~190 us, host request loop ~270 us, host I/O thread ~50 us.
 The storage append + commit of the batch is ~60-70 us of the host's part.
