@@ -3,8 +3,9 @@
 Standard queues take the oldest receivable messages, scanning forward from a
 hint (everything before it was not receivable, and cannot become so before
 ``hint_deadline``), so a receive costs O(messages skipped), not O(ring). A
-receive of a few messages reads the first slots from the hint one at a time
-(usually the first one is receivable) before scanning arrays.
+receive of a few messages, or any receive with only a few slots left past the
+hint (a caught-up consumer), reads the first slots from the hint one at a
+time (usually the first one is receivable) before scanning arrays.
 
 FIFO queues scan the whole window: a group is skipped while any of its
 messages is IN_FLIGHT (deadline not passed); otherwise its receivable messages
