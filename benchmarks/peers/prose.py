@@ -454,7 +454,13 @@ its spread (3 ABBA blocks, d7d5c0b against e836c6c, messages sent in 8 s:
 medians 11.8 k against 11.9 k): the round trip, not the host's CPU, bounds
 one send at a time. The model-based storage test, which received at most
 4 messages at a time, now also receives 9 to 12, and a new test compares
-the tail path with the array scan.
+the tail path with the array scan. The same session's W3 profile of the
+host put ~5% of its loop in `np.array_equal` of a run delete's receive
+counts (a list of 100 ints made into an array): when every receipt of the
+run carries the same count (the usual batch) the ring's counts are now
+compared with that one number, `delete_columns` of 100 going from ~31 to
+~27.5 us of thread time (medians of 2,500 calls, old and new trees in turn,
+3 rounds each).
 
 **Batched send, R=1 (send_batch 30-40% of raw pyzmq).** ~0.55 ms per batch
 of 100: client ~190 us, host request loop ~270 us, host I/O thread ~50 us.

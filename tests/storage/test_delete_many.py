@@ -104,10 +104,32 @@ def test_a_run_of_consecutive_seqs_does_what_deleting_them_one_by_one_does(n: in
         if data.draw(st.booleans()):
             run = data.draw(st.permutations(run))
         stale = data.draw(st.sampled_from([None, None, *run]))
-        counts = [flying[s] + (1 if s == stale else 0) for s in run]
+        shift = data.draw(st.sampled_from([0, 0, 0, 1]))  # 1: every receipt of the run stale alike
+        counts = [flying[s] + shift + (1 if s == stale else 0) for s in run]
         got = [_outcome(e) for e in batch.delete_columns(run, counts, NOW)]
         assert got == _one_by_one(single, list(zip(run, counts, strict=True)))
         left = [sorted(m.seq for m in st_.receive(n, NOW + 60_000, 1_000)[0]) for st_ in (batch, single)]
         assert left[0] == left[1]
         for st_ in (batch, single):
             st_.close()
+
+
+def test_a_run_with_the_same_count_everywhere_refuses_the_slots_received_since() -> None:
+    """The run path's uniform-count check (one comparison with a scalar)
+    against a ring whose counts differ: the messages received again since
+    are refused as stale, the others deleted."""
+    with tempfile.TemporaryDirectory() as d:
+        store = PartitionStore.open(Path(d) / "p", StorageConfig(ring_slots=64, arena_bytes=1 << 16),
+                                    now_ms=NOW)
+        seqs = list(store.append_batch([b"m%d" % i for i in range(10)], NOW))
+        assert len(store.receive(10, NOW, 30_000)[0]) == 10
+        for s in seqs[3:5]:
+            store.change_visibility(s, 1, 0, NOW)  # visible again at once ...
+        assert [m.seq for m in store.receive(10, NOW, 30_000)[0]] == seqs[3:5]  # ... received twice
+        out = store.delete_columns(seqs, [1] * 10, NOW)
+        assert [type(e) for e in out] == [type(None)] * 3 + [InvalidReceipt] * 2 + [type(None)] * 5
+        assert all("received 2 times" in str(e) for e in out[3:5])
+        assert store.ring.live == 2
+        assert store.delete_columns(seqs[3:5], [2, 2], NOW) == [None, None]
+        assert store.ring.live == 0
+        store.close()
