@@ -442,7 +442,7 @@ and slowing the control plane's idle cycles took the tail from 3.8-4.2x to
 2.4-3.2x. The W rows of the table above are from the fourth session's peers
 run, after this work.
 
-**A caught-up consumer's receive of 10 (twenty-first session, e836c6c).**
+**Two host hot spots in py-spy profiles (twenty-first session, e836c6c and 966ff1e).**
 A py-spy profile of the host in W1 (one host, `zmqueue bench --workload W1
 --hosts 1`) put ~6% of the request loop's samples in `pick_standard`: the
 consumer asks for 10 messages, more than the one-slot-at-a-time path
