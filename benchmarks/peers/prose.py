@@ -464,7 +464,7 @@ compared with that one number, `delete_columns` of 100 going from ~31 to
 (`zmqueue bench --workload W3 --hosts 1 --duration 10`, 3 ABBA blocks,
 5c8d171 against 64f381d: medians 82.8 k against 81.5 k msg/s, runs
 59.4-86.5 k and 73.1-87.9 k): together the three host changes of the
-session (these two and the `dref` type check) save ~10-15 us of the
+session (these two and the `dref` type check) save ~5-15 us of the
 host's ~590 us per batch.
 
 **Batched send, R=1 (send_batch 30-40% of raw pyzmq).** ~0.55 ms per batch
