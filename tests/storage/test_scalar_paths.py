@@ -70,6 +70,9 @@ OPS = st.one_of(
 @example(ops=[("send", 3, 0, 10), ("recv", 3, 20, True, 2), ("tick", 30), ("recv", 3, 20, True, 2),
               ("tick", 30), ("recv", 3, 20, True, 2), ("send", 1, 0, 5), ("recv", 1, 20, True, 2),
               ("release", 6), ("recv", 2, 20, False, 2), ("dead_lettered",), ("recv", 2, 20, True, 2)])
+@example(ops=[("send", 3, 0, 10), ("recv", 10, 20, True, None), ("send", 1, 0, 10),
+              ("recv", 10, 20, False, None), ("send", 2, 30, 10), ("recv", 12, 20, True, None),
+              ("tick", 30), ("recv", 10, 20, True, None)])  # receives of 10 over the last slots
 @given(ops=st.lists(OPS, min_size=1, max_size=40))
 def test_scalar_paths_leave_what_the_array_paths_leave(ops: list[tuple[Any, ...]]) -> None:
     with tempfile.TemporaryDirectory() as d:
