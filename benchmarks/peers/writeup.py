@@ -167,9 +167,10 @@ def chart(g: dict[Key, dict[str, Any]], path: Path, size: int = 100) -> None:
     plt.close(fig)
 
 
-def storage_summary(sections_kept: int = 2) -> str:
+def storage_summary(sections_kept: int = 3) -> str:
     """The tables of storage.md's first ``sections_kept`` sections (the latest
-    change, then the latest full run); the older sections stay on that page."""
+    changes and measures, then the latest full run); the older sections stay
+    on that page."""
     path = DOCS / "perf" / "storage.md"
     if not path.exists():
         return "_(docs/perf/storage.md is not written yet)_"
