@@ -78,7 +78,7 @@ zmqueue bench --workload W3 --runs 3          # zmqueue alone, on a cluster it s
 python -m benchmarks.queues --runs 3 --write  # queue operations beside raw pyzmq
 python -m benchmarks.replication.bench_replication --rounds 5 --seconds 4 --kills 20 --write  # R=3 vs R=1, failover
 python -m benchmarks.storage.bench_storage --out /tmp/storage.md  # storage engine (see storage.md)
-python -m benchmarks.storage.fifo_window --rounds 3  # a FIFO receive against its backlog
+python -m benchmarks.storage.fifo_window --rounds 5  # a FIFO receive against its backlog
 python -m benchmarks.security.bench_security --write  # CURVE and encryption at rest
 python -m benchmarks.many_queues --steps 0,100,200 --runs 3 --write  # many idle queues per host
 python -m benchmarks.ceiling --runs 3         # raw pyzmq only
@@ -184,7 +184,7 @@ numbers before and after.
 
 Copied from [docs/perf/storage.md](perf/storage.md) (the storage owner's
 page): the twenty-first session's FIFO receive against its backlog
-(`python -m benchmarks.storage.fifo_window --rounds 3`: a FIFO pick scans
+(`python -m benchmarks.storage.fifo_window --rounds 5`: a FIFO pick scans
 the ring's whole window, so issue #3's receive target, met by standard
 queues, is missed by FIFO queues; see that page), the eighteenth session's page-in change (a host's W3 pass inside one
 store, `python -m benchmarks.storage.w3_loop`, old and new trees in turn)

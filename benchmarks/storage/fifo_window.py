@@ -8,7 +8,8 @@ of 1,000), so a backlog past the ring lives partly in the log. Then 200
 times: ``receive(10)`` (page-in check, the FIFO pick, marking in flight,
 staging the VISIBILITY records), then the deletes of what it got and a
 commit, outside the timing. Prints the **thread CPU time** of the receive
-(µs; median of the calls, then of ``--rounds`` fresh stores) per backlog,
+(µs; median of the calls, then of ``--rounds`` rounds, each round a fresh
+store of every size in turn) per backlog,
 the ratio to the smallest backlog, and a JSON line.
 
 Issue #3's receive target (``receive`` of 10 with 10 M messages of backlog
@@ -70,11 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     backlogs = [int(b) for b in args.backlogs.split(",")]
     if not backlogs or min(backlogs) < 1000 or args.rounds < 1:
         ap.error("--backlogs of at least 1000 messages each and --rounds >= 1")
-    result: dict[str, float] = {}
-    for b in backlogs:
-        # rounds interleaved over the sizes would share the machine's noise
-        # better, but a round of the largest size takes seconds: sizes in turn
-        result[str(b)] = statistics.median(one_round(b) for _ in range(args.rounds))
+    runs: dict[int, list[float]] = {b: [] for b in backlogs}
+    for _ in range(args.rounds):  # interleaved: each round measures every size, side by side
+        for b in backlogs:
+            runs[b].append(one_round(b))
+    result = {str(b): statistics.median(runs[b]) for b in backlogs}
     base = result[str(backlogs[0])]
     for b in backlogs:
         print(f"FIFO receive(10), backlog {b:>9,}: {result[str(b)]:8.1f} us "
