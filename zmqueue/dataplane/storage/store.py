@@ -343,11 +343,11 @@ class PartitionStore:
                 ordered[s - lo] = c
             counts = ordered
         c0 = counts[0]
-        if counts.count(c0) == len(counts):  # the usual batch: each received as often
-            counts_ok = not (ring.receive_count[run] != c0).any()  # (no list-to-array copy)
+        if counts.count(c0) == len(counts):  # the usual batch: one count, no list-to-array copy
+            stale = bool((ring.receive_count[run] != c0).any())
         else:
-            counts_ok = np.array_equal(ring.receive_count[run], counts)
-        if not (counts_ok and not (ring.state[run] != IN_FLIGHT).any()):
+            stale = not np.array_equal(ring.receive_count[run], counts)
+        if stale or bool((ring.state[run] != IN_FLIGHT).any()):
             return False
         ring.remove(run)
         self._log_refs(RecordType.DELETE, ring.meta[run], now_ms)
