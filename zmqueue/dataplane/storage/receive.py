@@ -40,18 +40,24 @@ def mark(ring: Ring, deliver: IntArray, dead: IntArray, deadline: int) -> None:
     ring.version += 1
     if len(dead):
         meta["state"][dead] = MOVING
+        ring.leave_in_flight(dead)  # (an expired in-flight message may go)
     if 0 < len(deliver) <= SMALL:
         counts, vis, state = ring.receive_count, ring.visible_at, ring.state
-        for i in deliver.tolist():
+        slots = deliver.tolist()
+        for i in slots:
             counts[i] += 1
             vis[i] = deadline
             state[i] = IN_FLIGHT
         ring.note_deadline(deadline)
+        if ring.inflight is not None:
+            ring.inflight.update(slots)
     elif len(deliver):
         meta["receive_count"][deliver] += 1
         meta["visible_at_ms"][deliver] = deadline
         meta["state"][deliver] = IN_FLIGHT
         ring.note_deadline(deadline)
+        if ring.inflight is not None:
+            ring.inflight.update(deliver.tolist())
 
 
 def _payloads(ring: Ring, offs: list[int], ends: list[int]) -> list[bytes]:

@@ -129,8 +129,7 @@ def apply_records(ring: Ring, backlog: Backlog, table: Table, recs: list[tuple[A
                 ring.state[i] = IN_FLIGHT
             elif backlog.beyond(target):
                 backlog.receive_counts[target] = r[F_COUNT]
-            ring.hint, ring.hint_deadline = 0, -1
-            ring.version += 1
+            ring.forget_picks()
         elif kind in (_DELETE, _DLQ_MOVE):
             target = r[F_TARGET]
             i = ring.index_of(target)
@@ -168,8 +167,7 @@ def _apply_visibility(ring: Ring, backlog: Backlog, rows: Table) -> None:
     ring.meta["receive_count"][hit] = rows["receive_count"][live]
     ring.meta["visible_at_ms"][hit] = rows["visible_at_ms"][live]
     ring.meta["state"][hit] = IN_FLIGHT
-    ring.hint, ring.hint_deadline = 0, -1
-    ring.version += 1
+    ring.forget_picks()
     for seq, count in zip(targets[~live].tolist(), rows["receive_count"][~live].tolist(), strict=True):
         if backlog.beyond(seq):
             backlog.receive_counts[seq] = count
@@ -192,5 +190,4 @@ def release_in_flight(ring: Ring) -> None:
     held = (state == IN_FLIGHT) | (state == MOVING)
     state[held] = AVAILABLE
     ring.meta["visible_at_ms"][: ring.n][held] = 0
-    ring.hint, ring.hint_deadline = 0, -1
-    ring.version += 1
+    ring.forget_picks()

@@ -135,6 +135,11 @@ class Ring:
         self.slots, self.arena_bytes = slots, arena_bytes
         self.n = self.top = self.live = self.live_bytes = 0
         self.hint, self.hint_deadline = 0, NEVER
+        # FIFO picks (select.pick_fifo): the slots IN_FLIGHT (None: not kept;
+        # rebuilt from the states by the next FIFO pick: standard rings never
+        # keep it), and a slot before which none is AVAILABLE or IN_FLIGHT
+        self.inflight: set[int] | None = None
+        self.live_from = 0
         # bumped by every change of a slot's state or deadline (and by insert,
         # remove, clear, compact): a cached has_visible answer is valid while
         # it is unchanged (see select.has_visible)
@@ -144,6 +149,7 @@ class Ring:
         self.state = self._state = self.meta["state"]  # column views, cached
         self.visible_at = self._vis = self.meta["visible_at_ms"]
         self.receive_count = self.meta["receive_count"]
+        self.group_hash = self.meta["group_hash"]
         self._blen, self._alen = self.meta["body_len"], self.meta["attr_len"]
         self._ids = self.meta["message_id"]
         self._words: npt.NDArray[np.uint64] = self.meta.view(np.uint64).reshape(slots, META_WORDS)
@@ -197,12 +203,14 @@ class Ring:
         self._words[k:n] = 0
         self.n, self.top = k, int(lens.sum())
         self.hint, self.hint_deadline = 0, NEVER
+        self.inflight, self.live_from = None, 0  # slots moved
         self.version += 1
 
     def clear(self) -> None:
         self.meta[: self.n] = np.zeros(1, META_DTYPE)
         self.n = self.top = self.live = self.live_bytes = 0
         self.hint, self.hint_deadline = 0, NEVER
+        self.inflight, self.live_from = None if self.inflight is None else set(), 0
         self.version += 1
 
     # -- insert / lookup ---------------------------------------------------
@@ -335,12 +343,34 @@ class Ring:
         """
         self._state[idx] = DELETED
         self.version += 1
+        if self.inflight:
+            self.leave_in_flight(idx)
         if isinstance(idx, int):
             self.live -= 1
             self.live_bytes -= int(self._blen[idx]) + int(self._alen[idx])
             return
         self.live -= len(range(*idx.indices(self.slots))) if isinstance(idx, slice) else int(np.size(idx))
         self.live_bytes -= int(self._blen[idx].sum(dtype=np.int64)) + int(self._alen[idx].sum(dtype=np.int64))
+
+    def leave_in_flight(self, idx: IntArray | int | slice) -> None:
+        """Slots ``idx`` are no longer IN_FLIGHT: drop them from :attr:`inflight`."""
+        fl = self.inflight
+        if fl is None:
+            return
+        if isinstance(idx, int):
+            fl.discard(idx)
+        elif isinstance(idx, slice):
+            fl.difference_update(range(*idx.indices(self.slots)))
+        else:
+            fl.difference_update(idx.tolist())
+
+    def forget_picks(self) -> None:
+        """Slots changed state outside receive and remove (replay of records,
+        a restart's release): every pick hint restarts from slot 0 and the
+        in-flight index is rebuilt by the next FIFO pick."""
+        self.hint, self.hint_deadline = 0, -1
+        self.inflight, self.live_from = None, 0
+        self.version += 1
 
     def message_id(self, i: int) -> bytes:
         """The 16-byte message id of slot ``i``."""

@@ -7,9 +7,12 @@ receive of a few messages, or any receive with only a few slots left past the
 hint (a caught-up consumer), reads the first slots from the hint one at a
 time (usually the first one is receivable) before scanning arrays.
 
-FIFO queues scan the whole window: a group is skipped while any of its
-messages is IN_FLIGHT (deadline not passed); otherwise its receivable messages
-are taken in seq order up to the first one that is still delayed.
+FIFO queues skip a group while any of its messages is IN_FLIGHT (deadline not
+passed: the ring keeps an index of in-flight slots, so finding these groups
+costs O(in flight), not O(ring)); otherwise a group's receivable messages are
+taken in seq order up to its first one that is still delayed. The scan runs
+forward from the first live slot in chunks until it has enough, so it too
+costs O(slots passed).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ FIRST_CHUNK = 256
 SCALAR_PICK = 8  # receives of up to this many messages scan the first slots one at a time
 SCALAR_SCAN = 16  # ... this many slots, then the array scan goes on
 SCALAR_TAIL = 8  # any receive scans one at a time when at most this many slots are left
+FIFO_FIRST_CHUNK = 256  # a FIFO pick's first chunk of slots (then doubling)
+_NO_GROUPS = np.zeros(0, np.uint64)
 
 
 def split_dead(ring: Ring, idx: IntArray, max_rc: int | None) -> tuple[IntArray, IntArray]:
@@ -88,26 +93,62 @@ def _scan_scalar(ring: Ring, now: int, k: int, start: int) -> tuple[int, list[in
     return i, got
 
 
+def in_flight_slots(ring: Ring) -> IntArray:
+    """The ring's IN_FLIGHT slots, from :attr:`Ring.inflight` (rebuilt from
+    the states, once, when a compaction or a replay dropped it)."""
+    fl = ring.inflight
+    if fl is None:
+        idx = np.flatnonzero(ring.state[: ring.n] == IN_FLIGHT)
+        ring.inflight = set(idx.tolist())
+        return idx
+    return np.fromiter(fl, np.int64, len(fl))
+
+
 def pick_fifo(ring: Ring, now: int, k: int) -> IntArray:
-    """Slots of up to ``k`` messages respecting per-group order and blocking."""
-    n = ring.n
-    s = ring.meta["state"][:n]
-    v = ring.meta["visible_at_ms"][:n]
-    g = ring.meta["group_hash"][:n]
-    live = (s == AVAILABLE) | (s == IN_FLIGHT)
-    blocked = np.unique(g[(s == IN_FLIGHT) & (v > now)])
-    cand = live & ~np.isin(g, blocked)
-    ok = cand & (v <= now)
-    stop_idx = np.flatnonzero(cand & ~ok)
-    ok_idx = np.flatnonzero(ok)
-    if len(stop_idx) and len(ok_idx):
-        groups, first = np.unique(g[stop_idx], return_index=True)
-        first_stop = stop_idx[first]
-        pos = np.searchsorted(groups, g[ok_idx])
-        pos_c = np.minimum(pos, len(groups) - 1)
-        has_stop = groups[pos_c] == g[ok_idx]
-        ok_idx = ok_idx[~has_stop | (ok_idx < first_stop[pos_c])]
-    return ok_idx[:k].astype(np.int64)
+    """Slots of up to ``k`` messages respecting per-group order and blocking.
+
+    A group is shut while one of its messages is IN_FLIGHT before its deadline
+    (anywhere in the ring: the in-flight index, not a scan), or past its
+    first delayed message. The scan goes forward from ``ring.live_from`` in
+    chunks (doubling) until ``k`` are found, so a receive costs O(slots
+    passed), not O(ring); it moves ``live_from`` past the dead slots at the
+    front.
+    """
+    state, vis, groups = ring.state, ring.visible_at, ring.group_hash
+    fl = in_flight_slots(ring)
+    shut = np.unique(groups[fl][vis[fl] > now]) if len(fl) else _NO_GROUPS
+    start, n, chunk, need, front = ring.live_from, ring.n, FIFO_FIRST_CHUNK, k, True
+    got: list[IntArray] = []
+    while start < n and need > 0:
+        end = min(n, start + chunk)
+        s, v, g = state[start:end], vis[start:end], groups[start:end]
+        live = (s - AVAILABLE) <= (IN_FLIGHT - AVAILABLE)  # u8: FREE wraps to 255
+        if front:
+            first = int(live.argmax())
+            if not live[first]:  # nothing live in this chunk: the front moves past it
+                ring.live_from = start = end
+                chunk *= 2
+                continue
+            ring.live_from, front = start + first, False
+        cand = live & ~np.isin(g, shut) if len(shut) else live
+        ok = cand & (v <= now)
+        stop_idx = np.flatnonzero(cand & ~ok)  # delayed: its group stops there
+        ok_idx = np.flatnonzero(ok)
+        if len(stop_idx):
+            stopped, first_of = np.unique(g[stop_idx], return_index=True)
+            if len(ok_idx):
+                first_stop = stop_idx[first_of]
+                pos = np.minimum(np.searchsorted(stopped, g[ok_idx]), len(stopped) - 1)
+                has_stop = stopped[pos] == g[ok_idx]
+                ok_idx = ok_idx[~has_stop | (ok_idx < first_stop[pos])]
+            shut = np.union1d(shut, stopped)
+        take = ok_idx[:need]
+        got.append(take + start)
+        need -= len(take)
+        start, chunk = end, chunk * 2
+    if len(got) == 1:
+        return got[0].astype(np.int64, copy=False)
+    return np.concatenate(got).astype(np.int64, copy=False) if got else np.zeros(0, np.int64)
 
 
 def next_wakeup(ring: Ring, now: int) -> int | None:
