@@ -8,7 +8,9 @@ of 1,000), so a backlog past the ring lives partly in the log (10 M: 1.2 GB
 of segments per round, written in a few seconds, removed after it). Then 200
 times: ``receive(10)`` (page-in check, the FIFO pick, marking in flight,
 staging the VISIBILITY records), then the deletes of what it got and a
-commit, outside the timing. Prints the **thread CPU time** of the receive
+commit, outside the timing. Then, with one message of every group held in
+flight, 200 times ``receive(10)`` that finds nothing (what a long poll's
+probes and a second receive in flight cost). Prints the **thread CPU time** of the receive
 (µs; median of the calls, then of ``--rounds`` rounds, each round a fresh
 store of every size in turn) per backlog,
 the ratio to the smallest backlog, and a JSON line (with every round's median).
@@ -41,8 +43,9 @@ GROUPS = 50
 CALLS = 200
 
 
-def one_round(backlog: int) -> float:
-    """Median thread CPU time (µs) of receive(10) on a FIFO store holding ``backlog``."""
+def one_round(backlog: int) -> tuple[float, float]:
+    """Median thread CPU time (µs) of receive(10) on a FIFO store holding
+    ``backlog``, then of a receive(10) that finds every group in flight."""
     with tempfile.TemporaryDirectory(prefix="zmqueue-fifo-window-") as d:
         store = PartitionStore.open(Path(d) / "p", StorageConfig(fsync="never", fifo=True), now_ms=NOW)
         try:
@@ -59,7 +62,16 @@ def one_round(backlog: int) -> float:
                 assert len(got) == 10 and not dead, "a FIFO receive of 10 over 50 groups takes 10"
                 store.delete_many([(m.seq, m.receive_count) for m in got], NOW)
                 store.commit()
-            return statistics.median(times) * 1e6
+            for _ in range(GROUPS // 10):  # hold one message of every group
+                got, _ = store.receive(10, NOW, 30_000)
+                assert len(got) == 10
+            shut = []
+            for _ in range(CALLS):
+                t0 = time.thread_time()
+                got, dead = store.receive(10, NOW, 30_000)
+                shut.append(time.thread_time() - t0)
+                assert not got and not dead, "every group has a message in flight: nothing to take"
+            return statistics.median(times) * 1e6, statistics.median(shut) * 1e6
         finally:
             store.close()
 
@@ -74,17 +86,23 @@ def main(argv: list[str] | None = None) -> int:
     if not backlogs or min(backlogs) < 1000 or args.rounds < 1:
         ap.error("--backlogs of at least 1000 messages each and --rounds >= 1")
     runs: dict[int, list[float]] = {b: [] for b in backlogs}
+    shut: dict[int, list[float]] = {b: [] for b in backlogs}
     for _ in range(args.rounds):  # interleaved: each round measures every size, side by side
         for b in backlogs:
-            runs[b].append(one_round(b))
-    result = {str(b): statistics.median(runs[b]) for b in backlogs}
-    base = result[str(backlogs[0])]
-    for b in backlogs:
-        print(f"FIFO receive(10), backlog {b:>9,}: {result[str(b)]:8.1f} us "
-              f"({result[str(b)] / base:.2f}x the {backlogs[0]:,} backlog)")
-    per_round = {str(b): [round(x, 1) for x in runs[b]] for b in backlogs}
-    print(json.dumps({"fifo_receive10_us": result, "per_round_us": per_round, "rounds": args.rounds,
-                      "groups": GROUPS}, sort_keys=True))
+            took, none = one_round(b)
+            runs[b].append(took)
+            shut[b].append(none)
+    out: dict[str, object] = {"rounds": args.rounds, "groups": GROUPS}
+    for label, key, per in (("receive(10)", "fifo_receive10_us", runs),
+                            ("receive(10), every group in flight", "fifo_receive10_all_shut_us", shut)):
+        result = {str(b): statistics.median(per[b]) for b in backlogs}
+        base = result[str(backlogs[0])]
+        for b in backlogs:
+            print(f"FIFO {label}, backlog {b:>10,}: {result[str(b)]:8.1f} us "
+                  f"({result[str(b)] / base:.2f}x the {backlogs[0]:,} backlog)")
+        out[key] = result
+        out[key.replace("_us", "_per_round_us")] = {str(b): [round(x, 1) for x in per[b]] for b in backlogs}
+    print(json.dumps(out, sort_keys=True))
     return 0
 
 

@@ -4,7 +4,8 @@ ring's index) against the whole-window rule it replaced, on random rings.
 Pure logic on a plain :class:`Ring`: random states, deadlines and groups, a
 random first chunk (so chunks end anywhere: a group delayed in one chunk must
 stay stopped in the next), the in-flight index either kept or dropped (to be
-rebuilt), and ``live_from`` anywhere up to the first live slot. Then the
+rebuilt), the ring's groups kept (a superset) or dropped, and ``live_from``
+anywhere up to the first live slot. Then the
 in-flight index through a compaction and through a replica's records.
 """
 
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 
 from zmqueue.dataplane.replication import decode_chunks, encode_chunks
 from zmqueue.dataplane.storage import NewMessage, PartitionStore, StorageConfig, select
+from zmqueue.dataplane.storage.batch import message_table, pack
 from zmqueue.dataplane.storage.ring import AVAILABLE, DELETED, IN_FLIGHT, MOVING, IntArray, Ring
 
 NOW = 1_000
@@ -51,14 +53,22 @@ SLOT = st.tuples(
 
 
 @settings(max_examples=300, deadline=None)
+# group 1 delayed in the first chunk stays stopped in the next
 @example(slots=[(AVAILABLE, NOW + 1, 1), (AVAILABLE, 0, 2), (AVAILABLE, 0, 1)], k=5, chunk=1,
-         keep_index=True, front=0)  # group 1 delayed in the first chunk stays stopped in the next
+         keep_index=True, front=0, extra_groups=None)
+# a group in flight past the scan's end is still shut
 @example(slots=[(DELETED, 0, 0), (AVAILABLE, 0, 1), (IN_FLIGHT, NOW + 5, 1)], k=5, chunk=1,
-         keep_index=False, front=1)  # a group in flight past the scan's end is still shut
+         keep_index=False, front=1, extra_groups=None)
+# every group shut after the second chunk: the scan may stop, group 3 is taken first
+@example(slots=[(AVAILABLE, 0, 3), (IN_FLIGHT, NOW + 5, 1), (AVAILABLE, 0, 1), (AVAILABLE, NOW + 5, 2),
+                (AVAILABLE, 0, 2), (AVAILABLE, 0, 3)],
+         k=5, chunk=1, keep_index=True, front=0, extra_groups=[])
 @given(slots=st.lists(SLOT, max_size=40), k=st.integers(1, 12), chunk=st.integers(1, 8),
-       keep_index=st.booleans(), front=st.integers(0, 40))
+       keep_index=st.booleans(), front=st.integers(0, 40),
+       extra_groups=st.one_of(st.none(), st.lists(st.integers(0, 7), max_size=3)))
 def test_chunked_pick_takes_what_the_whole_window_rule_takes(
-    slots: list[tuple[int, int, int]], k: int, chunk: int, keep_index: bool, front: int
+    slots: list[tuple[int, int, int]], k: int, chunk: int, keep_index: bool, front: int,
+    extra_groups: list[int] | None,
 ) -> None:
     ring = Ring(48, 64)
     n = len(slots)
@@ -69,6 +79,8 @@ def test_chunked_pick_takes_what_the_whole_window_rule_takes(
     ring.live_from = min(front, live[0] if live else n)
     if keep_index:
         ring.inflight = {i for i, (state, _, _) in enumerate(slots) if state == IN_FLIGHT}
+    if extra_groups is not None:  # the groups kept: every slot's (dead ones too) and some more
+        ring.groups = {group for _, _, group in slots} | set(extra_groups)
     want = whole_window(ring, NOW, k)
     saved = select.FIFO_FIRST_CHUNK
     select.FIFO_FIRST_CHUNK = chunk
@@ -81,6 +93,21 @@ def test_chunked_pick_takes_what_the_whole_window_rule_takes(
     # the front only moves over dead slots; the index (rebuilt or kept) is exact
     assert ring.live_from <= (live[0] if live else n)
     assert ring.inflight == {i for i, (state, _, _) in enumerate(slots) if state == IN_FLIGHT}
+    assert ring.groups is not None and ring.groups >= {slots[i][2] for i in live}
+
+
+def test_every_insert_path_adds_its_groups_to_the_ones_kept() -> None:
+    ring = Ring(64, 4096)
+    ring.groups = set()  # (kept, as after a FIFO pick)
+    batch = pack([b"a", b"b"], None, None, [5, 6], 0)
+    ring.insert_packed(2, batch, 1, NOW, len(batch.heap))  # a batch with groups: columns
+    single = pack([b"c"], None, None, None, 0)
+    ring.insert_packed(1, single, 3, NOW, 1)  # a plain single send (no group: 0)
+    records = pack([b"d", b"e"], None, None, [7, 7], 0)
+    ring.insert(message_table(records, 4, 0, NOW), records.heap)  # paging in, recovery, replicas
+    ring.insert_record(6, bytes(16), NOW, NOW, 9, 1, 0, b"f", 0)  # one record
+    assert ring.n == 6
+    assert ring.groups == {0, 5, 6, 7, 9} == set(ring.group_hash[: ring.n].tolist())
 
 
 def honest_index(ring: Ring) -> bool:

@@ -295,13 +295,17 @@ class StoreMachine(RuleBasedStateMachine):
     @invariant()
     def fifo_pick_index_is_honest(self) -> None:
         """The in-flight index (when kept) names exactly the IN_FLIGHT slots,
-        and no slot before ``live_from`` is AVAILABLE or IN_FLIGHT."""
+        the groups kept cover every live slot's, and no slot before
+        ``live_from`` is AVAILABLE or IN_FLIGHT."""
         ring = self.store.ring
         state = ring.state[: ring.n]
         if ring.inflight is not None:
             assert ring.inflight == set(np.flatnonzero(state == IN_FLIGHT).tolist())
         before = state[: ring.live_from]
         assert not ((before == AVAILABLE) | (before == IN_FLIGHT)).any()
+        if ring.groups is not None:
+            live = (state == AVAILABLE) | (state == IN_FLIGHT)
+            assert ring.groups >= set(ring.group_hash[: ring.n][live].tolist())
 
 
 SETTINGS = settings(

@@ -135,10 +135,12 @@ class Ring:
         self.slots, self.arena_bytes = slots, arena_bytes
         self.n = self.top = self.live = self.live_bytes = 0
         self.hint, self.hint_deadline = 0, NEVER
-        # FIFO picks (select.pick_fifo): the slots IN_FLIGHT (None: not kept;
-        # rebuilt from the states by the next FIFO pick: standard rings never
-        # keep it), and a slot before which none is AVAILABLE or IN_FLIGHT
+        # FIFO picks (select.pick_fifo): the slots IN_FLIGHT, a superset of
+        # the groups of the live slots (None: not kept; rebuilt from the
+        # states by the next FIFO pick: standard rings never keep them), and a
+        # slot before which none is AVAILABLE or IN_FLIGHT
         self.inflight: set[int] | None = None
+        self.groups: set[int] | None = None
         self.live_from = 0
         # bumped by every change of a slot's state or deadline (and by insert,
         # remove, clear, compact): a cached has_visible answer is valid while
@@ -203,14 +205,16 @@ class Ring:
         self._words[k:n] = 0
         self.n, self.top = k, int(lens.sum())
         self.hint, self.hint_deadline = 0, NEVER
-        self.inflight, self.live_from = None, 0  # slots moved
+        self.inflight, self.groups, self.live_from = None, None, 0  # slots moved
         self.version += 1
 
     def clear(self) -> None:
         self.meta[: self.n] = np.zeros(1, META_DTYPE)
         self.n = self.top = self.live = self.live_bytes = 0
         self.hint, self.hint_deadline = 0, NEVER
-        self.inflight, self.live_from = None if self.inflight is None else set(), 0
+        self.inflight = None if self.inflight is None else set()
+        self.groups = None if self.groups is None else set()
+        self.live_from = 0
         self.version += 1
 
     # -- insert / lookup ---------------------------------------------------
@@ -235,6 +239,8 @@ class Ring:
         w[:, _M_GROUP + 1 :] = rw[:, _R_ID : _R_ID + 2]
         self._blen[a:b] = rows["body_len"]
         self._alen[a:b] = rows["attr_len"]
+        if self.groups is not None:
+            self.groups.update(np.unique(rows["group_hash"]).tolist())
         total = int(lens.sum())
         self.n, self.top = b, self.top + total
         self.live += k
@@ -256,6 +262,8 @@ class Ring:
         self.live += 1
         self.live_bytes += total
         self.version += 1
+        if self.groups is not None:
+            self.groups.add(group)
 
     def insert_packed(self, k: int, batch: Packed, seq0: int, now_ms: int, total: int) -> None:
         """Append the first ``k`` messages of a batch just appended (seqs from
@@ -327,6 +335,9 @@ class Ring:
                 w[:, _M_LENS] = body_len
         if batch.group_hashes is not None:
             w[:, _M_GROUP] = batch.group_hashes[:k]
+        if self.groups is not None:
+            self.groups.update(np.unique(batch.group_hashes[:k]).tolist() if batch.group_hashes is not None
+                               else (0,))
         self._ids[a:b] = np.frombuffer(batch.message_ids, _ID16, k)
 
     def index_of(self, seq: int) -> int:
@@ -367,9 +378,9 @@ class Ring:
     def forget_picks(self) -> None:
         """Slots changed state outside receive and remove (replay of records,
         a restart's release): every pick hint restarts from slot 0 and the
-        in-flight index is rebuilt by the next FIFO pick."""
+        in-flight index and the groups are rebuilt by the next FIFO pick."""
         self.hint, self.hint_deadline = 0, -1
-        self.inflight, self.live_from = None, 0
+        self.inflight, self.groups, self.live_from = None, None, 0
         self.version += 1
 
     def message_id(self, i: int) -> bytes:

@@ -18,6 +18,7 @@ costs O(slots passed).
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from zmqueue.dataplane.storage.ring import AVAILABLE, IN_FLIGHT, MOVING, NEVER, IntArray, Ring
 
@@ -104,6 +105,21 @@ def in_flight_slots(ring: Ring) -> IntArray:
     return np.fromiter(fl, np.int64, len(fl))
 
 
+def ring_groups(ring: Ring) -> set[int]:
+    """:attr:`Ring.groups` (a superset of the live slots' groups), rebuilt
+    from the live slots when a compaction or a replay dropped it."""
+    if ring.groups is None:
+        state = ring.state[: ring.n]
+        live = (state - AVAILABLE) <= (IN_FLIGHT - AVAILABLE)
+        ring.groups = set(np.unique(ring.group_hash[: ring.n][live]).tolist())
+    return ring.groups
+
+
+def _all_shut(seen: set[int], shut: npt.NDArray[np.uint64]) -> bool:
+    """Every group of the ring is in ``shut``."""
+    return len(shut) >= len(seen) and seen.issubset(shut.tolist())
+
+
 def pick_fifo(ring: Ring, now: int, k: int) -> IntArray:
     """Slots of up to ``k`` messages respecting per-group order and blocking.
 
@@ -112,11 +128,16 @@ def pick_fifo(ring: Ring, now: int, k: int) -> IntArray:
     first delayed message. The scan goes forward from ``ring.live_from`` in
     chunks (doubling) until ``k`` are found, so a receive costs O(slots
     passed), not O(ring); it moves ``live_from`` past the dead slots at the
-    front.
+    front. It stops as soon as every group in the ring (:attr:`Ring.groups`)
+    is shut: a queue of a few groups, all in flight, is answered without a
+    scan.
     """
     state, vis, groups = ring.state, ring.visible_at, ring.group_hash
     fl = in_flight_slots(ring)
     shut = np.unique(groups[fl][vis[fl] > now]) if len(fl) else _NO_GROUPS
+    seen = ring_groups(ring)
+    if len(shut) and _all_shut(seen, shut):
+        return np.zeros(0, np.int64)
     start, n, chunk, need, front = ring.live_from, ring.n, FIFO_FIRST_CHUNK, k, True
     got: list[IntArray] = []
     while start < n and need > 0:
@@ -146,6 +167,8 @@ def pick_fifo(ring: Ring, now: int, k: int) -> IntArray:
         got.append(take + start)
         need -= len(take)
         start, chunk = end, chunk * 2
+        if len(stop_idx) and _all_shut(seen, shut):
+            break
     if len(got) == 1:
         return got[0].astype(np.int64, copy=False)
     return np.concatenate(got).astype(np.int64, copy=False) if got else np.zeros(0, np.int64)
