@@ -188,7 +188,9 @@ page): the twenty-second session's FIFO receive against its backlog
 and the one before it in turn: a FIFO pick now takes the groups in flight
 from an index and scans forward from the first live slot, so issue #3's
 receive target, 10 M of backlog at most 1.5x the cost with 10 k, is met by
-FIFO queues too: 1.01x, where the whole-window scan before gave 4.03x), the eighteenth session's page-in change (a host's W3 pass inside one
+FIFO queues too: 1.00x, where the whole-window scan before gave 3.33x; a
+FIFO W3 on one host, whose consumer trails, receives 1.22x more per second),
+the eighteenth session's page-in change (a host's W3 pass inside one
 store, `python -m benchmarks.storage.w3_loop`, old and new trees in turn)
 and its full run (`python -m benchmarks.storage.bench_storage`, tree of
 105047f), then the eighth session's one-message-per-call costs, old and new
