@@ -17,7 +17,6 @@ Receipt handles are part of the wire protocol (:class:`zmqueue.protocol.Receipt`
 from __future__ import annotations
 
 import hashlib
-import uuid
 from typing import Any
 
 import msgpack
@@ -26,10 +25,6 @@ from zmqueue.errors import InvalidParameter, MessageTooLarge
 
 MAX_ATTRIBUTES = 10
 MAX_ATTRIBUTE_NAME = 256
-
-
-def new_message_id() -> bytes:
-    return uuid.uuid4().bytes
 
 
 def group_hash(group: str | None) -> int:
