@@ -252,56 +252,56 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5b, W1p, W5p, W5-half) and the
 raw pyzmq ceiling come from the one invocation above, on the tree of commit
-{commit}, the twenty-first session's final code: the host's request loop
-reads on only sends after a batch send (ac5eefc; see "After a batch send,
-only sends" in "Where the time goes"), and three small host costs were cut
-(see "Two host hot spots in py-spy profiles"). The previous invocation, on
-5c8d171 earlier the same day, had W3 1.32x Redis (1,024 B 1.26x), W3 at
-18.5% of raw pyzmq, W1 0.29x, W1p 0.50x, W2 p99 4.00x, W5 0.84x, W5p 1.72x
-(1,024 B 1.64x), W5b 3.19x and a half-rate R=3 send p99 of 7.08 ms; the
-host changes in between moved neither W1 nor W3 beyond their spread in
-alternating runs, so read the differences as the machine's noise. The VM
-ran every system about a third slower than in the twentieth session's
-invocation (raw pyzmq's batched round trip 373 k against 589 k payloads/s);
-its CPUs are shared with other machines' work, so read the ratios, measured
-side by side. W5p at 100 B fell just under its target here (1.47x; per run
-1.76x, 1.29x, 1.77x; 1,024 B 1.69x) where the earlier invocations met it.
+{commit}, the twenty-second session's code: since the previous invocation
+(118939c, the twenty-first session's final host code, earlier the same day)
+only FIFO queues changed (the FIFO pick's in-flight index, FIFO message ids
+in one call; see docs/perf/storage.md), and every peer workload runs on a
+standard queue, so the two invocations measure the same code paths. The
+previous one had W3 1.32x Redis (1,024 B 1.52x), W3 at 20.7% of raw pyzmq,
+W1 0.33x, W1p 0.50x, W2 p99 3.48x, W5 0.89x, W5p 1.47x (1,024 B 1.69x), W5b
+3.20x and a half-rate R=3 send p99 of 6.36 ms: read the differences as the
+machine's noise. Raw pyzmq's batched round trip ran at 365-455 k payloads/s
+here (373 k in the previous invocation, 589 k in the twentieth session's):
+the VM's CPUs are shared with other machines' work, so read the ratios,
+measured side by side. W5p at 100 B again fell just under its target as a
+ratio of medians (1.46x) while two of its three runs were at 1.8x (per run
+1.83x, 1.80x, 1.46x; 1,024 B 1.78x).
 
 Per-run ratios of this invocation (100 B unless marked; zmqueue vs the peer, e2e msg/s):
 
 | row | run 1 | run 2 | run 3 |
 |---|---:|---:|---:|
-| W1 vs Redis | 0.30x (1.4 k vs 4.7 k) | 0.36x (1.6 k vs 4.5 k) | 0.35x (1.5 k vs 4.2 k) |
-| W1p vs Redis | 0.48x (27.8 k vs 57.8 k) | 0.49x (27.6 k vs 56.0 k) | 0.57x (30.2 k vs 52.9 k) |
-| W1p vs NATS | 2.21x | 1.98x | 2.61x |
-| W3 vs Redis | 1.32x (77.2 k vs 58.6 k) | 1.49x (96.3 k vs 64.8 k) | 1.26x (71.2 k vs 56.4 k) |
-| W3 vs Redis, 1,024 B | 1.32x (63.3 k vs 47.9 k) | 1.82x (74.6 k vs 40.9 k) | 1.52x (66.5 k vs 43.7 k) |
-| W3 vs raw pyzmq | 20.7% | 21.9% | 21.7% |
-| W5 vs NATS R=3 | 0.94x | 0.81x | 0.97x |
-| W5p vs NATS R=3 | 1.76x (14.7 k vs 8.4 k) | 1.29x (12.3 k vs 9.5 k) | 1.77x (11.7 k vs 6.6 k) |
-| W5p vs NATS R=3, 1,024 B | 1.63x | 1.96x | 1.87x |
-| W5b vs NATS R=3 | 4.07x | 3.00x | 3.45x |
+| W1 vs Redis | 0.29x (1.3 k vs 4.3 k) | 0.36x (1.6 k vs 4.6 k) | 0.33x (1.5 k vs 4.6 k) |
+| W1p vs Redis | 0.44x (24.7 k vs 56.0 k) | 0.49x (30.9 k vs 62.7 k) | 0.52x (29.9 k vs 57.8 k) |
+| W1p vs NATS | 2.05x | 1.96x | 2.20x |
+| W3 vs Redis | 1.44x (73.0 k vs 50.6 k) | 1.84x (97.9 k vs 53.1 k) | 1.35x (78.1 k vs 57.9 k) |
+| W3 vs Redis, 1,024 B | 1.38x (56.1 k vs 40.8 k) | 1.24x (56.6 k vs 45.7 k) | 1.42x (62.8 k vs 44.1 k) |
+| W3 vs raw pyzmq | 18.3% | 21.5% | 21.4% |
+| W5 vs NATS R=3 | 0.83x | 0.65x | 1.03x |
+| W5p vs NATS R=3 | 1.83x (17.2 k vs 9.4 k) | 1.80x (11.9 k vs 6.6 k) | 1.46x (12.7 k vs 8.7 k) |
+| W5p vs NATS R=3, 1,024 B | 1.99x | 1.83x | 1.78x |
+| W5b vs NATS R=3 | 3.73x | 4.24x | 3.41x |
 
 docs/perf/peers.md holds this invocation's JSON lines; earlier ones are in
 that page's history.
 
-- **Where zmqueue stands.** W3 is ahead of Redis (1.32x; 1,024 B 1.52x)
-  and 5.4x NATS; W5b is 3.2x NATS R=3. One message per request is where it
-  is behind: Redis answers one XADD in ~0.19 ms (p50), zmqueue one
+- **Where zmqueue stands.** W3 is ahead of Redis (1.47x; 1,024 B 1.28x)
+  and 6.2x NATS; W5b is 3.5x NATS R=3. One message per request is where it
+  is behind: Redis answers one XADD in ~0.17 ms (p50), zmqueue one
   confirmed send in ~0.60 ms, so W1 and W2 stay behind Redis and W2 behind
   NATS; the single-send latency tail was probed three ways on an otherwise
   idle host (see "Where the time goes"), and none changed it.
-- **Pipelined single sends.** With 100 sends in flight zmqueue moves 19x
-  its W1 (27.8 k msg/s) and 23x its W5 with R=3 sync (12.3 k): 2.2x NATS at
-  R=1, 1.47x NATS R=3 (1,024 B 1.69x), 0.50x Redis. The pipeline coalesces
+- **Pipelined single sends.** With 100 sends in flight zmqueue moves 20x
+  its W1 (29.9 k msg/s) and 24x its W5 with R=3 sync (12.7 k): 2.2x NATS at
+  R=1, 1.46x NATS R=3 (1,024 B 1.78x), 0.52x Redis. The pipeline coalesces
   the sends made while 4 requests are in flight, so the host's ~45-55 us
   per request is paid once per group; Redis answers a pipelined XADD in a
   few us of C. See "Pipelined single sends" in "Where the time goes".
 - **Targets met:**
   - no losses or duplicates in any run of any system;
-  - the R=3 send p99 at half rate (< 10 ms: 6.36 ms, paced at 261 msg/s);
-  - W5 at 1.5x NATS R=3 with batches (W5b 3.20x; 1,024 B 3.54x) and with
-    pipelined single sends at 1,024 B (W5p 1.69x);
+  - the R=3 send p99 at half rate (< 10 ms: 5.66 ms, paced at 255 msg/s);
+  - W5 at 1.5x NATS R=3 with batches (W5b 3.51x; 1,024 B 3.93x) and with
+    pipelined single sends at 1,024 B (W5p 1.78x);
   - FIFO failover (replication.md, rerun in the tenth session, with
     requests held while a new writer recovers and the loop woken at once by
     posted work: p50 1.57 s, max 1.63 s over 20 kills; ninth session 1.62 s
@@ -315,13 +315,14 @@ that page's history.
     pyzmq (32.9%), and the single-send p99 at 3x raw (1.84x).
 - **Targets missed:**
   - 2x the best peer in W1 (one at a time, 0.33x Redis, or pipelined,
-    0.50x) and W3 (1.32x Redis; 1,024 B 1.52x);
-  - W2 p99 at or below the best peer's (2.12 ms against Redis's 0.61 ms);
-  - W3 end to end at 25% of the raw pyzmq batched round trip (20.7%; 1,024 B
-    23.2%);
-  - W5p at 100 B, just (1.47x NATS R=3; per run 1.76x, 1.29x, 1.77x; met at
-    1.72x and 1.88x in the two invocations before);
-  - W5 at 1.5x NATS R=3 with one send at a time (0.89x; 1,024 B 0.77x):
+    0.52x) and W3 (1.47x Redis; 1,024 B 1.28x);
+  - W2 p99 at or below the best peer's (1.86 ms against Redis's 0.83 ms);
+  - W3 end to end at 25% of the raw pyzmq batched round trip (19.6%; 1,024 B
+    18.0%);
+  - W5p at 100 B, just, as a ratio of medians (1.46x NATS R=3; per run
+    1.83x, 1.80x, 1.46x; 1.47x in the previous invocation, 1.72x and 1.88x
+    in the two before);
+  - W5 at 1.5x NATS R=3 with one send at a time (0.71x; 1,024 B 0.81x):
     each send waits a whole replicated round trip across four processes
     on 2 CPUs.
 
