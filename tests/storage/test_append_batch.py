@@ -106,17 +106,25 @@ def test_append_batch_refuses_columns_of_the_wrong_length(tmp_path: Path):
         assert store.last_seq == 0  # nothing was staged by the refused calls
 
 
-@pytest.mark.parametrize(("epoch", "delay", "body_len"), [(0, 0, 100), (7, 0, 0), (2**40, 900_000, 5)])
-def test_a_single_plain_message_is_written_as_the_columnar_path_writes_it(epoch, delay, body_len):
-    """Single sends take a struct-packed row in the record table and the ring;
-    it must equal the first row the numpy path writes for a larger batch."""
+@pytest.mark.parametrize(("epoch", "delay", "body_len", "shape"), [
+    (0, 0, 100, "plain"), (7, 0, 0, "plain"), (2**40, 900_000, 5, "plain"),
+    (3, 0, 7, "attrs"), (0, 250, 9, "group"), (5, [40, 9], 3, "group+attrs+delays"),
+])
+def test_a_single_message_is_written_as_the_columnar_path_writes_it(epoch, delay, body_len, shape):
+    """Single sends (any shape: attributes, a FIFO group, per-message delays)
+    take a struct-packed row in the record table and the ring; it must equal
+    the first row the numpy path writes for a larger batch."""
     from zmqueue.dataplane.storage.batch import pack
     from zmqueue.dataplane.storage.ring import Ring
 
     ids = bytes(range(16)) + bytes(range(16, 32))
     bodies = [b"b" * body_len, b"b" * body_len]
-    one = pack(bodies[:1], ids[:16], None, None, delay)
-    two = pack(bodies, ids, None, None, delay)
+    attrs = [b"attr", b"xy"] if "attrs" in shape else None
+    groups = [2**63 + 5, 11] if "group" in shape else None
+    one = pack(bodies[:1], ids[:16], attrs and attrs[:1], groups and groups[:1],
+               delay[:1] if isinstance(delay, list) else delay)
+    two = pack(bodies, ids, attrs, groups, delay)
+    body_len += 4 if attrs else 0  # the first message's bytes in the arena: body, then attributes
     now = 1_700_000_000_123
     assert (message_table(one, 41, epoch, now).tobytes()
             == message_table(two, 41, epoch, now)[:1].tobytes())
@@ -124,7 +132,7 @@ def test_a_single_plain_message_is_written_as_the_columnar_path_writes_it(epoch,
     for ring in rings:  # something in front, so offsets and slots are not 0
         ring.insert_packed(1, pack([b"zz"], b"\1" * 16, None, None, 0), 40, now - 5, 2)
     rings[0].insert_packed(1, one, 41, now, body_len)
-    rings[1].insert_packed(2, two, 41, now, 2 * body_len)
+    rings[1].insert_packed(2, two, 41, now, len(two.heap))
     assert rings[0].meta[:2].tobytes() == rings[1].meta[:2].tobytes()
     assert rings[0].arena[:2 + body_len].tobytes() == rings[1].arena[:2 + body_len].tobytes()
     r = rings[0]

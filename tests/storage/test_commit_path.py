@@ -132,7 +132,7 @@ def test_insert_packed_fills_the_ring_like_insert_of_the_rows(shape: str) -> Non
     delays = np.arange(n) * 3 if shape == "groups+delays" else 0
     packed = pack(bodies, None, attrs, groups, delays)
     rows = message_table(packed, 11, 0, 1000)
-    for k in (n, 25):  # whole batch, and the first k when the ring is short
+    for k in (n, 25, 1):  # whole batch, the first k when the ring is short, one (the scalar path)
         by_rows, by_columns = Ring(64, 4096), Ring(64, 4096)
         by_rows.insert(rows[:1], packed.heap)  # both start at a non-zero top
         by_columns.insert(rows[:1], packed.heap)

@@ -124,11 +124,16 @@ class _Template:
         return data
 
 
-def is_plain(batch: Packed) -> bool:
-    """Uniform body lengths, no attributes, no groups, one delay for all: the
-    single-send case that :func:`fill` and ``Ring.insert_packed`` write with
-    one struct each instead of numpy column writes."""
-    return isinstance(batch.body_len, int) and isinstance(batch.delay_ms, int) and batch.group_hashes is None
+def first_scalars(batch: Packed) -> tuple[int, int, int, int]:
+    """(body_len, attr_len, group_hash, delay_ms) of the batch's first
+    message as ints: what :func:`fill` and ``Ring.insert_packed`` write for a
+    single message with one struct each instead of numpy column writes (its
+    body, then its attributes, start the heap)."""
+    body_len, delay = batch.body_len, batch.delay_ms
+    return (body_len if isinstance(body_len, int) else int(body_len[0]),
+            0 if batch.attr_len is None else int(batch.attr_len[0]),
+            0 if batch.group_hashes is None else int(batch.group_hashes[0]),
+            delay if isinstance(delay, int) else int(delay[0]))
 
 
 def pack(
@@ -217,11 +222,11 @@ def fill(
     n = batch.n
     body_len = batch.body_len
     delay = batch.delay_ms
-    if n == 1 and is_plain(batch):  # a single send: one struct write instead of ~10 numpy calls
-        assert isinstance(body_len, int) and isinstance(delay, int)
+    if n == 1:  # a single send: one struct write instead of ~10 numpy calls
+        blen, alen, group, dly = first_scalars(batch)
         RECORD_STRUCT.pack_into(buf.mem, row * RECORD_BYTES, RecordType.MESSAGE, RECORD_VERSION, 0,
-                                body_len, epoch, seq0, 0, batch.message_ids, now_ms, now_ms + delay,
-                                0, 0, 0, heap_base, 0)
+                                blen, epoch, seq0, 0, batch.message_ids, now_ms, now_ms + dly,
+                                group, 0, alen, heap_base, 0)
         return
     end = row + n
     w64 = buf.w64[row:end]
