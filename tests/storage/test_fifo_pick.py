@@ -4,8 +4,9 @@ ring's index) against the whole-window rule it replaced, on random rings.
 Pure logic on a plain :class:`Ring`: random states, deadlines and groups, a
 random first chunk (so chunks end anywhere: a group delayed in one chunk must
 stay stopped in the next), the in-flight index either kept or dropped (to be
-rebuilt), the ring's groups kept (a superset) or dropped, and ``live_from``
-anywhere up to the first live slot. Then the
+rebuilt), the ring's groups kept (a superset) or dropped, ``live_from``
+anywhere up to the first live slot, and the scalar scan of the first slots
+on or off. Then the
 in-flight index through a compaction and through a replica's records.
 """
 
@@ -55,20 +56,23 @@ SLOT = st.tuples(
 @settings(max_examples=300, deadline=None)
 # group 1 delayed in the first chunk stays stopped in the next
 @example(slots=[(AVAILABLE, NOW + 1, 1), (AVAILABLE, 0, 2), (AVAILABLE, 0, 1)], k=5, chunk=1,
-         keep_index=True, front=0, extra_groups=None)
+         keep_index=True, front=0, extra_groups=None, scalar=False)
 # a group in flight past the scan's end is still shut
 @example(slots=[(DELETED, 0, 0), (AVAILABLE, 0, 1), (IN_FLIGHT, NOW + 5, 1)], k=5, chunk=1,
-         keep_index=False, front=1, extra_groups=None)
+         keep_index=False, front=1, extra_groups=None, scalar=False)
+# the scalar scan stops group 1 at its delayed message, takes group 2, and the array scan goes on
+@example(slots=[(DELETED, 0, 0), (AVAILABLE, NOW + 1, 1), (AVAILABLE, 0, 2)] + [(AVAILABLE, 0, 1)] * 16
+         + [(AVAILABLE, 0, 3)], k=3, chunk=2, keep_index=True, front=0, extra_groups=None, scalar=True)
 # every group shut after the second chunk: the scan may stop, group 3 is taken first
 @example(slots=[(AVAILABLE, 0, 3), (IN_FLIGHT, NOW + 5, 1), (AVAILABLE, 0, 1), (AVAILABLE, NOW + 5, 2),
                 (AVAILABLE, 0, 2), (AVAILABLE, 0, 3)],
-         k=5, chunk=1, keep_index=True, front=0, extra_groups=[])
+         k=5, chunk=1, keep_index=True, front=0, extra_groups=[], scalar=False)
 @given(slots=st.lists(SLOT, max_size=40), k=st.integers(1, 12), chunk=st.integers(1, 8),
        keep_index=st.booleans(), front=st.integers(0, 40),
-       extra_groups=st.one_of(st.none(), st.lists(st.integers(0, 7), max_size=3)))
+       extra_groups=st.one_of(st.none(), st.lists(st.integers(0, 7), max_size=3)), scalar=st.booleans())
 def test_chunked_pick_takes_what_the_whole_window_rule_takes(
     slots: list[tuple[int, int, int]], k: int, chunk: int, keep_index: bool, front: int,
-    extra_groups: list[int] | None,
+    extra_groups: list[int] | None, scalar: bool,
 ) -> None:
     ring = Ring(48, 64)
     n = len(slots)
@@ -82,12 +86,13 @@ def test_chunked_pick_takes_what_the_whole_window_rule_takes(
     if extra_groups is not None:  # the groups kept: every slot's (dead ones too) and some more
         ring.groups = {group for _, _, group in slots} | set(extra_groups)
     want = whole_window(ring, NOW, k)
-    saved = select.FIFO_FIRST_CHUNK
+    saved = select.FIFO_FIRST_CHUNK, select.FIFO_SCALAR_PICK
     select.FIFO_FIRST_CHUNK = chunk
+    select.FIFO_SCALAR_PICK = select.FIFO_SCALAR_PICK if scalar else 0
     try:
         got = select.pick_fifo(ring, NOW, k)
     finally:
-        select.FIFO_FIRST_CHUNK = saved
+        select.FIFO_FIRST_CHUNK, select.FIFO_SCALAR_PICK = saved
     assert got.dtype == np.int64
     assert got.tolist() == want.tolist()
     # the front only moves over dead slots; the index (rebuilt or kept) is exact
