@@ -49,15 +49,14 @@ def mark(ring: Ring, deliver: IntArray, dead: IntArray, deadline: int) -> None:
             vis[i] = deadline
             state[i] = IN_FLIGHT
         ring.note_deadline(deadline)
-        if ring.inflight is not None:
-            ring.inflight.update(slots)
+        ring.enter_in_flight(slots)
     elif len(deliver):
         meta["receive_count"][deliver] += 1
         meta["visible_at_ms"][deliver] = deadline
         meta["state"][deliver] = IN_FLIGHT
         ring.note_deadline(deadline)
-        if ring.inflight is not None:
-            ring.inflight.update(deliver.tolist())
+        if ring.inflight is not None:  # (no list of the slots for a standard ring)
+            ring.enter_in_flight(deliver.tolist())
 
 
 def _payloads(ring: Ring, offs: list[int], ends: list[int]) -> list[bytes]:

@@ -361,6 +361,11 @@ class Ring:
         self.live -= len(range(*idx.indices(self.slots))) if isinstance(idx, slice) else int(np.size(idx))
         self.live_bytes -= int(self._blen[idx].sum(dtype=np.int64)) + int(self._alen[idx].sum(dtype=np.int64))
 
+    def enter_in_flight(self, slots: list[int]) -> None:
+        """Slots just marked IN_FLIGHT: add them to :attr:`inflight` (if kept)."""
+        if self.inflight is not None:
+            self.inflight.update(slots)
+
     def leave_in_flight(self, idx: IntArray | int | slice) -> None:
         """Slots ``idx`` are no longer IN_FLIGHT: drop them from :attr:`inflight`."""
         fl = self.inflight
