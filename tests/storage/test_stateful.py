@@ -234,6 +234,18 @@ class StoreMachine(RuleBasedStateMachine):
             in_ring = {int(s) for s in meta["seq"][(meta["state"] >= 1) & (meta["state"] <= 3)]}
             assert not in_ring & set(expected), (expected, in_ring)
 
+    @rule()
+    def next_wakeup_agrees_with_a_fresh_scan(self) -> None:
+        """The long poll's timer (cached per ring change): the earliest future
+        deadline of a waiting ring message, as a scan of the ring finds it."""
+        ring = self.store.ring
+        meta = ring.meta[: ring.n]
+        waiting = (((meta["state"] == AVAILABLE) | (meta["state"] == IN_FLIGHT))
+                   & (meta["visible_at_ms"] > self.now))
+        expected = int(meta["visible_at_ms"][waiting].min()) if waiting.any() else None
+        assert self.store.next_wakeup_ms(self.now) == expected
+        assert self.store.next_wakeup_ms(self.now) == expected  # (the cached answer)
+
     @rule(step=st.integers(1, 120))
     def time_passes(self, step: int) -> None:
         self.now += step

@@ -198,3 +198,22 @@ def test_next_wakeup_reports_the_earliest_delay_or_visibility_deadline(tmp_path)
         assert not store.has_visible(0) or store.receive(1, 0, 200)[0]
         assert store.next_wakeup_ms(0) == 200
         assert store.has_visible(600)
+
+
+def test_next_wakeup_is_cached_while_the_ring_is_unchanged_and_follows_every_change(tmp_path):
+    with PartitionStore.open(tmp_path, StorageConfig(), now_ms=0) as store:
+        store.append_batch([b"m"] * 50, 0)
+        got, _ = store.receive(50, 0, 1000)  # everything in flight until 1000
+        assert len(got) == 50
+        assert store.next_wakeup_ms(10) == 1000
+        assert store.ring.wake[2] == 1000 and store.ring.wake[0] == store.ring.version
+        store.ring.wake = (store.ring.version, 10, 777)  # a planted answer: served while unchanged
+        assert store.next_wakeup_ms(20) == 777
+        assert store.next_wakeup_ms(5) == 1000  # earlier than the cached scan: scanned again
+        store.change_visibility(got[7].seq, got[7].receive_count, 300, 20)  # a change: scanned again
+        assert store.next_wakeup_ms(20) == 320
+        store.delete(got[7].seq, got[7].receive_count, 30)
+        assert store.next_wakeup_ms(30) == 1000
+        assert store.next_wakeup_ms(1000) is None  # the deadline passed: nothing waits any more
+        store.append([NewMessage(b"d" * 16, b"", delay_ms=500)], 1000)
+        assert store.next_wakeup_ms(1000) == 1500

@@ -143,10 +143,11 @@ class Ring:
         self.groups: set[int] | None = None
         self.live_from = 0
         # bumped by every change of a slot's state or deadline (and by insert,
-        # remove, clear, compact): a cached has_visible answer is valid while
-        # it is unchanged (see select.has_visible)
+        # remove, clear, compact): a cached has_visible or next_wakeup answer
+        # is valid while it is unchanged (see select.has_visible, next_wakeup)
         self.version = 0
         self.probe: tuple[int, int, int, bool] = (-1, 0, 0, False)  # version, since, until, answer
+        self.wake: tuple[int, int, int | None] = (-1, 0, None)  # version, since, answer (select.next_wakeup)
         self._seq = self.meta["seq"]
         self.state = self._state = self.meta["state"]  # column views, cached
         self.visible_at = self._vis = self.meta["visible_at_ms"]

@@ -219,11 +219,24 @@ def _fifo_scalar(ring: Ring, now: int, k: int, shut: npt.NDArray[np.uint64]
 
 
 def next_wakeup(ring: Ring, now: int) -> int | None:
-    """Earliest future ``visible_at_ms`` of a waiting message, or None."""
+    """Earliest future ``visible_at_ms`` of a waiting message, or None.
+
+    Answered from the last scan while the ring is unchanged (its
+    ``version``): the earliest deadline after ``since`` is also the earliest
+    after any later ``now`` before it, and None stays None. A parked long
+    poll asks once per host pass; the scan is O(ring) (≈ 0.3 ms at 65,536
+    slots), so a host busy with other queues would pay it on every pass for
+    a stream whose messages are all in flight.
+    """
+    version, since, wake = ring.wake
+    if version == ring.version and since <= now and (wake is None or wake > now):
+        return wake
     n = ring.n
     s, v = ring.meta["state"][:n], ring.meta["visible_at_ms"][:n]
     waiting = ((s == AVAILABLE) | (s == IN_FLIGHT)) & (v > now)
-    return int(v[waiting].min()) if waiting.any() else None
+    wake = int(v[waiting].min()) if waiting.any() else None
+    ring.wake = (ring.version, now, wake)
+    return wake
 
 
 def ring_counts(ring: Ring, now: int) -> dict[str, int]:
