@@ -36,6 +36,10 @@ class Waiter:
 class Waiters:
     def __init__(self) -> None:
         self.by_part: dict[PartKey, deque[Waiter]] = {}
+        self.due: dict[PartKey, int] = {}
+        """Per partition, the earliest deadline of its waiters (as of the last
+        sweep, lowered by every park): the waiters are swept for deadlines
+        only once it passes, not on every host pass (O(waiters) each)."""
         self.total = 0
 
     def park(self, part: PartKey, req: Request, max_n: int, vis_s: int | None, deadline: int,
@@ -44,6 +48,7 @@ class Waiters:
             req.reply({"m": []})
             return
         self.by_part.setdefault(part, deque()).append(Waiter(req, max_n, vis_s, deadline, cols))
+        self.due[part] = min(self.due.get(part, deadline), deadline)
         self.total += 1
 
     def count(self, part: PartKey) -> int:
@@ -69,15 +74,24 @@ class Waiters:
                     break
                 q.popleft()
                 w.request.reply(reply)
-            for w in [w for w in q if w.deadline_ms <= now or w.request.answered]:
-                q.remove(w)
-                w.request.reply({"m": []})
-            for st in streams:
-                nxt = st.store.next_wakeup_ms(now) if q else None
-                if nxt is not None:
-                    wake = nxt - now if wake is None else min(wake, nxt - now)
+            due = self.due.get(part, now)
+            if due <= now:  # a deadline passed: answer those waiters (empty)
+                kept = [w for w in q if w.deadline_ms > now and not w.request.answered]
+                if len(kept) < len(q):
+                    for w in q:
+                        if w.deadline_ms <= now:
+                            w.request.reply({"m": []})
+                    q = self.by_part[part] = deque(kept)
+                due = self.due[part] = min((w.deadline_ms for w in q), default=now)
             if not q:
                 del self.by_part[part]
+                self.due.pop(part, None)
+                continue
+            wake = due - now if wake is None else min(wake, due - now)
+            for st in streams:
+                nxt = st.store.next_wakeup_ms(now)
+                if nxt is not None:
+                    wake = min(wake, nxt - now)
         self.total = sum(len(q) for q in self.by_part.values())
         return wake
 
@@ -85,14 +99,18 @@ class Waiters:
         for q in self.by_part.values():
             for w in q:
                 if w.request.identity == identity and w.request.frame.request_id == request_id:
+                    q.remove(w)
+                    self.total -= 1
                     w.request.reply({"m": []})
                     return True
         return False
 
     def answer_all(self, part: PartKey) -> None:
+        self.due.pop(part, None)
         for w in self.by_part.pop(part, deque()):
             w.request.reply({"m": []})
 
     def fail_partition(self, part: PartKey, exc: ZmqueueError) -> None:
+        self.due.pop(part, None)
         for w in self.by_part.pop(part, deque()):
             w.request.fail(exc)

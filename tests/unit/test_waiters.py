@@ -1,0 +1,132 @@
+"""Parked long polls (``Waiters``) against a plain reference: messages go to
+the waiters in the order they parked, a waiter whose wait ran out gets an
+empty answer at the first pass at or after its deadline, a cancelled one at
+once, and the pass's wake-up time is never later than the next deadline or
+the stream's next visibility time (the host would oversleep it) and never
+0 or less (the host would spin).
+
+The waiters are swept for deadlines only when the earliest one passed (a
+host pass used to scan every waiter of the partition), so the random
+sequences below mix parks, cancels, arriving messages and time steps of
+every size around the deadlines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, cast
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from zmqueue import protocol
+from zmqueue.dataplane.dispatch import Outbox, Request
+from zmqueue.dataplane.waiting import Waiters
+from zmqueue.protocol import Command, Flags, Frame
+
+PART = ("q", 0)
+
+
+@dataclass
+class Store:
+    available: int = 0
+    wake: int | None = None
+
+    def has_visible(self, now: int) -> bool:
+        return self.available > 0
+
+    def next_wakeup_ms(self, now: int) -> int | None:
+        return self.wake if self.wake is not None and self.wake > now else None
+
+
+@dataclass
+class Svc:
+    """What ``Waiters.serve`` reads of a QueueService: one led stream."""
+
+    store: Store = field(default_factory=Store)
+    handed: int = 0
+
+    def __post_init__(self) -> None:
+        stream = SimpleNamespace(store=self.store)
+        self.set = SimpleNamespace(led_streams=lambda part: [stream])
+
+    def take(self, streams: list[Any], max_n: int, vis_s: int | None, now: int, cols: bool) -> dict[str, Any]:
+        k = min(max_n, self.store.available)
+        self.store.available -= k
+        got = list(range(self.handed, self.handed + k))
+        self.handed += k
+        return {"m": got}
+
+
+def request(rid: int) -> Request:
+    return Request("client", b"c%d" % rid, Frame(Command.RECEIVE, Flags.NONE, rid, {}), Outbox())
+
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("park"), st.integers(1, 40), st.integers(1, 3)),  # wait ms, max messages
+    st.tuples(st.just("send"), st.integers(1, 4)),
+    st.tuples(st.just("cancel"), st.integers(0, 30)),
+    st.tuples(st.just("time"), st.integers(0, 25)),
+    st.tuples(st.just("wake_at"), st.integers(1, 60)),
+), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops)
+@example([("park", 5, 1), ("time", 5)])  # a deadline reached exactly
+@example([("park", 30, 1), ("park", 5, 1), ("time", 4), ("time", 1)])  # an earlier deadline parked later
+def test_waiters_answer_in_order_on_time_and_never_oversleep(steps: list[tuple[Any, ...]]) -> None:
+    waiters, svc, now = Waiters(), Svc(), 1000
+    reqs: list[Request] = []
+    # the reference: parked (request index, deadline, max), in park order
+    parked: list[tuple[int, int, int]] = []
+    expected: dict[int, list[int]] = {}
+    handed = available = 0
+    for op in steps:
+        if op[0] == "park":
+            req = request(len(reqs))
+            reqs.append(req)
+            waiters.park(PART, req, op[2], None, now + op[1])
+            parked.append((len(reqs) - 1, now + op[1], op[2]))
+        elif op[0] == "send":
+            svc.store.available += op[1]
+            available += op[1]
+        elif op[0] == "cancel" and reqs:
+            i = op[1] % len(reqs)
+            found = waiters.cancel(reqs[i].identity, reqs[i].frame.request_id)
+            assert found == any(p[0] == i for p in parked)
+            if found:
+                parked = [p for p in parked if p[0] != i]
+                expected[i] = []
+        elif op[0] == "time":
+            now += op[1]
+        elif op[0] == "wake_at":
+            svc.store.wake = now + op[1]
+        wake = waiters.serve(cast(Any, svc), now)
+        # the reference pass: messages to the first parked, then deadlines
+        while parked and available:
+            i, _, max_n = parked.pop(0)
+            k = min(max_n, available)
+            expected[i] = list(range(handed, handed + k))
+            handed += k
+            available -= k
+        for p in [p for p in parked if p[1] <= now]:
+            parked.remove(p)
+            expected[p[0]] = []
+        assert svc.handed == handed
+        for i, req in enumerate(reqs):
+            assert req.answered == (i in expected), (i, expected)
+        assert waiters.total == waiters.count(PART) == len(parked)
+        if not parked:
+            assert wake is None
+            continue
+        assert wake is not None and wake >= 1
+        soonest = min(p[1] for p in parked)
+        stream_wake = svc.store.next_wakeup_ms(now)
+        if stream_wake is not None:
+            soonest = min(soonest, stream_wake)
+        assert wake <= soonest - now, (wake, soonest, now)
+    # every answer carried what the reference handed to that waiter, once
+    for i, req in enumerate(reqs):
+        sent = [protocol.decode(payload).body["m"] for _, _, payload in req.outbox.items]
+        assert sent == ([expected[i]] if i in expected else []), (i, sent)
