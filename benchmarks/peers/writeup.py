@@ -167,7 +167,7 @@ def chart(g: dict[Key, dict[str, Any]], path: Path, size: int = 100) -> None:
     plt.close(fig)
 
 
-def storage_summary(sections_kept: int = 3) -> str:
+def storage_summary(sections_kept: int = 4) -> str:
     """The tables of storage.md's first ``sections_kept`` sections (the latest
     changes and measures, then the latest full run); the older sections stay
     on that page."""
@@ -277,6 +277,7 @@ def write_all(results: list[dict[str, Any]], command: str) -> None:
         "replication": _tables_headed("replication.md", "| measurement |") or "_(not measured yet)_",
         "security": _first_table("security.md") or "_(not measured yet)_",
         "many_queues": _first_table("many_queues.md") or "_(not measured yet)_",
+        "parked": _first_table("parked.md") or "_(not measured yet)_",
         "commit": code_commit(),
         "load": _load_range(results),
         "analytics": (prose.ANALYTICS
