@@ -319,6 +319,17 @@ class StoreMachine(RuleBasedStateMachine):
             live = (state == AVAILABLE) | (state == IN_FLIGHT)
             assert ring.groups >= set(ring.group_hash[: ring.n][live].tolist())
 
+    @invariant()
+    def housekeeping_hints_are_honest(self) -> None:
+        """No live slot before ``head``; no live slot enqueued before
+        ``enqueued_floor`` (what lets expiry and compaction skip their scans)."""
+        ring = self.store.ring
+        state = ring.state[: ring.n]
+        live = (state >= AVAILABLE) & (state <= MOVING)
+        assert 0 <= ring.head <= ring.n and not live[: ring.head].any()
+        if live.any():
+            assert ring.enqueued_floor <= int(ring.meta["enqueue_ms"][: ring.n][live].min())
+
 
 SETTINGS = settings(
     max_examples=100,

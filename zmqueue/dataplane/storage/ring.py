@@ -148,6 +148,13 @@ class Ring:
         self.version = 0
         self.probe: tuple[int, int, int, bool] = (-1, 0, 0, False)  # version, since, until, answer
         self.wake: tuple[int, int, int | None] = (-1, 0, None)  # version, since, answer (select.next_wakeup)
+        # for the once-a-second housekeeping of a stream with a full ring
+        # (select.remove_enqueued_by, lowest_live_seq): no live slot lies
+        # before ``head`` (slots never come back to life; inserts go at the
+        # tail; compaction resets it), and every live slot's enqueue time is
+        # at least ``enqueued_floor`` (inserts lower it, a scan sets it)
+        self.head = 0
+        self.enqueued_floor = NEVER
         self._seq = self.meta["seq"]
         self.state = self._state = self.meta["state"]  # column views, cached
         self.visible_at = self._vis = self.meta["visible_at_ms"]
@@ -207,11 +214,13 @@ class Ring:
         self.n, self.top = k, int(lens.sum())
         self.hint, self.hint_deadline = 0, NEVER
         self.inflight, self.groups, self.live_from = None, None, 0  # slots moved
+        self.head = 0
         self.version += 1
 
     def clear(self) -> None:
         self.meta[: self.n] = np.zeros(1, META_DTYPE)
-        self.n = self.top = self.live = self.live_bytes = 0
+        self.n = self.top = self.live = self.live_bytes = self.head = 0
+        self.enqueued_floor = NEVER
         self.hint, self.hint_deadline = 0, NEVER
         self.inflight = None if self.inflight is None else set()
         self.groups = None if self.groups is None else set()
@@ -235,6 +244,7 @@ class Ring:
         w[:, _M_SEQ] = rw[:, _R_SEQ]
         w[:, _M_OFF] = offs
         w[:, _M_ENQ : _M_VIS + 1] = rw[:, _R_TIME : _R_VISIBLE + 1]
+        self.enqueued_floor = min(self.enqueued_floor, int(w[:, _M_ENQ].view(np.int64).min()))
         w[:, _M_STATE] = AVAILABLE << 32  # receive_count 0
         w[:, _M_GROUP] = rw[:, _R_GROUP]
         w[:, _M_GROUP + 1 :] = rw[:, _R_ID : _R_ID + 2]
@@ -263,6 +273,8 @@ class Ring:
         self.live += 1
         self.live_bytes += total
         self.version += 1
+        if enqueue_ms < self.enqueued_floor:
+            self.enqueued_floor = enqueue_ms
         if self.groups is not None:
             self.groups.add(group)
 
@@ -284,6 +296,8 @@ class Ring:
                                batch.heap, 0)
             return
         self._insert_columns(a, b, k, batch, seq0, now_ms, top, total)
+        if now_ms < self.enqueued_floor:
+            self.enqueued_floor = now_ms
         self.n, self.top = b, top + total
         self.live += k
         self.live_bytes += total

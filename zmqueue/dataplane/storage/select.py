@@ -303,18 +303,40 @@ def _live(ring: Ring) -> np.ndarray[tuple[int], np.dtype[np.bool_]]:
 
 
 def remove_enqueued_by(ring: Ring, cutoff: int) -> int:
-    """Remove live messages enqueued at or before ``cutoff`` (retention); return how many."""
-    if not ring.live:  # (an idle stream: no array work in the once-a-second housekeeping)
+    """Remove live messages enqueued at or before ``cutoff`` (retention); return how many.
+
+    No array work while every live message is known to be newer (the
+    ring's ``enqueued_floor``, which a scan here sets exactly): the usual
+    once-a-second answer for a stream, idle or with a full ring.
+    """
+    if not ring.live or ring.enqueued_floor > cutoff:
         return 0
-    old = np.flatnonzero(_live(ring) & (ring.meta["enqueue_ms"][: ring.n] <= cutoff))
+    live = _live(ring)
+    enq = ring.meta["enqueue_ms"][: ring.n]
+    old_mask = live & (enq <= cutoff)
+    old = np.flatnonzero(old_mask)
     if len(old):
         ring.remove(old)
+        live &= ~old_mask
+    ring.enqueued_floor = int(enq[live].min()) if ring.live else NEVER
     return len(old)
 
 
 def lowest_live_seq(ring: Ring) -> int | None:
-    """Seq of the oldest live message in the ring, None if there is none."""
+    """Seq of the oldest live message in the ring, None if there is none:
+    the first live slot, looked for from the ring's ``head`` on (which it
+    then moves there), in doubling chunks."""
     if not ring.live:
         return None
-    live = np.flatnonzero(_live(ring))
-    return int(ring.meta["seq"][live[0]]) if len(live) else None
+    state, n = ring.state, ring.n
+    i, chunk = ring.head, 256
+    while i < n:
+        part = state[i : min(n, i + chunk)]
+        hits = np.flatnonzero((part >= AVAILABLE) & (part <= MOVING))
+        if len(hits):
+            ring.head = i + int(hits[0])
+            return int(ring.meta["seq"][ring.head])
+        i += len(part)
+        chunk *= 2
+    ring.head = n
+    return None
