@@ -88,7 +88,8 @@ def _check_tree(pid: int, tree: str) -> None:
         raise RuntimeError(f"host {pid} did not get the tree {tree} on its path")
 
 
-def one_run(polls: int, duration_s: float, host_tree: str | None = None) -> dict[str, Any]:
+def one_run(polls: int, duration_s: float, host_tree: str | None = None,
+            partitions: int = 1) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="zmqueue-parked-") as d:
         saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "PYTHONSAFEPATH")}
         if host_tree is not None:  # the host processes run that tree's code (not the
@@ -108,7 +109,7 @@ def one_run(polls: int, duration_s: float, host_tree: str | None = None) -> dict
         client = None
         try:
             client = zmqueue.connect(lc.consul_addr)
-            client.create_queue("idle", visibility_timeout=600)
+            client.create_queue("idle", visibility_timeout=600, partitions=partitions)
             client.create_queue("busy")
             idle, busy = client.get_queue("idle"), client.get_queue("busy")
             _fill_in_flight(idle)
@@ -121,14 +122,15 @@ def one_run(polls: int, duration_s: float, host_tree: str | None = None) -> dict
             t0 = time.monotonic()
             for rid in range(1, polls + 1):
                 sock.send(protocol.encode_request(
-                    Command.RECEIVE, rid, {"q": "idle", "p": 0, "max": 1, "wait_ms": WAIT_MS}))
+                    Command.RECEIVE, rid, {"q": "idle", "p": (rid - 1) % partitions, "max": 1,
+                                           "wait_ms": WAIT_MS}))
             _until(lambda: idle.stats()["waiters"] >= polls, f"{polls} polls parked")
             parked = _send_rate(busy, duration_s)
             still = idle.stats()["waiters"]
             if time.monotonic() - t0 >= WAIT_MS / 1000:
                 raise RuntimeError("the polls' wait ran out during the run: use a shorter --duration")
-            return {"polls": polls, "alone_msgs_per_s": alone, "parked_msgs_per_s": parked,
-                    "ratio": parked / alone, "waiters_at_end": still}
+            return {"polls": polls, "partitions": partitions, "alone_msgs_per_s": alone,
+                    "parked_msgs_per_s": parked, "ratio": parked / alone, "waiters_at_end": still}
         finally:
             if sock is not None:
                 sock.close(0)
@@ -197,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3, help="runs per host tree")
     ap.add_argument("--host-tree", action="append", default=[], metavar="LABEL=PATH",
                     help="also run the hosts from this source tree (runs alternate between trees)")
+    ap.add_argument("--partitions", type=int, default=1,
+                    help="partitions of the idle queue (1-64), the polls spread over them")
     ap.add_argument("--write", action="store_true", help="write docs/perf/parked.md")
     args = ap.parse_args(argv)
     if not 0 < args.duration <= 8:
@@ -219,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.runs):
         for polls in counts:
             for label, path in trees:
-                row = {"tree": label, **one_run(polls, args.duration, path)}
+                row = {"tree": label, **one_run(polls, args.duration, path, args.partitions)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     for polls in counts:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from zmqueue import protocol
 from zmqueue.dataplane.dispatch import Outbox, Request
-from zmqueue.dataplane.waiting import Waiters
+from zmqueue.dataplane.waiting import RECHECK_MS, Waiters
 from zmqueue.protocol import Command, Flags, Frame
 
 PART = ("q", 0)
@@ -41,18 +41,30 @@ class Store:
 
 @dataclass
 class Svc:
-    """What ``Waiters.serve`` reads of a QueueService: one led stream."""
+    """What ``Waiters.serve`` reads of a QueueService: one led stream, the
+    streams the pass changed (``dirty``: every request that stages a record
+    marks its stream), the version of the set of streams."""
 
     store: Store = field(default_factory=Store)
     handed: int = 0
+    dirty: set[tuple[str, int, str]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         stream = SimpleNamespace(store=self.store)
-        self.set = SimpleNamespace(led_streams=lambda part: [stream])
+        self.set = SimpleNamespace(led_streams=lambda part: [stream], version=1)
+
+    def change(self) -> None:
+        self.dirty.add((*PART, "o"))
+
+    def flush(self, waiters: Waiters) -> None:
+        waiters.note_changed(self.dirty)
+        self.dirty.clear()
 
     def take(self, streams: list[Any], max_n: int, vis_s: int | None, now: int, cols: bool) -> dict[str, Any]:
         k = min(max_n, self.store.available)
         self.store.available -= k
+        if k:
+            self.change()
         got = list(range(self.handed, self.handed + k))
         self.handed += k
         return {"m": got}
@@ -65,6 +77,7 @@ def request(rid: int) -> Request:
 ops = st.lists(st.one_of(
     st.tuples(st.just("park"), st.integers(1, 40), st.integers(1, 3)),  # wait ms, max messages
     st.tuples(st.just("send"), st.integers(1, 4)),
+    st.tuples(st.just("send_late"), st.integers(1, 4)),  # after the pass's serve (housekeeping, DLQ)
     st.tuples(st.just("cancel"), st.integers(0, 30)),
     st.tuples(st.just("time"), st.integers(0, 25)),
     st.tuples(st.just("wake_at"), st.integers(1, 60)),
@@ -75,13 +88,14 @@ ops = st.lists(st.one_of(
 @given(ops)
 @example([("park", 5, 1), ("time", 5)])  # a deadline reached exactly
 @example([("park", 30, 1), ("park", 5, 1), ("time", 4), ("time", 1)])  # an earlier deadline parked later
+@example([("park", 40, 1), ("send_late", 1), ("time", 1)])  # a change after the serve: the next pass
 def test_waiters_answer_in_order_on_time_and_never_oversleep(steps: list[tuple[Any, ...]]) -> None:
     waiters, svc, now = Waiters(), Svc(), 1000
     reqs: list[Request] = []
     # the reference: parked (request index, deadline, max), in park order
     parked: list[tuple[int, int, int]] = []
     expected: dict[int, list[int]] = {}
-    handed = available = 0
+    handed = available = late = 0
     for op in steps:
         if op[0] == "park":
             req = request(len(reqs))
@@ -90,6 +104,7 @@ def test_waiters_answer_in_order_on_time_and_never_oversleep(steps: list[tuple[A
             parked.append((len(reqs) - 1, now + op[1], op[2]))
         elif op[0] == "send":
             svc.store.available += op[1]
+            svc.change()
             available += op[1]
         elif op[0] == "cancel" and reqs:
             i = op[1] % len(reqs)
@@ -100,9 +115,17 @@ def test_waiters_answer_in_order_on_time_and_never_oversleep(steps: list[tuple[A
                 expected[i] = []
         elif op[0] == "time":
             now += op[1]
-        elif op[0] == "wake_at":
+        elif op[0] == "wake_at":  # (a change of a deadline: a request marked the stream)
             svc.store.wake = now + op[1]
+            svc.change()
         wake = waiters.serve(cast(Any, svc), now)
+        available += late  # (a late change of the pass before: this pass serves it)
+        late = 0
+        if op[0] == "send_late":  # changed after the serve, before the commit
+            svc.store.available += op[1]
+            svc.change()
+            late = op[1]
+        svc.flush(waiters)
         # the reference pass: messages to the first parked, then deadlines
         while parked and available:
             i, _, max_n = parked.pop(0)
@@ -126,7 +149,61 @@ def test_waiters_answer_in_order_on_time_and_never_oversleep(steps: list[tuple[A
         if stream_wake is not None:
             soonest = min(soonest, stream_wake)
         assert wake <= soonest - now, (wake, soonest, now)
+    assert waiters.late == 0  # every change reached the waiters by the pass's changed streams
     # every answer carried what the reference handed to that waiter, once
     for i, req in enumerate(reqs):
         sent = [protocol.decode(payload).body["m"] for _, _, payload in req.outbox.items]
         assert sent == ([expected[i]] if i in expected else []), (i, sent)
+
+
+def test_a_change_no_path_reports_is_served_by_the_recheck_and_counted() -> None:
+    waiters, svc = Waiters(), Svc()
+    req = request(1)
+    waiters.park(PART, req, 5, None, 1000 + 20_000)
+    assert waiters.serve(cast(Any, svc), 1000) == RECHECK_MS
+    svc.store.available = 2  # not marked changed (a path that forgot to)
+    for now in (1001, 1500, 1999):
+        waiters.serve(cast(Any, svc), now)
+        assert not req.answered
+    waiters.serve(cast(Any, svc), 2000)
+    assert req.answered and waiters.late == 1
+    assert [protocol.decode(p).body["m"] for _, _, p in req.outbox.items] == [[0, 1]]
+
+
+def test_a_pass_looks_only_at_partitions_that_changed_or_are_due() -> None:
+    """A partition nothing happened to is not asked again before its timer."""
+    waiters, svc = Waiters(), Svc()
+    asked: list[int] = []
+    store = svc.store
+    real = store.has_visible
+
+    def counting(now: int) -> bool:
+        asked.append(now)
+        return real(now)
+
+    store.has_visible = counting  # type: ignore[method-assign]
+    waiters.park(PART, request(1), 1, None, 1000 + 300)
+    waiters.serve(cast(Any, svc), 1000)
+    svc.flush(waiters)
+    assert asked == [1000]
+    for now in range(1001, 1300, 7):  # quiet passes: nothing changed, nothing due
+        waiters.serve(cast(Any, svc), now)
+        svc.flush(waiters)
+    assert asked == [1000]
+    svc.store.available = 1
+    svc.change()  # a send
+    waiters.serve(cast(Any, svc), 1301 - 1)
+    assert asked == [1000, 1300] and waiters.total == 0
+
+
+def test_a_new_set_of_streams_is_looked_at_at_once() -> None:
+    """A stream opened (or closed) changes what a partition can serve without
+    a request: every partition is looked at in that pass."""
+    waiters, svc = Waiters(), Svc()
+    req = request(1)
+    waiters.park(PART, req, 1, None, 1000 + 20_000)
+    waiters.serve(cast(Any, svc), 1000)
+    svc.store.available = 1  # what the opened stream holds
+    svc.set.version += 1
+    waiters.serve(cast(Any, svc), 1001)
+    assert req.answered and waiters.late == 0

@@ -215,9 +215,12 @@ class QueueService:
             self.waiters.answer_all(part)
 
     def on_confirmed(self, streams: frozenset[StreamKey], at: float) -> None:
+        mono = time.monotonic()
         for key in streams:
             st = self.set.streams.get(key)
             if st is not None and st.role is not Role.REPLICA:
+                if st.lease_until <= mono:  # writing again: its parked polls may be served
+                    self.waiters.touch((key[0], key[1]))
                 st.lease_until = max(st.lease_until, at + LEASE_S)
 
     def candidacies(self) -> dict[StreamKey, tuple[tuple[str, ...], str | None]]:
@@ -673,6 +676,7 @@ class QueueService:
                 for a in acks:
                     a.request.reply(a.result)
                 reported.add(key)
+        self.waiters.note_changed(self.dirty)  # (what changed after this pass's serve)
         self.dirty.clear()
         self.replicator.report_positions(now_ms(), reported)
         self.replicator.resends.note_deferred()  # (the pass's applied chunks, after their acks)
