@@ -52,7 +52,17 @@ def snapshot(svc: QueueService, door: FrontDoor, zap_counters: dict[str, int],
     return {"queues": queues, "lag": lag, "counters": counters,
             "latency": _copy(door.latency), "commit": _copy(door.commit),
             "dlq": dict(svc.dlq.moved), "pushed": dict(svc.pusher.pushed), "zap": dict(zap_counters),
-            "dispatcher": dict(dispatcher_counters), "replication": dict(svc.replicator.counters)}
+            "dispatcher": _with_late_polls(dispatcher_counters, svc.waiters.late),
+            "replication": dict(svc.replicator.counters)}
+
+
+def _with_late_polls(counters: dict[str, int], late: int) -> dict[str, int]:
+    """The dispatcher's counters, and the parked polls a recheck had to serve
+    (``Waiters.late``: a change that reached none of the paths that wake them)."""
+    out = dict(counters)
+    if late:
+        out["polls_served_late"] = late
+    return out
 
 
 def _copy(h: Latency) -> dict[str, tuple[list[int], float]]:
