@@ -140,8 +140,10 @@ class Waiters:
             w.request.reply(reply)
             if recheck:
                 self.late += 1
-                log.warning("a parked poll on %s/%s was served by the %d ms recheck: a change "
-                            "reached none of the paths that wake it", part[0], part[1], RECHECK_MS)
+                if self.late & (self.late - 1) == 0:  # (said at the 1st, 2nd, 4th, 8th, ... time)
+                    log.warning("a parked poll on %s/%s was served by the %d ms recheck: a change "
+                                "reached none of the paths that wake it (%d so far)",
+                                part[0], part[1], RECHECK_MS, self.late)
         due = self.due.get(part, now)
         if due <= now:  # a deadline passed: answer those waiters (empty)
             kept = [w for w in q if w.deadline_ms > now and not w.request.answered]
