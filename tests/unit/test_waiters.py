@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from zmqueue import protocol
 from zmqueue.dataplane.dispatch import Outbox, Request
-from zmqueue.dataplane.waiting import RECHECK_MS, Waiters
+from zmqueue.dataplane.partwatch import RECHECK_MS
+from zmqueue.dataplane.waiting import Waiters
 from zmqueue.protocol import Command, Flags, Frame
 
 PART = ("q", 0)

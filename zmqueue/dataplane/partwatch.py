@@ -1,0 +1,110 @@
+"""Which partitions a host pass must look at for its parked polls or its
+push subscriptions: those that may have changed, not every one.
+
+A pass looks at a watched partition when one of its streams changed in the
+pass (the service's ``dirty`` streams, which every request that stages a
+record marks; :meth:`PartWatch.note_changed` hands over at commit what
+changed after the look), when its timer is due (a poll's deadline, a
+stream's next visibility time), when the set of streams changed (every
+partition), and when :meth:`PartWatch.touch` names it (a subscriber's
+credit came back, a stream started or resumed writing). Every watched
+partition is also looked at once per ``RECHECK_MS`` whatever happened: what
+such a recheck finds to hand out reached none of the paths above; the
+caller counts it (``late``) and says so in the log, and it is served late,
+not lost. Before, every pass looked at every partition with a parked poll
+or a subscriber: ~2-5 us each, a third of a busy host's time with 64.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING
+
+from zmqueue.dataplane.topology import PartKey, StreamKey
+
+if TYPE_CHECKING:
+    from zmqueue.dataplane.service import QueueService
+    from zmqueue.dataplane.stream import Stream
+
+RECHECK_MS = 1000
+"""Every watched partition is looked at at least this often."""
+
+log = logging.getLogger(__name__)
+
+
+class PartWatch:
+    def __init__(self, what: str) -> None:
+        self.what = what
+        """What is watched, for the log ("a parked poll", "a subscriber")."""
+        self.touched: set[PartKey] = set()
+        self.timer: dict[PartKey, tuple[int, bool]] = {}
+        """Per partition, when to look at it again without a change, and
+        whether that is the recheck (not a deadline or visibility time)."""
+        self.set_version = -1
+        self.late = 0
+        """Hand-outs found by a recheck: a change no path above reported."""
+
+    def touch(self, part: PartKey) -> None:
+        self.touched.add(part)
+
+    def note_changed(self, keys: Iterable[StreamKey], watched: Collection[PartKey]) -> None:
+        """Streams changed in this pass (the service's dirty set, at commit):
+        their watched partitions are looked at in the next pass."""
+        if watched:
+            self.touched.update(p for p in ((k[0], k[1]) for k in keys) if p in watched)
+
+    def due(self, svc: QueueService, now: int, watched: Collection[PartKey]) -> list[tuple[PartKey, bool]]:
+        """The watched partitions to look at in this pass, each with whether
+        only the recheck brought it (nothing reported a change)."""
+        touched, timer = self.touched, self.timer
+        self.touched = set()
+        if svc.set.version != self.set_version:  # streams opened or closed: look at every one
+            self.set_version = svc.set.version
+            touched.update(watched)
+        for key in svc.dirty:  # changed by this pass's requests
+            part = (key[0], key[1])
+            if part in watched:
+                touched.add(part)
+        out = []
+        for p in watched:
+            if p in touched:
+                out.append((p, False))
+            else:
+                at, recheck = timer.get(p, (now, False))
+                if at <= now:
+                    out.append((p, recheck))
+        return out
+
+    def schedule(self, part: PartKey, now: int, streams: list[Stream], deadline: int | None = None) -> None:
+        """Look at ``part`` again by ``deadline`` (if any), its streams' next
+        visibility time, or the recheck, whichever comes first."""
+        at, recheck = (now + RECHECK_MS, True)
+        if deadline is not None and deadline <= at:
+            at, recheck = deadline, False
+        for st in streams:
+            nxt = st.store.next_wakeup_ms(now)
+            if nxt is not None and nxt < at:
+                at, recheck = nxt, False
+        self.timer[part] = (at, recheck)
+
+    def forget(self, part: PartKey) -> None:
+        self.timer.pop(part, None)
+        self.touched.discard(part)
+
+    def clear(self) -> None:
+        self.timer.clear()
+        self.touched.clear()
+
+    def next_in(self, now: int) -> int | None:
+        """ms to the earliest timer (at least 1), None without one."""
+        if not self.timer:
+            return None
+        return max(1, min(t for t, _ in self.timer.values()) - now)
+
+    def found_late(self, part: PartKey) -> None:
+        """A recheck found something to hand out on ``part``."""
+        self.late += 1
+        if self.late & (self.late - 1) == 0:  # (said at the 1st, 2nd, 4th, 8th, ... time)
+            log.warning("%s on %s/%s was served by the %d ms recheck: a change reached none of the "
+                        "paths that wake it (%d so far)", self.what, part[0], part[1], RECHECK_MS, self.late)
