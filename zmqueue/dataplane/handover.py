@@ -93,7 +93,7 @@ class Handover:
                 continue
             self.recovering.pop(key)
             st.role = Role.WRITER
-            svc.waiters.touch((key[0], key[1]))  # its parked polls may be served now
+            svc.touch((key[0], key[1]))  # its parked polls and subscribers may be served now
             st.store.epoch = st.epoch
             st.published_seq = st.store.last_seq
             st.follower_pos = {}

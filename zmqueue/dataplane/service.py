@@ -214,13 +214,20 @@ class QueueService:
         if not self.set.led_streams(part):
             self.waiters.answer_all(part)
 
+    def touch(self, part: PartKey) -> None:
+        """A stream of ``part`` may have become receivable other than by a
+        request (it started or resumed writing): its parked polls and push
+        subscribers are looked at in the next pass."""
+        self.waiters.touch(part)
+        self.pusher.touch(part)
+
     def on_confirmed(self, streams: frozenset[StreamKey], at: float) -> None:
         mono = time.monotonic()
         for key in streams:
             st = self.set.streams.get(key)
             if st is not None and st.role is not Role.REPLICA:
                 if st.lease_until <= mono:  # writing again: its parked polls may be served
-                    self.waiters.touch((key[0], key[1]))
+                    self.touch((key[0], key[1]))
                 st.lease_until = max(st.lease_until, at + LEASE_S)
 
     def candidacies(self) -> dict[StreamKey, tuple[tuple[str, ...], str | None]]:
@@ -677,6 +684,7 @@ class QueueService:
                     a.request.reply(a.result)
                 reported.add(key)
         self.waiters.note_changed(self.dirty)  # (what changed after this pass's serve)
+        self.pusher.note_changed(self.dirty)
         self.dirty.clear()
         self.replicator.report_positions(now_ms(), reported)
         self.replicator.resends.note_deferred()  # (the pass's applied chunks, after their acks)

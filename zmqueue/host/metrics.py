@@ -52,16 +52,19 @@ def snapshot(svc: QueueService, door: FrontDoor, zap_counters: dict[str, int],
     return {"queues": queues, "lag": lag, "counters": counters,
             "latency": _copy(door.latency), "commit": _copy(door.commit),
             "dlq": dict(svc.dlq.moved), "pushed": dict(svc.pusher.pushed), "zap": dict(zap_counters),
-            "dispatcher": _with_late_polls(dispatcher_counters, svc.waiters.late),
+            "dispatcher": _with_late(dispatcher_counters, svc.waiters.late, svc.pusher.late),
             "replication": dict(svc.replicator.counters)}
 
 
-def _with_late_polls(counters: dict[str, int], late: int) -> dict[str, int]:
-    """The dispatcher's counters, and the parked polls a recheck had to serve
-    (``Waiters.late``: a change that reached none of the paths that wake them)."""
+def _with_late(counters: dict[str, int], polls: int, pushes: int) -> dict[str, int]:
+    """The dispatcher's counters, and the parked polls and pushes a recheck
+    had to serve (a change that reached none of the paths that wake them,
+    see zmqueue.dataplane.partwatch)."""
     out = dict(counters)
-    if late:
-        out["polls_served_late"] = late
+    if polls:
+        out["polls_served_late"] = polls
+    if pushes:
+        out["pushes_served_late"] = pushes
     return out
 
 
