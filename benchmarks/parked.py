@@ -10,7 +10,8 @@ One host (and a Consul dev agent), two standard queues:
   sent on one DEALER): SQS-style consumers waiting on an empty queue while
   the messages are being worked on elsewhere. ``--cases`` lists how many,
   each case in turn: ``P`` polls on one partition, or ``PxN`` polls spread
-  over N partitions (1-64) of the queue;
+  over N partitions (1-64) of the queue; ``0xN``: instead of polls, one push
+  subscription (prefetch 10) over its N partitions;
 - ``busy``: one producer thread, ``send_batch`` of 100 x 100 B, flat out.
 
 Each run measures the busy queue's send rate for ``--duration`` seconds
@@ -92,6 +93,7 @@ def _check_tree(pid: int, tree: str) -> None:
 
 def one_run(polls: int, duration_s: float, host_tree: str | None = None,
             partitions: int = 1) -> dict[str, Any]:
+    """``polls`` 0: one push subscription (prefetch 10) instead, over every partition."""
     with tempfile.TemporaryDirectory(prefix="zmqueue-parked-") as d:
         saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "PYTHONSAFEPATH")}
         if host_tree is not None:  # the host processes run that tree's code (not the
@@ -127,7 +129,14 @@ def one_run(polls: int, duration_s: float, host_tree: str | None = None,
                     Command.RECEIVE, rid, {"q": "idle", "p": (rid - 1) % partitions, "max": 1,
                                            "wait_ms": WAIT_MS}))
             _until(lambda: idle.stats()["waiters"] >= polls, f"{polls} polls parked")
-            parked = _send_rate(busy, duration_s)
+            sub = None if polls else idle.subscribe(lambda m: None, prefetch=10)
+            try:
+                if sub is not None:  # subscribed on every partition (start() asks each)
+                    _until(lambda: not sub._degraded, "the subscription to serve every partition")
+                parked = _send_rate(busy, duration_s)
+            finally:
+                if sub is not None:
+                    sub.close()
             still = idle.stats()["waiters"]
             if time.monotonic() - t0 >= WAIT_MS / 1000:
                 raise RuntimeError("the polls' wait ran out during the run: use a shorter --duration")
@@ -172,7 +181,8 @@ Python {platform.python_version()}, pyzmq {zmq.__version__}, libzmq {zmq.zmq_ver
 One host, two standard queues: `idle` holds a full ring (65,536 messages),
 every message received and in flight for 10 minutes, with that many long
 polls (RECEIVE, wait 20 s) parked on it, spread over that many of its
-partitions; `busy` gets `send_batch` of 100 x 100 B
+partitions (0 polls: one push subscription, prefetch 10, on every
+partition instead); `busy` gets `send_batch` of 100 x 100 B
 from one producer thread, flat out, for a few seconds without the polls,
 then as long again with them parked. The ratio is the share of its send
 rate the busy queue keeps while the polls wait.
@@ -203,8 +213,9 @@ deadline passed).
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", default="1,2000,64x64",
-                    help="comma-separated: P (polls on one partition) or PxN (P polls over N partitions)")
+    ap.add_argument("--cases", default="1,2000,64x64,0x64",
+                    help="comma-separated: P (polls on one partition) or PxN (P polls over N partitions); "
+                         "P 0: one push subscription (prefetch 10) instead")
     ap.add_argument("--duration", type=float, default=4.0, help="seconds per phase (each run: two)")
     ap.add_argument("--runs", type=int, default=3, help="runs per host tree")
     ap.add_argument("--host-tree", action="append", default=[], metavar="LABEL=PATH",
@@ -225,8 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         cases = [(int(c.partition("x")[0]), int(c.partition("x")[2] or 1)) for c in args.cases.split(",")]
     except ValueError:
         ap.error(f"--cases {args.cases!r}: expected P or PxN, separated by commas")
-    if not all(1 <= p <= 10_000 and 1 <= n <= 64 for p, n in cases):
-        ap.error("--cases: polls 1-10000, partitions 1-64")
+    if not all(0 <= p <= 10_000 and 1 <= n <= 64 for p, n in cases):
+        ap.error("--cases: polls 0-10000 (0: a push subscription), partitions 1-64")
     rows = []
     for _ in range(args.runs):
         for polls, parts in cases:
