@@ -183,19 +183,22 @@ numbers before and after.
 
 ## Parked long polls on a busy host
 
-What long polls parked on one queue (its messages all in flight) cost a
-host's other traffic, from [docs/perf/parked.md](perf/parked.md)
-(`python -m benchmarks.parked --runs 3 --host-tree 14a693a=<git archive of
-14a693a> --host-tree b57e787=<...> --write`, the host trees taking turns
-run by run): one host, a busy queue's `send_batch` rate without and with
-the polls parked. Before the twenty-third session (b57e787) one parked poll
-cost the busy queue about half of its rate, and one poll on each of 64
-partitions four fifths: every host pass looked at every partition with
-parked polls, scanned its whole ring for its next visibility time and
+What long polls parked on one queue (its messages all in flight), or a
+push subscription on it, cost a host's other traffic, from
+[docs/perf/parked.md](perf/parked.md) (`python -m benchmarks.parked --runs 3
+--host-tree 14a693a=<git archive of 14a693a> --host-tree b57e787=<...>
+--write`, the host trees taking turns run by run): one host, a busy
+queue's `send_batch` rate without and with the polls parked. Before the
+twenty-third session (b57e787) one parked poll cost the busy queue about
+half of its rate, and one poll on each of 64 partitions three quarters:
+every host pass looked at every partition with parked polls (and every
+push subscriber), scanned its whole ring for its next visibility time and
 every parked poll for a passed deadline. Now a pass looks only at the
-partitions that changed or whose timer is due (730d5f0; 14a693a has the
-other two changes only), the ring scan is answered from the last one while
-the ring is unchanged, and the polls are swept only once a deadline passes.
+partitions that changed or whose timer is due (b1d9731; 14a693a has the
+other changes only), the ring scan is answered from the last one while the
+ring is unchanged, and the polls are swept only once a deadline passes.
+The subscription rows (0 polls) carry a client-side share: the
+subscription's thread runs in the producer's process.
 
 {parked}
 
