@@ -11,7 +11,7 @@ One host (and a Consul dev agent), two standard queues:
   the messages are being worked on elsewhere. ``--cases`` lists how many,
   each case in turn: ``P`` polls on one partition, or ``PxN`` polls spread
   over N partitions (1-64) of the queue; ``0xN``: instead of polls, one push
-  subscription (prefetch 10) over its N partitions;
+  subscription (prefetch 10) over its N partitions, from a process of its own;
 - ``busy``: one producer thread, ``send_batch`` of 100 x 100 B, flat out.
 
 Each run measures the busy queue's send rate for ``--duration`` seconds
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import os
 import platform
 import statistics
@@ -83,6 +84,46 @@ def _until(check: Any, what: str, timeout_s: float = PARK_TIMEOUT_S) -> None:
         time.sleep(0.05)
 
 
+def _subscribe(consul: str, ready: Any, stop: Any) -> None:
+    """In a process of its own (its client thread would share the producer's
+    GIL): one push subscription (prefetch 10) on every partition of ``idle``."""
+    client = zmqueue.connect(consul)
+    try:
+        sub = client.get_queue("idle").subscribe(lambda m: None, prefetch=10)
+        _until(lambda: not sub._degraded, "the subscription to serve every partition")
+        ready.set()
+        stop.wait(60)
+        sub.close()
+    finally:
+        client.close()
+
+
+class _Subscriber:
+    """The subscribing process, stopped by its pid at the end."""
+
+    def __init__(self, proc: Any, stop: Any) -> None:
+        self.proc, self.stop_event = proc, stop
+
+    @classmethod
+    def start(cls, consul: str) -> _Subscriber:
+        ctx = mp.get_context("spawn")
+        ready, stop = ctx.Event(), ctx.Event()
+        proc = ctx.Process(target=_subscribe, args=(consul, ready, stop), daemon=True)
+        proc.start()
+        sub = cls(proc, stop)
+        if not ready.wait(PARK_TIMEOUT_S * 3):
+            sub.stop()
+            raise RuntimeError("the subscribing process did not subscribe in time")
+        return sub
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)
+
+
 def _check_tree(pid: int, tree: str) -> None:
     """The host process ``pid`` was started with ``tree`` first on its path
     and without the working directory's (its environment says so)."""
@@ -129,14 +170,12 @@ def one_run(polls: int, duration_s: float, host_tree: str | None = None,
                     Command.RECEIVE, rid, {"q": "idle", "p": (rid - 1) % partitions, "max": 1,
                                            "wait_ms": WAIT_MS}))
             _until(lambda: idle.stats()["waiters"] >= polls, f"{polls} polls parked")
-            sub = None if polls else idle.subscribe(lambda m: None, prefetch=10)
+            sub = None if polls else _Subscriber.start(lc.consul_addr or "")
             try:
-                if sub is not None:  # subscribed on every partition (start() asks each)
-                    _until(lambda: not sub._degraded, "the subscription to serve every partition")
                 parked = _send_rate(busy, duration_s)
             finally:
                 if sub is not None:
-                    sub.close()
+                    sub.stop()
             still = idle.stats()["waiters"]
             if time.monotonic() - t0 >= WAIT_MS / 1000:
                 raise RuntimeError("the polls' wait ran out during the run: use a shorter --duration")
