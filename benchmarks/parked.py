@@ -90,7 +90,7 @@ def _subscribe(consul: str, ready: Any, stop: Any) -> None:
     client = zmqueue.connect(consul)
     try:
         sub = client.get_queue("idle").subscribe(lambda m: None, prefetch=10)
-        _until(lambda: not sub._degraded, "the subscription to serve every partition")
+        _until(lambda: sub.serving_all, "the subscription to serve every partition")
         ready.set()
         stop.wait(60)
         sub.close()

@@ -338,6 +338,7 @@ def test_push_subscribers_never_hold_more_than_their_prefetch_and_share_with_pul
         time.sleep(0.02)
 
     with q.subscribe(slow, prefetch=3) as sub:
+        assert sub.serving_all  # (every partition's host answered the subscribe)
         pulled = wait_for(lambda: q.receive(max_messages=5), 10, "a pull consumer to get some")
         q.delete_batch([m.receipt for m in pulled])
         wait_for(lambda: len(seen) + len(pulled) >= 40, 30, "every message consumed")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from tests.unit.test_waiters import PART, Svc
+from tests.unit.partstubs import PART, Svc
 from zmqueue import protocol
 from zmqueue.dataplane.dispatch import Outbox
 from zmqueue.dataplane.partwatch import RECHECK_MS
@@ -37,7 +37,7 @@ def setup(prefetch: int) -> tuple[Pusher, Svc, Outbox, int]:
 
 def one_pass(pusher: Pusher, svc: Svc, now: int) -> None:
     pusher.push_all(cast(Any, svc), now)
-    pusher.note_changed(svc.dirty)  # what the service's commit hands over
+    pusher.watch.note_changed(svc.dirty)  # what the service's commit hands over
     svc.dirty.clear()
 
 
@@ -60,19 +60,31 @@ def test_sends_credits_and_large_backlogs_are_pushed_without_a_look_at_quiet_par
     svc.change()  # a send in this pass: pushed in it, up to the credit
     one_pass(pusher, svc, 1100)
     assert pushed(out) == [0, 1, 2]
-    one_pass(pusher, svc, 1101)  # out of credit: nothing, whatever is visible
-    assert pushed(out) == []
+    looked: list[object] = []
+    streams_of = svc.set.led_streams
+
+    def looking(part: object) -> Any:
+        looked.append(part)
+        return streams_of(part)
+
+    svc.set.led_streams = looking
+    one_pass(pusher, svc, 1101)  # out of credit: nothing, whatever is visible, and its
+    assert pushed(out) == [] and looked == []  # streams are not even looked up
+    for now in range(1102, 1100 + RECHECK_MS, 97):  # nor by a timer: only credit back touches it
+        one_pass(pusher, svc, now)
+    assert looked == []
+    t = 1100 + RECHECK_MS - 1
     pusher.add_credit(sub, b"client-1", 3)
-    one_pass(pusher, svc, 1102)
-    assert pushed(out) == [3, 4]
+    one_pass(pusher, svc, t)
+    assert pushed(out) == [3, 4] and looked == [PART]
     pusher.add_credit(sub, b"client-1", 3)
     svc.store.available = 3 * PUSH_BATCH_MAX
     svc.change()
     pusher.subs[sub].prefetch = pusher.subs[sub].credit = 10 * PUSH_BATCH_MAX
-    for now in range(1103, 1106):  # a batch per pass: each take marks the stream changed
+    for now in range(t + 1, t + 4):  # a batch per pass: each take marks the stream changed
         one_pass(pusher, svc, now)
         assert len(pushed(out)) == PUSH_BATCH_MAX
-    assert pusher.late == 0
+    assert pusher.watch.late == 0
 
 
 def test_a_change_no_path_reports_is_pushed_by_the_recheck_and_counted() -> None:
@@ -82,7 +94,7 @@ def test_a_change_no_path_reports_is_pushed_by_the_recheck_and_counted() -> None
     one_pass(pusher, svc, 1000 + RECHECK_MS - 1)
     assert pushed(out) == []
     one_pass(pusher, svc, 1000 + RECHECK_MS)
-    assert pushed(out) == [0, 1] and pusher.late == 1
+    assert pushed(out) == [0, 1] and pusher.watch.late == 1
 
 
 def test_idle_subscribers_are_dropped_and_forgotten() -> None:

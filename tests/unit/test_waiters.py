@@ -12,68 +12,16 @@ every size around the deadlines."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any, cast
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from tests.unit.partstubs import PART, Svc, request
 from zmqueue import protocol
-from zmqueue.dataplane.dispatch import Outbox, Request
+from zmqueue.dataplane.dispatch import Request
 from zmqueue.dataplane.partwatch import RECHECK_MS
 from zmqueue.dataplane.waiting import Waiters
-from zmqueue.protocol import Command, Flags, Frame
-
-PART = ("q", 0)
-
-
-@dataclass
-class Store:
-    available: int = 0
-    wake: int | None = None
-
-    def has_visible(self, now: int) -> bool:
-        return self.available > 0
-
-    def next_wakeup_ms(self, now: int) -> int | None:
-        return self.wake if self.wake is not None and self.wake > now else None
-
-
-@dataclass
-class Svc:
-    """What ``Waiters.serve`` reads of a QueueService: one led stream, the
-    streams the pass changed (``dirty``: every request that stages a record
-    marks its stream), the version of the set of streams."""
-
-    store: Store = field(default_factory=Store)
-    handed: int = 0
-    dirty: set[tuple[str, int, str]] = field(default_factory=set)
-
-    def __post_init__(self) -> None:
-        stream = SimpleNamespace(store=self.store)
-        self.set = SimpleNamespace(led_streams=lambda part: [stream], version=1)
-
-    def change(self) -> None:
-        self.dirty.add((*PART, "o"))
-
-    def flush(self, waiters: Waiters) -> None:
-        waiters.note_changed(self.dirty)
-        self.dirty.clear()
-
-    def take(self, streams: list[Any], max_n: int, vis_s: int | None, now: int, cols: bool) -> dict[str, Any]:
-        k = min(max_n, self.store.available)
-        self.store.available -= k
-        if k:
-            self.change()
-        got = list(range(self.handed, self.handed + k))
-        self.handed += k
-        return {"m": got}
-
-
-def request(rid: int) -> Request:
-    return Request("client", b"c%d" % rid, Frame(Command.RECEIVE, Flags.NONE, rid, {}), Outbox())
-
 
 ops = st.lists(st.one_of(
     st.tuples(st.just("park"), st.integers(1, 40), st.integers(1, 3)),  # wait ms, max messages
@@ -150,7 +98,7 @@ def test_waiters_answer_in_order_on_time_and_never_oversleep(steps: list[tuple[A
         if stream_wake is not None:
             soonest = min(soonest, stream_wake)
         assert wake <= soonest - now, (wake, soonest, now)
-    assert waiters.late == 0  # every change reached the waiters by the pass's changed streams
+    assert waiters.watch.late == 0  # every change reached the waiters by the pass's changed streams
     # every answer carried what the reference handed to that waiter, once
     for i, req in enumerate(reqs):
         sent = [protocol.decode(payload).body["m"] for _, _, payload in req.outbox.items]
@@ -167,7 +115,7 @@ def test_a_change_no_path_reports_is_served_by_the_recheck_and_counted() -> None
         waiters.serve(cast(Any, svc), now)
         assert not req.answered
     waiters.serve(cast(Any, svc), 2000)
-    assert req.answered and waiters.late == 1
+    assert req.answered and waiters.watch.late == 1
     assert [protocol.decode(p).body["m"] for _, _, p in req.outbox.items] == [[0, 1]]
 
 
@@ -207,4 +155,4 @@ def test_a_new_set_of_streams_is_looked_at_at_once() -> None:
     svc.store.available = 1  # what the opened stream holds
     svc.set.version += 1
     waiters.serve(cast(Any, svc), 1001)
-    assert req.answered and waiters.late == 0
+    assert req.answered and waiters.watch.late == 0

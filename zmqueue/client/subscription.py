@@ -89,6 +89,13 @@ class Subscription:
         self.thread = threading.Thread(target=self._run, name=f"subscription-{queue.name}",
                                        daemon=True)
 
+    @property
+    def serving_all(self) -> bool:
+        """Whether, as of the last resync, a host serves every partition of the
+        queue (False while one is missing: it is subscribed again within
+        RESYNC_S seconds of its host or leader coming back)."""
+        return not self._degraded
+
     def _on_push(self, key: SubKey) -> Callable[[Frame], None]:
         def on_push(frame: Frame) -> None:
             body = frame.body

@@ -18,8 +18,8 @@ or a subscriber: ~2-5 us each, a third of a busy host's time with 64.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from zmqueue.dataplane.topology import PartKey, StreamKey
 
@@ -34,9 +34,12 @@ log = logging.getLogger(__name__)
 
 
 class PartWatch:
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, watched: Mapping[PartKey, Any]) -> None:
         self.what = what
         """What is watched, for the log ("a parked poll", "a subscriber")."""
+        self.watched = watched
+        """The owner's per-partition map (its waiters, its subscribers): the
+        partitions in it are the watched ones."""
         self.touched: set[PartKey] = set()
         self.timer: dict[PartKey, tuple[int, bool]] = {}
         """Per partition, when to look at it again without a change, and
@@ -46,18 +49,23 @@ class PartWatch:
         """Hand-outs found by a recheck: a change no path above reported."""
 
     def touch(self, part: PartKey) -> None:
-        self.touched.add(part)
+        """Look at ``part`` in the next pass if it is watched (a stream of it
+        may have become receivable other than by a request, a subscriber's
+        credit came back, a waiter parked or left)."""
+        if part in self.watched:
+            self.touched.add(part)
 
-    def note_changed(self, keys: Iterable[StreamKey], watched: Collection[PartKey]) -> None:
+    def note_changed(self, keys: Iterable[StreamKey]) -> None:
         """Streams changed in this pass (the service's dirty set, at commit):
         their watched partitions are looked at in the next pass."""
+        watched = self.watched
         if watched:
             self.touched.update(p for p in ((k[0], k[1]) for k in keys) if p in watched)
 
-    def due(self, svc: QueueService, now: int, watched: Collection[PartKey]) -> list[tuple[PartKey, bool]]:
+    def due(self, svc: QueueService, now: int) -> list[tuple[PartKey, bool]]:
         """The watched partitions to look at in this pass, each with whether
         only the recheck brought it (nothing reported a change)."""
-        touched, timer = self.touched, self.timer
+        touched, timer, watched = self.touched, self.timer, self.watched
         self.touched = set()
         if svc.set.version != self.set_version:  # streams opened or closed: look at every one
             self.set_version = svc.set.version

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from zmqueue import protocol
 from zmqueue.dataplane.dispatch import Outbox
 from zmqueue.dataplane.partwatch import PartWatch
-from zmqueue.dataplane.topology import PartKey, StreamKey
+from zmqueue.dataplane.topology import PartKey
 from zmqueue.errors import InvalidParameter
 from zmqueue.protocol import Command
 
@@ -60,7 +59,7 @@ class Pusher:
         self.outbox: Outbox | None = None
         self.subs: dict[int, Subscriber] = {}
         self.by_part: dict[PartKey, dict[int, Subscriber]] = {}
-        self.watch = PartWatch("a subscriber")
+        self.watch = PartWatch("a subscriber", self.by_part)
         self.next_expiry = 0.0
         self._ids = itertools.count(1)
         self.pushed: dict[str, int] = {}
@@ -87,20 +86,6 @@ class Pusher:
             if not mine:
                 del self.by_part[sub.part]
                 self.watch.forget(sub.part)
-
-    @property
-    def late(self) -> int:
-        """Pushes found by a recheck: a change no path reported."""
-        return self.watch.late
-
-    def touch(self, part: PartKey) -> None:
-        """Look at ``part`` in the next pass (a stream of it started or resumed writing)."""
-        if part in self.by_part:
-            self.watch.touch(part)
-
-    def note_changed(self, keys: Iterable[StreamKey]) -> None:
-        """Streams changed in this pass (at commit): see PartWatch.note_changed."""
-        self.watch.note_changed(keys, self.by_part)
 
     def part_of(self, sub_id: int, identity: bytes) -> PartKey:
         return self._get(sub_id, identity).part
@@ -138,9 +123,13 @@ class Pusher:
             self.next_expiry = mono + 1.0
             for sub_id in [i for i, s in self.subs.items() if s.last_seen < mono - IDLE_EXPIRY_S]:
                 self._remove(sub_id)
-        for part, recheck in self.watch.due(svc, now, self.by_part):
+        for part, recheck in self.watch.due(svc, now):
+            subs = self.by_part[part].values()
+            if not any(sub.credit > 0 for sub in subs):  # (credit back touches it)
+                self.watch.schedule(part, now, [])
+                continue
             streams = svc.set.led_streams(part)
-            for sub in self.by_part[part].values():
+            for sub in subs:
                 if self._push(svc, sub, streams, now) and recheck:
                     self.watch.found_late(part)
             self.watch.schedule(part, now, streams)

@@ -124,6 +124,8 @@ class QueueService:
         per-iteration timeout check looks at these, not at every stream."""
         self.waiters = Waiters()
         self.pusher = Pusher()
+        self.watches = (self.waiters.watch, self.pusher.watch)
+        """What a pass's changes and ``touch`` are handed to (see partwatch)."""
         self.next_housekeeping_ms = 0
         self.housekeeping_due: list[StreamKey] = []
         self.housekeeping_slice = 1
@@ -218,8 +220,8 @@ class QueueService:
         """A stream of ``part`` may have become receivable other than by a
         request (it started or resumed writing): its parked polls and push
         subscribers are looked at in the next pass."""
-        self.waiters.touch(part)
-        self.pusher.touch(part)
+        for watch in self.watches:
+            watch.touch(part)
 
     def on_confirmed(self, streams: frozenset[StreamKey], at: float) -> None:
         mono = time.monotonic()
@@ -683,8 +685,8 @@ class QueueService:
                 for a in acks:
                     a.request.reply(a.result)
                 reported.add(key)
-        self.waiters.note_changed(self.dirty)  # (what changed after this pass's serve)
-        self.pusher.note_changed(self.dirty)
+        for watch in self.watches:  # (what changed after this pass's serve)
+            watch.note_changed(self.dirty)
         self.dirty.clear()
         self.replicator.report_positions(now_ms(), reported)
         self.replicator.resends.note_deferred()  # (the pass's applied chunks, after their acks)

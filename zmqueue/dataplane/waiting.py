@@ -4,13 +4,12 @@ wait time runs out, or the client cancels them."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from zmqueue.dataplane.dispatch import Request
 from zmqueue.dataplane.partwatch import PartWatch
-from zmqueue.dataplane.topology import PartKey, StreamKey
+from zmqueue.dataplane.topology import PartKey
 from zmqueue.errors import ZmqueueError
 
 if TYPE_CHECKING:
@@ -46,13 +45,10 @@ class Waiters:
         """Per partition, the earliest deadline of its waiters (as of the last
         sweep, lowered by every park): the waiters are swept for deadlines
         only once it passes, not on every look (O(waiters) each)."""
-        self.watch = PartWatch("a parked poll")
+        self.watch = PartWatch("a parked poll", self.by_part)
         self.total = 0
-
-    @property
-    def late(self) -> int:
-        """Waiters served by a recheck: a change no path reported."""
-        return self.watch.late
+        """Parked waiters (recounted by every serve, which drops the answered
+        ones; kept by park and cancel in between, for MAX_WAITERS)."""
 
     def park(self, part: PartKey, req: Request, max_n: int, vis_s: int | None, deadline: int,
              cols: bool = False) -> None:
@@ -67,23 +63,13 @@ class Waiters:
     def count(self, part: PartKey) -> int:
         return len(self.by_part.get(part, ()))
 
-    def touch(self, part: PartKey) -> None:
-        """Look at ``part`` in the next pass (a stream of it may have become
-        receivable other than by a request: it started or resumed writing)."""
-        if part in self.by_part:
-            self.watch.touch(part)
-
-    def note_changed(self, keys: Iterable[StreamKey]) -> None:
-        """Streams changed in this pass (at commit): see PartWatch.note_changed."""
-        self.watch.note_changed(keys, self.by_part)
-
     def serve(self, svc: QueueService, now: int) -> int | None:
         """Answer waiters that can be; returns ms until the next due time."""
         if not self.by_part:
             self.total = 0
             self.watch.clear()
             return None
-        for part, recheck in self.watch.due(svc, now, self.by_part):
+        for part, recheck in self.watch.due(svc, now):
             self._look(svc, part, now, recheck)
         self.total = sum(map(len, self.by_part.values()))
         return self.watch.next_in(now)

@@ -52,7 +52,7 @@ def snapshot(svc: QueueService, door: FrontDoor, zap_counters: dict[str, int],
     return {"queues": queues, "lag": lag, "counters": counters,
             "latency": _copy(door.latency), "commit": _copy(door.commit),
             "dlq": dict(svc.dlq.moved), "pushed": dict(svc.pusher.pushed), "zap": dict(zap_counters),
-            "dispatcher": _with_late(dispatcher_counters, svc.waiters.late, svc.pusher.late),
+            "dispatcher": _with_late(dispatcher_counters, svc.waiters.watch.late, svc.pusher.watch.late),
             "replication": dict(svc.replicator.counters)}
 
 
