@@ -107,3 +107,18 @@ def test_idle_subscribers_are_dropped_and_forgotten() -> None:
     one_pass(pusher, svc, 1001)
     assert list(pusher.subs) == [other] and list(pusher.by_part) == [("q", 1)]
     assert set(pusher.watch.timer) == {("q", 1)}
+
+
+def test_the_pass_wakes_the_host_for_a_visibility_time_not_later() -> None:
+    """A message whose visibility time runs out is pushed when it does: the
+    pass's answer bounds the host's next poll (it used to sleep up to 50 ms on)."""
+    pusher, svc, out, _ = setup(prefetch=10)
+    svc.store.wake = 1030  # an in-flight message becomes visible again at 1030
+    assert pusher.push_all(cast(Any, svc), 1000) == 30
+    svc.store.wake = None
+    assert pusher.push_all(cast(Any, svc), 1001) == 29  # (nothing looked at: the timer stands)
+    svc.store.available = 1
+    one_pass(pusher, svc, 1030)
+    assert pushed(out) == [0]
+    # the push changed the stream: looked at again, then nothing due but the recheck
+    assert pusher.push_all(cast(Any, svc), 1031) == RECHECK_MS

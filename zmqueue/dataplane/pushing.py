@@ -113,11 +113,13 @@ class Pusher:
         for sub_id in list(self.by_part.get(part, ())):
             self._remove(sub_id)
 
-    def push_all(self, svc: QueueService, now: int) -> None:
+    def push_all(self, svc: QueueService, now: int) -> int | None:
+        """Push what can be; returns ms until the next due time (a visibility
+        time, the recheck), None without subscribers."""
         assert self.outbox is not None, "register() the service first"
         if not self.subs:
             self.watch.clear()
-            return
+            return None
         mono = time.monotonic()
         if mono >= self.next_expiry:  # (once a second: every subscriber is looked through)
             self.next_expiry = mono + 1.0
@@ -133,6 +135,7 @@ class Pusher:
                 if self._push(svc, sub, streams, now) and recheck:
                     self.watch.found_late(part)
             self.watch.schedule(part, now, streams)
+        return self.watch.next_in(now)
 
     def _push(self, svc: QueueService, sub: Subscriber, streams: list[Stream], now: int) -> bool:
         """One batch to ``sub`` if it has credit and there are messages; whether it got any."""

@@ -599,7 +599,9 @@ class QueueService:
                 req.fail(Unavailable("queue metadata did not arrive in time (Consul slow or "
                                      "unreachable); retry"))
         wake = self.waiters.serve(self, now)
-        self.pusher.push_all(self, now)
+        push_wake = self.pusher.push_all(self, now)
+        if push_wake is not None and (wake is None or push_wake < wake):
+            wake = push_wake
         self.dlq.move(now)
         self._expire_acks()
         if now >= self.next_housekeeping_ms:
