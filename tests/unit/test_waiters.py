@@ -22,6 +22,7 @@ from zmqueue import protocol
 from zmqueue.dataplane.dispatch import Request
 from zmqueue.dataplane.partwatch import RECHECK_MS
 from zmqueue.dataplane.waiting import Waiters
+from zmqueue.errors import NotLeader
 
 ops = st.lists(st.one_of(
     st.tuples(st.just("park"), st.integers(1, 40), st.integers(1, 3)),  # wait ms, max messages
@@ -88,7 +89,7 @@ def test_waiters_answer_in_order_on_time_and_never_oversleep(steps: list[tuple[A
         assert svc.handed == handed
         for i, req in enumerate(reqs):
             assert req.answered == (i in expected), (i, expected)
-        assert waiters.total == waiters.count(PART) == len(parked)
+        assert waiters.total == waiters.count(PART) == len(parked) == len(waiters.where)
         if not parked:
             assert wake is None
             continue
@@ -156,3 +157,15 @@ def test_a_new_set_of_streams_is_looked_at_at_once() -> None:
     svc.set.version += 1
     waiters.serve(cast(Any, svc), 1001)
     assert req.answered and waiters.watch.late == 0
+
+
+def test_a_partition_answered_or_failed_at_once_leaves_nothing_to_cancel() -> None:
+    """(a stream deposed or gone: its waiters are answered empty or failed)"""
+    waiters, other = Waiters(), ("q", 1)
+    reqs = [request(i) for i in range(4)]
+    for i, req in enumerate(reqs):
+        waiters.park(PART if i < 2 else other, req, 1, None, 10_000)
+    waiters.answer_all(PART)
+    waiters.fail_partition(other, NotLeader("moved", leader=None, endpoint=None))
+    assert all(r.answered for r in reqs) and waiters.where == {}
+    assert not waiters.cancel(reqs[0].identity, reqs[0].frame.request_id)

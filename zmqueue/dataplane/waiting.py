@@ -46,6 +46,10 @@ class Waiters:
         sweep, lowered by every park): the waiters are swept for deadlines
         only once it passes, not on every look (O(waiters) each)."""
         self.watch = PartWatch("a parked poll", self.by_part)
+        self.where: dict[tuple[bytes, int], PartKey] = {}
+        """Each parked waiter's partition by (client identity, request id):
+        a CANCEL looks in that partition only (it scanned every waiter; a
+        long poll over P partitions cancels P - 1 of them when one answers)."""
         self.total = 0
         """Parked waiters (recounted by every serve, which drops the answered
         ones; kept by park and cancel in between, for MAX_WAITERS)."""
@@ -56,6 +60,7 @@ class Waiters:
             req.reply({"m": []})
             return
         self.by_part.setdefault(part, deque()).append(Waiter(req, max_n, vis_s, deadline, cols))
+        self.where[(req.identity, req.frame.request_id)] = part
         self.due[part] = min(self.due.get(part, deadline), deadline)
         self.watch.touch(part)
         self.total += 1
@@ -67,6 +72,7 @@ class Waiters:
         """Answer waiters that can be; returns ms until the next due time."""
         if not self.by_part:
             self.total = 0
+            self.where.clear()
             self.watch.clear()
             return None
         for part, recheck in self.watch.due(svc, now):
@@ -80,14 +86,14 @@ class Waiters:
         while q:
             w = q[0]
             if w.request.answered:
-                q.popleft()
+                self._forget(q.popleft())
                 continue
             if not any(st.store.has_visible(now) for st in streams):
                 break
             reply = svc.take(streams, w.max_messages, w.visibility_s, now, w.cols)
             if not has_messages(reply):
                 break
-            q.popleft()
+            self._forget(q.popleft())
             w.request.reply(reply)
             if recheck:
                 self.watch.found_late(part)
@@ -96,6 +102,8 @@ class Waiters:
             kept = [w for w in q if w.deadline_ms > now and not w.request.answered]
             if len(kept) < len(q):
                 for w in q:
+                    if w.deadline_ms <= now or w.request.answered:
+                        self._forget(w)
                     if w.deadline_ms <= now:
                         w.request.reply({"m": []})
                 q = self.by_part[part] = deque(kept)
@@ -107,25 +115,35 @@ class Waiters:
             return
         self.watch.schedule(part, now, streams, due)
 
+    def _forget(self, w: Waiter) -> None:
+        self.where.pop((w.request.identity, w.request.frame.request_id), None)
+
     def cancel(self, identity: bytes, request_id: int) -> bool:
-        for part, q in self.by_part.items():
-            for w in q:
-                if w.request.identity == identity and w.request.frame.request_id == request_id:
-                    q.remove(w)
-                    self.total -= 1
-                    self.watch.touch(part)  # (a partition left without waiters goes at its next look)
-                    w.request.reply({"m": []})
-                    return True
+        part = self.where.pop((identity, request_id), None)
+        if part is None:
+            return False
+        q = self.by_part.get(part)
+        if q is None:
+            return False
+        for w in q:
+            if w.request.identity == identity and w.request.frame.request_id == request_id:
+                q.remove(w)
+                self.total -= 1
+                self.watch.touch(part)  # (a partition left without waiters goes at its next look)
+                w.request.reply({"m": []})
+                return True
         return False
 
     def answer_all(self, part: PartKey) -> None:
         self.due.pop(part, None)
         self.watch.forget(part)
         for w in self.by_part.pop(part, deque()):
+            self._forget(w)
             w.request.reply({"m": []})
 
     def fail_partition(self, part: PartKey, exc: ZmqueueError) -> None:
         self.due.pop(part, None)
         self.watch.forget(part)
         for w in self.by_part.pop(part, deque()):
+            self._forget(w)
             w.request.fail(exc)
