@@ -120,5 +120,6 @@ def test_the_pass_wakes_the_host_for_a_visibility_time_not_later() -> None:
     svc.store.available = 1
     one_pass(pusher, svc, 1030)
     assert pushed(out) == [0]
-    # the push changed the stream: looked at again, then nothing due but the recheck
-    assert pusher.push_all(cast(Any, svc), 1031) == RECHECK_MS
+    # the push changed the stream: looked at again, then nothing due but the
+    # recheck (the wake may come a ms early: the pass at 1030 queued its recheck)
+    assert pusher.push_all(cast(Any, svc), 1031) in (RECHECK_MS - 1, RECHECK_MS)

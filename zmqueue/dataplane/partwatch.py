@@ -17,6 +17,7 @@ or a subscriber: ~2-5 us each, a third of a busy host's time with 64.
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,13 @@ class PartWatch:
         self.timer: dict[PartKey, tuple[int, bool]] = {}
         """Per partition, when to look at it again without a change, and
         whether that is the recheck (not a deadline or visibility time)."""
+        self.heap: list[tuple[int, PartKey]] = []
+        """(time, partition), soonest first: every timed partition has an
+        entry at or before its timer (``queued``); entries a later schedule
+        outdated are dropped or re-queued as they come up, so a pass finds
+        its due timers without walking every watched partition."""
+        self.queued: dict[PartKey, int] = {}
+        """Per partition, its soonest entry in ``heap``."""
         self.set_version = -1
         self.late = 0
         """Hand-outs found by a recheck: a change no path above reported."""
@@ -74,14 +82,22 @@ class PartWatch:
             part = (key[0], key[1])
             if part in watched:
                 touched.add(part)
-        out = []
-        for p in watched:
-            if p in touched:
-                out.append((p, False))
-            else:
-                at, recheck = timer.get(p, (now, False))
-                if at <= now:
+        out = [(p, False) for p in touched if p in watched]
+        heap, queued = self.heap, self.queued
+        while heap and heap[0][0] <= now:
+            at, p = heapq.heappop(heap)
+            if queued.get(p) != at:
+                continue  # (a later entry of p stands in for it)
+            del queued[p]
+            if p not in watched or p not in timer:
+                continue
+            t, recheck = timer[p]
+            if t <= now:
+                if p not in touched:
                     out.append((p, recheck))
+            else:  # rescheduled later meanwhile: queue its timer
+                heapq.heappush(heap, (t, p))
+                queued[p] = t
         return out
 
     def schedule(self, part: PartKey, now: int, streams: list[Stream], deadline: int | None = None) -> None:
@@ -95,6 +111,9 @@ class PartWatch:
             if nxt is not None and nxt < at:
                 at, recheck = nxt, False
         self.timer[part] = (at, recheck)
+        if at < self.queued.get(part, at + 1):
+            heapq.heappush(self.heap, (at, part))
+            self.queued[part] = at
 
     def forget(self, part: PartKey) -> None:
         self.timer.pop(part, None)
@@ -103,12 +122,16 @@ class PartWatch:
     def clear(self) -> None:
         self.timer.clear()
         self.touched.clear()
+        self.heap.clear()
+        self.queued.clear()
 
     def next_in(self, now: int) -> int | None:
-        """ms to the earliest timer (at least 1), None without one."""
+        """ms to the earliest timer (at least 1), None without one. (The
+        soonest heap entry: never after the earliest timer, at times before
+        it, when a later schedule outdated it: a pass that finds nothing due.)"""
         if not self.timer:
             return None
-        return max(1, min(t for t, _ in self.timer.values()) - now)
+        return max(1, self.heap[0][0] - now)
 
     def found_late(self, part: PartKey) -> None:
         """A recheck found something to hand out on ``part``."""
