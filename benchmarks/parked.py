@@ -35,6 +35,7 @@ import multiprocessing as mp
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -192,7 +193,16 @@ def one_run(polls: int, duration_s: float, host_tree: str | None = None,
 DOC = Path(__file__).resolve().parents[1] / "docs" / "perf" / "parked.md"
 
 
-def write_doc(rows: list[dict[str, Any]], command: str) -> None:
+def micro_of(tree: str | None) -> dict[str, float]:
+    """benchmarks/watch_micro.py (in-process costs) on ``tree``'s code (None: this tree's)."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": tree or str(root), "PYTHONSAFEPATH": "1"}
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "watch_micro.py"), "--json"],
+                         env=env, check=True, capture_output=True, text=True, timeout=600).stdout
+    return {k: float(v) for k, v in json.loads(out.strip().splitlines()[-1]).items()}
+
+
+def write_doc(rows: list[dict[str, Any]], micro: dict[str, dict[str, float]], command: str) -> None:
     keys = list(dict.fromkeys((r["polls"], r["partitions"], r["tree"]) for r in rows))
 
     def mine(polls: int, parts: int, tree: str) -> list[dict[str, Any]]:
@@ -237,6 +247,22 @@ Every run:
 
 {table(["run", "parked polls", "partitions", "host tree", "alone (msg/s)", "polls parked (msg/s)", "ratio"],
         per_run)}
+
+In-process costs of the same trees (`python benchmarks/watch_micro.py`,
+the best of 5 timings each: a micro-benchmark): one host pass's look for
+due timers with 64 and with 2,000 partitions that have a waiting consumer
+and nothing happening, one of them changed in the pass; and one CANCEL
+with 64 clients' long polls parked on each of 64 partitions, 63 of each
+client's cancelled (what a client does when one partition answers).
+
+{table(["host tree", "pass, 64 watched (us)", "pass, 2,000 watched (us)", "CANCEL, 64 x 64 polls (us)"],
+        [[t, f"{m['due_64_us']:.2f}", f"{m['due_2000_us']:.2f}", f"{m['cancel_64x64_us']:.2f}"]
+         for t, m in micro.items()])}
+
+Since the twenty-fourth session due timers come off a heap (the pass
+walked every watched partition for them, and again for the next wake-up)
+and a CANCEL looks up its poll by (client, request id) (it scanned every
+parked poll).
 
 Before the twenty-third session a host pass (each batch of requests it
 reads) looked at every partition with parked polls (~2-5 us each, 64 of
@@ -292,9 +318,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label}: {polls} polls over {parts} partition(s): busy queue alone "
                   f"{med['alone_msgs_per_s']:,.0f} msg/s, with the polls parked "
                   f"{med['parked_msgs_per_s']:,.0f} msg/s ({med['ratio']:.2f}x; medians of {len(mine)})")
+    micro = {label: micro_of(path) for label, path in trees}
+    for label, m in micro.items():
+        print(f"{label}: per pass {m['due_64_us']:.2f} us with 64 watched partitions, "
+              f"{m['due_2000_us']:.2f} us with 2000; {m['cancel_64x64_us']:.2f} us per CANCEL "
+              "(64 x 64 polls)")
     if args.write:
         given = argv if argv is not None else sys.argv[1:]
-        write_doc(rows, " ".join(["python -m benchmarks.parked", *given]))
+        write_doc(rows, micro, " ".join(["python -m benchmarks.parked", *given]))
     return 0
 
 
