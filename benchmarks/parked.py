@@ -249,20 +249,21 @@ Every run:
         per_run)}
 
 In-process costs of the same trees (`python benchmarks/watch_micro.py`,
-the best of 5 timings each: a micro-benchmark): one host pass's look for
-due timers with 64 and with 2,000 partitions that have a waiting consumer
-and nothing happening, one of them changed in the pass; and one CANCEL
-with 64 clients' long polls parked on each of 64 partitions, 63 of each
-client's cancelled (what a client does when one partition answers).
+the best of 5 timings each: a micro-benchmark): one host pass's
+`Waiters.serve` with a long poll parked on each of 64 and of 2,000
+partitions, nothing receivable, one partition changed in the pass; and
+one CANCEL with 64 clients' long polls parked on each of 64 partitions, 63
+of each client's cancelled (what a client does when one partition answers).
 
-{table(["host tree", "pass, 64 watched (us)", "pass, 2,000 watched (us)", "CANCEL, 64 x 64 polls (us)"],
+{table(["host tree", "pass, 64 partitions (us)", "pass, 2,000 partitions (us)", "CANCEL, 64 x 64 polls (us)"],
         [[t, f"{m['due_64_us']:.2f}", f"{m['due_2000_us']:.2f}", f"{m['cancel_64x64_us']:.2f}"]
          for t, m in micro.items()])}
 
 Since the twenty-fourth session due timers come off a heap (the pass
-walked every watched partition for them, and again for the next wake-up)
-and a CANCEL looks up its poll by (client, request id) (it scanned every
-parked poll).
+walked every watched partition for them, and again for the next wake-up),
+the parked polls are counted as they come and go (the pass recounted
+them), and a CANCEL looks up its poll by (client, request id) (it scanned
+every parked poll).
 
 Before the twenty-third session a host pass (each batch of requests it
 reads) looked at every partition with parked polls (~2-5 us each, 64 of
@@ -303,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--cases {args.cases!r}: expected P or PxN, separated by commas")
     if not all(0 <= p <= 10_000 and 1 <= n <= 64 for p, n in cases):
         ap.error("--cases: polls 0-10000 (0: a push subscription), partitions 1-64")
+    micro = {label: micro_of(path) for label, path in trees}  # (first: quick, and fails early)
     rows = []
     for _ in range(args.runs):
         for polls, parts in cases:
@@ -318,7 +320,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label}: {polls} polls over {parts} partition(s): busy queue alone "
                   f"{med['alone_msgs_per_s']:,.0f} msg/s, with the polls parked "
                   f"{med['parked_msgs_per_s']:,.0f} msg/s ({med['ratio']:.2f}x; medians of {len(mine)})")
-    micro = {label: micro_of(path) for label, path in trees}
     for label, m in micro.items():
         print(f"{label}: per pass {m['due_64_us']:.2f} us with 64 watched partitions, "
               f"{m['due_2000_us']:.2f} us with 2000; {m['cancel_64x64_us']:.2f} us per CANCEL "

@@ -9,17 +9,18 @@ the rows in docs/perf/parked.md.)
 Two rows, each the best of ``--runs`` timings (a micro-benchmark: the
 minimum is the cost, the rest is the machine's noise):
 
-- ``due``: one pass's ``PartWatch.due`` + ``next_in`` with N partitions
-  watched (a parked poll or a subscriber on each, nothing happening), one
-  of them changed in the pass and looked at; what every host pass pays.
+- ``pass``: one host pass's ``Waiters.serve`` (and the hand-over of the
+  pass's changed streams) with a long poll parked on each of N partitions,
+  nothing receivable, one partition changed in the pass (and looked at);
+  what every host pass pays for them.
 - ``cancel``: 64 clients each with a long poll parked on all 64 partitions
   of a queue; each then cancels 63 of them (what the client does when one
   partition answers): the mean cost of one CANCEL.
 
 Run as a script (not ``-m``), the ``zmqueue`` package comes from PYTHONPATH,
 so an older tree (a ``git archive`` of a commit) is measured by the same
-code; the two ``PartWatch`` signatures (with and without the owner's map,
-twenty-fourth session) are both handled.
+code; the hand-over of each tree's ``Waiters`` is used (none before the
+twenty-third session, ``note_changed`` with and without the map since).
 """
 
 from __future__ import annotations
@@ -30,31 +31,50 @@ import json
 import time
 import timeit
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 from zmqueue.dataplane.dispatch import Outbox, Request
-from zmqueue.dataplane.partwatch import PartWatch
 from zmqueue.dataplane.waiting import Waiters
 from zmqueue.protocol import Command, Flags, Frame
 
 
+class _Store:
+    """A stream with nothing receivable and no visibility time coming."""
+
+    def has_visible(self, now: int) -> bool:
+        return False
+
+    def next_wakeup_ms(self, now: int) -> int | None:
+        return None
+
+
 def due_cost(n: int, runs: int) -> float:
-    """Seconds per pass with ``n`` watched partitions."""
-    watched = {(f"q{i}", 0): 1 for i in range(n)}
-    owns_map = "watched" in inspect.signature(PartWatch.__init__).parameters
-    watch: Any = PartWatch("a bench", watched) if owns_map else PartWatch("a bench")  # type: ignore[call-arg]
-    svc = SimpleNamespace(set=SimpleNamespace(version=1), dirty={("q0", 0, "o")})
-    now = 1000
-    args: tuple[Any, ...] = (svc, now) if owns_map else (svc, now, watched)
-    for part, _ in watch.due(*args):
-        watch.schedule(part, now, [], None)
+    """Seconds per ``Waiters.serve`` pass with a long poll parked on each of
+    ``n`` partitions, nothing receivable, one partition changed in the pass."""
+    streams = {(f"q{i}", 0): [SimpleNamespace(store=_Store())] for i in range(n)}
+    svc = SimpleNamespace(set=SimpleNamespace(led_streams=streams.__getitem__, version=1),
+                          dirty={("q0", 0, "o")}, take=lambda *a: {"m": []})
+    waiters = Waiters()
+    for i, part in enumerate(streams):
+        req = Request("client", b"c", Frame(Command.RECEIVE, Flags.NONE, i, {}), Outbox())
+        waiters.park(part, req, 10, None, 10**12)
+    watch = getattr(waiters, "watch", None)
+    if watch is not None and "watched" in inspect.signature(watch.note_changed).parameters:
+        def hand_over() -> None:  # (the twenty-third session's signature)
+            watch.note_changed(svc.dirty, waiters.by_part)
+    elif watch is not None:
+        def hand_over() -> None:
+            watch.note_changed(svc.dirty)
+    else:  # (before the twenty-third session: nothing to hand over)
+        def hand_over() -> None:
+            pass
 
     def one_pass() -> None:
-        for part, _ in watch.due(*args):
-            watch.schedule(part, now, [], None)
-        watch.next_in(now)
+        waiters.serve(cast(Any, svc), 1000)
+        hand_over()
 
-    number = 2000
+    one_pass()
+    number = 500
     return min(timeit.repeat(one_pass, number=number, repeat=runs)) / number
 
 
@@ -87,7 +107,7 @@ def main() -> None:
         print(json.dumps(rows))
         return
     for n in (64, 2000):
-        print(f"due     {n:5d} watched partitions: {rows[f'due_{n}_us']:8.2f} us per pass")
+        print(f"pass    {n:5d} partitions with a poll: {rows[f'due_{n}_us']:8.2f} us per pass")
     print(f"cancel  64 x 64 parked polls:       {rows['cancel_64x64_us']:8.2f} us per CANCEL")
 
 

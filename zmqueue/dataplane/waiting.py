@@ -51,8 +51,8 @@ class Waiters:
         a CANCEL looks in that partition only (it scanned every waiter; a
         long poll over P partitions cancels P - 1 of them when one answers)."""
         self.total = 0
-        """Parked waiters (recounted by every serve, which drops the answered
-        ones; kept by park and cancel in between, for MAX_WAITERS)."""
+        """Parked waiters, kept by every park and removal (for MAX_WAITERS;
+        a pass used to recount them, O(partitions))."""
 
     def park(self, part: PartKey, req: Request, max_n: int, vis_s: int | None, deadline: int,
              cols: bool = False) -> None:
@@ -77,7 +77,6 @@ class Waiters:
             return None
         for part, recheck in self.watch.due(svc, now):
             self._look(svc, part, now, recheck)
-        self.total = sum(map(len, self.by_part.values()))
         return self.watch.next_in(now)
 
     def _look(self, svc: QueueService, part: PartKey, now: int, recheck: bool) -> None:
@@ -116,6 +115,8 @@ class Waiters:
         self.watch.schedule(part, now, streams, due)
 
     def _forget(self, w: Waiter) -> None:
+        """``w`` left its queue (answered, failed, or its deadline passed)."""
+        self.total -= 1
         self.where.pop((w.request.identity, w.request.frame.request_id), None)
 
     def cancel(self, identity: bytes, request_id: int) -> bool:
@@ -128,7 +129,7 @@ class Waiters:
         for w in q:
             if w.request.identity == identity and w.request.frame.request_id == request_id:
                 q.remove(w)
-                self.total -= 1
+                self._forget(w)
                 self.watch.touch(part)  # (a partition left without waiters goes at its next look)
                 w.request.reply({"m": []})
                 return True
