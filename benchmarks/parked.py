@@ -321,8 +321,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{med['alone_msgs_per_s']:,.0f} msg/s, with the polls parked "
                   f"{med['parked_msgs_per_s']:,.0f} msg/s ({med['ratio']:.2f}x; medians of {len(mine)})")
     for label, m in micro.items():
-        print(f"{label}: per pass {m['due_64_us']:.2f} us with 64 watched partitions, "
-              f"{m['due_2000_us']:.2f} us with 2000; {m['cancel_64x64_us']:.2f} us per CANCEL "
+        print(f"{label}: per pass {m['due_64_us']:.2f} us with a poll on 64 partitions, "
+              f"{m['due_2000_us']:.2f} us on 2000; {m['cancel_64x64_us']:.2f} us per CANCEL "
               "(64 x 64 polls)")
     if args.write:
         given = argv if argv is not None else sys.argv[1:]
