@@ -284,56 +284,59 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5b, W1p, W5p, W5-half) and the
 raw pyzmq ceiling come from the one invocation above, on the tree of commit
-{commit}, the twenty-second session's code: since the previous invocation
-(118939c, the twenty-first session's final host code, earlier the same day)
-only FIFO queues changed (the FIFO pick's in-flight index, FIFO message ids
-in one call; see docs/perf/storage.md), and every peer workload runs on a
-standard queue, so the two invocations measure the same code paths. The
-previous one had W3 1.32x Redis (1,024 B 1.52x), W3 at 20.7% of raw pyzmq,
-W1 0.33x, W1p 0.50x, W2 p99 3.48x, W5 0.89x, W5p 1.47x (1,024 B 1.69x), W5b
-3.20x and a half-rate R=3 send p99 of 6.36 ms: read the differences as the
-machine's noise. Raw pyzmq's batched round trip ran at 365-455 k payloads/s
-here (373 k in the previous invocation, 589 k in the twentieth session's):
-the VM's CPUs are shared with other machines' work, so read the ratios,
-measured side by side. W5p at 100 B again fell just under its target as a
-ratio of medians (1.46x) while two of its three runs were at 1.8x (per run
-1.83x, 1.80x, 1.46x; 1,024 B 1.78x).
+{commit}, the twenty-fourth session's code. Since the previous invocation
+(c73b5a6, the twenty-second session's code) the host changed only where
+parked long polls and push subscribers are concerned (what a host pass
+looks at for them; see "Parked long polls on a busy host"): the consumers
+of W1-W5 park a poll whenever the queue runs empty, so those paths ran
+here. The previous invocation had W3 1.47x Redis (1,024 B 1.28x), W3 at
+19.6% of raw pyzmq, W1 0.33x, W1p 0.52x, W2 p99 2.23x, W5 0.71x, W5p 1.46x
+(1,024 B 1.78x), W5b 3.51x and a half-rate R=3 send p99 of 5.66 ms: read
+the differences as the machine's noise (W3 alone, this session's host
+code against the twenty-second session's, the trees run in turn: the
+ratio of medians 0.92-1.08 by invocation, the newer faster in 19 of 45
+pairs; any difference is below the ~5% this machine resolves). Raw pyzmq's batched round trip ran
+at 371-556 k payloads/s here (365-455 k in the previous invocation, 589 k
+in the twentieth session's): the VM's CPUs are shared with other machines'
+work, so read the ratios, measured side by side. W5p at 100 B met its
+target as a ratio of medians this time (1.69x; per run 1.84x, 1.61x,
+1.92x), after 1.46x and 1.47x in the two invocations before.
 
 Per-run ratios of this invocation (100 B unless marked; zmqueue vs the peer, e2e msg/s):
 
 | row | run 1 | run 2 | run 3 |
 |---|---:|---:|---:|
-| W1 vs Redis | 0.29x (1.3 k vs 4.3 k) | 0.36x (1.6 k vs 4.6 k) | 0.33x (1.5 k vs 4.6 k) |
-| W1p vs Redis | 0.44x (24.7 k vs 56.0 k) | 0.49x (30.9 k vs 62.7 k) | 0.52x (29.9 k vs 57.8 k) |
-| W1p vs NATS | 2.05x | 1.96x | 2.20x |
-| W3 vs Redis | 1.44x (73.0 k vs 50.6 k) | 1.84x (97.9 k vs 53.1 k) | 1.35x (78.1 k vs 57.9 k) |
-| W3 vs Redis, 1,024 B | 1.38x (56.1 k vs 40.8 k) | 1.24x (56.6 k vs 45.7 k) | 1.42x (62.8 k vs 44.1 k) |
-| W3 vs raw pyzmq | 18.3% | 21.5% | 21.4% |
-| W5 vs NATS R=3 | 0.83x | 0.65x | 1.03x |
-| W5p vs NATS R=3 | 1.83x (17.2 k vs 9.4 k) | 1.80x (11.9 k vs 6.6 k) | 1.46x (12.7 k vs 8.7 k) |
-| W5p vs NATS R=3, 1,024 B | 1.99x | 1.83x | 1.78x |
-| W5b vs NATS R=3 | 3.73x | 4.24x | 3.41x |
+| W1 vs Redis | 0.29x (1.4 k vs 4.9 k) | 0.34x (1.5 k vs 4.5 k) | 0.34x (1.6 k vs 4.8 k) |
+| W1p vs Redis | 0.57x (31.1 k vs 54.6 k) | 0.51x (28.4 k vs 55.4 k) | 0.64x (35.5 k vs 55.8 k) |
+| W1p vs NATS | 1.85x | 2.11x | 2.83x |
+| W3 vs Redis | 1.39x (69.1 k vs 49.7 k) | 1.49x (83.9 k vs 56.4 k) | 1.46x (91.9 k vs 63.1 k) |
+| W3 vs Redis, 1,024 B | 1.00x (48.6 k vs 48.8 k) | 1.12x (53.3 k vs 47.6 k) | 1.76x (79.8 k vs 45.4 k) |
+| W3 vs raw pyzmq | 18.6% | 20.9% | 16.5% |
+| W5 vs NATS R=3 | 0.59x | 0.92x | 0.81x |
+| W5p vs NATS R=3 | 1.84x (12.0 k vs 6.5 k) | 1.61x (11.5 k vs 7.1 k) | 1.92x (15.1 k vs 7.9 k) |
+| W5p vs NATS R=3, 1,024 B | 1.70x | 2.32x | 1.98x |
+| W5b vs NATS R=3 | 3.71x | 3.31x | 4.27x |
 
 docs/perf/peers.md holds this invocation's JSON lines; earlier ones are in
 that page's history.
 
-- **Where zmqueue stands.** W3 is ahead of Redis (1.47x; 1,024 B 1.28x)
-  and 6.2x NATS; W5b is 3.5x NATS R=3. One message per request is where it
+- **Where zmqueue stands.** W3 is ahead of Redis (1.49x; 1,024 B 1.12x)
+  and 5.4x NATS; W5b is 4.1x NATS R=3. One message per request is where it
   is behind: Redis answers one XADD in ~0.17 ms (p50), zmqueue one
-  confirmed send in ~0.60 ms, so W1 and W2 stay behind Redis and W2 behind
+  confirmed send in ~0.59 ms, so W1 and W2 stay behind Redis and W2 behind
   NATS; the single-send latency tail was probed three ways on an otherwise
   idle host (see "Where the time goes"), and none changed it.
-- **Pipelined single sends.** With 100 sends in flight zmqueue moves 20x
-  its W1 (29.9 k msg/s) and 24x its W5 with R=3 sync (12.7 k): 2.2x NATS at
-  R=1, 1.46x NATS R=3 (1,024 B 1.78x), 0.52x Redis. The pipeline coalesces
+- **Pipelined single sends.** With 100 sends in flight zmqueue moves 21x
+  its W1 (31.1 k msg/s) and 23x its W5 with R=3 sync (12.0 k): 2.3x NATS at
+  R=1, 1.69x NATS R=3 (1,024 B 2.00x), 0.56x Redis. The pipeline coalesces
   the sends made while 4 requests are in flight, so the host's ~45-55 us
   per request is paid once per group; Redis answers a pipelined XADD in a
   few us of C. See "Pipelined single sends" in "Where the time goes".
 - **Targets met:**
   - no losses or duplicates in any run of any system;
-  - the R=3 send p99 at half rate (< 10 ms: 5.66 ms, paced at 255 msg/s);
-  - W5 at 1.5x NATS R=3 with batches (W5b 3.51x; 1,024 B 3.93x) and with
-    pipelined single sends at 1,024 B (W5p 1.78x);
+  - the R=3 send p99 at half rate (< 10 ms: 5.78 ms, paced at 256 msg/s);
+  - W5 at 1.5x NATS R=3 with batches (W5b 4.12x; 1,024 B 3.48x) and with
+    pipelined single sends (W5p 1.69x; 1,024 B 2.00x);
   - FIFO failover (replication.md, rerun in the tenth session, with
     requests held while a new writer recovers and the loop woken at once by
     posted work: p50 1.57 s, max 1.63 s over 20 kills; ninth session 1.62 s
@@ -346,15 +349,12 @@ that page's history.
   - queues.md (nineteenth session, 5 runs): send_batch at 25% of raw
     pyzmq (32.9%), and the single-send p99 at 3x raw (1.84x).
 - **Targets missed:**
-  - 2x the best peer in W1 (one at a time, 0.33x Redis, or pipelined,
-    0.52x) and W3 (1.47x Redis; 1,024 B 1.28x);
-  - W2 p99 at or below the best peer's (1.86 ms against Redis's 0.83 ms);
-  - W3 end to end at 25% of the raw pyzmq batched round trip (19.6%; 1,024 B
-    18.0%);
-  - W5p at 100 B, just, as a ratio of medians (1.46x NATS R=3; per run
-    1.83x, 1.80x, 1.46x; 1.47x in the previous invocation, 1.72x and 1.88x
-    in the two before);
-  - W5 at 1.5x NATS R=3 with one send at a time (0.71x; 1,024 B 0.81x):
+  - 2x the best peer in W1 (one at a time, 0.31x Redis, or pipelined,
+    0.56x) and W3 (1.49x Redis; 1,024 B 1.12x);
+  - W2 p99 at or below the best peer's (2.09 ms against Redis's 0.51 ms);
+  - W3 end to end at 25% of the raw pyzmq batched round trip (20.9%; 1,024 B
+    14.9%);
+  - W5 at 1.5x NATS R=3 with one send at a time (0.81x; 1,024 B 0.69x):
     each send waits a whole replicated round trip across four processes
     on 2 CPUs.
 
