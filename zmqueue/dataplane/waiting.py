@@ -97,15 +97,17 @@ class Waiters:
             if recheck:
                 self.watch.found_late(part)
         due = self.due.get(part, now)
-        if due <= now:  # a deadline passed: answer those waiters (empty)
-            kept = [w for w in q if w.deadline_ms > now and not w.request.answered]
-            if len(kept) < len(q):
-                for w in q:
-                    if w.deadline_ms <= now or w.request.answered:
-                        self._forget(w)
-                    if w.deadline_ms <= now:
-                        w.request.reply({"m": []})
-                q = self.by_part[part] = deque(kept)
+        if due <= now:  # a deadline passed: answer those waiters (empty), drop the answered
+            kept: deque[Waiter] = deque()
+            for w in q:
+                if w.deadline_ms <= now:
+                    self._forget(w)
+                    w.request.reply({"m": []})
+                elif w.request.answered:
+                    self._forget(w)
+                else:
+                    kept.append(w)
+            q = self.by_part[part] = kept
             due = self.due[part] = min((w.deadline_ms for w in q), default=now)
         if not q:
             del self.by_part[part]
