@@ -70,3 +70,29 @@ def test_the_peer_harness_refuses_to_start_without_the_peers_clients(
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "zmqueue_no_such_client" in err and "pip install -e '.[bench]'" in err
+
+
+def test_the_per_request_cpu_benchmark_reads_every_thread_of_the_servers(qcluster: QueueCluster) -> None:
+    """benchmarks.percall: CPU time per request by thread, for the raw echo
+    server (also pinned to one CPU, affinities restored after) and a host."""
+    import os
+
+    from benchmarks import percall
+
+    mine = os.sched_getaffinity(0)
+    raw = percall.raw_ops(200)
+    assert os.sched_getaffinity(0) == mine
+    assert {"raw 1", "raw 100"} <= raw.keys()
+    for m in raw.values():
+        assert m["wall_us"] > 0 and m["loop_us"] > 0 and m["client_us"] > 0 and m["io_us"] >= 0
+    assert raw["raw 100"]["messages"] == 100 * raw["raw 100"]["requests"] == 2000
+    q = qcluster.client.create_queue(qcluster.queue_name("percall"))
+    pids = [h.pid for h in qcluster.factory.hosts]
+    ops = percall._queue_ops(q, pids[0], 100)  # whichever host writes, the counts hold
+    assert {"send 1", "send 100", "receive+delete 1", "delete_and_receive 100"} <= ops.keys()
+    assert ops["receive+delete 1"]["requests"] == 200
+    assert ops["delete_and_receive 100"]["messages"] == 1000
+    assert q.stats()["visible"] == 0  # every message it sent was received and deleted
+    assert all(m["wall_us"] > 0 for m in ops.values())
+    roles = percall.thread_cpu_ns(os.getpid())
+    assert roles["loop"] > 0 and set(roles) == {"loop", "io", "other"}
