@@ -90,13 +90,18 @@ class Message:
             raise ProtocolError(f"malformed column group in a receive reply: {exc}") from None
         hexes = ids.hex()
         new = object.__new__
+        set_dict = object.__setattr__  # a whole new __dict__: ~10% less than update() per message
         out: list[Message] = []
-        for i, (body, seq, rc, ms) in enumerate(zip(bodies, seqs, counts, sent, strict=True)):
+        add = out.append
+        at = 0
+        for body, seq, rc, ms in zip(bodies, seqs, counts, sent, strict=True):
             m = new(cls)
-            m.__dict__.update(id=hexes[32 * i:32 * i + 32], body=body, attributes={}, receive_count=rc,
-                              group_id=None, queue=queue, dead_letter_source=None,
-                              _ref=(stream, seq, rc), _sent_ms=ms)
-            out.append(m)
+            set_dict(m, "__dict__", {"id": hexes[at:at + 32], "body": body, "attributes": {},
+                                     "receive_count": rc, "group_id": None, "queue": queue,
+                                     "dead_letter_source": None, "_ref": (stream, seq, rc),
+                                     "_sent_ms": ms})
+            at += 32
+            add(m)
         return out
 
     if not TYPE_CHECKING:  # hidden from mypy: attribute typos on Message stay errors
