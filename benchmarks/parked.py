@@ -45,8 +45,8 @@ from typing import Any
 import zmq
 
 import zmqueue
+from benchmarks.hosttrees import host_trees, start_cluster
 from zmqueue import protocol
-from zmqueue.localcluster import LocalCluster
 from zmqueue.protocol import Command
 
 FILL = 65_536
@@ -125,32 +125,11 @@ class _Subscriber:
             self.proc.join(5)
 
 
-def _check_tree(pid: int, tree: str) -> None:
-    """The host process ``pid`` was started with ``tree`` first on its path
-    and without the working directory's (its environment says so)."""
-    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    if f"PYTHONPATH={tree}".encode() not in env or b"PYTHONSAFEPATH=1" not in env:
-        raise RuntimeError(f"host {pid} did not get the tree {tree} on its path")
-
-
 def one_run(polls: int, duration_s: float, host_tree: str | None = None,
             partitions: int = 1) -> dict[str, Any]:
     """``polls`` 0: one push subscription (prefetch 10) instead, over every partition."""
     with tempfile.TemporaryDirectory(prefix="zmqueue-parked-") as d:
-        saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "PYTHONSAFEPATH")}
-        if host_tree is not None:  # the host processes run that tree's code (not the
-            os.environ["PYTHONPATH"] = host_tree  # working directory's: safe path)
-            os.environ["PYTHONSAFEPATH"] = "1"
-        try:
-            lc = LocalCluster(Path(d), hosts=1).start()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        if host_tree is not None:
-            _check_tree(lc.hosts[0].pid, host_tree)
+        lc = start_cluster(Path(d), host_tree)
         sock: zmq.Socket[bytes] | None = None
         client = None
         try:
@@ -290,14 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not 0 < args.duration <= 8:
         ap.error("--duration must be 0-8 s (the polls wait 20 s)")
-    from benchmarks.peers.writeup import code_commit
-
-    trees: list[tuple[str, str | None]] = [(code_commit(), None)]
-    for spec in args.host_tree:
-        label, sep, path = spec.partition("=")
-        if not sep or not (Path(path) / "zmqueue" / "__init__.py").is_file():
-            ap.error(f"--host-tree {spec!r}: expected LABEL=PATH of a source tree holding zmqueue/")
-        trees.append((label, str(Path(path).resolve())))
+    trees = host_trees(ap, args.host_tree)
     try:
         cases = [(int(c.partition("x")[0]), int(c.partition("x")[2] or 1)) for c in args.cases.split(",")]
     except ValueError:

@@ -61,8 +61,8 @@ import msgpack
 import zmq
 
 import zmqueue
+from benchmarks.hosttrees import host_trees, start_cluster
 from zmqueue.bench import ceiling
-from zmqueue.localcluster import LocalCluster
 
 SIZE = 100
 BATCH = 100
@@ -151,24 +151,9 @@ def one_cpu(pids: list[int]) -> Iterator[None]:
 
 def zmqueue_ops(count: int, host_tree: str | None) -> dict[str, dict[str, float]]:
     with tempfile.TemporaryDirectory(prefix="zmqueue-percall-") as d:
-        saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "PYTHONSAFEPATH")}
-        if host_tree is not None:  # the host runs that tree's code, not the working directory's
-            os.environ["PYTHONPATH"] = host_tree
-            os.environ["PYTHONSAFEPATH"] = "1"
-        try:
-            lc = LocalCluster(Path(d), hosts=1).start()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        lc = start_cluster(Path(d), host_tree)
         try:
             pid = lc.hosts[0].pid
-            if host_tree is not None:
-                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                if f"PYTHONPATH={host_tree}".encode() not in env:
-                    raise RuntimeError(f"host {pid} did not get the tree {host_tree} on its path")
             with zmqueue.connect(lc.consul_addr) as client:
                 q = client.create_queue("percall", visibility_timeout=600)
                 return _queue_ops(q, pid, count)
@@ -294,15 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not 1 <= args.rounds <= 50 or not 100 <= args.count <= 100_000:
         ap.error("--rounds must be 1-50 and --count 100-100000")
-    from benchmarks.peers.writeup import code_commit
     from zmqueue.bench.signals import signals_raise
 
-    trees: list[tuple[str, str | None]] = [(code_commit(), None)]
-    for spec in args.host_tree:
-        label, sep, path = spec.partition("=")
-        if not sep or not (Path(path) / "zmqueue" / "__init__.py").is_file():
-            ap.error(f"--host-tree {spec!r}: expected LABEL=PATH of a source tree holding zmqueue/")
-        trees.append((label, str(Path(path).resolve())))
+    trees = host_trees(ap, args.host_tree)
     rows: list[dict[str, Any]] = []
     with signals_raise():  # SIGTERM runs the finally blocks that stop the servers
         for i in range(args.rounds):
