@@ -83,6 +83,12 @@ class ConsulClient:
         if c is None:
             host, _, port = addr.rpartition(":")
             c = consul.Consul(host=host, port=int(port), connections_timeout=self.timeout_s)
+            session = getattr(getattr(c, "http", None), "session", None)
+            if isinstance(session, requests.Session):
+                # straight to the agent: no proxy from HTTP(S)_PROXY, no
+                # ~/.netrc, which requests would read again on every call
+                # (~0.2 ms of this process's CPU a call, a quarter of it)
+                session.trust_env = False
             self._clients[addr] = c
         return c
 
