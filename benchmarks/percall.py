@@ -133,7 +133,9 @@ def raw_ops(count: int) -> dict[str, dict[str, float]]:
 @contextlib.contextmanager
 def one_cpu(pids: list[int]) -> Iterator[None]:
     """Every thread of ``pids`` on one CPU (the first this process may use)
-    while the block runs; each thread's affinity restored after."""
+    while the block runs; each thread's affinity restored after (a thread
+    started meanwhile keeps that one CPU: the benchmark's threads are all
+    running before it)."""
     cpu = min(os.sched_getaffinity(0))
     saved: dict[int, set[int]] = {}
     try:
