@@ -32,10 +32,13 @@ Operations, one request in flight, 100-byte bodies:
 - ``receive+delete 1``: ``Queue.receive(1)`` then ``Queue.delete`` (two
   requests per message);
 - ``delete_and_receive 100``: receives of 100, each carrying the previous
-  batch's deletes (one request per 100 messages).
+  batch's deletes (one request per 100 messages);
+- ``send 1, R=3 sync``: ``Queue.send`` to a queue with 3 replicas and
+  synchronous replication on 3 hosts: the server columns are the host the
+  client sends to, the replica columns the other two hosts summed.
 
-One host (``LocalCluster(hosts=1)``, standard queue, ``fsync=interval``),
-a fresh one per round and per host tree; ``--host-tree LABEL=PATH``
+One host (``LocalCluster(hosts=1)``, standard queue, ``fsync=interval``;
+three for the R=3 row), fresh ones per round and per host tree; ``--host-tree LABEL=PATH``
 (repeatable) also runs hosts from another source tree (a ``git archive`` of
 an older commit), the trees taking turns round by round. Every process is
 stopped by pid at the end. Medians over rounds; ``--write`` puts the table
@@ -85,17 +88,24 @@ def thread_cpu_ns(pid: int) -> dict[str, int]:
     return out
 
 
-def measure(pid: int, requests: int, messages: int, run: Callable[[], None]) -> dict[str, float]:
+def measure(pid: int, requests: int, messages: int, run: Callable[[], None],
+            replicas: tuple[int, ...] = ()) -> dict[str, float]:
     """Run ``run`` (``requests`` requests carrying ``messages`` messages) and
-    report wall and CPU microseconds per request."""
-    before, c0, t0 = thread_cpu_ns(pid), time.process_time(), time.perf_counter()
+    report wall and CPU microseconds per request: of server ``pid`` by role,
+    of this (client) process, and summed over the ``replicas`` by role."""
+    pids = (pid, *replicas)
+    before = [thread_cpu_ns(p) for p in pids]
+    c0, t0 = time.process_time(), time.perf_counter()
     run()
     wall, client = time.perf_counter() - t0, time.process_time() - c0
-    after = thread_cpu_ns(pid)
+    after = [thread_cpu_ns(p) for p in pids]
     out = {"requests": float(requests), "messages": float(messages),
            "wall_us": wall / requests * 1e6, "client_us": client / requests * 1e6}
     for role in ROLES:
-        out[f"{role}_us"] = (after[role] - before[role]) / 1e3 / requests
+        out[f"{role}_us"] = (after[0][role] - before[0][role]) / 1e3 / requests
+        if replicas:
+            out[f"replica_{role}_us"] = sum(a[role] - b[role] for a, b in zip(after[1:], before[1:],
+                                                                              strict=True)) / 1e3 / requests
     return out
 
 
@@ -163,6 +173,32 @@ def zmqueue_ops(count: int, host_tree: str | None) -> dict[str, dict[str, float]
             lc.stop()
 
 
+def replicated_ops(count: int, host_tree: str | None) -> dict[str, dict[str, float]]:
+    """``send 1`` to a queue with 3 replicas and synchronous replication, on
+    3 hosts: the host the client sends to (whose loop works the most) as the
+    server, the other two summed as the replicas."""
+    with tempfile.TemporaryDirectory(prefix="zmqueue-percall-") as d:
+        lc = start_cluster(Path(d), host_tree, hosts=3)
+        try:
+            pids = [h.pid for h in lc.hosts]
+            with zmqueue.connect(lc.consul_addr) as client:
+                q = client.create_queue("percall-r3", replication_factor=3, sync_replication=True)
+                body = bytes(SIZE)
+                probe = [thread_cpu_ns(p)["loop"] for p in pids]
+                for _ in range(300):
+                    q.send(body)  # warm up, and find the host the sends go to
+                busiest = max(range(3), key=lambda i: thread_cpu_ns(pids[i])["loop"] - probe[i])
+                others = tuple(p for i, p in enumerate(pids) if i != busiest)
+
+                def sends() -> None:
+                    for _ in range(count):
+                        q.send(body)
+
+                return {"send 1, R=3 sync": measure(pids[busiest], count, count, sends, others)}
+        finally:
+            lc.stop()
+
+
 def _queue_ops(q: zmqueue.Queue, pid: int, count: int) -> dict[str, dict[str, float]]:
     body = bytes(SIZE)
     bodies = [body] * BATCH
@@ -225,24 +261,30 @@ def _queue_ops(q: zmqueue.Queue, pid: int, count: int) -> dict[str, dict[str, fl
     return out
 
 
-COLS = ("wall_us", "loop_us", "io_us", "other_us", "client_us")
+COLS = ("wall_us", "loop_us", "io_us", "other_us", "client_us", "replica_loop_us", "replica_io_us")
 
 
 def medians(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, float]]:
     keys = sorted({(r["tree"], r["op"]) for r in rows}, key=lambda k: (k[1].startswith("raw"), k))
-    return {k: {c: statistics.median(r[c] for r in rows if (r["tree"], r["op"]) == k)
-                for c in (*COLS, "requests", "messages")} for k in keys}
+    out = {}
+    for k in keys:
+        mine = [r for r in rows if (r["tree"], r["op"]) == k]
+        out[k] = {c: statistics.median(r[c] for r in mine)
+                  for c in (*COLS, "requests", "messages") if c in mine[0]}
+    return out
 
 
 def table(med: dict[tuple[str, str], dict[str, float]]) -> str:
     lines = ["| tree | operation | wall us/request | CPU us/request: server loop thread | "
              "server I/O thread | server other threads | client process | server loop thread "
-             "per message |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+             "per message | replicas' loop threads | replicas' I/O threads |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for (tree, op), m in med.items():
         per_msg = m["loop_us"] * m["requests"] / m["messages"]
+        reps = (f"{m['replica_loop_us']:.1f} | {m['replica_io_us']:.1f}" if "replica_loop_us" in m
+                else "- | -")
         lines.append(f"| {tree} | {op} | {m['wall_us']:.0f} | {m['loop_us']:.1f} | {m['io_us']:.1f} | "
-                     f"{m['other_us']:.1f} | {m['client_us']:.1f} | {per_msg:.2f} |")
+                     f"{m['other_us']:.1f} | {m['client_us']:.1f} | {per_msg:.2f} | {reps} |")
     return "\n".join(lines)
 
 
@@ -289,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.rounds):
             measured = [("raw", raw_ops(args.count))]
             for label, path in trees[i % len(trees):] + trees[:i % len(trees)]:
-                measured.append((label, zmqueue_ops(args.count, path)))
+                measured.append((label, {**zmqueue_ops(args.count, path),
+                                         **replicated_ops(args.count, path)}))
             for tree, ops in measured:
                 for op, m in ops.items():
                     row = {"round": i + 1, "tree": tree, "op": op, **m}

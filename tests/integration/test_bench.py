@@ -96,3 +96,15 @@ def test_the_per_request_cpu_benchmark_reads_every_thread_of_the_servers(qcluste
     assert all(m["wall_us"] > 0 for m in ops.values())
     roles = percall.thread_cpu_ns(os.getpid())
     assert roles["loop"] > 0 and set(roles) == {"loop", "io", "other"}
+
+
+def test_the_per_request_cpu_benchmark_splits_a_replicated_send_between_its_hosts() -> None:
+    """benchmarks.percall's R=3 row: a Consul agent and 3 hosts of its own
+    (stopped by pid after); the host the client sends to and the replicas
+    each spend time on every synchronous send."""
+    from benchmarks import percall
+
+    r = percall.replicated_ops(100, None)["send 1, R=3 sync"]
+    assert r["requests"] == r["messages"] == 100
+    assert r["wall_us"] > 0 and r["client_us"] > 0
+    assert r["loop_us"] > 0 and r["replica_loop_us"] > 0 and r["replica_io_us"] > 0
