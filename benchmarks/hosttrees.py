@@ -10,7 +10,10 @@ directory, the checkout, ahead of it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from zmqueue.localcluster import LocalCluster
@@ -30,25 +33,37 @@ def host_trees(ap: argparse.ArgumentParser, specs: list[str]) -> list[tuple[str,
     return trees
 
 
-def start_cluster(work_dir: Path, host_tree: str | None, hosts: int = 1) -> LocalCluster:
-    """A started LocalCluster whose hosts run ``host_tree``'s code (None:
-    this tree's); raises RuntimeError if a host did not get that tree."""
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "PYTHONSAFEPATH")}
-    if host_tree is not None:
-        os.environ["PYTHONPATH"] = host_tree
-        os.environ["PYTHONSAFEPATH"] = "1"
-    try:
-        lc = LocalCluster(work_dir, hosts=hosts).start()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    if host_tree is not None:
-        for h in lc.hosts:
-            env = Path(f"/proc/{h.pid}/environ").read_bytes().split(b"\0")
-            if f"PYTHONPATH={host_tree}".encode() not in env or b"PYTHONSAFEPATH=1" not in env:
-                lc.stop()
-                raise RuntimeError(f"host {h.pid} did not get the tree {host_tree} on its path")
-    return lc
+def tree_env(tree: str) -> dict[str, str]:
+    """What a process needs in its environment to run ``tree``'s code."""
+    return {"PYTHONPATH": tree, "PYTHONSAFEPATH": "1"}
+
+
+@contextlib.contextmanager
+def running_cluster(host_tree: str | None, hosts: int = 1,
+                    prefix: str = "zmqueue-bench-") -> Iterator[LocalCluster]:
+    """A LocalCluster (Consul dev agent and ``hosts`` hosts) in a temporary
+    directory, its hosts running ``host_tree``'s code (None: this tree's),
+    stopped by pid when the block ends; RuntimeError if a host did not get
+    that tree."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as d:
+        saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "PYTHONSAFEPATH")}
+        if host_tree is not None:
+            os.environ.update(tree_env(host_tree))
+        try:
+            lc = LocalCluster(Path(d), hosts=hosts).start()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        try:
+            if host_tree is not None:
+                want = [f"{k}={v}".encode() for k, v in tree_env(host_tree).items()]
+                for h in lc.hosts:
+                    env = Path(f"/proc/{h.pid}/environ").read_bytes().split(b"\0")
+                    if not all(w in env for w in want):
+                        raise RuntimeError(f"host {h.pid} did not get the tree {host_tree} on its path")
+            yield lc
+        finally:
+            lc.stop()

@@ -37,7 +37,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,7 @@ from typing import Any
 import zmq
 
 import zmqueue
-from benchmarks.hosttrees import host_trees, start_cluster
+from benchmarks.hosttrees import host_trees, running_cluster, tree_env
 from zmqueue import protocol
 from zmqueue.protocol import Command
 
@@ -128,8 +127,7 @@ class _Subscriber:
 def one_run(polls: int, duration_s: float, host_tree: str | None = None,
             partitions: int = 1) -> dict[str, Any]:
     """``polls`` 0: one push subscription (prefetch 10) instead, over every partition."""
-    with tempfile.TemporaryDirectory(prefix="zmqueue-parked-") as d:
-        lc = start_cluster(Path(d), host_tree)
+    with running_cluster(host_tree, prefix="zmqueue-parked-") as lc:
         sock: zmq.Socket[bytes] | None = None
         client = None
         try:
@@ -140,7 +138,7 @@ def one_run(polls: int, duration_s: float, host_tree: str | None = None,
             _fill_in_flight(idle)
             _send_rate(busy, 0.5)  # warm up
             alone = _send_rate(busy, duration_s)
-            info = json.loads((Path(d) / "data" / lc.hosts[0].node / "host.json").read_text())
+            info = json.loads((lc.work_dir / "data" / lc.hosts[0].node / "host.json").read_text())
             sock = zmq.Context.instance().socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.connect(info["client_endpoint"])
@@ -166,7 +164,6 @@ def one_run(polls: int, duration_s: float, host_tree: str | None = None,
                 sock.close(0)
             if client is not None:
                 client.close()
-            lc.stop()
 
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "perf" / "parked.md"
@@ -175,7 +172,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "perf" / "parked.md"
 def micro_of(tree: str | None) -> dict[str, float]:
     """benchmarks/watch_micro.py (in-process costs) on ``tree``'s code (None: this tree's)."""
     root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "PYTHONPATH": tree or str(root), "PYTHONSAFEPATH": "1"}
+    env = {**os.environ, **tree_env(tree or str(root))}
     out = subprocess.run([sys.executable, str(root / "benchmarks" / "watch_micro.py"), "--json"],
                          env=env, check=True, capture_output=True, text=True, timeout=600).stdout
     return {k: float(v) for k, v in json.loads(out.strip().splitlines()[-1]).items()}

@@ -54,7 +54,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -64,7 +63,7 @@ import msgpack
 import zmq
 
 import zmqueue
-from benchmarks.hosttrees import host_trees, start_cluster
+from benchmarks.hosttrees import host_trees, running_cluster
 from zmqueue.bench import ceiling
 
 SIZE = 100
@@ -162,41 +161,32 @@ def one_cpu(pids: list[int]) -> Iterator[None]:
 
 
 def zmqueue_ops(count: int, host_tree: str | None) -> dict[str, dict[str, float]]:
-    with tempfile.TemporaryDirectory(prefix="zmqueue-percall-") as d:
-        lc = start_cluster(Path(d), host_tree)
-        try:
-            pid = lc.hosts[0].pid
-            with zmqueue.connect(lc.consul_addr) as client:
-                q = client.create_queue("percall", visibility_timeout=600)
-                return _queue_ops(q, pid, count)
-        finally:
-            lc.stop()
+    with running_cluster(host_tree, prefix="zmqueue-percall-") as lc, \
+            zmqueue.connect(lc.consul_addr) as client:
+        q = client.create_queue("percall", visibility_timeout=600)
+        return _queue_ops(q, lc.hosts[0].pid, count)
 
 
 def replicated_ops(count: int, host_tree: str | None) -> dict[str, dict[str, float]]:
     """``send 1`` to a queue with 3 replicas and synchronous replication, on
     3 hosts: the host the client sends to (whose loop works the most) as the
     server, the other two summed as the replicas."""
-    with tempfile.TemporaryDirectory(prefix="zmqueue-percall-") as d:
-        lc = start_cluster(Path(d), host_tree, hosts=3)
-        try:
-            pids = [h.pid for h in lc.hosts]
-            with zmqueue.connect(lc.consul_addr) as client:
-                q = client.create_queue("percall-r3", replication_factor=3, sync_replication=True)
-                body = bytes(SIZE)
-                probe = [thread_cpu_ns(p)["loop"] for p in pids]
-                for _ in range(300):
-                    q.send(body)  # warm up, and find the host the sends go to
-                busiest = max(range(3), key=lambda i: thread_cpu_ns(pids[i])["loop"] - probe[i])
-                others = tuple(p for i, p in enumerate(pids) if i != busiest)
+    with running_cluster(host_tree, hosts=3, prefix="zmqueue-percall-") as lc, \
+            zmqueue.connect(lc.consul_addr) as client:
+        pids = [h.pid for h in lc.hosts]
+        q = client.create_queue("percall-r3", replication_factor=3, sync_replication=True)
+        body = bytes(SIZE)
+        probe = [thread_cpu_ns(p)["loop"] for p in pids]
+        for _ in range(300):
+            q.send(body)  # warm up, and find the host the sends go to
+        busiest = max(range(3), key=lambda i: thread_cpu_ns(pids[i])["loop"] - probe[i])
+        others = tuple(p for i, p in enumerate(pids) if i != busiest)
 
-                def sends() -> None:
-                    for _ in range(count):
-                        q.send(body)
+        def sends() -> None:
+            for _ in range(count):
+                q.send(body)
 
-                return {"send 1, R=3 sync": measure(pids[busiest], count, count, sends, others)}
-        finally:
-            lc.stop()
+        return {"send 1, R=3 sync": measure(pids[busiest], count, count, sends, others)}
 
 
 def _queue_ops(q: zmqueue.Queue, pid: int, count: int) -> dict[str, dict[str, float]]:
