@@ -43,6 +43,7 @@ from typing import Any
 import msgpack
 
 from zmqueue.errors import (
+    InvalidParameter,
     InvalidReceipt,
     ProtocolError,
     UnknownCommand,
@@ -217,6 +218,33 @@ class RequestIds:
 
     def next(self) -> int:
         return next(self._count) % 2**63
+
+
+MESSAGE_ID_BYTES = 16
+
+
+def sent_ids(body: Any) -> list[str] | None:
+    """The message ids (hex texts, in order) of a SEND reply: ``ids``, or
+    ``ib`` (16 bytes each, joined: the answer to plain bodies, ``b``); None
+    if the reply has neither."""
+    if not isinstance(body, dict):
+        return None
+    ids = body.get("ids")
+    if isinstance(ids, list):
+        return [str(i) for i in ids]
+    raw = body.get("ib")
+    if isinstance(raw, bytes) and len(raw) % MESSAGE_ID_BYTES == 0:
+        text, step = raw.hex(), 2 * MESSAGE_ID_BYTES
+        return [text[i:i + step] for i in range(0, len(text), step)]
+    return None
+
+
+def refused_plain_bodies(exc: ZmqueueError) -> bool:
+    """Whether a SEND of plain bodies (``b``) was refused by a host from
+    before them: such a host asks for ``m`` (INVALID_PARAMETER on the field
+    ``messages``, which a host that knows ``b`` never names for it). The
+    client then sends ``m`` lists instead."""
+    return isinstance(exc, InvalidParameter) and exc.details.get("field") == "messages"
 
 
 def group_partition(group_id: str, partitions: int) -> int:

@@ -23,7 +23,7 @@ leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.
                  st.text(max_size=20), st.sampled_from(["other", "q", "p", "m", "r", "max", "wait_ms"]))
 values = st.recursive(leaf, lambda inner: st.one_of(
     st.lists(inner, max_size=6),
-    st.dictionaries(st.sampled_from(["q", "p", "m", "r", "max", "wait_ms", "vis_s", "dl", "sub", "n",
+    st.dictionaries(st.sampled_from(["q", "p", "m", "b", "r", "max", "wait_ms", "vis_s", "dl", "sub", "n",
                                      "name", "config", "prefix", "prefetch"]), inner, max_size=6)),
     max_leaves=20)
 frames = st.one_of(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zmqueue.dataplane.resends import ReplicatedSends, request_tag, tagged_ids
+from zmqueue.dataplane.resends import ReplicatedSends, request_tag, split_ids, tagged_ids
 from zmqueue.dataplane.storage import PartitionStore, StorageConfig
 from zmqueue.dataplane.storage.records import RecordType, Table, new_table
 
@@ -34,15 +34,16 @@ def test_tags_differ_by_request_and_by_client_and_ids_carry_them() -> None:
         assert len(ids) == 16 * n
         assert all(ids[i:i + 8] == tag for i in range(0, len(ids), 16))
         assert len(set(hexes(ids))) == n
+        assert split_ids(ids) == hexes(ids), "the hex texts a SEND's ids reply carries"
 
 
 def test_each_request_of_a_block_is_found_with_its_own_ids_and_only_at_its_partition() -> None:
     index = ReplicatedSends()
     a, b, c = (tagged_ids(request_tag("", r), n) for r, n in ((1, 3), (2, 1), (3, 2)))
     index.note("q", 0, table_of(10, a + b + c), now_ms=1000)
-    assert index.get("q", 0, request_tag("", 1), 3, 1000) == hexes(a)
-    assert index.get("q", 0, request_tag("", 2), 1, 1000) == hexes(b)
-    assert index.get("q", 0, request_tag("", 3), 2, 1000) == hexes(c)
+    assert index.get("q", 0, request_tag("", 1), 3, 1000) == a
+    assert index.get("q", 0, request_tag("", 2), 1, 1000) == b
+    assert index.get("q", 0, request_tag("", 3), 2, 1000) == c
     assert index.get("q", 1, request_tag("", 1), 3, 1000) is None
     assert index.get("other", 0, request_tag("", 1), 3, 1000) is None
     assert index.get("q", 0, request_tag("", 4), 1, 1000) is None
@@ -54,10 +55,10 @@ def test_only_message_records_count_and_a_request_split_over_chunks_is_joined() 
     index.note("q", 0, table_of(1, ids[:32]), now_ms=0)
     assert index.get("q", 0, request_tag("", 5), 4, 0) is None, "half of the request is not enough"
     index.note("q", 0, table_of(3, ids[32:]), now_ms=0)
-    assert index.get("q", 0, request_tag("", 5), 4, 0) == hexes(ids)
+    assert index.get("q", 0, request_tag("", 5), 4, 0) == ids
     other = tagged_ids(request_tag("", 6), 1)
     index.note("q", 0, table_of(5, other + other, [RecordType.MESSAGE, RecordType.DELETE]), now_ms=0)
-    assert index.get("q", 0, request_tag("", 6), 1, 0) == hexes(other)
+    assert index.get("q", 0, request_tag("", 6), 1, 0) == other
     single = tagged_ids(request_tag("", 9), 1)
     index.note("q", 0, table_of(7, single, [RecordType.DELETE]), now_ms=0)
     assert index.get("q", 0, request_tag("", 9), 1, 0) is None
@@ -90,7 +91,7 @@ def test_a_stream_reopened_from_disk_answers_for_its_recent_sends_only(tmp_path:
     with PartitionStore.open(tmp_path / "s", StorageConfig(fsync="always"), now_ms=now) as store:
         index = ReplicatedSends(ttl_ms=2 * 60 * 1000)
         index.note_recent("q", 0, store, now)
-    assert index.get("q", 0, request_tag("", 2), 3, now) == hexes(recent)
+    assert index.get("q", 0, request_tag("", 2), 3, now) == recent
     assert index.get("q", 0, request_tag("", 1), 3, now) is None, "older than the TTL"
 
 
@@ -102,9 +103,9 @@ def test_chunks_noted_later_count_from_the_next_pass_or_the_next_lookup() -> Non
     index.note_later("q", 0, table_of(1, a), now_ms=0)
     index.note_later("q", 0, table_of(3, b), now_ms=0)
     assert len(index) == 0, "nothing noted before the pass ends"
-    assert index.get("q", 0, request_tag("", 2), 1, 0) == hexes(b), "a lookup notes what waits"
+    assert index.get("q", 0, request_tag("", 2), 1, 0) == b, "a lookup notes what waits"
     assert len(index) == 2
     c = tagged_ids(request_tag("", 3), 1)
     index.note_later("q", 0, table_of(4, c), now_ms=0)
     index.note_deferred()
-    assert len(index) == 3 and index.get("q", 0, request_tag("", 3), 1, 0) == hexes(c)
+    assert len(index) == 3 and index.get("q", 0, request_tag("", 3), 1, 0) == c

@@ -112,6 +112,10 @@ class Client:
         self.curve: CurveKeys | None = None
         self.guards = Guards()
         self.throttle_retries = 20
+        self.plain_sends = True
+        """Plain bodies go as SEND ``b`` (bytes alone); False once a host from
+        before it refused one (``protocol.refused_plain_bodies``): ``m`` lists
+        from then on."""
 
     # --- plumbing ------------------------------------------------------------
     def hosts(self, refresh: bool = False) -> list[HostInfo]:

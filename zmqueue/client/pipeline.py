@@ -74,7 +74,7 @@ from zmqueue.errors import (
     ZmqueueError,
     from_wire,
 )
-from zmqueue.protocol import Command
+from zmqueue.protocol import Command, refused_plain_bodies, sent_ids
 
 if TYPE_CHECKING:
     from zmqueue.client.queue import Queue
@@ -110,6 +110,9 @@ class PendingSend:
     """``time.monotonic()`` when it was confirmed or failed for good."""
     request_id: int = 0
     """The id of the SEND request that carries it (shared by a coalesced group)."""
+    plain: bool = False
+    """A body alone (no attributes, delay, group or dedup id): it can go as a
+    SEND's plain bodies (``b``)."""
 
     @property
     def done(self) -> bool:
@@ -125,6 +128,8 @@ class _Request:
     request_id: int = 0
     sent_at: float = 0.0
     """``time.monotonic()`` when it was first sent (its deadline counts from it)."""
+    as_bodies: bool = False
+    """Last sent as plain bodies (``b``), not ``m`` lists."""
 
 
 def _size(wire: list[Any]) -> int:
@@ -194,11 +199,11 @@ class SendPipeline:
         if (isinstance(body, bytes) and not attributes and delay is None and group_id is None
                 and dedup_id is None):
             wire: list[Any] = [body, None, None, None, None]
-            partition = self.queue.next_partition()
+            partition, plain = self.queue.next_partition(), True
         else:
             msg = OutgoingMessage(body, attributes, delay, group_id, dedup_id)
-            wire, partition = msg.to_wire(), self.queue.partition_for(msg)
-        pending = PendingSend(self._count, partition, wire, sent_at=time.monotonic())
+            wire, partition, plain = msg.to_wire(), self.queue.partition_for(msg), False
+        pending = PendingSend(self._count, partition, wire, sent_at=time.monotonic(), plain=plain)
         self._count += 1
         self._wait(block=False)  # replies that came meanwhile: settles them early
         while self._n_inflight + self._n_waiting >= self.window:
@@ -306,6 +311,10 @@ class SendPipeline:
         self._retry.append(req)  # the retry path refreshes the routes and backs off
 
     def _body(self, req: _Request) -> dict[str, Any]:
+        req.as_bodies = (not self.fifo and self.queue.client.plain_sends
+                         and all(m.plain for m in req.sends))
+        if req.as_bodies:
+            return {"q": self.queue.name, "p": req.partition, "b": [m.wire[0] for m in req.sends]}
         return {"q": self.queue.name, "p": req.partition, "m": [m.wire for m in req.sends]}
 
     def _pop(self, key: tuple[str, int]) -> _Request | None:
@@ -368,7 +377,7 @@ class SendPipeline:
         breaker, _ = self.queue.client.guards.for_endpoint(endpoint)
         breaker.success()  # the host answered, even with an error
         if not frame.is_error:
-            self._confirm(req, frame.body.get("ids") if isinstance(frame.body, dict) else None)
+            self._confirm(req, frame.body)
             return
         err = from_wire(frame.body)
         if isinstance(err, RETRYABLE):
@@ -376,19 +385,25 @@ class SendPipeline:
         else:
             self._refused(req, err)
 
-    def _confirm(self, req: _Request, ids: Any) -> None:
-        if not isinstance(ids, list) or len(ids) != len(req.sends):
+    def _confirm(self, req: _Request, reply: Any) -> None:
+        ids = sent_ids(reply)
+        if ids is None or len(ids) != len(req.sends):
             bad = ProtocolError(f"a SEND of {len(req.sends)} messages was answered with "
-                                f"{len(ids) if isinstance(ids, list) else 'no'} ids")
+                                f"{'no' if ids is None else len(ids)} ids")
             self._finish(req.sends, None, bad)
             return
-        self._finish(req.sends, [str(i) for i in ids], None)
+        self._finish(req.sends, ids, None)
 
     def _refused(self, req: _Request, err: ZmqueueError) -> None:
         """A request refused for good. A coalesced one refused for a message
         (nothing of it was stored) is sent again one message per request, so
         that only the bad message fails (first in the retry list: it is the
-        oldest there when the retries are under way)."""
+        oldest there when the retries are under way). Plain bodies refused by
+        a host from before them go again, as a new request, in ``m`` lists."""
+        if req.as_bodies and refused_plain_bodies(err):
+            self.queue.client.plain_sends = False
+            self._retry.append(_Request(req.partition, req.sends))  # (nothing of it was stored)
+            return
         if len(req.sends) > 1 and isinstance(err, InvalidParameter):
             self._retry[:0] = [_Request(req.partition, [m]) for m in req.sends]
             return
@@ -442,7 +457,7 @@ class SendPipeline:
             except ZmqueueError as exc:
                 self._refused(req, exc)
             else:
-                self._confirm(req, reply.get("ids") if isinstance(reply, dict) else None)
+                self._confirm(req, reply)
 
     def _finish(self, sends: list[PendingSend], ids: list[str] | None,
                 error: ZmqueueError | None) -> None:

@@ -32,7 +32,14 @@ from zmqueue.errors import (
     ZmqueueError,
     from_wire,
 )
-from zmqueue.protocol import Command, Receipt, ReceiptEncoder, group_partition
+from zmqueue.protocol import (
+    Command,
+    Receipt,
+    ReceiptEncoder,
+    group_partition,
+    refused_plain_bodies,
+    sent_ids,
+)
 
 if TYPE_CHECKING:
     from zmqueue.client.client import Client
@@ -256,12 +263,20 @@ class Queue:
         items = list(items)
         if not 1 <= len(items) <= MAX_BATCH:
             raise InvalidParameter(f"send_batch takes 1 to {MAX_BATCH} messages, got {len(items)}")
-        if self.config.partitions == 1 and set(map(type, items)) == _BYTES_ONLY:
-            wire = [[b, None, None, None, None] for b in items]  # the plain fast path
+        if self.config.partitions == 1 and set(map(type, items)) == _BYTES_ONLY:  # the plain fast path
+            if self.client.plain_sends and not self.config.fifo:
+                try:
+                    return self._ids(self.call(0, Command.SEND, {"q": self.name, "p": 0, "b": items},
+                                               partial(self.routes.for_send, 0)), len(items))
+                except InvalidParameter as exc:
+                    if not refused_plain_bodies(exc):
+                        raise
+                    self.client.plain_sends = False  # an older host: m lists (nothing was stored)
+            wire = [[b, None, None, None, None] for b in items]
             origin = FIFO_ORIGIN if self.config.fifo else None
             reply = self.call(0, Command.SEND, {"q": self.name, "p": 0, "m": wire},
                               partial(self.routes.for_send, 0), origin)
-            return list(reply["ids"])
+            return self._ids(reply, len(items))
         msgs = [i if isinstance(i, OutgoingMessage) else OutgoingMessage(i) for i in items]
         by_part: dict[int, list[int]] = {}
         for i, m in enumerate(msgs):
@@ -271,8 +286,16 @@ class Queue:
             body = {"q": self.name, "p": p, "m": [msgs[i].to_wire() for i in idxs]}
             origin = FIFO_ORIGIN if self.config.fifo else None
             reply = self.call(p, Command.SEND, body, partial(self.routes.for_send, p), origin)
-            for i, mid in zip(idxs, reply["ids"], strict=True):
+            for i, mid in zip(idxs, self._ids(reply, len(idxs)), strict=True):
                 ids[i] = mid
+        return ids
+
+    @staticmethod
+    def _ids(reply: Any, n: int) -> list[str]:
+        ids = sent_ids(reply)
+        if ids is None or len(ids) != n:
+            raise ProtocolError(f"a SEND of {n} messages was answered with "
+                                f"{'no' if ids is None else len(ids)} ids")
         return ids
 
     def pipeline(self, window: int = DEFAULT_WINDOW,

@@ -54,6 +54,12 @@ def tagged_ids(tag: bytes, n: int) -> bytes:
     return ids.tobytes()
 
 
+def split_ids(raw: bytes) -> list[str]:
+    """Joined 16-byte message ids as the hex texts a SEND's ``ids`` reply carries."""
+    text = raw.hex()
+    return [text[i:i + 2 * ID_BYTES] for i in range(0, len(text), 2 * ID_BYTES)]
+
+
 class ReplicatedSends:
     def __init__(self, max_entries: int = 100_000, max_ids: int = 1_000_000,
                  ttl_ms: int = 2 * 60 * 1000) -> None:
@@ -133,16 +139,16 @@ class ReplicatedSends:
                     self.note(queue, p, recent, now_ms)
             seq = int(chunks[-1][0]["seq"][-1]) + 1
 
-    def get(self, queue: str, p: int, tag: bytes, count: int, now_ms: int) -> list[str] | None:
-        """The ids (hex) the request tagged ``tag`` was stored under, if all
-        ``count`` of its messages were noted here within the TTL."""
+    def get(self, queue: str, p: int, tag: bytes, count: int, now_ms: int) -> bytes | None:
+        """The ids (16 bytes each, joined) the request tagged ``tag`` was
+        stored under, if all ``count`` of its messages were noted here within
+        the TTL."""
         self.note_deferred()
         item = self._items.get((queue, p, tag))
         if item is None or now_ms - item[0] > self.ttl_ms or len(item[2]) != count * ID_BYTES:
             return None
         self.hits += 1
-        text = item[2].hex()
-        return [text[i:i + 2 * ID_BYTES] for i in range(0, len(text), 2 * ID_BYTES)]
+        return item[2]
 
     def __len__(self) -> int:
         return len(self._items)

@@ -32,7 +32,7 @@ from zmqueue.dataplane.forwarder import Forwarder
 from zmqueue.dataplane.handover import Handover
 from zmqueue.dataplane.pushing import Pusher
 from zmqueue.dataplane.replication import Replicator
-from zmqueue.dataplane.resends import request_tag
+from zmqueue.dataplane.resends import request_tag, split_ids
 from zmqueue.dataplane.server import Wakeable
 from zmqueue.dataplane.storage import StorageConfig
 from zmqueue.dataplane.storage.store import STATS_KEYS
@@ -323,8 +323,10 @@ class QueueService:
         if part is None:
             return DEFERRED
         items = tag = None
+        plain = "b" in body  # bodies alone (no attributes, delay, group or dedup id)
         if body.get("dl") is None:
-            items = F.get_list(body, "m", MAX_BATCH, name="messages")
+            items = (F.get_list(body, "b", MAX_BATCH, name="bodies") if plain
+                     else F.get_list(body, "m", MAX_BATCH, name="messages"))
             info = self.meta.partitions.get(part)
             stored = None
             if info is not None and len(info.replicas) > 1:  # (R=1: no other host holds a copy)
@@ -340,7 +342,7 @@ class QueueService:
                 # records are in this host's copy of that writer's stream,
                 # which the stream's next writer recovers like any record
                 self.replicator.counters["sends_found_replicated"] += 1
-                return {"ids": stored}
+                return {"ib": stored} if plain else {"ids": split_ids(stored)}
         key = (part[0], part[1], FIFO_ORIGIN if self.meta.configs[part[0]].fifo else self.node)
         if self.handover.hold(req, [key], now):
             return DEFERRED
@@ -353,8 +355,9 @@ class QueueService:
             st.append_dead_letters(dead, now)
             self.dlq_targets.add(st.key)
             return self.after_commit(st, req, {"n": len(dead)})
-        ids = st.send(items, now, tag)
-        return self.after_commit(st, req, {"ids": ids})
+        if plain:
+            return self.after_commit(st, req, {"ib": st.send_bodies(items, now, tag)})
+        return self.after_commit(st, req, {"ids": st.send(items, now, tag)})
 
     def readable_streams(self, part: PartKey) -> list[Stream]:
         led = self.set.led_streams(part)

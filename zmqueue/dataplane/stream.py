@@ -32,7 +32,7 @@ from zmqueue.dataplane.messages import (
     group_hash,
     validate_attributes,
 )
-from zmqueue.dataplane.resends import tagged_ids
+from zmqueue.dataplane.resends import split_ids, tagged_ids
 from zmqueue.dataplane.storage import (
     Columns,
     Delivered,
@@ -45,6 +45,8 @@ from zmqueue.dataplane.storage.records import Table
 from zmqueue.dataplane.topology import StreamKey
 from zmqueue.errors import InvalidParameter, InvalidReceipt
 from zmqueue.protocol import Receipt, ReceiptEncoder
+
+_BYTES_ONLY = {bytes}
 
 DEDUP_WINDOW_MS = 5 * 60 * 1000
 DEDUP_MAX_ENTRIES = 1_000_000
@@ -229,13 +231,31 @@ class Stream:
             if len(item[0]) > limit:
                 return None  # the general path raises MessageTooLarge with details
             bodies.append(item[0])
+        return split_ids(self._append_bodies(bodies, now_ms, tag))
+
+    def send_bodies(self, bodies: list[Any], now_ms: int, tag: bytes | None = None) -> bytes:
+        """A SEND's plain bodies (``b``: bytes only, stored with the queue's
+        delay and no attributes), checked whole, then appended as columns;
+        returns their ids, 16 bytes each, joined, in order. Standard queues
+        only: a FIFO message names its group."""
+        if self.config.fifo:
+            raise InvalidParameter(f"queue {self.queue!r} is FIFO: each message needs a group_id, "
+                                   "so send it as m items, not plain bodies (b)", field="bodies")
+        if set(map(type, bodies)) != _BYTES_ONLY:
+            bad = next(i for i, b in enumerate(bodies) if type(b) is not bytes)
+            raise InvalidParameter(f"message {bad}: body must be bytes", field="body")
+        limit = self.config.max_message_bytes
+        if max(map(len, bodies)) > limit:
+            check_size(next(b for b in bodies if len(b) > limit), b"", limit)
+        return self._append_bodies(bodies, now_ms, tag)
+
+    def _append_bodies(self, bodies: list[bytes], now_ms: int, tag: bytes | None) -> bytes:
         ids = tagged_ids(tag, len(bodies)) if tag else os.urandom(16 * len(bodies))
         if self.cipher is not None:  # an encrypted queue: seal each body (AAD binds its id)
             bodies = self.cipher.seal_many(bodies, ids, b"b")
         self.store.append_batch(bodies, now_ms, self.epoch, message_ids=ids,
                                 delay_ms=self.config.delay_s * 1000)
-        text = ids.hex()
-        return [text[i:i + 32] for i in range(0, len(text), 32)]
+        return ids
 
     def _prepare(self, i: int, item: Any, mid: bytes) -> tuple[NewMessage, str | None]:
         """Item ``i`` of a SEND, checked, as a message with id ``mid``; and its dedup key."""

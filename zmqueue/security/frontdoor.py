@@ -186,7 +186,8 @@ class FrontDoor:
         if isinstance(result, ZmqueueError) or not isinstance(result, dict):
             return
         if frame.command == Command.SEND:
-            c.sends += len(result.get("ids") or ()) or int(result.get("n", 0))
+            c.sends += (len(result.get("ids") or ()) or len(result.get("ib") or b"") // 16
+                        or int(result.get("n", 0)))
         elif frame.command == Command.RECEIVE:
             msgs = result.get("m") or ()
             c.receives += len(msgs)
