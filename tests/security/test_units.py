@@ -142,3 +142,11 @@ def test_receives_and_redeliveries_in_column_groups_are_counted() -> None:
     group = ["h1", 1, bytes(48), [b"a", b"b", b"c"], [1, 2, 3], [1, 2, 1], [0, 0, 0]]
     door.on_reply("client", None, frame, 0.0, {"m": [], "ms": [group]}, 10, "q")
     assert (door.queues["q"].receives, door.queues["q"].redeliveries) == (3, 1)
+
+
+def test_sends_answered_with_joined_ids_are_counted_per_message() -> None:
+    door = FrontDoor(lambda: {}, lambda: {}, lambda u: None, None)
+    frame = Frame(Command.SEND, Flags.NONE, 1, {"q": "q", "b": [b"a", b"b", b"c"]})
+    door.on_reply("client", None, frame, 0.0, {"ib": bytes(48)}, 10, "q")
+    door.on_reply("client", None, frame, 0.0, {"ids": ["0" * 32, "1" * 32]}, 10, "q")
+    assert door.queues["q"].sends == 5

@@ -195,9 +195,9 @@ class FrontDoor:
                                   and isinstance(m[4], int) and m[4] > 1)
             for group in result.get("ms") or ():  # column groups: [.., seqs, receive counts, ..]
                 c.receives += len(group[4])
-                c.redeliveries += sum(1 for rc in group[5] if rc > 1)
+                c.redeliveries += len(group[5]) - group[5].count(1)  # (delivered: every count >= 1)
         elif frame.command == Command.DELETE:
-            c.deletes += sum(1 for r in result.get("results") or () if r is None)
+            c.deletes += (result.get("results") or []).count(None)
         if "dr" in result:  # deletes carried by a RECEIVE or a CREDIT
-            c.deletes += sum(1 for r in result["dr"] or () if r is None)
+            c.deletes += (result["dr"] or []).count(None)
 
