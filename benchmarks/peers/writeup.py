@@ -285,10 +285,30 @@ def write_all(results: list[dict[str, Any]], command: str) -> None:
         "promises": prose.PROMISES, "method": prose.METHOD.format(runs=runs),
         "jsonl": "\n".join(json.dumps(r, sort_keys=True, default=str) for r in results),
     }
-    ctx["analysis"] = prose.ANALYSIS.format(**ctx)
+    ctx["analysis"] = kept_analysis(DOCS / "PERFORMANCE.md")
     ctx["reading"] = prose.READING.format(**ctx)
     (DOCS / "perf" / "peers.md").write_text(prose.PEERS_MD.format(**ctx))
     (DOCS / "PERFORMANCE.md").write_text(prose.PERFORMANCE_MD.format(**ctx))
+
+
+ANALYSIS_HEADING = "## Where the time goes\n"
+NO_ANALYSIS = ("_(nothing yet: write what profiles and experiments found here, under this "
+               "heading; `--write` keeps this section as it is)_")
+
+
+def kept_analysis(doc: Path) -> str:
+    """The hand-written last section of ``doc`` (PERFORMANCE.md), "Where the
+    time goes": ``--write`` regenerates the tables and their summary around
+    it and keeps it word for word, so a session adds its findings there, in
+    the document, and a later invocation does not undo them."""
+    try:
+        text = doc.read_text()
+    except FileNotFoundError:
+        return NO_ANALYSIS
+    at = text.find("\n" + ANALYSIS_HEADING)
+    if at < 0:
+        return NO_ANALYSIS
+    return text[at + 1 + len(ANALYSIS_HEADING):].strip("\n") or NO_ANALYSIS
 
 
 def _load_range(results: list[dict[str, Any]]) -> str:

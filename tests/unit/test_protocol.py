@@ -221,3 +221,22 @@ def test_receipts_are_grouped_by_stream_in_order_and_results_land_at_their_index
     for bad in ([None], None, "x"):
         with pytest.raises(ProtocolError, match="malformed results"):
             _outcomes([1, 3], bad, out)  # type: ignore[arg-type]
+
+
+def test_send_replies_give_their_ids_as_hex_texts_in_order() -> None:
+    ids = bytes(range(48))
+    texts = [ids[i:i + 16].hex() for i in (0, 16, 32)]
+    assert protocol.sent_ids({"ib": ids}) == texts
+    assert protocol.sent_ids({"ids": texts}) == texts
+    assert protocol.sent_ids({"ib": ids[:20]}) is None, "not whole ids"
+    assert protocol.sent_ids({"n": 3}) is None and protocol.sent_ids(None) is None
+
+
+def test_only_an_older_hosts_refusal_of_plain_bodies_is_taken_for_one() -> None:
+    from zmqueue.errors import InvalidParameter, MessageTooLarge
+
+    older = InvalidParameter("messages must be a list of 1 to 1000 items", field="messages")
+    assert protocol.refused_plain_bodies(older)
+    assert not protocol.refused_plain_bodies(InvalidParameter("message 1: body must be bytes", field="body"))
+    assert not protocol.refused_plain_bodies(InvalidParameter("bodies must be a list", field="bodies"))
+    assert not protocol.refused_plain_bodies(MessageTooLarge("too large", size=2, limit=1))
