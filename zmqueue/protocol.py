@@ -234,9 +234,14 @@ def sent_ids(body: Any) -> list[str] | None:
         return [str(i) for i in ids]
     raw = body.get("ib")
     if isinstance(raw, bytes) and len(raw) % MESSAGE_ID_BYTES == 0:
-        text, step = raw.hex(), 2 * MESSAGE_ID_BYTES
-        return [text[i:i + step] for i in range(0, len(text), step)]
+        return hex_ids(raw)
     return None
+
+
+def hex_ids(raw: bytes) -> list[str]:
+    """Joined 16-byte message ids as the hex texts a SEND's ``ids`` reply carries."""
+    text, step = raw.hex(), 2 * MESSAGE_ID_BYTES
+    return [text[i:i + step] for i in range(0, len(text), step)]
 
 
 def refused_plain_bodies(exc: ZmqueueError) -> bool:

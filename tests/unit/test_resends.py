@@ -7,9 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from zmqueue.dataplane.resends import ReplicatedSends, request_tag, split_ids, tagged_ids
+from zmqueue.dataplane.resends import ReplicatedSends, request_tag, tagged_ids
 from zmqueue.dataplane.storage import PartitionStore, StorageConfig
 from zmqueue.dataplane.storage.records import RecordType, Table, new_table
+from zmqueue.protocol import hex_ids
 
 
 def table_of(first_seq: int, ids: bytes, types: list[RecordType] | None = None) -> Table:
@@ -34,7 +35,7 @@ def test_tags_differ_by_request_and_by_client_and_ids_carry_them() -> None:
         assert len(ids) == 16 * n
         assert all(ids[i:i + 8] == tag for i in range(0, len(ids), 16))
         assert len(set(hexes(ids))) == n
-        assert split_ids(ids) == hexes(ids), "the hex texts a SEND's ids reply carries"
+        assert hex_ids(ids) == hexes(ids), "the hex texts a SEND's ids reply carries"
 
 
 def test_each_request_of_a_block_is_found_with_its_own_ids_and_only_at_its_partition() -> None:

@@ -28,9 +28,10 @@ import numpy as np
 
 from zmqueue.dataplane.storage.protocol import PartitionStoreProtocol
 from zmqueue.dataplane.storage.records import RecordType, Table
+from zmqueue.protocol import MESSAGE_ID_BYTES
 
 TAG_BYTES = 8
-ID_BYTES = 16
+ID_BYTES = MESSAGE_ID_BYTES
 RECENT_RECORDS = 10_000
 """How far back a stream opened from disk is read for recent sends."""
 READ_STEP = 2000
@@ -52,12 +53,6 @@ def tagged_ids(tag: bytes, n: int) -> bytes:
     ids = np.frombuffer(os.urandom(ID_BYTES * n), np.uint8).reshape(n, ID_BYTES).copy()
     ids[:, :TAG_BYTES] = np.frombuffer(tag, np.uint8)
     return ids.tobytes()
-
-
-def split_ids(raw: bytes) -> list[str]:
-    """Joined 16-byte message ids as the hex texts a SEND's ``ids`` reply carries."""
-    text = raw.hex()
-    return [text[i:i + 2 * ID_BYTES] for i in range(0, len(text), 2 * ID_BYTES)]
 
 
 class ReplicatedSends:

@@ -32,7 +32,7 @@ from zmqueue.dataplane.forwarder import Forwarder
 from zmqueue.dataplane.handover import Handover
 from zmqueue.dataplane.pushing import Pusher
 from zmqueue.dataplane.replication import Replicator
-from zmqueue.dataplane.resends import request_tag, split_ids
+from zmqueue.dataplane.resends import request_tag
 from zmqueue.dataplane.server import Wakeable
 from zmqueue.dataplane.storage import StorageConfig
 from zmqueue.dataplane.storage.store import STATS_KEYS
@@ -49,7 +49,7 @@ from zmqueue.errors import (
     ZmqueueError,
     to_wire,
 )
-from zmqueue.protocol import Command, Receipt
+from zmqueue.protocol import Command, Receipt, hex_ids
 
 log = logging.getLogger(__name__)
 
@@ -342,7 +342,7 @@ class QueueService:
                 # records are in this host's copy of that writer's stream,
                 # which the stream's next writer recovers like any record
                 self.replicator.counters["sends_found_replicated"] += 1
-                return {"ib": stored} if plain else {"ids": split_ids(stored)}
+                return {"ib": stored} if plain else {"ids": hex_ids(stored)}
         key = (part[0], part[1], FIFO_ORIGIN if self.meta.configs[part[0]].fifo else self.node)
         if self.handover.hold(req, [key], now):
             return DEFERRED

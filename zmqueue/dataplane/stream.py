@@ -32,7 +32,7 @@ from zmqueue.dataplane.messages import (
     group_hash,
     validate_attributes,
 )
-from zmqueue.dataplane.resends import split_ids, tagged_ids
+from zmqueue.dataplane.resends import tagged_ids
 from zmqueue.dataplane.storage import (
     Columns,
     Delivered,
@@ -44,7 +44,7 @@ from zmqueue.dataplane.storage import (
 from zmqueue.dataplane.storage.records import Table
 from zmqueue.dataplane.topology import StreamKey
 from zmqueue.errors import InvalidParameter, InvalidReceipt
-from zmqueue.protocol import Receipt, ReceiptEncoder
+from zmqueue.protocol import Receipt, ReceiptEncoder, hex_ids
 
 _BYTES_ONLY = {bytes}
 
@@ -231,7 +231,7 @@ class Stream:
             if len(item[0]) > limit:
                 return None  # the general path raises MessageTooLarge with details
             bodies.append(item[0])
-        return split_ids(self._append_bodies(bodies, now_ms, tag))
+        return hex_ids(self._append_bodies(bodies, now_ms, tag))
 
     def send_bodies(self, bodies: list[Any], now_ms: int, tag: bytes | None = None) -> bytes:
         """A SEND's plain bodies (``b``: bytes only, stored with the queue's
