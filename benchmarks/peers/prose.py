@@ -23,9 +23,9 @@ METHOD = """\
   synchronous replication (zmqueue R=3 sync on a 3-host cluster vs a 3-node
   NATS cluster with an R=3 stream); W5b: W3 the same way. W1p and W5p: W1
   and W5 with 100 single-message sends in flight per producer (the issue
-  allows windowed sends in W1): zmqueue through `Queue.pipeline(100)` (at
-  most 4 SEND requests in flight; the sends made meanwhile are coalesced
-  into the next request, each still confirmed with its own id, as the SQS
+  allows windowed sends in W1): zmqueue through `Queue.pipeline(100)` (one
+  SEND request in flight, the default for a queue of one partition; the
+  sends made meanwhile are coalesced into the next request, each still confirmed with its own id, as the SQS
   SDK's buffered client does), each peer through the same code as its W3
   batch (100 publishes awaited together, a Redis pipeline of 100 XADDs), and
   consumers taking up to 100 per receive; their send latencies are those of

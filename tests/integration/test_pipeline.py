@@ -69,6 +69,27 @@ def test_sends_made_while_the_requests_are_in_flight_go_together_each_with_its_o
         "each message stored under the id its PendingSend was given"
 
 
+def test_later_sends_read_the_replies_that_came_long_before_the_window_fills(
+        qcluster: QueueCluster) -> None:
+    """``send`` looks for replies at most every POLL_EVERY_S, not on every
+    call: a reply that came meanwhile must still be read by a later send,
+    long before a full window would force a wait."""
+    q = qcluster.client.create_queue(qcluster.queue_name("piped-early"), visibility_timeout=60)
+    with q.pipeline(window=1000) as pipe:
+        first = pipe.send(b"first")
+        deadline = time.monotonic() + 10
+        sent = 1
+        while not first.done:
+            assert time.monotonic() < deadline, "the first send's reply was never read by a later send"
+            assert sent < 990, "the first send was confirmed only once the window was nearly full"
+            if sent % 20 == 0:  # a producer that works between sends: its replies come meanwhile
+                time.sleep(0.002)
+            pipe.send(b"later %d" % sent)
+            sent += 1
+        assert first.id and first.error is None
+    assert len(drain(q, sent)) == sent
+
+
 @pytest.mark.parametrize("max_requests", [1, 8])
 def test_a_bad_message_fails_alone_and_the_with_block_raises_it(
         qcluster: QueueCluster, max_requests: int) -> None:

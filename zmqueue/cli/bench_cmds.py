@@ -56,7 +56,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                    help="single-message sends in flight per producer (pipelined; default 1)")
     p.add_argument("--max-requests", type=int, default=None,
                    help="with --window: SEND requests in flight per producer; sends made "
-                        "meanwhile go together in the next one (default 4, FIFO 1; >= window: one each)")
+                        "meanwhile go together in the next one (default the queue's partitions, "
+                        "FIFO 1; >= window: one each)")
     p.add_argument("--queue-type", choices=["standard", "fifo"], default=None)
     p.add_argument("--replication-factor", type=int, default=None, help="replicas (default 1)")
     p.add_argument("--replication-mode", choices=["sync", "async"], default=None)

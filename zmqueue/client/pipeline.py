@@ -9,15 +9,18 @@ keeps the host busy, instead of waiting a round trip per message.
 
 Coalescing (as the SQS SDK's buffered client batches ``SendMessage`` calls
 into ``SendMessageBatch``): at most ``max_requests`` SEND requests are in
-flight at once. A message sent while fewer are goes out at once as its own
-request; a message sent while ``max_requests`` are unanswered waits in the
-pipeline, and when a reply frees a request, the waiting messages of a
+flight at once (default: one per partition of the queue, so a queue of one
+partition gets Nagle's rule: one request in flight, the rest coalesced).
+A message sent while fewer are goes out at once as its own request; a
+message sent while ``max_requests`` are unanswered waits in the pipeline,
+and when a reply frees a request, the waiting messages of a
 partition go together as one SEND request (up to :data:`COALESCE_MESSAGES`
 messages and :data:`COALESCE_BYTES` of bodies). Under light load every
 message still travels alone and at once; under heavy load the host pays its
 per-request cost once per group, not once per message. A waiting message
 goes out on the pipeline's next call (``send``, ``flush``): replies are read
-only then, as before. ``max_requests >= window`` turns coalescing off (one
+only then (by ``send`` at most every :data:`POLL_EVERY_S`, unless the window
+is full). ``max_requests >= window`` turns coalescing off (one
 request per message).
 
 Semantics (the same promise as :meth:`Queue.send`, per message):
@@ -81,14 +84,21 @@ if TYPE_CHECKING:
 
 MAX_WINDOW = 1000
 DEFAULT_WINDOW = 32
-DEFAULT_MAX_REQUESTS = 4
-"""SEND requests in flight at once by default; messages beyond wait and are
-coalesced (4 keeps a replicated queue's writer and replicas all busy: a
-request's round trip overlaps the next ones')."""
+# SEND requests in flight at once by default: one per partition of the queue
+# (Nagle's rule per partition). Messages beyond wait and are coalesced; a
+# second request to the same partition would carry the few messages made
+# during one round trip and cost the host a whole request each (measured
+# against 4: docs/PERFORMANCE.md, "Pipelined sends, one request per partition").
 COALESCE_MESSAGES = 1000
 """Messages in one coalesced request at most (a SEND's batch limit)."""
 COALESCE_BYTES = 1024 * 1024
 """Bodies' bytes in one coalesced request at most (a larger message goes alone)."""
+POLL_EVERY_S = 100e-6
+"""``send`` looks for replies that came meanwhile at most this often. A look
+(a poll of the pipeline's sockets) costs about as much as the rest of a send,
+and no reply comes back sooner than ~150 us on loopback: a producer sending
+back to back pays one look per ~20 sends, not one per send, and its waiting
+messages go out in larger groups."""
 RETRYABLE = (Unavailable, Throttled)
 """Failures of one request that say nothing about its messages (Unavailable
 covers NotLeader, RequestTimeout and an open circuit): sent again."""
@@ -150,7 +160,7 @@ class SendPipeline:
                  max_requests: int | None = None) -> None:
         self.fifo = queue.config.fifo
         if max_requests is None:
-            max_requests = 1 if self.fifo else DEFAULT_MAX_REQUESTS
+            max_requests = 1 if self.fifo else queue.config.partitions
         if self.fifo and max_requests != 1:
             raise InvalidParameter(
                 f"{queue.name!r} is a FIFO queue: its pipeline keeps one request in flight "
@@ -183,6 +193,8 @@ class SendPipeline:
         self.requests = 0
         """SEND requests sent (first tries), for tests and tools: fewer than the
         messages when sends were coalesced."""
+        self._polled = 0.0
+        """``time.monotonic()`` of ``send``'s last look for replies."""
         self._broken: ZmqueueError | None = None
         """FIFO: the error of a send that failed for good; the later sends fail
         with it, unsent, until the next flush."""
@@ -203,9 +215,12 @@ class SendPipeline:
         else:
             msg = OutgoingMessage(body, attributes, delay, group_id, dedup_id)
             wire, partition, plain = msg.to_wire(), self.queue.partition_for(msg), False
-        pending = PendingSend(self._count, partition, wire, sent_at=time.monotonic(), plain=plain)
+        now = time.monotonic()
+        pending = PendingSend(self._count, partition, wire, sent_at=now, plain=plain)
         self._count += 1
-        self._wait(block=False)  # replies that came meanwhile: settles them early
+        if now - self._polled >= POLL_EVERY_S:  # replies that came meanwhile: settle them early
+            self._polled = now
+            self._wait(block=False)
         while self._n_inflight + self._n_waiting >= self.window:
             if self._retry:
                 self._settle()
