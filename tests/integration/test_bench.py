@@ -108,3 +108,20 @@ def test_the_per_request_cpu_benchmark_splits_a_replicated_send_between_its_host
     assert r["requests"] == r["messages"] == 100
     assert r["wall_us"] > 0 and r["client_us"] > 0
     assert r["loop_us"] > 0 and r["replica_loop_us"] > 0 and r["replica_io_us"] > 0
+
+
+def test_the_pipelined_producer_benchmark_reports_coalesced_requests(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks.pipeline_producer (a Consul agent and a host of its own,
+    stopped by pid): one JSON line per round; with the default pipeline the
+    100 sends of each burst go in fewer than 100 requests, and with
+    max_requests = window each send is its own request."""
+    from benchmarks import pipeline_producer
+
+    assert pipeline_producer.main(["--rounds", "1", "--seconds", "0.5"]) == 0
+    assert pipeline_producer.main(["--rounds", "1", "--seconds", "0.5", "--max-requests", "100"]) == 0
+    coalesced, alone = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert coalesced["msgs_per_s"] > 0 and coalesced["client_cpu_us_per_100"] > 0
+    assert coalesced["host_loop_cpu_us_per_100"] > 0
+    assert coalesced["requests_per_100"] < 100, "a burst of sends was coalesced"
+    assert alone["requests_per_100"] == 100, "max_requests = window: one request per send"
