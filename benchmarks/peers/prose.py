@@ -136,7 +136,8 @@ host); the push drain from 2,382 (79e42d4) to 16,659 (999a770), once a
 batch of pushed messages was credited and deleted in one `CREDIT`. The
 pipelined row is `Queue.pipeline(100)` against a raw DEALER keeping 100
 single requests in flight; since the seventeenth session the pipeline
-coalesces the sends made while 4 requests are in flight, so zmqueue passes
+coalesces the sends made while its requests are in flight (4 of them in
+that run; one per partition since the twenty-seventh session), so zmqueue passes
 the raw figure, where each payload is a whole request
 (see "Pipelined single sends" in "Where the time goes"):
 
@@ -285,63 +286,68 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5b, W1p, W5p, W5-half) and the
 raw pyzmq ceiling come from the one invocation above, on the tree of commit
-{commit}, the twenty-fourth session's code. Since the previous invocation
-(c73b5a6, the twenty-second session's code) the host changed only where
-parked long polls and push subscribers are concerned (what a host pass
-looks at for them; see "Parked long polls on a busy host"): the consumers
-of W1-W5 park a poll whenever the queue runs empty, so those paths ran
-here. The previous invocation had W3 1.47x Redis (1,024 B 1.28x), W3 at
-19.6% of raw pyzmq, W1 0.33x, W1p 0.52x, W2 p99 2.23x, W5 0.71x, W5p 1.46x
-(1,024 B 1.78x), W5b 3.51x and a half-rate R=3 send p99 of 5.66 ms: read
-the differences as the machine's noise (W3 alone, this session's host
-code against the twenty-second session's, the trees run in turn: the
-ratio of medians 0.92-1.08 by invocation, the newer faster in 19 of 45
-pairs; any difference is below the ~5% this machine resolves). Raw pyzmq's batched round trip ran
-at 371-556 k payloads/s here (365-455 k in the previous invocation, 589 k
-in the twentieth session's): the VM's CPUs are shared with other machines'
-work, so read the ratios, measured side by side. W5p at 100 B met its
-target as a ratio of medians this time (1.69x; per run 1.84x, 1.61x,
-1.92x), after 1.46x and 1.47x in the two invocations before.
+{commit}, the twenty-seventh session's code. It ran on a different machine
+from the previous invocation's (11565f9, the twenty-fourth session's code):
+the same kind of 2-CPU VM, but on an Intel Xeon host where that one was an
+AMD EPYC. Every system ran faster on it, and not alike: raw pyzmq's batched
+round trip, almost all wake-ups and loopback TCP, 828-847 k payloads/s
+against 371-556 k (2x), Redis W3 83.2 k against 56.4 k (1.5x), zmqueue W3
+119.4 k against 83.9 k (1.4x). So compare this table with earlier ones by
+its ratios, and only the peer ratios: W3 against raw pyzmq fell from 20.9%
+to 14.1% (1,024 B 14.9% to 16.2%) because the ceiling doubled here, not
+because zmqueue slowed (W3's path changed since only by small steps: the
+twenty-sixth session's plain bodies, +5% in alternating runs, and a
+client's messages built a little faster). What changed most since then:
+the client's send pipeline looks for replies at most every 100 us and
+keeps one request in flight per partition (see "Pipelined sends, one
+request per partition" in "Where the time goes"), and a SEND carries plain
+bodies (twenty-sixth session). W1p went from 0.56x Redis to 0.73x (1,024 B
+0.48x to 0.80x) and W5p from 1.69x NATS R=3 to 2.02x (1,024 B 2.00x to
+2.38x); the other ratios moved within the noise of earlier invocations (W3 1.49x to 1.43x Redis, 1,024 B 1.12x to
+1.37x; W1 0.31x to 0.30x; W5 0.81x to 0.79x; W5b 4.12x to 3.64x).
 
 Per-run ratios of this invocation (100 B unless marked; zmqueue vs the peer, e2e msg/s):
 
 | row | run 1 | run 2 | run 3 |
 |---|---:|---:|---:|
-| W1 vs Redis | 0.29x (1.4 k vs 4.9 k) | 0.34x (1.5 k vs 4.5 k) | 0.34x (1.6 k vs 4.8 k) |
-| W1p vs Redis | 0.57x (31.1 k vs 54.6 k) | 0.51x (28.4 k vs 55.4 k) | 0.64x (35.5 k vs 55.8 k) |
-| W1p vs NATS | 1.85x | 2.11x | 2.83x |
-| W3 vs Redis | 1.39x (69.1 k vs 49.7 k) | 1.49x (83.9 k vs 56.4 k) | 1.46x (91.9 k vs 63.1 k) |
-| W3 vs Redis, 1,024 B | 1.00x (48.6 k vs 48.8 k) | 1.12x (53.3 k vs 47.6 k) | 1.76x (79.8 k vs 45.4 k) |
-| W3 vs raw pyzmq | 18.6% | 20.9% | 16.5% |
-| W5 vs NATS R=3 | 0.59x | 0.92x | 0.81x |
-| W5p vs NATS R=3 | 1.84x (12.0 k vs 6.5 k) | 1.61x (11.5 k vs 7.1 k) | 1.92x (15.1 k vs 7.9 k) |
-| W5p vs NATS R=3, 1,024 B | 1.70x | 2.32x | 1.98x |
-| W5b vs NATS R=3 | 3.71x | 3.31x | 4.27x |
+| W1 vs Redis | 0.30x (2.0 k vs 6.7 k) | 0.32x (1.9 k vs 6.0 k) | 0.29x (2.0 k vs 7.0 k) |
+| W1p vs Redis | 0.71x (60.6 k vs 84.8 k) | 0.73x (62.0 k vs 84.9 k) | 0.72x (63.7 k vs 88.4 k) |
+| W1p vs NATS | 3.12x | 3.20x | 3.31x |
+| W3 vs Redis | 1.43x (116.8 k vs 81.6 k) | 1.42x (123.1 k vs 86.7 k) | 1.43x (119.4 k vs 83.2 k) |
+| W3 vs Redis, 1,024 B | 1.41x (90.4 k vs 64.3 k) | 1.33x (93.3 k vs 69.9 k) | 1.40x (95.5 k vs 68.1 k) |
+| W3 vs raw pyzmq | 13.8% | 14.6% | 14.4% |
+| W5 vs NATS R=3 | 0.85x | 0.79x | 0.71x |
+| W5p vs NATS R=3 | 2.28x (20.9 k vs 9.2 k) | 1.84x (24.4 k vs 13.3 k) | 2.02x (24.0 k vs 11.9 k) |
+| W5p vs NATS R=3, 1,024 B | 2.22x | 2.38x | 2.31x |
+| W5b vs NATS R=3 | 3.76x | 3.50x | 3.77x |
 
 docs/perf/peers.md holds this invocation's JSON lines; earlier ones are in
 that page's history.
 
-- **Where zmqueue stands.** W3 is ahead of Redis (1.49x; 1,024 B 1.12x)
-  and 5.4x NATS; W5b is 4.1x NATS R=3. One message per request is where it
-  is behind: Redis answers one XADD in ~0.17 ms (p50), zmqueue one
-  confirmed send in ~0.59 ms, so W1 and W2 stay behind Redis and W2 behind
-  NATS; the single-send latency tail was probed three ways on an otherwise
-  idle host (see "Where the time goes"), and none changed it. Thread by
-  thread ("CPU per request" there, `python -m benchmarks.percall`): of a
-  single send's ~0.35 ms round trip on an idle machine, ~0.07-0.1 ms are
-  wake-ups between this VM's CPUs and ~0.12 ms the host loop's Python
-  beyond a raw pyzmq echo server's.
-- **Pipelined single sends.** With 100 sends in flight zmqueue moves 21x
-  its W1 (31.1 k msg/s) and 23x its W5 with R=3 sync (12.0 k): 2.3x NATS at
-  R=1, 1.69x NATS R=3 (1,024 B 2.00x), 0.56x Redis. The pipeline coalesces
-  the sends made while 4 requests are in flight, so the host's ~45-55 us
-  per request is paid once per group; Redis answers a pipelined XADD in a
-  few us of C. See "Pipelined single sends" in "Where the time goes".
+- **Where zmqueue stands.** W3 is ahead of Redis (1.43x; 1,024 B 1.37x)
+  and 6.2x NATS; W5b is 3.6x NATS R=3. One message per request is where it
+  is behind: Redis answers one XADD in ~0.13 ms (p50), zmqueue one
+  confirmed send in ~0.44 ms, so W1 and W2 stay behind Redis and W2 behind
+  NATS (0.77 ms p99 against 1.31 ms); the single-send latency tail was
+  probed three ways on an otherwise idle host (see "Where the time goes"),
+  and none changed it. Thread by thread ("CPU per request" there, `python
+  -m benchmarks.percall`): of a single send's ~0.35 ms round trip on an
+  idle machine, ~0.07-0.1 ms are wake-ups between this VM's CPUs and ~0.12
+  ms the host loop's Python beyond a raw pyzmq echo server's; one at a
+  time, a message costs two host requests (its SEND, and the RECEIVE that
+  takes it and carries the previous one's delete).
+- **Pipelined single sends.** With 100 sends in flight zmqueue moves 31x
+  its W1 (62.0 k msg/s) and 30x its W5 with R=3 sync (24.0 k): 3.2x NATS at
+  R=1, 2.02x NATS R=3 (1,024 B 2.38x), 0.73x Redis. The pipeline sends the
+  first of a burst at once and the rest together when its reply comes back
+  (one request in flight per partition), so a burst of 100 costs the host
+  about two requests; Redis answers a pipelined XADD in a few us of C. See
+  "Pipelined sends, one request per partition" in "Where the time goes".
 - **Targets met:**
   - no losses or duplicates in any run of any system;
-  - the R=3 send p99 at half rate (< 10 ms: 5.78 ms, paced at 256 msg/s);
-  - W5 at 1.5x NATS R=3 with batches (W5b 4.12x; 1,024 B 3.48x) and with
-    pipelined single sends (W5p 1.69x; 1,024 B 2.00x);
+  - the R=3 send p99 at half rate (< 10 ms: 3.36 ms, paced at 388 msg/s);
+  - W5 at 1.5x NATS R=3 with batches (W5b 3.64x; 1,024 B 3.57x) and with
+    pipelined single sends (W5p 2.02x; 1,024 B 2.38x);
   - FIFO failover (replication.md, rerun in the tenth session, with
     requests held while a new writer recovers and the loop woken at once by
     posted work: p50 1.57 s, max 1.63 s over 20 kills; ninth session 1.62 s
@@ -354,12 +360,12 @@ that page's history.
   - queues.md (nineteenth session, 5 runs): send_batch at 25% of raw
     pyzmq (32.9%), and the single-send p99 at 3x raw (1.84x).
 - **Targets missed:**
-  - 2x the best peer in W1 (one at a time, 0.31x Redis, or pipelined,
-    0.56x) and W3 (1.49x Redis; 1,024 B 1.12x);
-  - W2 p99 at or below the best peer's (2.09 ms against Redis's 0.51 ms);
-  - W3 end to end at 25% of the raw pyzmq batched round trip (20.9%; 1,024 B
-    14.9%);
-  - W5 at 1.5x NATS R=3 with one send at a time (0.81x; 1,024 B 0.69x):
+  - 2x the best peer in W1 (one at a time, 0.30x Redis, or pipelined,
+    0.73x) and W3 (1.43x Redis; 1,024 B 1.37x);
+  - W2 p99 at or below the best peer's (1.31 ms against Redis's 0.35 ms);
+  - W3 end to end at 25% of the raw pyzmq batched round trip (14.1%; 1,024 B
+    16.2%; 20.9% in the previous invocation, on the other machine);
+  - W5 at 1.5x NATS R=3 with one send at a time (0.79x; 1,024 B 0.70x):
     each send waits a whole replicated round trip across four processes
     on 2 CPUs.
 
