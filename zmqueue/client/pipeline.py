@@ -84,11 +84,6 @@ if TYPE_CHECKING:
 
 MAX_WINDOW = 1000
 DEFAULT_WINDOW = 32
-# SEND requests in flight at once by default: one per partition of the queue
-# (Nagle's rule per partition). Messages beyond wait and are coalesced; a
-# second request to the same partition would carry the few messages made
-# during one round trip and cost the host a whole request each (measured
-# against 4: docs/PERFORMANCE.md, "Pipelined sends, one request per partition").
 COALESCE_MESSAGES = 1000
 """Messages in one coalesced request at most (a SEND's batch limit)."""
 COALESCE_BYTES = 1024 * 1024
@@ -160,6 +155,11 @@ class SendPipeline:
                  max_requests: int | None = None) -> None:
         self.fifo = queue.config.fifo
         if max_requests is None:
+            # one request in flight per partition (Nagle's rule per partition): a
+            # second one to the same partition would carry the few messages made
+            # during one round trip and cost the host a whole request (measured
+            # against 4: docs/PERFORMANCE.md, "Pipelined sends, one request per
+            # partition")
             max_requests = 1 if self.fifo else queue.config.partitions
         if self.fifo and max_requests != 1:
             raise InvalidParameter(
