@@ -13,7 +13,7 @@ from typing import TypeVar
 import pytest
 
 import zmqueue
-from tests.conftest import HostFactory
+from tests.conftest import HostFactory, wait_for
 from tests.integration.test_pipeline import drain_until
 from tests.replication.test_failover import three_hosts
 from tests.replication.test_subscription_follow import one_host
@@ -141,3 +141,30 @@ def test_a_send_waiting_on_a_frozen_host_fails_over_when_its_heartbeats_stop(
     finally:
         go.set()
         taker.thaw()
+
+
+def test_flush_sends_the_waiting_sends_beside_a_request_still_in_flight(
+        hosts: HostFactory, consul_agent: ConsulAgent, patient_client: zmqueue.Client) -> None:
+    """A pipeline of a one-partition queue keeps one SEND in flight and holds
+    the sends made meanwhile; flush sends them at once (nothing more will
+    join them), beside the unanswered request, not one round trip after it.
+    The host is frozen so that the first request cannot be answered."""
+    h = one_host(hosts, consul_agent)
+    q = patient_client.create_queue("flush-beside")
+    q.send(b"warm")  # routes and the connection are up
+    pipe = q.pipeline(window=32)
+    h.freeze()
+    try:
+        first = pipe.send(b"first")  # in flight, unanswered while the host is stopped
+        held = [pipe.send(b"m%d" % i) for i in range(10)]
+        assert pipe.requests == 1, "the sends made while a request is in flight wait"
+        t, outcome = in_thread(pipe.flush)
+        wait_for(lambda: pipe.requests == 2, 10, "flush sending the held sends while the first is unanswered")
+    finally:
+        h.thaw()
+    failed = finished(t, outcome)
+    assert failed == [], [str(p.error) for p in failed]
+    ids = {p.id for p in [first, *held] if p.id}
+    assert len(ids) == 11, "each send confirmed with its own id"
+    got = drain_until(q, ids, timeout_s=20)
+    assert ids <= set(got)

@@ -20,8 +20,10 @@ message still travels alone and at once; under heavy load the host pays its
 per-request cost once per group, not once per message. A waiting message
 goes out on the pipeline's next call (``send``, ``flush``): replies are read
 only then (by ``send`` at most every :data:`POLL_EVERY_S`, unless the window
-is full). ``max_requests >= window`` turns coalescing off (one
-request per message).
+is full). ``flush`` (and leaving a ``with`` block) sends the waiting messages
+at once, beside the requests in flight (standard queues: nothing more will
+join them, so holding them would only add a round trip). ``max_requests >=
+window`` turns coalescing off (one request per message).
 
 Semantics (the same promise as :meth:`Queue.send`, per message):
 
@@ -240,6 +242,10 @@ class SendPipeline:
         """Wait until every send is confirmed or has failed for good; returns
         the sends that failed since the last flush, in send order (empty when
         every one was confirmed)."""
+        if not self.fifo:
+            # nothing more will join the waiting messages: they go now, beside the
+            # requests in flight, not one round trip after them
+            self._pump(limit=MAX_WINDOW)
         self._settle()
         self._release()
         self._broken = None
@@ -275,12 +281,13 @@ class SendPipeline:
         self.confirm_all()
 
     # --- requests in flight --------------------------------------------------------
-    def _pump(self) -> None:
+    def _pump(self, limit: int = 0) -> None:
         """Send waiting messages while fewer than ``max_requests`` requests
-        are in flight: each partition's, oldest first, as one request. Not
-        while a request waits for its retry (it goes first: a FIFO group's
-        order, and a refreshed route for the rest)."""
-        while self._waiting and not self._retry and len(self._inflight) < self.max_requests:
+        (or ``limit``, when given) are in flight: each partition's, oldest
+        first, as one request. Not while a request waits for its retry (it
+        goes first: a FIFO group's order, and a refreshed route for the rest)."""
+        limit = limit or self.max_requests
+        while self._waiting and not self._retry and len(self._inflight) < limit:
             p, msgs = next(iter(self._waiting.items()))
             n, size = 0, 0
             for m in msgs:
