@@ -343,6 +343,13 @@ that page's history.
   (one request in flight per partition), so a burst of 100 costs the host
   about two requests; Redis answers a pipelined XADD in a few us of C. See
   "Pipelined sends, one request per partition" in "Where the time goes".
+  After this invocation `flush` stopped holding a burst's last sends for
+  one more round trip (1e03ae1, "Flush sends what waits at once" there): a
+  partial invocation on that tree, `python -m benchmarks.peers --systems
+  zmqueue,redis,nats,zmqueue-r3,nats-r3 --workloads W1p,W5p --sizes
+  100,1024 --runs 3`, put W1p level with Redis (84.0 k against 84.8 k
+  msg/s, 0.99x; per run 1.05x, 0.98x, 0.97x; 1,024 B 1.02x) and at 4.3x
+  NATS, and W5p at 2.96x NATS R=3 (35.8 k against 12.1 k; 1,024 B 3.10x).
 - **Targets met:**
   - no losses or duplicates in any run of any system;
   - the R=3 send p99 at half rate (< 10 ms: 3.36 ms, paced at 388 msg/s);
@@ -361,7 +368,7 @@ that page's history.
     pyzmq (32.9%), and the single-send p99 at 3x raw (1.84x).
 - **Targets missed:**
   - 2x the best peer in W1 (one at a time, 0.30x Redis, or pipelined,
-    0.73x) and W3 (1.43x Redis; 1,024 B 1.37x);
+    0.73x here and 0.99x after 1e03ae1) and W3 (1.43x Redis; 1,024 B 1.37x);
   - W2 p99 at or below the best peer's (1.31 ms against Redis's 0.35 ms);
   - W3 end to end at 25% of the raw pyzmq batched round trip (14.1%; 1,024 B
     16.2%; 20.9% in the previous invocation, on the other machine);
