@@ -286,49 +286,52 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5b, W1p, W5p, W5-half) and the
 raw pyzmq ceiling come from the one invocation above, on the tree of commit
-{commit}, the twenty-seventh session's code. It ran on a different machine
-from the previous invocation's (11565f9, the twenty-fourth session's code):
-the same kind of 2-CPU VM, but on an Intel Xeon host where that one was an
-AMD EPYC. Every system ran faster on it, and not alike: raw pyzmq's batched
-round trip, almost all wake-ups and loopback TCP, 828-847 k payloads/s
-against 371-556 k (2x), Redis W3 83.2 k against 56.4 k (1.5x), zmqueue W3
-119.4 k against 83.9 k (1.4x). So compare this table with earlier ones by
-its ratios, and only the peer ratios: W3 against raw pyzmq fell from 20.9%
-to 14.1% (1,024 B 14.9% to 16.2%) because the ceiling doubled here, not
-because zmqueue slowed (W3's path changed since only by small steps: the
-twenty-sixth session's plain bodies, +5% in alternating runs, and a
-client's messages built a little faster). What changed most since then:
-the client's send pipeline looks for replies at most every 100 us and
-keeps one request in flight per partition (see "Pipelined sends, one
-request per partition" in "Where the time goes"), and a SEND carries plain
-bodies (twenty-sixth session). W1p went from 0.56x Redis to 0.73x (1,024 B
-0.48x to 0.80x) and W5p from 1.69x NATS R=3 to 2.02x (1,024 B 2.00x to
-2.38x); the other ratios moved within the noise of earlier invocations (W3 1.49x to 1.43x Redis, 1,024 B 1.12x to
-1.37x; W1 0.31x to 0.30x; W5 0.81x to 0.79x; W5b 4.12x to 3.64x).
+{commit}, the twenty-seventh session's final code. Since the invocation
+before (29dc9f9, the same session, the same machine) only the client's send
+pipeline changed: `flush` sends a burst's last sends at once beside the
+request in flight (see "Flush sends what waits at once" in "Where the time
+goes"). W1p went from 0.73x Redis to 0.95x (1,024 B 0.80x to 0.98x) and
+W5p from 2.02x NATS R=3 to 3.12x (1,024 B 2.38x to 3.00x); the other rows
+moved within the noise (W3 1.43x to 1.41x Redis, W1 0.30x to 0.29x, W5
+0.79x to 0.81x, W5b 3.64x to 3.53x). Both invocations of this session ran
+on a different machine from the one before them (11565f9, the
+twenty-fourth session's code): the same kind of 2-CPU VM, but on an Intel
+Xeon host where that one was an AMD EPYC. Every system ran faster here, and
+not alike: raw pyzmq's batched round trip, almost all wake-ups and
+loopback TCP, 758-872 k payloads/s against 371-556 k (2x), Redis W3 85.6 k
+against 56.4 k (1.5x), zmqueue W3 121.0 k against 83.9 k (1.4x). So compare
+with earlier tables by the peer ratios only: W3 against raw pyzmq reads
+14.2% here (1,024 B 16.5%) against 20.9% there because the ceiling
+doubled, not because zmqueue slowed (its W3 path changed since by small
+steps: the twenty-sixth session's plain bodies, +5% in alternating runs,
+and a client's messages built a little faster). Since 11565f9 the send
+pipeline also reads replies at most every 100 us and keeps one request in
+flight per partition (68bdf7c; "Pipelined sends, one request per
+partition" there), and a SEND carries plain bodies (twenty-sixth session).
 
 Per-run ratios of this invocation (100 B unless marked; zmqueue vs the peer, e2e msg/s):
 
 | row | run 1 | run 2 | run 3 |
 |---|---:|---:|---:|
-| W1 vs Redis | 0.30x (2.0 k vs 6.7 k) | 0.32x (1.9 k vs 6.0 k) | 0.29x (2.0 k vs 7.0 k) |
-| W1p vs Redis | 0.71x (60.6 k vs 84.8 k) | 0.73x (62.0 k vs 84.9 k) | 0.72x (63.7 k vs 88.4 k) |
-| W1p vs NATS | 3.12x | 3.20x | 3.31x |
-| W3 vs Redis | 1.43x (116.8 k vs 81.6 k) | 1.42x (123.1 k vs 86.7 k) | 1.43x (119.4 k vs 83.2 k) |
-| W3 vs Redis, 1,024 B | 1.41x (90.4 k vs 64.3 k) | 1.33x (93.3 k vs 69.9 k) | 1.40x (95.5 k vs 68.1 k) |
-| W3 vs raw pyzmq | 13.8% | 14.6% | 14.4% |
-| W5 vs NATS R=3 | 0.85x | 0.79x | 0.71x |
-| W5p vs NATS R=3 | 2.28x (20.9 k vs 9.2 k) | 1.84x (24.4 k vs 13.3 k) | 2.02x (24.0 k vs 11.9 k) |
-| W5p vs NATS R=3, 1,024 B | 2.22x | 2.38x | 2.31x |
-| W5b vs NATS R=3 | 3.76x | 3.50x | 3.77x |
+| W1 vs Redis | 0.31x (2.1 k vs 6.7 k) | 0.28x (2.0 k vs 7.0 k) | 0.33x (2.0 k vs 5.9 k) |
+| W1p vs Redis | 1.03x (83.1 k vs 80.7 k) | 0.95x (80.9 k vs 85.5 k) | 0.92x (80.8 k vs 87.5 k) |
+| W1p vs NATS | 4.48x | 4.12x | 4.20x |
+| W3 vs Redis | 1.44x (122.2 k vs 84.8 k) | 1.36x (118.3 k vs 87.2 k) | 1.41x (121.0 k vs 85.6 k) |
+| W3 vs Redis, 1,024 B | 1.31x (95.2 k vs 72.9 k) | 1.33x (93.6 k vs 70.5 k) | 1.36x (95.7 k vs 70.5 k) |
+| W3 vs raw pyzmq | 14.0% | 13.9% | 16.0% |
+| W5 vs NATS R=3 | 0.83x | 0.64x | 0.77x |
+| W5p vs NATS R=3 | 3.12x (34.9 k vs 11.2 k) | 3.06x (34.6 k vs 11.3 k) | 3.13x (35.0 k vs 11.2 k) |
+| W5p vs NATS R=3, 1,024 B | 3.03x | 2.80x | 3.02x |
+| W5b vs NATS R=3 | 3.68x | 3.51x | 3.75x |
 
 docs/perf/peers.md holds this invocation's JSON lines; earlier ones are in
 that page's history.
 
-- **Where zmqueue stands.** W3 is ahead of Redis (1.43x; 1,024 B 1.37x)
-  and 6.2x NATS; W5b is 3.6x NATS R=3. One message per request is where it
-  is behind: Redis answers one XADD in ~0.13 ms (p50), zmqueue one
-  confirmed send in ~0.44 ms, so W1 and W2 stay behind Redis and W2 behind
-  NATS (0.77 ms p99 against 1.31 ms); the single-send latency tail was
+- **Where zmqueue stands.** W3 is ahead of Redis (1.41x; 1,024 B 1.35x)
+  and 6.2x NATS; W5b is 3.5x NATS R=3. One message per request is where it
+  is behind: Redis answers one XADD in ~0.12 ms (p50), zmqueue one
+  confirmed send in ~0.45 ms, so W1 and W2 stay behind Redis and W2 behind
+  NATS (0.73 ms p99 against 1.25 ms); the single-send latency tail was
   probed three ways on an otherwise idle host (see "Where the time goes"),
   and none changed it. Thread by thread ("CPU per request" there, `python
   -m benchmarks.percall`): of a single send's ~0.35 ms round trip on an
@@ -336,25 +339,20 @@ that page's history.
   ms the host loop's Python beyond a raw pyzmq echo server's; one at a
   time, a message costs two host requests (its SEND, and the RECEIVE that
   takes it and carries the previous one's delete).
-- **Pipelined single sends.** With 100 sends in flight zmqueue moves 31x
-  its W1 (62.0 k msg/s) and 30x its W5 with R=3 sync (24.0 k): 3.2x NATS at
-  R=1, 2.02x NATS R=3 (1,024 B 2.38x), 0.73x Redis. The pipeline sends the
-  first of a burst at once and the rest together when its reply comes back
-  (one request in flight per partition), so a burst of 100 costs the host
-  about two requests; Redis answers a pipelined XADD in a few us of C. See
-  "Pipelined sends, one request per partition" in "Where the time goes".
-  After this invocation `flush` stopped holding a burst's last sends for
-  one more round trip (1e03ae1, "Flush sends what waits at once" there): a
-  partial invocation on that tree, `python -m benchmarks.peers --systems
-  zmqueue,redis,nats,zmqueue-r3,nats-r3 --workloads W1p,W5p --sizes
-  100,1024 --runs 3`, put W1p level with Redis (84.0 k against 84.8 k
-  msg/s, 0.99x; per run 1.05x, 0.98x, 0.97x; 1,024 B 1.02x) and at 4.3x
-  NATS, and W5p at 2.96x NATS R=3 (35.8 k against 12.1 k; 1,024 B 3.10x).
+- **Pipelined single sends.** With 100 sends in flight zmqueue moves 41x
+  its W1 (80.9 k msg/s) and 44x its W5 with R=3 sync (34.9 k): level with
+  Redis (0.95x; 1,024 B 0.98x), 4.2x NATS at R=1 and 3.12x NATS R=3
+  (1,024 B 3.00x). The pipeline sends the first of a burst at once, the
+  sends made until its reply is read together, and at `flush` the rest at
+  once beside them, so a burst of 100 costs the host about two requests;
+  Redis answers a pipelined XADD in a few us of C. See "Pipelined sends,
+  one request per partition" and "Flush sends what waits at once" in
+  "Where the time goes".
 - **Targets met:**
   - no losses or duplicates in any run of any system;
-  - the R=3 send p99 at half rate (< 10 ms: 3.36 ms, paced at 388 msg/s);
-  - W5 at 1.5x NATS R=3 with batches (W5b 3.64x; 1,024 B 3.57x) and with
-    pipelined single sends (W5p 2.02x; 1,024 B 2.38x);
+  - the R=3 send p99 at half rate (< 10 ms: 3.15 ms, paced at 391 msg/s);
+  - W5 at 1.5x NATS R=3 with batches (W5b 3.53x; 1,024 B 3.88x) and with
+    pipelined single sends (W5p 3.12x; 1,024 B 3.00x);
   - FIFO failover (replication.md, rerun in the tenth session, with
     requests held while a new writer recovers and the loop woken at once by
     posted work: p50 1.57 s, max 1.63 s over 20 kills; ninth session 1.62 s
@@ -367,12 +365,12 @@ that page's history.
   - queues.md (nineteenth session, 5 runs): send_batch at 25% of raw
     pyzmq (32.9%), and the single-send p99 at 3x raw (1.84x).
 - **Targets missed:**
-  - 2x the best peer in W1 (one at a time, 0.30x Redis, or pipelined,
-    0.73x here and 0.99x after 1e03ae1) and W3 (1.43x Redis; 1,024 B 1.37x);
-  - W2 p99 at or below the best peer's (1.31 ms against Redis's 0.35 ms);
-  - W3 end to end at 25% of the raw pyzmq batched round trip (14.1%; 1,024 B
-    16.2%; 20.9% in the previous invocation, on the other machine);
-  - W5 at 1.5x NATS R=3 with one send at a time (0.79x; 1,024 B 0.70x):
+  - 2x the best peer in W1 (one at a time, 0.29x Redis, or pipelined,
+    0.95x; 1,024 B 0.98x) and W3 (1.41x Redis; 1,024 B 1.35x);
+  - W2 p99 at or below the best peer's (1.25 ms against Redis's 0.34 ms);
+  - W3 end to end at 25% of the raw pyzmq batched round trip (14.2%; 1,024 B
+    16.5%; 20.9% in 11565f9's invocation, on the other machine);
+  - W5 at 1.5x NATS R=3 with one send at a time (0.81x; 1,024 B 0.75x):
     each send waits a whole replicated round trip across four processes
     on 2 CPUs.
 
