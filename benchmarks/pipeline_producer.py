@@ -23,6 +23,13 @@ from benchmarks.hosttrees import running_cluster
 from benchmarks.percall import thread_cpu_ns
 
 
+def burst(pipe: zmqueue.SendPipeline, body: bytes, window: int) -> None:
+    """``window`` sends, then wait for every one (W1p's producer)."""
+    for _ in range(window):
+        pipe.send(body)
+    pipe.confirm_all()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.pipeline_producer",
                                  description=__doc__.split("\n\n")[0])
@@ -39,16 +46,12 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.rounds):
             pipe = q.pipeline(args.window, max_requests=args.max_requests)
             for _ in range(50):  # warm up routes and connections
-                for _ in range(args.window):
-                    pipe.send(body)
-                pipe.confirm_all()
+                burst(pipe, body, args.window)
             q.purge()
             loop0, cpu0, req0, n = thread_cpu_ns(pid)["loop"], time.process_time(), pipe.requests, 0
             t0 = time.perf_counter()
             while time.perf_counter() - t0 < args.seconds:
-                for _ in range(args.window):
-                    pipe.send(body)
-                pipe.confirm_all()
+                burst(pipe, body, args.window)
                 n += args.window
             dt = time.perf_counter() - t0
             print(json.dumps({

@@ -37,8 +37,8 @@ class BenchConfig:
     """zmqueue pipelines (``window`` > 1): SEND requests in flight per
     producer; sends made meanwhile are coalesced into the next request
     (``Queue.pipeline(max_requests=...)``; None: the pipeline's default, one
-    per partition of the queue, and 1 for FIFO queues; ``max_requests`` >= ``window``: one request per
-    message)."""
+    per partition of the queue, and 1 for FIFO queues; ``max_requests`` >=
+    ``window``: one request per message)."""
     queue_type: str = "standard"
     replication_factor: int = 1
     sync_replication: bool = True

@@ -245,7 +245,7 @@ class SendPipeline:
         if not self.fifo:
             # nothing more will join the waiting messages: they go now, beside the
             # requests in flight, not one round trip after them
-            self._pump(limit=MAX_WINDOW)
+            self._pump(flushing=True)
         self._settle()
         self._release()
         self._broken = None
@@ -281,13 +281,12 @@ class SendPipeline:
         self.confirm_all()
 
     # --- requests in flight --------------------------------------------------------
-    def _pump(self, limit: int = 0) -> None:
+    def _pump(self, flushing: bool = False) -> None:
         """Send waiting messages while fewer than ``max_requests`` requests
-        (or ``limit``, when given) are in flight: each partition's, oldest
-        first, as one request. Not while a request waits for its retry (it
-        goes first: a FIFO group's order, and a refreshed route for the rest)."""
-        limit = limit or self.max_requests
-        while self._waiting and not self._retry and len(self._inflight) < limit:
+        are in flight (``flushing``: however many are): each partition's,
+        oldest first, as one request. Not while a request waits for its retry
+        (it goes first: a FIFO group's order, and a refreshed route for the rest)."""
+        while self._waiting and not self._retry and (flushing or len(self._inflight) < self.max_requests):
             p, msgs = next(iter(self._waiting.items()))
             n, size = 0, 0
             for m in msgs:

@@ -304,8 +304,9 @@ class Queue:
         """Pipelined sends: ``pipe.send(body)`` returns at once while fewer than
         ``window`` sends are unanswered (see :mod:`zmqueue.client.pipeline`).
         At most ``max_requests`` SEND requests are in flight (default: the
-        queue's partitions; FIFO queues: 1, the only value allowed); messages sent meanwhile go together
-        in the next one (each still confirmed with its own id). ``with
+        queue's partitions; FIFO queues: 1, the only value allowed); messages
+        sent meanwhile go together in the next one (each still confirmed with
+        its own id), and ``flush`` sends those still waiting at once. ``with
         queue.pipeline() as pipe:`` waits for all at the end and raises the
         first failure."""
         return SendPipeline(self, window, on_done, max_requests)
