@@ -32,12 +32,6 @@ from zmqueue.protocol import MAX_FRAME_BYTES, Command, peek_header
 
 DRAIN_MAX = 2000
 """Most messages read from one socket per loop iteration (fairness bound)."""
-BIG_REQUEST_BYTES = 4096
-"""After a request this large (a batch send) a loop pass reads on only sends
-(they share its group commit); the first other request (a receive, a
-delete) is kept for the next pass, so the batch's commit and reply do not
-wait for the work queued behind it. See docs/PERFORMANCE.md ("Where the
-time goes")."""
 _SEND = int(Command.SEND)
 POLL_MAX_MS = 50
 
@@ -143,8 +137,8 @@ class RequestLoop:
         self.iterations = 0
         self.next_timer_ms: int | None = 0
         self.kept: list[tuple[str, list[bytes], str | None]] = []
-        """Requests read after a batch send and kept for the next pass (see
-        BIG_REQUEST_BYTES): (socket name, frames, user)."""
+        """Requests read beside sends and kept for the next pass (see
+        :meth:`_serve`): (socket name, frames, user)."""
 
     def run_once(self) -> None:
         # one timer tick per pass, after the drain: it also reads the wake
@@ -184,14 +178,6 @@ class RequestLoop:
             self.poller.unregister(s)
         self.extra = current
 
-    def _keep(self, name: str, frames: list[bytes], user: str | None) -> bool:
-        """After a batch send: keep a request that is not a send for the next pass."""
-        head = peek_header(frames[-1])
-        if head is not None and head[0] == _SEND:
-            return False
-        self.kept.append((name, frames, user))
-        return True
-
     def _take_kept(self) -> None:
         """Handle the requests the last pass kept for this one (they came
         before anything still queued on their socket)."""
@@ -204,10 +190,9 @@ class RequestLoop:
         if self.sockets.secure:
             self._drain_secure(sock, name)
             return
-        handle = self.dispatcher.handle
         recv = sock.recv
         more = sock.getsockopt
-        sends_only = False
+        read: list[list[bytes]] = []
         for _ in range(DRAIN_MAX):
             # the poll said readable; after each message EVENTS says whether
             # another is queued (a recv on an empty socket raises zmq.Again,
@@ -217,32 +202,47 @@ class RequestLoop:
                 while more(_RCVMORE):
                     frames.append(recv(_NOBLOCK))
             except zmq.Again:
-                return
-            if sends_only and self._keep(name, frames, None):
-                return
-            handle(name, frames)
-            sends_only = sends_only or len(frames[-1]) >= BIG_REQUEST_BYTES
+                break
+            read.append(frames)
             if not cast(int, more(_EVENTS)) & _POLLIN:
-                return
+                break
+        self._serve(name, read, None)
 
     def _drain_secure(self, sock: zmq.Socket[bytes], name: str) -> None:
         """Like _drain, with the identity ZAP gave the connection."""
-        sends_only = False
+        read: list[list[bytes]] = []
+        users: list[str | None] = []
         for _ in range(DRAIN_MAX):
             try:
                 parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
-                return
+                break
             try:
                 uid = parts[-1].get("User-Id")
                 user = uid if isinstance(uid, str) and uid else None
             except zmq.ZMQError:
                 user = None
-            frames = [p.bytes for p in parts]
-            if sends_only and self._keep(name, frames, user):
-                return
-            self.dispatcher.handle(name, frames, user)
-            sends_only = sends_only or len(frames[-1]) >= BIG_REQUEST_BYTES
+            read.append([p.bytes for p in parts])
+            users.append(user)
+        self._serve(name, read, users)
+
+    def _serve(self, name: str, read: list[list[bytes]], users: list[str | None] | None) -> None:
+        """Handle the requests one drain read, in order. When sends came
+        together with other requests (receives, deletes), handle the sends only
+        (in order: they share one group commit, and their replies wait for no
+        other work) and keep the others, in order, for the next pass."""
+        handle = self.dispatcher.handle
+        sends: list[bool] | None = None
+        if len(read) > 1:
+            sends = [(h := peek_header(frames[-1])) is not None and h[0] == _SEND for frames in read]
+            if all(sends) or not any(sends):
+                sends = None
+        for i, frames in enumerate(read):
+            user = None if users is None else users[i]
+            if sends is not None and not sends[i]:
+                self.kept.append((name, frames, user))
+            else:
+                handle(name, frames, user)
 
     def _send_all(self) -> None:
         self._send(self.dispatcher.outbox.take())
