@@ -12,7 +12,7 @@ from typing import cast
 import pytest
 import zmq
 
-from zmqueue.dataplane.dispatch import Dispatcher
+from zmqueue.dataplane.dispatch import Dispatcher, Outbox
 from zmqueue.dataplane.server import LoopHooks, RequestLoop, Sockets
 from zmqueue.protocol import Command, encode_request
 
@@ -94,3 +94,61 @@ def test_a_pass_of_sends_only_or_of_no_sends_keeps_nothing(
         before = len(dispatcher.seen)
         loop._drain(router)
         assert dispatcher.seen[before:] == group and loop.kept == []
+
+
+class NoTimers:
+    """Stands in for the host's loop hooks: no timers, nothing to flush."""
+
+    def tick(self, now_ms: int, ready: object = None) -> None:
+        return None
+
+    def flush(self) -> None:
+        pass
+
+    def wake_sockets(self) -> list[object]:
+        return []
+
+
+class Naming(Counting):
+    """Notes (socket name, last frame) of each request; has an outbox."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outbox = Outbox()
+        self.by: list[tuple[str, bytes]] = []
+
+    def handle(self, name: str, frames: list[bytes], user: str | None = None) -> None:
+        self.by.append((name, frames[-1]))
+
+
+def test_hosts_requests_go_first_and_are_never_kept() -> None:
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    socks = {n: ctx.socket(zmq.ROUTER) for n in ("client", "peer")}
+    dealers = {n: ctx.socket(zmq.DEALER) for n in socks}
+    try:
+        for n, s in socks.items():
+            s.bind(f"inproc://pass-{n}")
+            dealers[n].connect(f"inproc://pass-{n}")
+        dispatcher = Naming()
+        sockets = SimpleNamespace(by_name=socks, secure=False)
+        loop = RequestLoop(cast(Sockets, sockets), cast(Dispatcher, dispatcher), cast(LoopHooks, NoTimers()))
+        receive, send = frame(Command.RECEIVE, 50), frame(Command.SEND, 100)
+        position, dead_letter = frame(Command.POSITION, 40), frame(Command.SEND, 90)
+        for f in (receive, send):
+            dealers["client"].send(f)
+        for f in (position, dead_letter):
+            dealers["peer"].send(f)
+        loop.run_once()
+        # the peer socket first, and whole (a replica's position must not wait);
+        # on the client socket the send, its receive kept
+        assert dispatcher.by == [("peer", position), ("peer", dead_letter), ("client", send)]
+        dealers["peer"].send(position)
+        dealers["client"].send(receive)
+        dispatcher.by.clear()
+        loop.run_once()
+        # positions still ahead of the kept receive, which is ahead of the new one
+        assert dispatcher.by == [("peer", position), ("client", receive), ("client", receive)]
+    finally:
+        for s in [*socks.values(), *dealers.values()]:
+            s.close(linger=0)
+        ctx.term()

@@ -11,10 +11,13 @@ handler, zmqueue.security.zap) admits client and host keys on ``client``
 (ZAP domain ``client``) and host keys only on ``peer`` and ``pub`` (domain
 ``peer``). Requests then carry the connection's ZAP User-Id as identity.
 
-One loop iteration: poll, drain every readable socket (bounded), let the
-service run its timers (once per iteration), flush (group commit), then
+One loop iteration: poll, drain every readable socket (bounded; ``peer``
+first, and the replies its replicas' positions release leave at once), let
+the service run its timers (once per iteration), flush (group commit), then
 send every reply. A reply therefore never leaves before the records it
-acknowledges are written.
+acknowledges are written. Client sends read together with other client
+requests go first; the others wait for the next iteration (see
+``RequestLoop._serve``).
 """
 
 from __future__ import annotations
@@ -129,8 +132,11 @@ class RequestLoop:
         self.dispatcher = dispatcher
         self.hooks = hooks
         self.poller = zmq.Poller()
-        for s in sockets.by_name.values():
-            self.poller.register(s, zmq.POLLIN)
+        # the peer socket first (the poll answers in this order): replicas'
+        # positions release synchronous sends' replies, which then leave
+        # before the pass's client requests are handled
+        for name in sorted(sockets.by_name, key=lambda n: n != "peer"):
+            self.poller.register(sockets.by_name[name], zmq.POLLIN)
         self.names = {s: n for n, s in sockets.by_name.items()}
         self.extra: set[Wakeable] = set()
         self.last_progress = time.monotonic()
@@ -151,15 +157,21 @@ class RequestLoop:
         self._watch_extra()
         ready: list[Wakeable] = []
         polled = self.poller.poll(timeout)
-        self._take_kept()
-        for sock, _ in polled:
-            if sock in self.names:
-                self._drain(sock)
-            else:
-                ready.append(sock)
         outbox = self.dispatcher.outbox
-        if outbox.early:  # acks released by replica positions: no need to wait for this pass
-            self._send(outbox.take_early())
+        kept_due = bool(self.kept)  # (client requests: before the client socket's new ones)
+        for sock, _ in polled:
+            name = self.names.get(sock)
+            if name is None:
+                ready.append(sock)
+                continue
+            if kept_due and name == "client":
+                self._take_kept()
+                kept_due = False
+            self._drain(sock)
+            if outbox.early:  # acks released by replica positions: no need to wait for this pass
+                self._send(outbox.take_early())
+        if kept_due:
+            self._take_kept()
         self.next_timer_ms = self.hooks.tick(int(time.time() * 1000),
                                              frozenset(ready) if ready else NOTHING_READY)
         self.hooks.flush()
@@ -227,13 +239,15 @@ class RequestLoop:
         self._serve(name, read, users)
 
     def _serve(self, name: str, read: list[list[bytes]], users: list[str | None] | None) -> None:
-        """Handle the requests one drain read, in order. When sends came
-        together with other requests (receives, deletes), handle the sends only
-        (in order: they share one group commit, and their replies wait for no
-        other work) and keep the others, in order, for the next pass."""
+        """Handle the requests one drain read, in order. When client sends came
+        together with other client requests (receives, deletes), handle the
+        sends only (in order: they share one group commit, and their replies
+        wait for no other work) and keep the others, in order, for the next
+        pass. Hosts' requests (``peer``) are handled in order, whole: a
+        replica's position must not wait."""
         handle = self.dispatcher.handle
         sends: list[bool] | None = None
-        if len(read) > 1:
+        if len(read) > 1 and name == "client":  # (hosts' requests: positions must not wait)
             sends = [(h := peek_header(frames[-1])) is not None and h[0] == _SEND for frames in read]
             if all(sends) or not any(sends):
                 sends = None
