@@ -286,62 +286,64 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5b, W1p, W5p, W5-half) and the
 raw pyzmq ceiling come from the one invocation above, on the tree of commit
-{commit}, the twenty-eighth session's code. Since the invocation before
-(09401ef, the twenty-seventh session's final code, the same kind of
-machine) only the host's request loop changed: when a pass reads sends
-together with other requests, it handles the sends and keeps the others for
-the next pass, so a send's commit and reply no longer wait for a receive
-queued ahead of it (see "Sends first in a pass" in "Where the time goes").
-W3 went from 1.41x Redis to 1.55x (1,024 B 1.35x to 1.45x), W1 from 0.29x
-to 0.37x (1,024 B 0.33x to 0.34x), the W2 send p99 from 1.25 to 1.06 ms
-(1,024 B 1.21 to 1.14 ms) and W4 from 0.35x to 0.38x; W1p moved from 0.95x
-to 0.96x (1,024 B 0.98x to 1.04x, level with Redis) and the R=3 rows within
-the noise (W5 0.81x to 0.82x, W5b 3.53x to 3.52x, W5p 3.12x to 2.89x NATS
-R=3: 34.9 k to 33.6 k msg/s, NATS 11.2 k to 11.6 k; alternating runs of
-the two trees put W5p at 1.03x, "Sends first in a pass"). Raw pyzmq's
-batched round trip ran 824-903 k payloads/s (the invocation before 758-872
-k), so W3 against it reads 15.2% (1,024 B 18.5%). The previous
-invocations of the twenty-seventh session and before are in this file's
-history: read earlier tables by their peer ratios, since the machine
-under them changed (an AMD EPYC host before 29dc9f9, an Intel Xeon since,
-where raw pyzmq's ceiling is 2x).
+{commit}, the twenty-eighth session's final code. Since 09401ef (the
+twenty-seventh session's final code, the same kind of machine) the host's
+request loop changed twice: when a pass reads client sends together with
+other client requests it handles the sends and keeps the others for the
+next pass, so a send's commit and reply no longer wait for a receive queued
+ahead of it (a302b45), and the hosts' socket is drained first and whole,
+so the replies a replica's position releases leave before a pass's client
+work (bb1f731; see "Sends first in a pass" and "Hosts' requests first" in
+"Where the time goes"). Against 09401ef's invocation: W3 1.41x Redis ->
+1.54x (1,024 B 1.35x -> 1.49x), W1 0.29x -> 0.39x (1,024 B 0.33x -> 0.37x),
+the W2 send p99 1.25 -> 1.03 ms (1,024 B 1.21 -> 1.09 ms), W4 0.35x ->
+0.38x, W1p 0.95x -> 1.00x (1,024 B 0.98x -> 1.06x), W5b 3.53x -> 4.03x
+NATS R=3 (1,024 B 3.88x -> 3.68x), W5p 3.12x -> 3.15x (1,024 B 3.00x ->
+3.27x), W5 0.81x -> 0.83x. An invocation on a302b45 (the first change
+alone) read W3 1.55x, W1 0.37x, W2 p99 1.06 ms and the R=3 rows where
+09401ef's were (W5b 3.52x, W5p 2.89x); it is in this file's history. Raw
+pyzmq's batched round trip ran 709-769 k payloads/s here (a302b45's
+invocation 824-903 k, 09401ef's 758-872 k), so W3 against it reads 16.5%
+(1,024 B 16.8%): the ceiling moves with the machine's state as much as
+zmqueue does. Earlier invocations are in this file's history: read them by
+their peer ratios, since the machine under them changed (an AMD EPYC host
+before 29dc9f9, an Intel Xeon since, where raw pyzmq's ceiling is 2x).
 
 Per-run ratios of this invocation (100 B unless marked; zmqueue vs the peer, e2e msg/s):
 
 | row | run 1 | run 2 | run 3 |
 |---|---:|---:|---:|
-| W1 vs Redis | 0.35x (2.1 k vs 6.1 k) | 0.36x (2.4 k vs 6.7 k) | 0.37x (2.4 k vs 6.5 k) |
-| W1p vs Redis | 0.97x (80.2 k vs 82.8 k) | 0.96x (81.3 k vs 84.6 k) | 0.99x (85.1 k vs 85.7 k) |
-| W1p vs NATS | 4.33x | 4.26x | 4.46x |
-| W3 vs Redis | 1.50x (126.9 k vs 84.7 k) | 1.53x (131.6 k vs 86.2 k) | 1.59x (132.3 k vs 83.0 k) |
-| W3 vs Redis, 1,024 B | 1.47x (100.3 k vs 68.2 k) | 1.45x (99.4 k vs 68.5 k) | 1.34x (93.5 k vs 69.7 k) |
-| W3 vs raw pyzmq | 15.4% | 15.1% | 14.7% |
-| W5 vs NATS R=3 | 0.71x | 0.84x | 0.79x |
-| W5p vs NATS R=3 | 2.80x (33.6 k vs 12.0 k) | 3.15x (34.6 k vs 11.0 k) | 2.85x (33.1 k vs 11.6 k) |
-| W5p vs NATS R=3, 1,024 B | 3.04x | 3.48x | 3.02x |
-| W5b vs NATS R=3 | 3.39x | 3.35x | 3.62x |
+| W1 vs Redis | 0.42x (2.6 k vs 6.1 k) | 0.38x (2.4 k vs 6.2 k) | 0.36x (2.4 k vs 6.6 k) |
+| W1p vs Redis | 1.02x (82.7 k vs 81.3 k) | 0.94x (81.6 k vs 86.7 k) | 1.00x (82.9 k vs 82.9 k) |
+| W1p vs NATS | 4.29x | 4.32x | 4.44x |
+| W3 vs Redis | 1.50x (125.6 k vs 83.8 k) | 1.68x (131.2 k vs 78.1 k) | 1.51x (123.6 k vs 81.7 k) |
+| W3 vs Redis, 1,024 B | 1.45x (100.1 k vs 69.2 k) | 1.42x (95.5 k vs 67.1 k) | 1.52x (99.8 k vs 65.8 k) |
+| W3 vs raw pyzmq | 16.5% | 18.5% | 16.1% |
+| W5 vs NATS R=3 | 0.83x | 0.64x | 0.78x |
+| W5p vs NATS R=3 | 3.10x (34.6 k vs 11.2 k) | 3.16x (34.8 k vs 11.0 k) | 3.42x (32.2 k vs 9.4 k) |
+| W5p vs NATS R=3, 1,024 B | 3.26x | 3.28x | 3.02x |
+| W5b vs NATS R=3 | 3.95x | 4.03x | 3.74x |
 
 docs/perf/peers.md holds this invocation's JSON lines; earlier ones are in
 that page's history.
 
-- **Where zmqueue stands.** W3 is ahead of Redis (1.55x; 1,024 B 1.45x)
-  and 6.7x NATS; W5b is 3.5x NATS R=3. One message per request is where it
+- **Where zmqueue stands.** W3 is ahead of Redis (1.54x; 1,024 B 1.49x)
+  and 6.6x NATS; W5b is 4.0x NATS R=3. One message per request is where it
   is behind: Redis answers one XADD in ~0.14 ms (p50), zmqueue one
-  confirmed send in ~0.40 ms, so W1 and W2 stay behind Redis and W2 behind
-  NATS (0.71 ms p99 against 1.06 ms); the single-send latency tail was
+  confirmed send in ~0.39 ms, so W1 and W2 stay behind Redis and W2 behind
+  NATS (0.71 ms p99 against 1.03 ms); the single-send latency tail was
   probed three ways on an otherwise idle host (see "Where the time goes"),
   and none changed it. Thread by thread ("CPU per request" there, `python
   -m benchmarks.percall`): of a single send's ~0.35 ms round trip on an
   idle machine, ~0.07-0.1 ms are wake-ups between this VM's CPUs and ~0.12
   ms the host loop's Python beyond a raw pyzmq echo server's; one at a
   time, a message costs two host requests (its SEND, and the RECEIVE that
-  takes it and carries the previous one's delete), and since this
-  invocation's tree the SEND no longer waits for the RECEIVE when both are
-  queued.
-- **Pipelined single sends.** With 100 sends in flight zmqueue moves 34x
-  its W1 (81.3 k msg/s) and 44x its W5 with R=3 sync (33.6 k): level with
-  Redis (0.96x; 1,024 B 1.04x), 4.3x NATS at R=1 and 2.89x NATS R=3
-  (1,024 B 3.02x). The pipeline sends the first of a burst at once, the
+  takes it and carries the previous one's delete), and since a302b45 the
+  SEND no longer waits for the RECEIVE when both are queued.
+- **Pipelined single sends.** With 100 sends in flight zmqueue moves 35x
+  its W1 (82.7 k msg/s) and 42x its W5 with R=3 sync (34.6 k): level with
+  Redis (1.00x; 1,024 B 1.06x), 4.3x NATS at R=1 and 3.15x NATS R=3
+  (1,024 B 3.27x). The pipeline sends the first of a burst at once, the
   sends made until its reply is read together, and at `flush` the rest at
   once beside them, so a burst of 100 costs the host about two requests;
   Redis answers a pipelined XADD in a few us of C. See "Pipelined sends,
@@ -349,9 +351,9 @@ that page's history.
   "Where the time goes".
 - **Targets met:**
   - no losses or duplicates in any run of any system;
-  - the R=3 send p99 at half rate (< 10 ms: 3.69 ms, paced at 374 msg/s);
-  - W5 at 1.5x NATS R=3 with batches (W5b 3.52x; 1,024 B 3.97x) and with
-    pipelined single sends (W5p 2.89x; 1,024 B 3.02x);
+  - the R=3 send p99 at half rate (< 10 ms: 3.61 ms, paced at 408 msg/s);
+  - W5 at 1.5x NATS R=3 with batches (W5b 4.03x; 1,024 B 3.68x) and with
+    pipelined single sends (W5p 3.15x; 1,024 B 3.27x);
   - FIFO failover (replication.md, rerun in the tenth session, with
     requests held while a new writer recovers and the loop woken at once by
     posted work: p50 1.57 s, max 1.63 s over 20 kills; ninth session 1.62 s
@@ -364,13 +366,13 @@ that page's history.
   - queues.md (nineteenth session, 5 runs): send_batch at 25% of raw
     pyzmq (32.9%), and the single-send p99 at 3x raw (1.84x).
 - **Targets missed:**
-  - 2x the best peer in W1 (one at a time, 0.37x Redis, or pipelined,
-    0.96x; 1,024 B 1.04x) and W3 (1.55x Redis; 1,024 B 1.45x);
-  - W2 p99 at or below the best peer's (1.06 ms against Redis's 0.36 ms);
-  - W3 end to end at 25% of the raw pyzmq batched round trip (15.2%; 1,024 B
-    18.5%; 20.9% in 11565f9's invocation, on the AMD machine, where the
+  - 2x the best peer in W1 (one at a time, 0.39x Redis, or pipelined,
+    1.00x; 1,024 B 1.06x) and W3 (1.54x Redis; 1,024 B 1.49x);
+  - W2 p99 at or below the best peer's (1.03 ms against Redis's 0.37 ms);
+  - W3 end to end at 25% of the raw pyzmq batched round trip (16.5%; 1,024 B
+    16.8%; 20.9% in 11565f9's invocation, on the AMD machine, where the
     ceiling was half);
-  - W5 at 1.5x NATS R=3 with one send at a time (0.82x; 1,024 B 0.75x):
+  - W5 at 1.5x NATS R=3 with one send at a time (0.83x; 1,024 B 0.91x):
     each send waits a whole replicated round trip across four processes
     on 2 CPUs.
 
