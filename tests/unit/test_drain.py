@@ -60,11 +60,14 @@ def run_passes(loop: RequestLoop, router: zmq.Socket[bytes], dispatcher: Countin
     return passes
 
 
+RECEIVE, DELETE = frame(Command.RECEIVE, 50), frame(Command.DELETE, 60)
+SEND, BATCH = frame(Command.SEND, 100), frame(Command.SEND, 10_000)
+
+
 def test_sends_read_beside_other_requests_are_served_first(
         pair: tuple[zmq.Socket[bytes], zmq.Socket[bytes]]) -> None:
     router, dealer = pair
-    receive, delete = frame(Command.RECEIVE, 50), frame(Command.DELETE, 60)
-    send, batch = frame(Command.SEND, 100), frame(Command.SEND, 10_000)
+    receive, delete, send, batch = RECEIVE, DELETE, SEND, BATCH
     dispatcher = Counting()
     loop = loop_over(router, dispatcher)
     frames = [receive, send, batch, delete, send, receive]
@@ -74,7 +77,7 @@ def test_sends_read_beside_other_requests_are_served_first(
     # the first pass reads all six and handles the three sends, in order; the
     # next one starts with the kept receive, delete and receive, in order
     assert passes == [[send, batch, send], [receive, delete, receive]]
-    # a request sent meanwhile waits behind the kept ones: nothing starves
+    # later, a receive and a send read together: the send, then the receive
     late = frame(Command.SEND, 70)
     for f in (receive, late):
         dealer.send(f)
@@ -84,11 +87,9 @@ def test_sends_read_beside_other_requests_are_served_first(
 def test_a_pass_of_sends_only_or_of_no_sends_keeps_nothing(
         pair: tuple[zmq.Socket[bytes], zmq.Socket[bytes]]) -> None:
     router, dealer = pair
-    receive, delete = frame(Command.RECEIVE, 50), frame(Command.DELETE, 60)
-    send, batch = frame(Command.SEND, 100), frame(Command.SEND, 10_000)
     dispatcher = Counting()
     loop = loop_over(router, dispatcher)
-    for group in ([send, batch, send], [receive, delete, receive]):
+    for group in ([SEND, BATCH, SEND], [RECEIVE, DELETE, RECEIVE]):
         for f in group:
             dealer.send(f)
         before = len(dispatcher.seen)
@@ -132,7 +133,7 @@ def test_hosts_requests_go_first_and_are_never_kept() -> None:
         dispatcher = Naming()
         sockets = SimpleNamespace(by_name=socks, secure=False)
         loop = RequestLoop(cast(Sockets, sockets), cast(Dispatcher, dispatcher), cast(LoopHooks, NoTimers()))
-        receive, send = frame(Command.RECEIVE, 50), frame(Command.SEND, 100)
+        receive, send = RECEIVE, SEND
         position, dead_letter = frame(Command.POSITION, 40), frame(Command.SEND, 90)
         for f in (receive, send):
             dealers["client"].send(f)
