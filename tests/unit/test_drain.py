@@ -110,11 +110,11 @@ class NoTimers:
         return []
 
 
-class Naming(Counting):
-    """Notes (socket name, last frame) of each request; has an outbox."""
+class Naming:
+    """Stands in for the Dispatcher in a whole pass: notes (socket name, last
+    frame) of each request; has the outbox the loop reads."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.outbox = Outbox()
         self.by: list[tuple[str, bytes]] = []
 
