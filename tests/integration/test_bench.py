@@ -125,3 +125,20 @@ def test_the_pipelined_producer_benchmark_reports_coalesced_requests(
     assert coalesced["host_loop_cpu_us_per_100"] > 0
     assert coalesced["requests_per_100"] < 100, "a burst of sends was coalesced"
     assert alone["requests_per_100"] == 100, "max_requests = window: one request per send"
+
+
+def test_the_cpu_budget_benchmark_splits_a_workloads_cpu_by_process(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks.cpu_budget (a Consul agent and a host of its own, stopped by
+    pid): W1's CPU per message lands on the host, the producer and the
+    consumer, none on replicas (R=1), and every message sent arrived."""
+    from benchmarks import cpu_budget
+
+    assert cpu_budget.main(["--workload", "W1", "--runs", "1", "--seconds", "0.6", "--warm", "0.3",
+                            "--json"]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert row["workload"] == "W1" and row["lost"] == 0 and row["duplicates"] == 0
+    assert row["writer_loop"] > 0 and row["producers"] > 0 and row["consumers"] > 0
+    assert row["replicas"] == 0
+    assert row["total"] == pytest.approx(sum(row[c] for c in cpu_budget.COLUMNS), abs=0.01)
+    assert row["msgs_per_s"] > 0 and row["busy"] > 0 and row["cpu_bound_at"] > 0

@@ -55,10 +55,10 @@ def _run_processes(spec: str, backend_args: dict[str, Any], target: dict[str, An
     outs = [str(tmp / f"proc{i}") for i in range(n_p + n_c)]
     procs = []
     for i in range(n_c):
-        procs.append(ctx.Process(target=worker.run_consumer, daemon=True, args=(
+        procs.append(ctx.Process(target=worker.run_consumer, daemon=True, name=f"consumer-{i}", args=(
             spec, backend_args, target, cfg, i, n_p + i, shared, outs[n_p + i])))
     for i in range(n_p):
-        procs.append(ctx.Process(target=worker.run_producer, daemon=True, args=(
+        procs.append(ctx.Process(target=worker.run_producer, daemon=True, name=f"producer-{i}", args=(
             spec, backend_args, target, cfg, i, i, shared, outs[i])))
     for p in procs:
         p.start()
