@@ -431,6 +431,8 @@ def check(r: Report) -> None:
     for mid, num, _ in r.deliveries:
         ids_of[num].add(mid)
     r.stored_twice = sum(len(ids) - 1 for ids in ids_of.values())
+    if r.stored_twice and s.fifo and s.sync:  # every FIFO send carries a dedup id (REPLICATION.md)
+        r.problems.append(f"{r.stored_twice} FIFO sends stored twice despite their dedup ids")
     for mid, ds in by_id.items():
         if len(ds) > 1:
             r.duplicates += len(ds) - 1

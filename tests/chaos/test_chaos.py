@@ -27,6 +27,9 @@ CI_SCENARIOS = [
     Scenario("fifo-async-kill-writer", fifo=True, sync=False, fault="kill_writer", seed=105),
     Scenario("std-async-kill-follower", fifo=False, sync=False, fault="kill_follower", seed=106),
     Scenario("std-sync-two-clusters", fifo=False, sync=True, fault="kill_writer", seed=107, clusters=2),
+    # two of three killed: the cluster loses quorum, and its partition (it holds records) stays
+    Scenario("fifo-sync-two-clusters-kill-two", fifo=True, sync=True, fault="kill_two", seed=114, clusters=2,
+             consumer="pipeline", messages=1000),
     Scenario("fifo-sync-kill-writer-push", fifo=True, sync=True, fault="kill_writer", seed=108,
              consumer="push"),
     Scenario("std-sync-kill-random-push", fifo=False, sync=True, fault="kill_random", seed=109,

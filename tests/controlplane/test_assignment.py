@@ -97,3 +97,23 @@ def test_a_move_that_would_overheat_the_target_is_skipped():
               ClusterInfo("c", 3, load=10.0),
               assignments={pid: "a"}, partition_load={pid: 400.0})
     assert rebalance(f) == []
+
+
+def test_a_partition_that_holds_records_stays_on_a_cluster_that_lost_quorum():
+    """A move gives new, empty replicas: the records would stay behind."""
+    held, empty = PartitionId("q", 0), PartitionId("q", 1)
+    f = Fleet({"a": ClusterInfo("a", 1), "b": ClusterInfo("b", 3)}, {held: "a", empty: "a"}, {"q": 3},
+              holding=frozenset({held}))
+    stay, move = rebalance(f)
+    assert isinstance(stay, CannotPlace) and stay.partition == held
+    assert "holds records" in stay.reason and "'a'" in stay.reason
+    assert move == MovePartition(empty, "a", "b", "quorum_lost")
+
+
+def test_an_overheated_cluster_keeps_its_partitions_that_hold_records():
+    hot = {PartitionId("q", p): "a" for p in range(2)}
+    loads = {PartitionId("q", 0): 50.0, PartitionId("q", 1): 10.0}
+    clusters = {"a": ClusterInfo("a", 3, load=300.0), "b": ClusterInfo("b", 3, load=50.0),
+                "c": ClusterInfo("c", 3, load=100.0)}
+    f = Fleet(clusters, hot, {}, loads, holding=frozenset({PartitionId("q", 0)}))
+    assert rebalance(f) == [MovePartition(PartitionId("q", 1), "a", "b", "overheated")]

@@ -3,6 +3,7 @@ manager drains a host, and operators steer through KV (config edits, bad JSON)."
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 
@@ -168,3 +169,59 @@ def test_a_kv_edit_of_a_fixed_setting_is_refused_and_the_queue_keeps_its_type(
     [m] = f.receive(wait_time=5)
     assert m.body == b"fifo now" and m.group_id == "g"
     assert f"kv:zmqueue-{h.node}" not in check_statuses(consul_agent, h.node)
+
+
+def cluster_of(addr: str, queue: str, p: int = 0) -> str | None:
+    a = assignment(addr, queue, p)
+    return None if a is None else str(a["cluster"])
+
+
+def test_a_cluster_that_lost_quorum_keeps_its_partitions_that_hold_records(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    """Two clusters of three hosts; two of a replicated queue's three hosts
+    are killed (-9). The external manager moves an empty partition off the
+    cluster that lost quorum, but not the queue's: a move gives a partition
+    new, empty replicas and would leave its acknowledged messages behind
+    (every one of them used to be lost that way). The survivor delivers them."""
+    addr = consul_agent.http_addr
+    start_cluster(hosts, consul_agent, 3)
+    for i in range(3):
+        hosts.start(f"m{i + 1}", cluster="c2")
+    for h in hosts.hosts[3:]:
+        wait_for(lambda: all_passing(consul_agent, h.node), 60, f"{h.node} passing")  # noqa: B023
+    client = zmqueue.connect(addr, request_timeout=5)
+    try:
+        held = client.create_queue(f"held-{hosts.uid}", replication_factor=3, visibility_timeout=600)
+        idle = client.create_queue(f"idle-{hosts.uid}", replication_factor=3, partitions=3)
+        home = assignment(addr, held.name)
+        assert home is not None and len(home["replicas"]) == 3, home
+        # (a queue's partitions spread over the clusters: at least one of these three shares held's)
+        idle_p = next(p for p in range(3) if cluster_of(addr, idle.name, p) == home["cluster"])
+        ids = {held.send(f"m{i}".encode()) for i in range(50)}
+        kv = kv_client(addr)
+
+        def recorded() -> bool:  # the hosts publish their positions about twice a second
+            _, items = kv.kv.get(f"zmqueue-positions/{held.name}/0/", recurse=True)
+            return any(json.loads(it["Value"])["seq"] > 0 for it in items or [])
+
+        wait_for(recorded, 10, "the queue's positions in Consul")
+        by_node = {h.node: h for h in hosts.hosts}
+        for node in home["replicas"][:2]:
+            by_node[node].kill9()
+        wait_for(lambda: cluster_of(addr, idle.name, idle_p) != home["cluster"], 30,
+                 "the empty partition moved off the cluster that lost quorum")
+        assert cluster_of(addr, held.name) == home["cluster"]
+        got: set[str] = set()
+
+        def drained() -> bool:
+            with contextlib.suppress(zmqueue.ZmqueueError):
+                for m in held.receive(max_messages=10, wait_time=1):
+                    got.add(m.id)
+                    held.delete(m.receipt)
+            return got >= ids
+
+        wait_for(drained, 45, "every acknowledged message from the surviving host")
+        assert got == ids
+        assert cluster_of(addr, held.name) == home["cluster"]
+    finally:
+        client.close()

@@ -16,12 +16,19 @@ check-and-set. Rules:
   of (queue, partition, cluster), then by name: deterministic, yet not always
   the same cluster.
 - **Quorum lost.** A partition whose cluster has fewer healthy hosts than a
-  majority of its R moves to the best cluster that can host it.
+  majority of its R moves to the best cluster that can host it, unless it
+  holds records (``Fleet.holding``): a move gives it new, empty replicas on
+  the target, and the records stay on the hosts it leaves, so its
+  acknowledged messages would be left behind. Such a partition stays,
+  unavailable for sends that need a quorum, until a quorum of its hosts is
+  back; it is reported (:class:`CannotPlace`). An operator who gives the
+  records up moves it by editing its assignment in the Consul KV editor.
 - **Overheated.** A cluster whose load metric is above ``overheat_factor``
   times the mean load (over clusters that report one) sheds at most
   ``moves_per_cluster`` partitions per round (its hottest by partition load,
   then highest id) to the coolest cluster below the mean; a move is skipped
   when it would overheat the target. Bounded moves per round avoid thrashing.
+  Partitions that hold records do not move for heat either (as above).
 """
 
 from __future__ import annotations
@@ -55,6 +62,8 @@ class Fleet:
     replication: Mapping[str, int] = field(default_factory=dict)
     """queue -> R (1 when absent)."""
     partition_load: Mapping[PartitionId, float] = field(default_factory=dict)
+    holding: frozenset[PartitionId] = frozenset()
+    """Partitions whose streams hold records: they never move (module rules)."""
 
 
 @dataclass(frozen=True)
@@ -120,14 +129,26 @@ def assign_queue(
     return out
 
 
+def below_quorum(fleet: Fleet) -> list[PartitionId]:
+    """The partitions whose cluster has fewer healthy hosts than a majority of their R."""
+    out = []
+    for pid in sorted(fleet.assignments):
+        info = fleet.clusters.get(fleet.assignments[pid])
+        if info is None or info.healthy_hosts < quorum(fleet.replication.get(pid.queue, 1)):
+            out.append(pid)
+    return out
+
+
 def _quorum_moves(fleet: Fleet, counts: Counter[str]) -> list[Action]:
     actions: list[Action] = []
     clusters = sorted(fleet.clusters.values(), key=lambda c: c.name)
-    for pid in sorted(fleet.assignments):
+    for pid in below_quorum(fleet):
         source = fleet.assignments[pid]
         r = fleet.replication.get(pid.queue, 1)
-        info = fleet.clusters.get(source)
-        if info is not None and info.healthy_hosts >= quorum(r):
+        if pid in fleet.holding:
+            actions.append(CannotPlace(pid, f"cluster {source!r} lost quorum; the partition holds records, "
+                                            "so it stays there until a quorum of its hosts is back (a move "
+                                            "would leave its acknowledged messages behind)"))
             continue
         candidates = [c for c in clusters if c.name != source]
         target = _choose(pid, candidates, counts, r)
@@ -149,7 +170,8 @@ def _heat_moves(
     mean = sum(loads.values()) / len(loads)
     actions: list[Action] = []
     for hot in sorted(n for n, v in loads.items() if v > factor * mean):
-        mine = [p for p, c in fleet.assignments.items() if c == hot and p not in moved]
+        mine = [p for p, c in fleet.assignments.items()
+                if c == hot and p not in moved and p not in fleet.holding]
         mine.sort(key=lambda p: (fleet.partition_load.get(p, 0.0), p), reverse=True)
         for pid in mine[:per_cluster]:
             r = fleet.replication.get(pid.queue, 1)

@@ -10,6 +10,11 @@ Effective replication: a cluster smaller than a queue's R holds all of its
 hosts as replicas, so "quorum lost" is judged against
 ``min(R, registered hosts of the partition's cluster)``. Cluster load is not
 reported by hosts yet, so overheat moves need a load source (none today).
+
+Partitions that hold records never move (``assignment.py``'s rules): the
+adapter (``managers.py``) reads, for the partitions :func:`quorum_lost` names,
+whether any of their streams has a position past 0 in
+``zmqueue-positions/`` and passes them as ``holding``.
 """
 
 from __future__ import annotations
@@ -17,14 +22,22 @@ from __future__ import annotations
 from collections import Counter
 
 from zmqueue.controlplane import kvlayout as kv
-from zmqueue.controlplane.assignment import CannotPlace, ClusterInfo, Fleet, assign_queue, rebalance
+from zmqueue.controlplane.assignment import (
+    CannotPlace,
+    ClusterInfo,
+    Fleet,
+    assign_queue,
+    below_quorum,
+    rebalance,
+)
 from zmqueue.controlplane.fleetview import AssignmentWrite, members, moved
 from zmqueue.controlplane.placement import place
 from zmqueue.controlplane.queue_directory import Snapshot
 from zmqueue.errors import Unavailable
 
 
-def build_fleet(snap: Snapshot, healthy: dict[str, bool]) -> Fleet:
+def build_fleet(snap: Snapshot, healthy: dict[str, bool],
+                holding: frozenset[kv.PartitionId] = frozenset()) -> Fleet:
     state = snap.state
     registered = Counter(h.cluster for h in snap.hosts)
     up = Counter(h.cluster for h in snap.hosts
@@ -35,7 +48,13 @@ def build_fleet(snap: Snapshot, healthy: dict[str, bool]) -> Fleet:
         r = max(1, min(state.configs[pid.queue].replication_factor, registered[cluster]))
         replication[pid.queue] = min(replication.get(pid.queue, r), r)
     clusters = {c: ClusterInfo(c, up[c]) for c in registered}
-    return Fleet(clusters, assigned, replication)
+    return Fleet(clusters, assigned, replication, holding=holding)
+
+
+def quorum_lost(snap: Snapshot, healthy: dict[str, bool]) -> list[kv.PartitionId]:
+    """The partitions on a cluster short of a quorum for them: the ones a
+    round would move, unless they hold records."""
+    return below_quorum(build_fleet(snap, healthy))
 
 
 def _new_partitions(snap: Snapshot, healthy: dict[str, bool], fleet: Fleet,
@@ -64,10 +83,12 @@ def _new_partitions(snap: Snapshot, healthy: dict[str, bool], fleet: Fleet,
     return writes
 
 
-def plan_external(snap: Snapshot, healthy: dict[str, bool]) -> tuple[list[AssignmentWrite], list[str]]:
-    """Writes for this round, and notes on what could not be done."""
+def plan_external(snap: Snapshot, healthy: dict[str, bool], holding: frozenset[kv.PartitionId] = frozenset()
+                  ) -> tuple[list[AssignmentWrite], list[str]]:
+    """Writes for this round, and notes on what could not be done;
+    ``holding``: partitions that hold records (they never move)."""
     state = snap.state
-    fleet = build_fleet(snap, healthy)
+    fleet = build_fleet(snap, healthy, holding)
     notes: list[str] = []
     writes = _new_partitions(snap, healthy, fleet, notes)
     for action in rebalance(fleet):

@@ -31,7 +31,7 @@ import consul
 
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.consul_client import AgentHome, ConsulClient
-from zmqueue.controlplane.external_manager import plan_external
+from zmqueue.controlplane.external_manager import plan_external, quorum_lost
 from zmqueue.controlplane.fleetview import AssignmentWrite, HealthGrace
 from zmqueue.controlplane.internal_manager import plan_internal
 from zmqueue.controlplane.queue_directory import Snapshot
@@ -79,6 +79,9 @@ class ManagerRoles(threading.Thread):
         self.stopped = threading.Event()
         self._snap: Snapshot | None = None
         self._notes: set[str] = set()
+        self._holds: set[kv.PartitionId] = set()
+        """Partitions found holding records while their cluster is short of
+        quorum (read once per such episode: records do not go away)."""
         self._failed: set[str] = set()
 
     def run(self) -> None:
@@ -116,11 +119,37 @@ class ManagerRoles(threading.Thread):
         healthy = self.grace.view(snap, time.monotonic())
         self._log_failed(snap, healthy)
         if "external" in self.held:
-            writes, notes = plan_external(snap, healthy)
+            writes, notes = plan_external(snap, healthy, self._holding(quorum_lost(snap, healthy)))
             self._report(notes)
             self._write(writes, self.locks["external"], sid)
         if "cluster" in self.held:
             self._write(plan_internal(snap, self.cfg.cluster, healthy), self.locks["cluster"], sid)
+
+    def _holding(self, pids: list[kv.PartitionId]) -> frozenset[kv.PartitionId]:
+        """Which of ``pids`` hold records: a stream of theirs reported a
+        position past 0 (``zmqueue-positions/<queue>/<p>/``). A partition
+        whose positions cannot be read counts as holding: it stays."""
+        if not pids:
+            self._holds.clear()
+            return frozenset()
+        out = {pid for pid in pids if pid in self._holds}
+        for pid in pids:
+            if pid in out:
+                continue
+            prefix = f"{kv.POSITIONS_PREFIX}{pid.queue}/{pid.partition}/"
+            try:
+                _, items = self.client.call(lambda c: c.kv.get(prefix, recurse=True))  # noqa: B023
+            except (ConsulUnavailable, consul.ConsulException) as exc:
+                log.info("positions of %s/%d not read (%s): it stays", pid.queue, pid.partition, exc)
+                out.add(pid)
+                continue
+            for it in items or []:
+                pos = kv.decode_position(str(it.get("Key", "")), it.get("Value"))
+                if isinstance(pos, kv.Position) and pos.seq > 0:
+                    out.add(pid)
+                    self._holds.add(pid)
+                    break
+        return frozenset(out)
 
     def _set_held(self, held: set[str]) -> None:
         for role in sorted(held - self.held):
