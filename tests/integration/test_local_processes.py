@@ -1,5 +1,6 @@
 """ManagedProcess, what `zmqueue up`, the demo and the tests start hosts with:
-a stop ends the process even when Popen takes it for exited already."""
+a stop ends the process even when Popen takes it for exited already; and
+LocalCluster, which starts them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ import signal
 import sys
 from pathlib import Path
 
-from tests.conftest import wait_for
+import pytest
+
+from tests.conftest import HostFactory, wait_for
+from zmqueue.errors import StartupError
+from zmqueue.localcluster import LocalCluster
 from zmqueue.localcluster.proc import ManagedProcess
 
 
@@ -37,3 +42,16 @@ def test_running_by_pid_is_false_for_an_ordinary_stop(tmp_path: Path) -> None:
     wait_for(mp.running_by_pid, 10, "the child running")
     assert mp.stop(timeout_s=5) == -signal.SIGTERM
     assert not mp.running_by_pid() and not mp.alive()
+
+
+def test_a_local_cluster_started_twice_says_so_and_keeps_its_hosts(
+        hosts: HostFactory, tmp_path: Path) -> None:
+    """``with LocalCluster(...).start() as lc`` used to start every host twice
+    (the second ones failing on their locked data directories)."""
+    lc = LocalCluster(tmp_path / "lc", hosts=1, consul=hosts.agent.http_addr)
+    with lc:
+        first = lc.hosts[0]
+        with pytest.raises(StartupError, match="started already"):
+            lc.start()
+        assert lc.hosts == [first] and first.alive()
+    assert not first.alive()

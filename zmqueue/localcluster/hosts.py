@@ -98,6 +98,10 @@ class LocalCluster:
         return f"http://{self.consul_addr}/ui/"
 
     def start(self, timeout_s: float = 30.0) -> LocalCluster:
+        if any(h.alive() for h in self.hosts):
+            raise StartupError("this LocalCluster is started already: call start() or use it in a "
+                               "with block, not both (its hosts would be started twice)")
+        self.hosts = []  # (stopped ones: started again from their data directories)
         try:
             if self.consul_addr is None:
                 self.agent = ConsulAgent(self.work_dir / "consul").start()
