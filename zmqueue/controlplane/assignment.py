@@ -19,10 +19,11 @@ check-and-set. Rules:
   majority of its R moves to the best cluster that can host it, unless it
   holds records (``Fleet.holding``): a move gives it new, empty replicas on
   the target, and the records stay on the hosts it leaves, so its
-  acknowledged messages would be left behind. Such a partition stays,
-  unavailable for sends that need a quorum, until a quorum of its hosts is
-  back; it is reported (:class:`CannotPlace`). An operator who gives the
-  records up moves it by editing its assignment in the Consul KV editor.
+  acknowledged messages would be left behind. Such a partition stays on the
+  hosts that are left (the internal manager shrinks its replica set to
+  them) until the others are back; it is reported (:class:`CannotPlace`).
+  An operator who gives the records up moves it by editing its assignment
+  in the Consul KV editor.
 - **Overheated.** A cluster whose load metric is above ``overheat_factor``
   times the mean load (over clusters that report one) sheds at most
   ``moves_per_cluster`` partitions per round (its hottest by partition load,
