@@ -225,3 +225,81 @@ def test_a_cluster_that_lost_quorum_keeps_its_partitions_that_hold_records(
         assert cluster_of(addr, held.name) == home["cluster"]
     finally:
         client.close()
+
+
+def _send_and_wait_for_positions(addr: str, q: zmqueue.Queue, n: int, fifo: bool) -> set[str]:
+    ids = {q.send(f"m{i}".encode(), group_id="g" if fifo else None, dedup_id=f"d{i}" if fifo else None)
+           for i in range(n)}
+    kv = kv_client(addr)
+
+    def published() -> bool:  # the hosts publish their positions about twice a second
+        _, items = kv.kv.get(f"zmqueue-positions/{q.name}/0/", recurse=True)
+        return sum(int(json.loads(it["Value"])["seq"]) >= n for it in items or []) >= 3
+
+    wait_for(published, 10, "three replicas' positions in Consul")
+    return ids
+
+
+def _drain_all(q: zmqueue.Queue, ids: set[str], timeout_s: float) -> None:
+    got: set[str] = set()
+
+    def drained() -> bool:
+        with contextlib.suppress(zmqueue.ZmqueueError):
+            for m in q.receive(max_messages=10, wait_time=1):
+                got.add(m.id)
+                q.delete(m.receipt)
+        return got >= ids
+
+    wait_for(drained, timeout_s, "every acknowledged message")
+    assert got == ids
+
+
+def test_draining_all_of_a_partitions_hosts_at_once_keeps_its_messages(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    """Six hosts; the three replicas of a standard queue are drained together.
+    Their replacements start empty, so the internal manager keeps enough old
+    replicas until the new ones have caught up, and the drained hosts'
+    streams are taken over by replicas (they waited for their drained,
+    healthy origin before). Every message arrives; the drain completes."""
+    addr = consul_agent.http_addr
+    start_cluster(hosts, consul_agent, 6)
+    client = zmqueue.connect(addr, request_timeout=5)
+    try:
+        q = client.create_queue(f"drainall-{hosts.uid}", replication_factor=3, visibility_timeout=600)
+        ids = _send_and_wait_for_positions(addr, q, 60, fifo=False)
+        old = list((assignment(addr, q.name) or {})["replicas"])
+        for node in old:
+            kv_client(addr).kv.put(f"zmqueue/hosts/{node}/drain", "true")
+        wait_for(lambda: not set(old) & set((assignment(addr, q.name) or {}).get("replicas", old)), 40,
+                 "the drained hosts' replicas moved away")
+        _drain_all(q, ids, 40)
+    finally:
+        client.close()
+
+
+def test_a_fifo_partition_whose_replicas_all_failed_waits_for_them_and_loses_nothing(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    """Six hosts; the three replicas of a FIFO queue are killed (-9) together.
+    Empty replacements may join, but none of them becomes the writer while
+    the replicas holding the records are only down; once those are back,
+    every acknowledged message is delivered (an empty writer used to be
+    elected, and the returning replicas' records were cut)."""
+    addr = consul_agent.http_addr
+    started = start_cluster(hosts, consul_agent, 6)
+    client = zmqueue.connect(addr, request_timeout=5)
+    try:
+        q = client.create_queue(f"killall-{hosts.uid}.fifo", fifo=True, replication_factor=3,
+                                visibility_timeout=600)
+        ids = _send_and_wait_for_positions(addr, q, 60, fifo=True)
+        old = list((assignment(addr, q.name) or {})["replicas"])
+        victims = [h for h in started if h.node in old]
+        for h in victims:
+            h.kill9()
+        version = (assignment(addr, q.name) or {})["version"]
+        wait_for(lambda: (assignment(addr, q.name) or {}).get("version", version) > version, 30,
+                 "the internal manager's reaction to the failures")
+        for h in victims:
+            hosts.restart(h)
+        _drain_all(q, ids, 60)
+    finally:
+        client.close()

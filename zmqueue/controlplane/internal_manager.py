@@ -7,7 +7,19 @@ for, given the cluster's healthy, non-draining hosts.
 - a joining host takes nothing from placed partitions (sticky), but fills
   partitions that have fewer than R replicas;
 - a partition is never left with no replica: when no host is eligible the
-  assignment stays as it is.
+  assignment stays as it is;
+- a partition that holds records keeps a majority of *keepers*: replicas
+  that hold every record a majority of the current replicas hold (per
+  stream, from ``zmqueue-positions/``: every acknowledged sync send). A new
+  replica starts empty and catches up from the ones it joins, so a change
+  that would leave fewer keepers than a majority of the new set keeps
+  enough current ones (healthy first, drained ones included) in place of
+  the last new hosts, until the new ones have caught up; the writer
+  election (``leadership.may_campaign``) then never picks a replica that
+  lacks what a majority holds. Without this, draining all of a partition's
+  hosts at once, or losing most of them in a larger cluster, gave it empty
+  replicas, one of which became its writer, and its acknowledged messages
+  were lost.
 
 Each change is a new version of the assignment, written by the caller with
 check-and-set under the manager lock.
@@ -15,13 +27,18 @@ check-and-set under the manager lock.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.fleetview import AssignmentWrite, members, moved
-from zmqueue.controlplane.placement import plan_moves
+from zmqueue.controlplane.placement import Move, plan_moves
 from zmqueue.controlplane.queue_directory import Snapshot
 
+StreamPositions = Mapping[str, Mapping[str, kv.Position]]
+"""A partition's positions: stream origin -> node -> position."""
 
-def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool]) -> list[AssignmentWrite]:
+
+def _moves(snap: Snapshot, cluster: str, healthy: dict[str, bool]) -> list[Move]:
     state = snap.state
     hosts = members(snap, cluster, healthy)
     if not any(h.eligible for h in hosts):
@@ -29,12 +46,64 @@ def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool]) -> lis
     current = {pid: a.replicas for pid, a in state.assignments.items()
                if a.cluster == cluster and pid.queue in state.configs}
     replication = {q: cfg.replication_factor for q, cfg in state.configs.items()}
-    writes = []
-    for mv in plan_moves(current, hosts, replication):
-        if not mv.replicas:
+    return [mv for mv in plan_moves(current, hosts, replication) if mv.replicas]
+
+
+def removing(snap: Snapshot, cluster: str, healthy: dict[str, bool]) -> list[kv.PartitionId]:
+    """The partitions a round would take replicas from: the ones whose
+    positions :func:`plan_internal` needs."""
+    return [mv.partition for mv in _moves(snap, cluster, healthy) if mv.remove]
+
+
+def has_records(pos: StreamPositions) -> bool:
+    """Some stream of the partition has a record (a position past 0)."""
+    return any(p.seq > 0 for by_node in pos.values() for p in by_node.values())
+
+
+def _keeper(node: str, old: tuple[str, ...], pos: StreamPositions) -> bool:
+    """``node`` holds, in every stream with records, what a majority of ``old`` holds."""
+    for by_node in pos.values():
+        if not any(p.seq > 0 for p in by_node.values()):
             continue
-        key = kv.partition_key(mv.partition)
+        ranked = sorted((by_node.get(n, kv.Position()) for n in old), reverse=True)
+        if by_node.get(node, kv.Position()) < ranked[len(ranked) // 2]:
+            return False
+    return True
+
+
+def bridged(replicas: tuple[str, ...], old: tuple[str, ...], pos: StreamPositions | None,
+            healthy: dict[str, bool]) -> tuple[str, ...] | None:
+    """``replicas``, the set placement wants in place of ``old``, with enough
+    keepers kept (module doc); None: keep ``old`` as it is. ``pos`` None:
+    the positions could not be read, so every current replica is a keeper."""
+    if pos is not None and not has_records(pos):
+        return replicas  # no records: nothing to carry
+    keepers = [n for n in old if pos is None or _keeper(n, old, pos)]
+    need = min(len(replicas) // 2 + 1, len(keepers))
+    if sum(1 for n in replicas if n in keepers) >= need:
+        return replicas
+    kept = sorted(keepers, key=lambda n: (n not in replicas, not healthy.get(n, False), old.index(n)))[:need]
+    joining = [n for n in replicas if n not in kept][:max(0, len(replicas) - len(kept))]
+    new = (*sorted(kept, key=old.index), *joining)
+    return new if set(new) != set(old) else None
+
+
+def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],
+                  positions: Mapping[kv.PartitionId, StreamPositions | None] | None = None
+                  ) -> list[AssignmentWrite]:
+    """``positions``: of the partitions :func:`removing` names (a missing or
+    None entry: not read, every current replica counts as needed)."""
+    state = snap.state
+    writes = []
+    for mv in _moves(snap, cluster, healthy):
         old = state.assignments[mv.partition]
+        if mv.remove:
+            kept = bridged(mv.replicas, old.replicas, (positions or {}).get(mv.partition), healthy)
+            if kept is None:
+                continue
+            mv = Move(mv.partition, tuple(n for n in old.replicas if n not in kept),
+                      tuple(n for n in kept if n not in old.replicas), kept)
+        key = kv.partition_key(mv.partition)
         reason = (f"replicas {list(old.replicas)} -> {list(mv.replicas)} "
                   f"(removed {list(mv.remove)}, added {list(mv.add)})")
         writes.append(AssignmentWrite(key, moved(old, cluster, mv.replicas),

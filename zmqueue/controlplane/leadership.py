@@ -109,21 +109,36 @@ def parse_lock_key(key: str) -> StreamKey | None:
     return parts[1], int(parts[2]), parts[3]
 
 
+def preferred_serves(cand: Candidacy, passing: set[str]) -> bool:
+    """The stream's preferred writer is healthy and still one of its replicas.
+    A host drained or moved off the partition is no longer: its stream is
+    taken over by a replica for good (it used to wait for a host that would
+    never take it, and its messages were not delivered)."""
+    return cand.preferred is not None and cand.preferred in passing and cand.preferred in cand.replicas
+
+
 def may_campaign(me: str, cand: Candidacy, passing: set[str], my_seq: int,
                  positions: dict[str, int]) -> bool:
     """Whether ``me`` may try to take a free stream lock.
 
     The preferred writer may whenever it is healthy. Anyone else only while
-    the preferred writer is not healthy, and only if no healthy replica is
-    known to be further along (so a new writer has every committed record;
-    it also fetches what its peers have before it writes, see replication).
+    the preferred writer does not serve (:func:`preferred_serves`), only if
+    no healthy replica is known to be further along (so a new writer has
+    every committed record; it also fetches what its peers have before it
+    writes, see replication), and only if it holds what a majority of the
+    replicas hold, those that are down included (``positions``: their last
+    published ones): a replica that joined empty must not take over from
+    replicas that are only down, whose records (every acknowledged sync
+    send among them) would be cut when they return.
     """
-    if cand.preferred is not None and cand.preferred in passing and cand.preferred != me:
+    if preferred_serves(cand, passing) and cand.preferred != me:
         return False
     if cand.preferred == me:
         return True
     best = max((positions.get(n, 0) for n in cand.replicas if n in passing and n != me), default=0)
-    return my_seq >= best
+    seqs = sorted((my_seq if n == me else positions.get(n, 0) for n in cand.replicas), reverse=True)
+    majority_has = seqs[len(seqs) // 2] if seqs else 0
+    return my_seq >= best and my_seq >= majority_has
 
 
 class Leadership(threading.Thread):
@@ -245,7 +260,7 @@ class Leadership(threading.Thread):
         # peers' positions decide only a hand-back, or a free stream with no
         # healthy preferred writer (a FIFO stream, a dead host's origin)
         decide_by_position = borrowed or any(
-            cands[s].preferred not in passing and cands[s].preferred != self.node for s in free)
+            not preferred_serves(cands[s], passing) and cands[s].preferred != self.node for s in free)
         state = self._positions_of_others() if decide_by_position else {}
         for s in list(self.held):
             if s not in mine:
@@ -321,7 +336,7 @@ class Leadership(threading.Thread):
                           positions: dict[StreamKey, tuple[int, int]],
                           state: dict[StreamKey, dict[str, int]]) -> bool:
         pref = cand.preferred
-        if pref is None or pref == self.node or pref not in passing:
+        if pref is None or pref == self.node or not preferred_serves(cand, passing):
             return False
         return state.get(s, {}).get(pref, -1) >= positions.get(s, (0, 0))[1]
 

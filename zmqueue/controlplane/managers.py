@@ -33,7 +33,7 @@ from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.consul_client import AgentHome, ConsulClient
 from zmqueue.controlplane.external_manager import plan_external, quorum_lost
 from zmqueue.controlplane.fleetview import AssignmentWrite, HealthGrace
-from zmqueue.controlplane.internal_manager import plan_internal
+from zmqueue.controlplane.internal_manager import StreamPositions, has_records, plan_internal, removing
 from zmqueue.controlplane.queue_directory import Snapshot
 from zmqueue.controlplane.roles import Session, try_acquire
 from zmqueue.controlplane.snapshot_feed import SnapshotFeed
@@ -123,7 +123,9 @@ class ManagerRoles(threading.Thread):
             self._report(notes)
             self._write(writes, self.locks["external"], sid)
         if "cluster" in self.held:
-            self._write(plan_internal(snap, self.cfg.cluster, healthy), self.locks["cluster"], sid)
+            c = self.cfg.cluster
+            positions = {pid: self._positions(pid) for pid in removing(snap, c, healthy)}
+            self._write(plan_internal(snap, c, healthy, positions), self.locks["cluster"], sid)
 
     def _holding(self, pids: list[kv.PartitionId]) -> frozenset[kv.PartitionId]:
         """Which of ``pids`` hold records: a stream of theirs reported a
@@ -132,24 +134,31 @@ class ManagerRoles(threading.Thread):
         if not pids:
             self._holds.clear()
             return frozenset()
-        out = {pid for pid in pids if pid in self._holds}
         for pid in pids:
-            if pid in out:
-                continue
-            prefix = f"{kv.POSITIONS_PREFIX}{pid.queue}/{pid.partition}/"
-            try:
-                _, items = self.client.call(lambda c: c.kv.get(prefix, recurse=True))  # noqa: B023
-            except (ConsulUnavailable, consul.ConsulException) as exc:
-                log.info("positions of %s/%d not read (%s): it stays", pid.queue, pid.partition, exc)
-                out.add(pid)
-                continue
-            for it in items or []:
-                pos = kv.decode_position(str(it.get("Key", "")), it.get("Value"))
-                if isinstance(pos, kv.Position) and pos.seq > 0:
-                    out.add(pid)
+            if pid not in self._holds:
+                pos = self._positions(pid)
+                if pos is None or has_records(pos):
                     self._holds.add(pid)
-                    break
-        return frozenset(out)
+        return frozenset(pid for pid in pids if pid in self._holds)
+
+    def _positions(self, pid: kv.PartitionId) -> StreamPositions | None:
+        """Every stream position of ``pid`` in ``zmqueue-positions/``
+        (origin -> node -> position); None if Consul did not answer."""
+        prefix = f"{kv.POSITIONS_PREFIX}{pid.queue}/{pid.partition}/"
+        try:
+            _, items = self.client.call(lambda c: c.kv.get(prefix, recurse=True))
+        except (ConsulUnavailable, consul.ConsulException) as exc:
+            log.info("positions of %s/%d not read (%s): every replica counts as needed",
+                     pid.queue, pid.partition, exc)
+            return None
+        out: dict[str, dict[str, kv.Position]] = {}
+        for it in items or []:
+            key = str(it.get("Key", ""))
+            origin, _, node = key[len(prefix):].partition("/")
+            pos = kv.decode_position(key, it.get("Value"))
+            if origin and node and "/" not in node and isinstance(pos, kv.Position):
+                out.setdefault(origin, {})[node] = pos
+        return out
 
     def _set_held(self, held: set[str]) -> None:
         for role in sorted(held - self.held):

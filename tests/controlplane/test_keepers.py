@@ -1,0 +1,62 @@
+"""The internal manager keeps a partition's records when its replicas change
+(``internal_manager.bridged``), and the writer election never picks a replica
+that lacks what a majority of the replicas hold (``leadership.may_campaign``)."""
+
+from __future__ import annotations
+
+from zmqueue.controlplane.internal_manager import bridged
+from zmqueue.controlplane.kvlayout import Position
+from zmqueue.controlplane.leadership import Candidacy, may_campaign
+
+ALL = {n: True for n in "abcdefg"}
+
+
+def at(**seqs: int) -> dict[str, dict[str, Position]]:
+    """One stream ("s") with these nodes' positions (epoch 1)."""
+    return {"s": {n: Position(1, q) for n, q in seqs.items()}}
+
+
+def test_a_partition_without_records_takes_the_set_placement_wants() -> None:
+    assert bridged(("d", "e", "f"), ("a", "b", "c"), at(a=0, b=0, c=0), ALL) == ("d", "e", "f")
+
+
+def test_one_replica_replaced_keeps_two_that_have_everything() -> None:
+    assert bridged(("a", "b", "d"), ("a", "b", "c"), at(a=9, b=9, c=9), ALL) == ("a", "b", "d")
+
+
+def test_all_replicas_drained_at_once_keep_a_majority_until_the_new_ones_catch_up() -> None:
+    old = ("a", "b", "c")
+    assert bridged(("d", "e", "f"), old, at(a=9, b=9, c=9), ALL) == ("a", "b", "d")
+    # next round: d has caught up, so one more old replica may go
+    assert bridged(("d", "e", "f"), ("a", "b", "d"), at(a=9, b=9, d=9, e=0), ALL) == ("a", "d", "e")
+    # and d not caught up yet: nothing changes
+    assert bridged(("d", "e", "f"), ("a", "b", "d"), at(a=9, b=9, d=3), ALL) is None
+
+
+def test_replicas_that_failed_together_are_kept_until_they_return() -> None:
+    down = {**ALL, "a": False, "b": False, "c": False}
+    first = bridged(("d", "e", "f"), ("a", "b", "c"), at(a=9, b=9, c=9), down)
+    assert first == ("a", "b", "d")  # two of them stay: a majority of the set has every record
+    assert bridged(("d", "e", "f"), ("a", "b", "d"), at(a=9, b=9, c=9, d=0), down) is None
+
+
+def test_a_lagging_replica_is_not_a_keeper_and_unread_positions_keep_everyone() -> None:
+    # c lags: only a and b hold what a majority holds, and both must stay
+    assert bridged(("c", "d", "e"), ("a", "b", "c"), at(a=9, b=9, c=5), ALL) is None
+    assert bridged(("d", "e", "f"), ("a", "b", "c"), None, ALL) == ("a", "b", "d")
+
+
+def test_an_empty_replica_may_not_take_over_from_replicas_that_are_only_down() -> None:
+    fifo = Candidacy(("a", "b", "d"), None)
+    # a and b (down) last published 200; d joined empty
+    assert not may_campaign("d", fifo, {"d"}, 0, {"a": 200, "b": 200})
+    assert may_campaign("a", fifo, {"a", "d"}, 200, {"b": 200, "d": 0})
+    # the usual failover: the dead writer was ahead by records no majority had
+    assert may_campaign("b", Candidacy(("a", "b", "c"), None), {"b", "c"}, 100, {"a": 105, "c": 100})
+
+
+def test_a_preferred_writer_that_left_the_replicas_does_not_hold_its_stream_back() -> None:
+    """A drained host stays healthy but is no longer a replica: its stream is taken over."""
+    std = Candidacy(("b", "c", "d"), "a")
+    assert may_campaign("b", std, {"a", "b", "c", "d"}, 50, {"a": 50, "c": 50, "d": 0})
+    assert not may_campaign("b", Candidacy(("a", "b", "c"), "a"), {"a", "b", "c"}, 50, {"a": 50, "c": 50})
