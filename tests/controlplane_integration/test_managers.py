@@ -171,6 +171,33 @@ def test_a_kv_edit_of_a_fixed_setting_is_refused_and_the_queue_keeps_its_type(
     assert f"kv:zmqueue-{h.node}" not in check_statuses(consul_agent, h.node)
 
 
+def _send_and_wait_for_positions(addr: str, q: zmqueue.Queue, n: int, fifo: bool) -> set[str]:
+    ids = {q.send(f"m{i}".encode(), group_id="g" if fifo else None, dedup_id=f"d{i}" if fifo else None)
+           for i in range(n)}
+    kv = kv_client(addr)
+
+    def published() -> bool:  # the hosts publish their positions about twice a second
+        _, items = kv.kv.get(f"zmqueue-positions/{q.name}/0/", recurse=True)
+        return sum(int(json.loads(it["Value"])["seq"]) >= n for it in items or []) >= 3
+
+    wait_for(published, 10, "three replicas' positions in Consul")
+    return ids
+
+
+def _drain_all(q: zmqueue.Queue, ids: set[str], timeout_s: float) -> None:
+    got: set[str] = set()
+
+    def drained() -> bool:
+        with contextlib.suppress(zmqueue.ZmqueueError):
+            for m in q.receive(max_messages=10, wait_time=1):
+                got.add(m.id)
+                q.delete(m.receipt)
+        return got >= ids
+
+    wait_for(drained, timeout_s, "every acknowledged message")
+    assert got == ids
+
+
 def cluster_of(addr: str, queue: str, p: int = 0) -> str | None:
     a = assignment(addr, queue, p)
     return None if a is None else str(a["cluster"])
@@ -197,61 +224,17 @@ def test_a_cluster_that_lost_quorum_keeps_its_partitions_that_hold_records(
         assert home is not None and len(home["replicas"]) == 3, home
         # (a queue's partitions spread over the clusters: at least one of these three shares held's)
         idle_p = next(p for p in range(3) if cluster_of(addr, idle.name, p) == home["cluster"])
-        ids = {held.send(f"m{i}".encode()) for i in range(50)}
-        kv = kv_client(addr)
-
-        def recorded() -> bool:  # the hosts publish their positions about twice a second
-            _, items = kv.kv.get(f"zmqueue-positions/{held.name}/0/", recurse=True)
-            return any(json.loads(it["Value"])["seq"] > 0 for it in items or [])
-
-        wait_for(recorded, 10, "the queue's positions in Consul")
+        ids = _send_and_wait_for_positions(addr, held, 50, fifo=False)
         by_node = {h.node: h for h in hosts.hosts}
         for node in home["replicas"][:2]:
             by_node[node].kill9()
         wait_for(lambda: cluster_of(addr, idle.name, idle_p) != home["cluster"], 30,
                  "the empty partition moved off the cluster that lost quorum")
         assert cluster_of(addr, held.name) == home["cluster"]
-        got: set[str] = set()
-
-        def drained() -> bool:
-            with contextlib.suppress(zmqueue.ZmqueueError):
-                for m in held.receive(max_messages=10, wait_time=1):
-                    got.add(m.id)
-                    held.delete(m.receipt)
-            return got >= ids
-
-        wait_for(drained, 45, "every acknowledged message from the surviving host")
-        assert got == ids
+        _drain_all(held, ids, 45)  # from the surviving host
         assert cluster_of(addr, held.name) == home["cluster"]
     finally:
         client.close()
-
-
-def _send_and_wait_for_positions(addr: str, q: zmqueue.Queue, n: int, fifo: bool) -> set[str]:
-    ids = {q.send(f"m{i}".encode(), group_id="g" if fifo else None, dedup_id=f"d{i}" if fifo else None)
-           for i in range(n)}
-    kv = kv_client(addr)
-
-    def published() -> bool:  # the hosts publish their positions about twice a second
-        _, items = kv.kv.get(f"zmqueue-positions/{q.name}/0/", recurse=True)
-        return sum(int(json.loads(it["Value"])["seq"]) >= n for it in items or []) >= 3
-
-    wait_for(published, 10, "three replicas' positions in Consul")
-    return ids
-
-
-def _drain_all(q: zmqueue.Queue, ids: set[str], timeout_s: float) -> None:
-    got: set[str] = set()
-
-    def drained() -> bool:
-        with contextlib.suppress(zmqueue.ZmqueueError):
-            for m in q.receive(max_messages=10, wait_time=1):
-                got.add(m.id)
-                q.delete(m.receipt)
-        return got >= ids
-
-    wait_for(drained, timeout_s, "every acknowledged message")
-    assert got == ids
 
 
 def test_draining_all_of_a_partitions_hosts_at_once_keeps_its_messages(
