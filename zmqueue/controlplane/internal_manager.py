@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from zmqueue.controlplane import kvlayout as kv
+from zmqueue.controlplane.election import quorum_position
 from zmqueue.controlplane.fleetview import AssignmentWrite, members, moved
 from zmqueue.controlplane.placement import Move, plan_moves
 from zmqueue.controlplane.queue_directory import Snapshot
@@ -61,14 +62,8 @@ def has_records(pos: StreamPositions) -> bool:
 
 
 def _keeper(node: str, old: tuple[str, ...], pos: StreamPositions) -> bool:
-    """``node`` holds, in every stream with records, what a majority of ``old`` holds."""
-    for by_node in pos.values():
-        if not any(p.seq > 0 for p in by_node.values()):
-            continue
-        ranked = sorted((by_node.get(n, kv.Position()) for n in old), reverse=True)
-        if by_node.get(node, kv.Position()) < ranked[len(ranked) // 2]:
-            return False
-    return True
+    """``node`` holds, in every stream, what a majority of ``old`` holds."""
+    return all(by_node.get(node, kv.ZERO) >= quorum_position(by_node, old) for by_node in pos.values())
 
 
 def bridged(replicas: tuple[str, ...], old: tuple[str, ...], pos: StreamPositions | None,

@@ -40,6 +40,7 @@ import consul
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.consul_client import AgentHome, ConsulClient, create_session
 from zmqueue.controlplane.discovery import list_hosts
+from zmqueue.controlplane.election import quorum_position
 from zmqueue.errors import ConsulUnavailable
 
 log = logging.getLogger(__name__)
@@ -136,9 +137,8 @@ def may_campaign(me: str, cand: Candidacy, passing: set[str], my_seq: int,
     if cand.preferred == me:
         return True
     best = max((positions.get(n, 0) for n in cand.replicas if n in passing and n != me), default=0)
-    seqs = sorted((my_seq if n == me else positions.get(n, 0) for n in cand.replicas), reverse=True)
-    majority_has = seqs[len(seqs) // 2] if seqs else 0
-    return my_seq >= best and my_seq >= majority_has
+    seqs = {n: kv.Position(0, my_seq if n == me else positions.get(n, 0)) for n in cand.replicas}
+    return my_seq >= best and my_seq >= quorum_position(seqs, cand.replicas).seq
 
 
 class Leadership(threading.Thread):
