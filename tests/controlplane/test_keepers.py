@@ -60,3 +60,10 @@ def test_a_preferred_writer_that_left_the_replicas_does_not_hold_its_stream_back
     std = Candidacy(("b", "c", "d"), "a")
     assert may_campaign("b", std, {"a", "b", "c", "d"}, 50, {"a": 50, "c": 50, "d": 0})
     assert not may_campaign("b", Candidacy(("a", "b", "c"), "a"), {"a", "b", "c"}, 50, {"a": 50, "c": 50})
+
+
+def test_a_single_replica_drained_is_joined_by_its_replacement_before_it_leaves() -> None:
+    """R=1: the drained host's records exist nowhere else."""
+    assert bridged(("b",), ("a",), at(a=9), ALL) == ("a", "b")
+    assert bridged(("b",), ("a", "b"), at(a=9, b=4), ALL) is None  # b still catching up
+    assert bridged(("b",), ("a", "b"), at(a=9, b=9), ALL) == ("b",)

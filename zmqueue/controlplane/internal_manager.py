@@ -16,7 +16,9 @@ for, given the cluster's healthy, non-draining hosts.
   enough current ones (healthy first, drained ones included) in place of
   the last new hosts, until the new ones have caught up; the writer
   election (``leadership.may_campaign``) then never picks a replica that
-  lacks what a majority holds. Without this, draining all of a partition's
+  lacks what a majority holds. In a set of one or two a keeper holds what
+  the most advanced holds, and a lone replica is joined by its replacement
+  before it leaves (R=1 drains). Without this, draining all of a partition's
   hosts at once, or losing most of them in a larger cluster, gave it empty
   replicas, one of which became its writer, and its acknowledged messages
   were lost.
@@ -62,8 +64,14 @@ def has_records(pos: StreamPositions) -> bool:
 
 
 def _keeper(node: str, old: tuple[str, ...], pos: StreamPositions) -> bool:
-    """``node`` holds, in every stream, what a majority of ``old`` holds."""
-    return all(by_node.get(node, kv.ZERO) >= quorum_position(by_node, old) for by_node in pos.values())
+    """``node`` holds, in every stream, what a majority of ``old`` holds; in
+    a set of one or two, what the most advanced holds (their records may have
+    been acknowledged by one host alone, before the set grew)."""
+    def needed(by_node: Mapping[str, kv.Position]) -> kv.Position:
+        if len(old) <= 2:
+            return max((by_node.get(n, kv.ZERO) for n in old), default=kv.ZERO)
+        return quorum_position(by_node, old)
+    return all(by_node.get(node, kv.ZERO) >= needed(by_node) for by_node in pos.values())
 
 
 def bridged(replicas: tuple[str, ...], old: tuple[str, ...], pos: StreamPositions | None,
@@ -78,7 +86,9 @@ def bridged(replicas: tuple[str, ...], old: tuple[str, ...], pos: StreamPosition
     if sum(1 for n in replicas if n in keepers) >= need:
         return replicas
     kept = sorted(keepers, key=lambda n: (n not in replicas, not healthy.get(n, False), old.index(n)))[:need]
-    joining = [n for n in replicas if n not in kept][:max(0, len(replicas) - len(kept))]
+    # one slot for a new replica even when the keepers fill the set (R=1: the
+    # drained host and its replacement, until the replacement has caught up)
+    joining = [n for n in replicas if n not in kept][:max(1, len(replicas) - len(kept))]
     new = (*sorted(kept, key=old.index), *joining)
     return new if set(new) != set(old) else None
 
