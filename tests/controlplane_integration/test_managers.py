@@ -171,16 +171,17 @@ def test_a_kv_edit_of_a_fixed_setting_is_refused_and_the_queue_keeps_its_type(
     assert f"kv:zmqueue-{h.node}" not in check_statuses(consul_agent, h.node)
 
 
-def _send_and_wait_for_positions(addr: str, q: zmqueue.Queue, n: int, fifo: bool) -> set[str]:
+def _send_and_wait_for_positions(addr: str, q: zmqueue.Queue, n: int, fifo: bool,
+                                  copies: int = 3) -> set[str]:
     ids = {q.send(f"m{i}".encode(), group_id="g" if fifo else None, dedup_id=f"d{i}" if fifo else None)
            for i in range(n)}
     kv = kv_client(addr)
 
     def published() -> bool:  # the hosts publish their positions about twice a second
         _, items = kv.kv.get(f"zmqueue-positions/{q.name}/0/", recurse=True)
-        return sum(int(json.loads(it["Value"])["seq"]) >= n for it in items or []) >= 3
+        return sum(int(json.loads(it["Value"])["seq"]) >= n for it in items or []) >= copies
 
-    wait_for(published, 10, "three replicas' positions in Consul")
+    wait_for(published, 10, f"{copies} replicas' positions in Consul")
     return ids
 
 
@@ -284,5 +285,26 @@ def test_a_fifo_partition_whose_replicas_all_failed_waits_for_them_and_loses_not
         for h in victims:
             hosts.restart(h)
         _drain_all(q, ids, 60)
+    finally:
+        client.close()
+
+
+def test_draining_the_host_of_a_single_replica_queue_moves_its_messages(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    """R=1 (the default): the drained host holds the only copy, so its
+    replacement joins first and the host leaves once it has caught up (the
+    partition used to go straight to an empty host, and every message with
+    it)."""
+    addr = consul_agent.http_addr
+    start_cluster(hosts, consul_agent, 2)
+    client = zmqueue.connect(addr, request_timeout=5)
+    try:
+        q = client.create_queue(f"single-{hosts.uid}", visibility_timeout=600)
+        ids = _send_and_wait_for_positions(addr, q, 60, fifo=False, copies=1)
+        [old] = (assignment(addr, q.name) or {})["replicas"]
+        kv_client(addr).kv.put(f"zmqueue/hosts/{old}/drain", "true")
+        wait_for(lambda: old not in (assignment(addr, q.name) or {}).get("replicas", [old]), 40,
+                 "the replica moved off the drained host")
+        _drain_all(q, ids, 40)
     finally:
         client.close()
