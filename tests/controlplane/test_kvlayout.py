@@ -247,3 +247,16 @@ def test_an_edit_of_a_fixed_setting_is_a_problem_and_the_old_config_is_kept():
     # deleted and created again as another type: a new queue (new CreateIndex), not an edit
     recreated = _config_state(QueueConfig("orders", fifo=True), created=12, modified=12)
     assert fixed_setting_edits(old, recreated) == []
+
+
+def test_a_positions_listing_decodes_by_stream_and_skips_what_it_cannot_read():
+    from zmqueue.controlplane.kvlayout import POSITIONS_PREFIX, Position, decode_stream_positions
+
+    items = [{"Key": f"{POSITIONS_PREFIX}q/0/n1/n2", "Value": b'{"epoch": 2, "seq": 7}'},
+             {"Key": f"{POSITIONS_PREFIX}q/0/fifo/n1", "Value": b'{"epoch": 1, "seq": 3}'},
+             {"Key": f"{POSITIONS_PREFIX}q/x/fifo/n1", "Value": b'{"epoch": 1, "seq": 3}'},  # partition
+             {"Key": f"{POSITIONS_PREFIX}q/0/fifo", "Value": b'{"epoch": 1, "seq": 3}'},  # no node
+             {"Key": f"{POSITIONS_PREFIX}q/1/fifo/n3", "Value": b"not json"}]
+    assert decode_stream_positions(items) == {("q", 0, "n1"): {"n2": Position(2, 7)},
+                                              ("q", 0, "fifo"): {"n1": Position(1, 3)}}
+    assert decode_stream_positions(None) == {}

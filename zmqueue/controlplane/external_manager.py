@@ -12,14 +12,16 @@ hosts as replicas, so "quorum lost" is judged against
 reported by hosts yet, so overheat moves need a load source (none today).
 
 Partitions that hold records never move (``assignment.py``'s rules): the
-adapter (``managers.py``) reads, for the partitions :func:`quorum_lost` names,
-whether any of their streams has a position past 0 in
-``zmqueue-positions/`` and passes them as ``holding``.
+adapter (``managers.py``) passes ``holding``, which is asked about the
+partitions on a cluster short of quorum only and reads whether any of their
+streams has a position past 0 in ``zmqueue-positions/``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
 
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.assignment import (
@@ -36,8 +38,7 @@ from zmqueue.controlplane.queue_directory import Snapshot
 from zmqueue.errors import Unavailable
 
 
-def build_fleet(snap: Snapshot, healthy: dict[str, bool],
-                holding: frozenset[kv.PartitionId] = frozenset()) -> Fleet:
+def build_fleet(snap: Snapshot, healthy: dict[str, bool]) -> Fleet:
     state = snap.state
     registered = Counter(h.cluster for h in snap.hosts)
     up = Counter(h.cluster for h in snap.hosts
@@ -48,13 +49,7 @@ def build_fleet(snap: Snapshot, healthy: dict[str, bool],
         r = max(1, min(state.configs[pid.queue].replication_factor, registered[cluster]))
         replication[pid.queue] = min(replication.get(pid.queue, r), r)
     clusters = {c: ClusterInfo(c, up[c]) for c in registered}
-    return Fleet(clusters, assigned, replication, holding=holding)
-
-
-def quorum_lost(snap: Snapshot, healthy: dict[str, bool]) -> list[kv.PartitionId]:
-    """The partitions on a cluster short of a quorum for them: the ones a
-    round would move, unless they hold records."""
-    return below_quorum(build_fleet(snap, healthy))
+    return Fleet(clusters, assigned, replication)
 
 
 def _new_partitions(snap: Snapshot, healthy: dict[str, bool], fleet: Fleet,
@@ -83,12 +78,17 @@ def _new_partitions(snap: Snapshot, healthy: dict[str, bool], fleet: Fleet,
     return writes
 
 
-def plan_external(snap: Snapshot, healthy: dict[str, bool], holding: frozenset[kv.PartitionId] = frozenset()
+Holding = Callable[[list[kv.PartitionId]], frozenset[kv.PartitionId]]
+"""Which of the given partitions hold records (they never move)."""
+
+
+def plan_external(snap: Snapshot, healthy: dict[str, bool], holding: Holding = lambda pids: frozenset()
                   ) -> tuple[list[AssignmentWrite], list[str]]:
     """Writes for this round, and notes on what could not be done;
-    ``holding``: partitions that hold records (they never move)."""
+    ``holding`` is asked about the partitions below quorum only."""
     state = snap.state
-    fleet = build_fleet(snap, healthy, holding)
+    fleet = build_fleet(snap, healthy)
+    fleet = replace(fleet, holding=holding(below_quorum(fleet)))
     notes: list[str] = []
     writes = _new_partitions(snap, healthy, fleet, notes)
     for action in rebalance(fleet):

@@ -29,7 +29,7 @@ check-and-set under the manager lock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.election import quorum_position
@@ -50,12 +50,6 @@ def _moves(snap: Snapshot, cluster: str, healthy: dict[str, bool]) -> list[Move]
                if a.cluster == cluster and pid.queue in state.configs}
     replication = {q: cfg.replication_factor for q, cfg in state.configs.items()}
     return [mv for mv in plan_moves(current, hosts, replication) if mv.replicas]
-
-
-def removing(snap: Snapshot, cluster: str, healthy: dict[str, bool]) -> list[kv.PartitionId]:
-    """The partitions a round would take replicas from: the ones whose
-    positions :func:`plan_internal` needs."""
-    return [mv.partition for mv in _moves(snap, cluster, healthy) if mv.remove]
 
 
 def has_records(pos: StreamPositions) -> bool:
@@ -94,16 +88,16 @@ def bridged(replicas: tuple[str, ...], old: tuple[str, ...], pos: StreamPosition
 
 
 def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],
-                  positions: Mapping[kv.PartitionId, StreamPositions | None] | None = None
+                  positions: Callable[[kv.PartitionId], StreamPositions | None] = lambda pid: None
                   ) -> list[AssignmentWrite]:
-    """``positions``: of the partitions :func:`removing` names (a missing or
-    None entry: not read, every current replica counts as needed)."""
+    """``positions``: asked only for the partitions a change would take
+    replicas from (None: not known, every current replica counts as needed)."""
     state = snap.state
     writes = []
     for mv in _moves(snap, cluster, healthy):
         old = state.assignments[mv.partition]
         if mv.remove:
-            kept = bridged(mv.replicas, old.replicas, (positions or {}).get(mv.partition), healthy)
+            kept = bridged(mv.replicas, old.replicas, positions(mv.partition), healthy)
             if kept is None:
                 continue
             mv = Move(mv.partition, tuple(n for n in old.replicas if n not in kept),

@@ -31,7 +31,7 @@ JSON fields are kept in ``extra`` and written back unchanged.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, TypeVar
 
@@ -253,6 +253,23 @@ def decode_leader(key: str, raw: bytes | None) -> LeaderRecord | Malformed:
 
 def decode_position(key: str, raw: bytes | None) -> Position | Malformed:
     return _guard(key, raw, lambda d: Position(_int(d, "epoch"), _int(d, "seq")))
+
+
+def decode_stream_positions(items: Iterable[Mapping[str, Any]] | None
+                            ) -> dict[tuple[str, int, str], dict[str, Position]]:
+    """A listing under :data:`POSITIONS_PREFIX` (``kv.get(..., recurse=True)``
+    items) as (queue, partition, origin) -> node -> position; keys of another
+    shape and malformed values are skipped."""
+    out: dict[tuple[str, int, str], dict[str, Position]] = {}
+    for it in items or []:
+        key = str(it.get("Key", ""))
+        parts = key[len(POSITIONS_PREFIX):].split("/") if key.startswith(POSITIONS_PREFIX) else []
+        if len(parts) != 4 or not parts[1].isdigit() or not all(parts):
+            continue
+        pos = decode_position(key, it.get("Value"))
+        if isinstance(pos, Position):
+            out.setdefault((parts[0], int(parts[1]), parts[2]), {})[parts[3]] = pos
+    return out
 
 
 def decode_manager(key: str, raw: bytes | None) -> ManagerRecord | Malformed:

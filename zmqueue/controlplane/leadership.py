@@ -322,15 +322,8 @@ class Leadership(threading.Thread):
 
     def _positions_of_others(self) -> dict[StreamKey, dict[str, int]]:
         _, items = self.client.call(lambda c: c.kv.get(kv.POSITIONS_PREFIX, recurse=True))
-        out: dict[StreamKey, dict[str, int]] = {}
-        for it in items or []:
-            parts = str(it.get("Key", ""))[len(kv.POSITIONS_PREFIX):].split("/")
-            if len(parts) != 4 or not parts[1].isdigit():
-                continue
-            pos = kv.decode_position(str(it["Key"]), it.get("Value"))
-            if isinstance(pos, kv.Position):
-                out.setdefault((parts[0], int(parts[1]), parts[2]), {})[parts[3]] = pos.seq
-        return out
+        return {s: {n: p.seq for n, p in by_node.items()}
+                for s, by_node in kv.decode_stream_positions(items).items()}
 
     def _should_hand_back(self, s: StreamKey, cand: Candidacy, passing: set[str],
                           positions: dict[StreamKey, tuple[int, int]],

@@ -31,9 +31,9 @@ import consul
 
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.consul_client import AgentHome, ConsulClient
-from zmqueue.controlplane.external_manager import plan_external, quorum_lost
+from zmqueue.controlplane.external_manager import plan_external
 from zmqueue.controlplane.fleetview import AssignmentWrite, HealthGrace
-from zmqueue.controlplane.internal_manager import StreamPositions, has_records, plan_internal, removing
+from zmqueue.controlplane.internal_manager import StreamPositions, has_records, plan_internal
 from zmqueue.controlplane.queue_directory import Snapshot
 from zmqueue.controlplane.roles import Session, try_acquire
 from zmqueue.controlplane.snapshot_feed import SnapshotFeed
@@ -119,13 +119,12 @@ class ManagerRoles(threading.Thread):
         healthy = self.grace.view(snap, time.monotonic())
         self._log_failed(snap, healthy)
         if "external" in self.held:
-            writes, notes = plan_external(snap, healthy, self._holding(quorum_lost(snap, healthy)))
+            writes, notes = plan_external(snap, healthy, self._holding)
             self._report(notes)
             self._write(writes, self.locks["external"], sid)
         if "cluster" in self.held:
-            c = self.cfg.cluster
-            positions = {pid: self._positions(pid) for pid in removing(snap, c, healthy)}
-            self._write(plan_internal(snap, c, healthy, positions), self.locks["cluster"], sid)
+            self._write(plan_internal(snap, self.cfg.cluster, healthy, self._positions),
+                        self.locks["cluster"], sid)
 
     def _holding(self, pids: list[kv.PartitionId]) -> frozenset[kv.PartitionId]:
         """Which of ``pids`` hold records: a stream of theirs reported a
@@ -151,14 +150,8 @@ class ManagerRoles(threading.Thread):
             log.info("positions of %s/%d not read (%s): every replica counts as needed",
                      pid.queue, pid.partition, exc)
             return None
-        out: dict[str, dict[str, kv.Position]] = {}
-        for it in items or []:
-            key = str(it.get("Key", ""))
-            origin, _, node = key[len(prefix):].partition("/")
-            pos = kv.decode_position(key, it.get("Value"))
-            if origin and node and "/" not in node and isinstance(pos, kv.Position):
-                out.setdefault(origin, {})[node] = pos
-        return out
+        return {origin: by_node for (q, p, origin), by_node in kv.decode_stream_positions(items).items()
+                if (q, p) == (pid.queue, pid.partition)}
 
     def _set_held(self, held: set[str]) -> None:
         for role in sorted(held - self.held):
