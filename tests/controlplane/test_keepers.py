@@ -1,12 +1,17 @@
 """The internal manager keeps a partition's records when its replicas change
-(``internal_manager.bridged``), and the writer election never picks a replica
+(``internal_manager.bridged``), keeps failed replicas that nothing can
+replace (``internal_manager.with_failed``), and the writer election never picks a replica
 that lacks what a majority of the replicas hold (``leadership.may_campaign``)."""
 
 from __future__ import annotations
 
-from zmqueue.controlplane.internal_manager import bridged
+from zmqueue.config import QueueConfig
+from zmqueue.controlplane import kvlayout as kv
+from zmqueue.controlplane.discovery import HostInfo
+from zmqueue.controlplane.internal_manager import bridged, plan_internal, with_failed
 from zmqueue.controlplane.kvlayout import Position
 from zmqueue.controlplane.leadership import Candidacy, may_campaign
+from zmqueue.controlplane.queue_directory import Snapshot
 
 ALL = {n: True for n in "abcdefg"}
 
@@ -67,3 +72,42 @@ def test_a_single_replica_drained_is_joined_by_its_replacement_before_it_leaves(
     assert bridged(("b",), ("a",), at(a=9), ALL) == ("a", "b")
     assert bridged(("b",), ("a", "b"), at(a=9, b=4), ALL) is None  # b still catching up
     assert bridged(("b",), ("a", "b"), at(a=9, b=9), ALL) == ("b",)
+
+
+def _snapshot(replicas: tuple[str, ...], status: dict[str, str], r: int = 3,
+              drains: tuple[str, ...] = ()) -> Snapshot:
+    pid = kv.PartitionId("q", 0)
+    state = kv.ClusterState(configs={"q": QueueConfig(name="q", replication_factor=r, sync_replication=True)},
+                            assignments={pid: kv.PartitionAssignment("c1", replicas, 1)},
+                            drains={n: True for n in drains})
+    hosts = [HostInfo(n, "c1", "1", f"tcp://127.0.0.1:{i}", s) for i, (n, s) in enumerate(status.items())]
+    return Snapshot(1, state, [], hosts)
+
+
+def _plan(snap: Snapshot) -> list[tuple[str, ...]]:
+    healthy = {h.node: h.passing for h in snap.hosts}
+    full = {"s": {n: Position(1, 9) for n in "abcd"}}
+    return [w.assignment.replicas for w in plan_internal(snap, "c1", healthy, lambda pid: full)]
+
+
+def test_failed_replicas_stay_in_the_set_while_no_host_can_replace_them() -> None:
+    """Three hosts, R=3, two killed: the survivor must not become a set of
+    one (it would acknowledge sync sends alone)."""
+    snap = _snapshot(("a", "b", "c"), {"a": "passing", "b": "critical", "c": "critical"})
+    assert _plan(snap) == []
+    assert with_failed(("a",), ("a", "b", "c"), 3, {"b", "c"}) == ("a", "b", "c")
+
+
+def test_a_failed_replica_leaves_for_a_replacement_and_a_drained_or_deregistered_one_at_once() -> None:
+    four = {"a": "passing", "b": "critical", "c": "passing", "d": "passing"}
+    assert _plan(_snapshot(("a", "b", "c"), four)) == [("a", "c", "d")]
+    # drained: the operator asked for it to go, replacement or not
+    drained = _snapshot(("a", "b", "c"), {"a": "passing", "b": "passing", "c": "passing"}, drains=("b",))
+    assert _plan(drained) == [("a", "c")]
+    # deregistered (a clean stop): gone
+    assert _plan(_snapshot(("a", "b", "c"), {"a": "passing", "c": "passing"})) == [("a", "c")]
+    # two failed, one spare: the spare takes one slot, one failed replica stays
+    assert with_failed(("a", "d"), ("a", "b", "c"), 3, {"b", "c"}) == ("a", "b", "d")
+    # a set already smaller than R is not grown with failed hosts
+    assert with_failed(("a",), ("a", "b"), 3, {"b"}) == ("a", "b")
+    assert with_failed(("a",), ("a",), 3, set()) == ("a",)

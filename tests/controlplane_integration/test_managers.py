@@ -185,14 +185,19 @@ def _send_and_wait_for_positions(addr: str, q: zmqueue.Queue, n: int, fifo: bool
     return ids
 
 
-def _drain_all(q: zmqueue.Queue, ids: set[str], timeout_s: float) -> None:
+def _drain_all(q: zmqueue.Queue, ids: set[str], timeout_s: float, delete: bool = True) -> None:
+    """Receive (and delete) until every one of ``ids`` has arrived, and no
+    other message. ``delete=False``: receive only (the queue's visibility
+    timeout must outlast the wait), for a sync queue short of a majority of
+    its replicas, which refuses deletes."""
     got: set[str] = set()
 
     def drained() -> bool:
         with contextlib.suppress(zmqueue.ZmqueueError):
             for m in q.receive(max_messages=10, wait_time=1):
                 got.add(m.id)
-                q.delete(m.receipt)
+                if delete:
+                    q.delete(m.receipt)
         return got >= ids
 
     wait_for(drained, timeout_s, "every acknowledged message")
@@ -210,7 +215,9 @@ def test_a_cluster_that_lost_quorum_keeps_its_partitions_that_hold_records(
     are killed (-9). The external manager moves an empty partition off the
     cluster that lost quorum, but not the queue's: a move gives a partition
     new, empty replicas and would leave its acknowledged messages behind
-    (every one of them used to be lost that way). The survivor delivers them."""
+    (every one of them used to be lost that way). The survivor delivers them
+    (and refuses deletes: the killed hosts stay replicas, so a delete waits
+    for a majority of the three)."""
     addr = consul_agent.http_addr
     start_cluster(hosts, consul_agent, 3)
     for i in range(3):
@@ -232,7 +239,7 @@ def test_a_cluster_that_lost_quorum_keeps_its_partitions_that_hold_records(
         wait_for(lambda: cluster_of(addr, idle.name, idle_p) != home["cluster"], 30,
                  "the empty partition moved off the cluster that lost quorum")
         assert cluster_of(addr, held.name) == home["cluster"]
-        _drain_all(held, ids, 45)  # from the surviving host
+        _drain_all(held, ids, 45, delete=False)  # from the surviving host (deletes wait for a majority)
         assert cluster_of(addr, held.name) == home["cluster"]
     finally:
         client.close()
@@ -306,5 +313,55 @@ def test_draining_the_host_of_a_single_replica_queue_moves_its_messages(
         wait_for(lambda: old not in (assignment(addr, q.name) or {}).get("replicas", [old]), 40,
                  "the replica moved off the drained host")
         _drain_all(q, ids, 40)
+    finally:
+        client.close()
+
+
+def test_a_sync_queue_that_lost_two_of_three_hosts_refuses_sends_until_one_returns(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    """Three hosts, a FIFO queue with R=3 and sync replication; the writer's
+    two followers are killed (-9). No host can take their slots, so they stay
+    in the replica set: the writer refuses sends it would hold alone (the set
+    used to shrink to it, and it acknowledged them on one host). One of them
+    restarts: the send, retried with its dedup id, is acknowledged once, and
+    every message arrives in order."""
+    addr = consul_agent.http_addr
+    started = start_cluster(hosts, consul_agent, 3)
+    client = zmqueue.connect(addr, request_timeout=8, retries=0)
+    try:
+        q = client.create_queue(f"lost2-{hosts.uid}.fifo", fifo=True, replication_factor=3,
+                                sync_replication=True, visibility_timeout=600)
+        ids = _send_and_wait_for_positions(addr, q, 20, fifo=True)
+        writer = wait_for(lambda: lock_holder(addr, f"zmqueue/leaders/{q.name}/0/fifo"), 15, "a writer")
+        victims = [h for h in started if h.node != writer]
+        for h in victims:
+            h.kill9()
+        for h in victims:
+            wait_for(lambda: not all_passing(consul_agent, h.node), 15, f"{h.node} critical")  # noqa: B023
+        # one send, refused after the writer waited its 5 s for a second copy, and once
+        # more on the retry: the set still has its three replicas ~10 s after the failures
+        # (the manager's grace is 3 s)
+        with pytest.raises(zmqueue.Unavailable, match="replicas acknowledged"):
+            q.send(b"refused", group_id="g", dedup_id="refused")
+        assert sorted((assignment(addr, q.name) or {})["replicas"]) == sorted(h.node for h in started)
+        hosts.restart(victims[0])
+
+        def sent() -> str | None:
+            with contextlib.suppress(zmqueue.ZmqueueError):
+                return q.send(b"refused", group_id="g", dedup_id="refused")
+            return None
+
+        ids.add(wait_for(sent, 45, "the send acknowledged once a second replica is back"))
+        got: list[zmqueue.Message] = []
+
+        def drained() -> bool:
+            with contextlib.suppress(zmqueue.ZmqueueError):
+                for m in q.receive(max_messages=10, wait_time=1):
+                    got.append(m)
+                    q.delete(m.receipt)
+            return {m.id for m in got} >= ids
+
+        wait_for(drained, 30, "every acknowledged message")
+        assert [m.body for m in got] == [f"m{i}".encode() for i in range(20)] + [b"refused"]
     finally:
         client.close()

@@ -4,6 +4,14 @@ for, given the cluster's healthy, non-draining hosts.
 
 - a failed host (past the grace period) or a drained one loses its
   replicas; the slot goes to the next-ranked eligible host (zones first);
+- a failed host leaves a replica set only for a replacement: while the
+  cluster has no eligible host to take its slot, it stays in the set
+  (registered, checks critical, not drained), so a sync send still needs a
+  majority of R and the survivors of a 3-host cluster that lost two hosts
+  refuse sends instead of acknowledging them on one host (as RabbitMQ
+  quorum queues and NATS R=3 streams do). Drained hosts and hosts that
+  deregistered (a clean stop, or Consul's 30 min reaping of a critical
+  service) leave at once;
 - a joining host takes nothing from placed partitions (sticky), but fills
   partitions that have fewer than R replicas;
 - a partition is never left with no replica: when no host is eligible the
@@ -49,7 +57,28 @@ def _moves(snap: Snapshot, cluster: str, healthy: dict[str, bool]) -> list[Move]
     current = {pid: a.replicas for pid, a in state.assignments.items()
                if a.cluster == cluster and pid.queue in state.configs}
     replication = {q: cfg.replication_factor for q, cfg in state.configs.items()}
-    return [mv for mv in plan_moves(current, hosts, replication) if mv.replicas]
+    failed = {h.node for h in hosts if not h.healthy and not h.draining}
+    moves = []
+    for mv in plan_moves(current, hosts, replication):
+        old = current[mv.partition]
+        new = with_failed(mv.replicas, old, replication[mv.partition.queue], failed)
+        if new and new != old:
+            moves.append(Move(mv.partition, tuple(n for n in old if n not in new),
+                              tuple(n for n in new if n not in old), new))
+    return moves
+
+
+def with_failed(replicas: tuple[str, ...], old: tuple[str, ...], r: int,
+                failed: set[str]) -> tuple[str, ...]:
+    """``replicas``, the set placement wants in place of ``old``, with the
+    failed replicas of ``old`` kept in the slots no eligible host could take
+    (up to ``min(r, len(old))`` replicas), in their old order: a failed host
+    leaves a set only for a replacement (module doc)."""
+    short = min(r, len(old)) - len(replicas)
+    keep = [n for n in old if n in failed and n not in replicas][:max(0, short)]
+    if not keep:
+        return replicas
+    return (*(n for n in old if n in replicas or n in keep), *(n for n in replicas if n not in old))
 
 
 def has_records(pos: StreamPositions) -> bool:

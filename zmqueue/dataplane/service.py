@@ -642,7 +642,9 @@ class QueueService:
                 have = 1 + sum(1 for v in st.follower_pos.values() if v >= a.seq)
                 a.request.fail(Unavailable(
                     f"only {have} of {len(st.replicas)} replicas acknowledged within "
-                    f"{ACK_TIMEOUT_S:.0f} s; synchronous replication needs {st.quorum()}",
+                    f"{ACK_TIMEOUT_S:.0f} s; synchronous replication needs {st.quorum()} (the "
+                    f"others are down or behind: retry once they are back, with the same dedup "
+                    f"id on a FIFO queue; the write is stored here and may still be delivered)",
                     replicas=len(st.replicas), acknowledged=have))
 
     def _release(self, st: Stream) -> None:
