@@ -111,3 +111,65 @@ def test_a_failed_replica_leaves_for_a_replacement_and_a_drained_or_deregistered
     # a set already smaller than R is not grown with failed hosts
     assert with_failed(("a",), ("a", "b"), 3, {"b"}) == ("a", "b")
     assert with_failed(("a",), ("a",), 3, set()) == ("a",)
+
+
+def _grown(joining: tuple[str, ...], pos: dict[str, dict[str, Position]] | None,
+           status: dict[str, str], drains: tuple[str, ...] = ()) -> list[kv.PartitionAssignment]:
+    """Plan for a partition placed on (a, b, c) with ``joining`` among them."""
+    pid = kv.PartitionId("q", 0)
+    state = kv.ClusterState(configs={"q": QueueConfig(name="q", replication_factor=3, sync_replication=True)},
+                            assignments={pid: kv.PartitionAssignment("c1", ("a", "b", "c"), 1, {}, joining)},
+                            drains={n: True for n in drains})
+    hosts = [HostInfo(n, "c1", "1", f"tcp://127.0.0.1:{i}", s) for i, (n, s) in enumerate(status.items())]
+    healthy = {h.node: h.passing for h in hosts}
+    return [w.assignment for w in plan_internal(Snapshot(1, state, [], hosts), "c1", healthy, lambda p: pos)]
+
+
+UP = {n: "passing" for n in "abcd"}
+
+
+def test_replicas_added_to_a_partition_with_records_join_and_become_voters_once_caught_up() -> None:
+    pid = kv.PartitionId("q", 0)
+    state = kv.ClusterState(configs={"q": QueueConfig(name="q", replication_factor=3)},
+                            assignments={pid: kv.PartitionAssignment("c1", ("a",), 1)})
+    hosts = [HostInfo(n, "c1", "1", f"tcp://127.0.0.1:{i}", "passing") for i, n in enumerate("abc")]
+    snap = Snapshot(1, state, [], hosts)
+    healthy = {n: True for n in "abc"}
+    # R raised from 1 to 3: b and c join; a holds records, so they are not voters yet
+    [grown] = [w.assignment for w in plan_internal(snap, "c1", healthy, lambda p: at(a=9))]
+    assert grown.replicas == ("a", "b", "c") and grown.joining == ("b", "c") and grown.voters == ("a",)
+    # no records: nothing to catch up, every replica votes at once
+    [fresh] = [w.assignment for w in plan_internal(snap, "c1", healthy, lambda p: at(a=0))]
+    assert fresh.joining == ()
+    # b has caught up, c not yet; then both
+    assert [a.joining for a in _grown(("b", "c"), at(a=9, b=9, c=4), UP)] == [("c",)]
+    assert [a.joining for a in _grown(("b", "c"), at(a=9, b=9, c=9), UP)] == [()]
+    assert _grown(("b", "c"), None, UP) == []  # positions unknown: they stay joining
+
+
+def test_a_drain_right_after_r_was_raised_keeps_the_only_replica_with_the_records() -> None:
+    """(a, b, c) where b and c joined empty: draining a must not leave them alone."""
+    assert bridged(("b", "c", "d"), ("a", "b", "c"), at(a=9, b=0, c=0), ALL, ("b", "c")) is None
+    # without the joining mark, b and c (at 0) looked like a majority holding everything
+    assert bridged(("b", "c", "d"), ("a", "b", "c"), at(a=9, b=0, c=0), ALL) == ("b", "c", "d")
+    # and through a manager round: a stays, d is not let in at a's expense
+    assert _grown(("b", "c"), at(a=9, b=0, c=0), UP, drains=("a",)) == []
+
+
+def test_a_joining_replica_is_no_voter_in_the_writer_election() -> None:
+    grown = Candidacy(("a", "b", "c"), None, ("b", "c"))
+    # a (down) holds 9; b and c joined empty: they would be a majority of three at 0
+    assert not may_campaign("b", grown, {"b", "c"}, 0, {"a": 9, "c": 0})
+    assert may_campaign("b", Candidacy(("a", "b", "c"), None), {"b", "c"}, 0, {"a": 9, "c": 0})
+    assert may_campaign("b", grown, {"b", "c"}, 9, {"a": 9, "c": 0})  # caught up, not yet a voter
+
+
+def test_a_joining_host_writes_its_own_new_stream_but_not_a_stale_copy_of_it() -> None:
+    """Standard partition: b's own stream, b joining."""
+    new = Candidacy(("a", "b"), "b", ("b",))
+    assert may_campaign("b", new, {"a", "b"}, 0, {"a": 0})
+    assert not may_campaign("a", new, {"a", "b"}, 0, {"b": 0})  # a leaves b's new stream to b
+    # b rejoined with a stale copy of its stream, which a wrote meanwhile (its writer died)
+    stale = Candidacy(("a", "b", "c"), "b", ("b",))
+    assert not may_campaign("b", stale, {"b", "c"}, 3, {"a": 7, "c": 7})
+    assert may_campaign("c", stale, {"b", "c"}, 7, {"a": 7, "b": 3})

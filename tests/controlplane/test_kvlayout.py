@@ -57,6 +57,9 @@ def test_each_value_round_trips_through_its_codec():
     assert kv.decode_queue_config("k", kv.encode_queue_config(cfg)) == cfg
     a = PartitionAssignment("c1", ("n1", "n2"), 5)
     assert kv.decode_assignment("k", kv.encode_assignment(a)) == a
+    assert "joining" not in json.loads(kv.encode_assignment(a))
+    j = PartitionAssignment("c1", ("n1", "n2", "n3"), 6, {}, ("n3",))
+    assert kv.decode_assignment("k", kv.encode_assignment(j)) == j and j.voters == ("n1", "n2")
     ld = LeaderRecord("n1", "tcp://127.0.0.1:5555", 9)
     assert kv.decode_leader("k", kv.encode_leader(ld)) == ld
     assert kv.decode_position("k", kv.encode_position(Position(2, 40))) == Position(2, 40)
@@ -83,6 +86,8 @@ def test_bad_values_become_malformed_results_naming_key_and_reason():
     assert "delay" in bad.reason
     assert isinstance(kv.decode_assignment("k", b'{"cluster":"c","replicas":["a","a"]}'),
                       Malformed)
+    assert isinstance(kv.decode_assignment("k", b'{"cluster":"c","replicas":["a"],"version":1,'
+                                                b'"joining":["b"]}'), Malformed)
     assert isinstance(kv.decode_position("k", b'{"epoch":-1,"seq":0}'), Malformed)
     assert isinstance(kv.decode_position("k", b'{"epoch":true,"seq":0}'), Malformed)
     assert isinstance(kv.decode_leader("k", None), Malformed)

@@ -365,3 +365,43 @@ def test_a_sync_queue_that_lost_two_of_three_hosts_refuses_sends_until_one_retur
         assert [m.body for m in got] == [f"m{i}".encode() for i in range(20)] + [b"refused"]
     finally:
         client.close()
+
+
+def test_hosts_that_join_a_partition_whose_only_replica_is_down_do_not_take_it_over(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    """A FIFO queue with R=3 created on a one-host cluster holds messages
+    acknowledged by that host alone; it is killed (-9) and two hosts join.
+    They are added as *joining* replicas (not voters), so neither is elected
+    writer on an empty log while the host with the records is only down (one
+    was, and the returning host's records were cut). It returns: every
+    message arrives, in order, and the joiners become voters once caught up."""
+    addr = consul_agent.http_addr
+    [first] = start_cluster(hosts, consul_agent, 1)
+    client = zmqueue.connect(addr, request_timeout=5)
+    try:
+        q = client.create_queue(f"join-{hosts.uid}.fifo", fifo=True, replication_factor=3,
+                                sync_replication=True, visibility_timeout=600)
+        ids = _send_and_wait_for_positions(addr, q, 30, fifo=True, copies=1)
+        first.kill9()
+        wait_for(lambda: not all_passing(consul_agent, first.node), 15, f"{first.node} critical")
+        for h in (hosts.start("n2"), hosts.start("n3")):
+            wait_for(lambda: all_passing(consul_agent, h.node), 60, f"{h.node} passing")  # noqa: B023
+        joined = wait_for(lambda: (a := assignment(addr, q.name)) and a.get("joining") and a, 30,
+                          "a replica joining the partition")
+        assert first.node in joined["replicas"] and first.node not in joined["joining"], joined
+        hosts.restart(first)
+        got: list[zmqueue.Message] = []
+
+        def drained() -> bool:
+            with contextlib.suppress(zmqueue.ZmqueueError):
+                for m in q.receive(max_messages=10, wait_time=1):
+                    got.append(m)
+                    q.delete(m.receipt)
+            return {m.id for m in got} >= ids
+
+        wait_for(drained, 45, "every acknowledged message")
+        assert [m.body for m in got] == [f"m{i}".encode() for i in range(30)]
+        wait_for(lambda: (a := assignment(addr, q.name)) and len(a["replicas"]) == 3
+                 and not a.get("joining"), 30, "three voters")
+    finally:
+        client.close()

@@ -56,6 +56,8 @@ def members(snap: Snapshot, cluster: str, healthy: dict[str, bool]) -> list[Host
             for h in snap.hosts if h.cluster == cluster]
 
 
-def moved(old: kv.PartitionAssignment, cluster: str, replicas: tuple[str, ...]) -> kv.PartitionAssignment:
+def moved(old: kv.PartitionAssignment, cluster: str, replicas: tuple[str, ...],
+          joining: tuple[str, ...] = ()) -> kv.PartitionAssignment:
     """The next version of ``old`` with a new cluster and replica set."""
-    return kv.PartitionAssignment(cluster, replicas, old.version + 1, old.extra)
+    return kv.PartitionAssignment(cluster, replicas, old.version + 1, old.extra,
+                                  tuple(n for n in joining if n in replicas))

@@ -31,6 +31,14 @@ for, given the cluster's healthy, non-draining hosts.
   replicas, one of which became its writer, and its acknowledged messages
   were lost.
 
+- a replica added to a partition that holds records is *joining* (the
+  assignment's ``joining`` list) until, in every stream, it holds what the
+  voters (the other replicas) need: joiners are never keepers, and the
+  writer election counts only voters (``leadership.may_campaign``), so a
+  set that grew (R raised, a queue created on a smaller cluster, an R=1
+  drain) never elects a replica that joined empty while the replicas with
+  the records are down. Each round drops the joiners that caught up.
+
 Each change is a new version of the assignment, written by the caller with
 check-and-set under the manager lock.
 """
@@ -86,54 +94,88 @@ def has_records(pos: StreamPositions) -> bool:
     return any(p.seq > 0 for by_node in pos.values() for p in by_node.values())
 
 
-def _keeper(node: str, old: tuple[str, ...], pos: StreamPositions) -> bool:
-    """``node`` holds, in every stream, what a majority of ``old`` holds; in
-    a set of one or two, what the most advanced holds (their records may have
-    been acknowledged by one host alone, before the set grew)."""
-    def needed(by_node: Mapping[str, kv.Position]) -> kv.Position:
-        if len(old) <= 2:
-            return max((by_node.get(n, kv.ZERO) for n in old), default=kv.ZERO)
-        return quorum_position(by_node, old)
-    return all(by_node.get(node, kv.ZERO) >= needed(by_node) for by_node in pos.values())
+def _needed(by_node: Mapping[str, kv.Position], voters: tuple[str, ...]) -> kv.Position:
+    """What a keeper must hold of one stream: what a majority of ``voters``
+    holds; of one or two, what the most advanced holds (their records may
+    have been acknowledged by one host alone)."""
+    if len(voters) <= 2:
+        return max((by_node.get(n, kv.ZERO) for n in voters), default=kv.ZERO)
+    return quorum_position(by_node, voters)
+
+
+def _keeper(node: str, voters: tuple[str, ...], pos: StreamPositions) -> bool:
+    """``node`` holds, in every stream, what the voters need (``_needed``)."""
+    return all(by_node.get(node, kv.ZERO) >= _needed(by_node, voters) for by_node in pos.values())
 
 
 def bridged(replicas: tuple[str, ...], old: tuple[str, ...], pos: StreamPositions | None,
-            healthy: dict[str, bool]) -> tuple[str, ...] | None:
+            healthy: dict[str, bool], joining: tuple[str, ...] = ()) -> tuple[str, ...] | None:
     """``replicas``, the set placement wants in place of ``old``, with enough
     keepers kept (module doc); None: keep ``old`` as it is. ``pos`` None:
-    the positions could not be read, so every current replica is a keeper."""
+    the positions could not be read, so every current voter is a keeper.
+    ``joining``: the replicas of ``old`` that are not voters yet (never
+    keepers)."""
     if pos is not None and not has_records(pos):
         return replicas  # no records: nothing to carry
-    keepers = [n for n in old if pos is None or _keeper(n, old, pos)]
+    voters = tuple(n for n in old if n not in joining) or old
+    keepers = [n for n in voters if pos is None or _keeper(n, voters, pos)]
     need = min(len(replicas) // 2 + 1, len(keepers))
     if sum(1 for n in replicas if n in keepers) >= need:
         return replicas
     kept = sorted(keepers, key=lambda n: (n not in replicas, not healthy.get(n, False), old.index(n)))[:need]
     # one slot for a new replica even when the keepers fill the set (R=1: the
     # drained host and its replacement, until the replacement has caught up)
-    joining = [n for n in replicas if n not in kept][:max(1, len(replicas) - len(kept))]
-    new = (*sorted(kept, key=old.index), *joining)
+    added = [n for n in replicas if n not in kept][:max(1, len(replicas) - len(kept))]
+    new = (*sorted(kept, key=old.index), *added)
     return new if set(new) != set(old) else None
+
+
+def caught_up(joining: tuple[str, ...], voters: tuple[str, ...], pos: StreamPositions | None
+              ) -> tuple[str, ...]:
+    """The replicas of ``joining`` that still lack what the voters hold
+    (``pos`` None: not known, all of them)."""
+    if pos is None:
+        return joining
+    return tuple(n for n in joining if not _keeper(n, voters, pos))
 
 
 def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],
                   positions: Callable[[kv.PartitionId], StreamPositions | None] = lambda pid: None
                   ) -> list[AssignmentWrite]:
     """``positions``: asked only for the partitions a change would take
-    replicas from (None: not known, every current replica counts as needed)."""
+    replicas from or add replicas to, and those with joining replicas (None:
+    not known, every current voter counts as needed and every new replica
+    joins)."""
     state = snap.state
     writes = []
+    changed = set()
     for mv in _moves(snap, cluster, healthy):
         old = state.assignments[mv.partition]
+        pos = positions(mv.partition)
         if mv.remove:
-            kept = bridged(mv.replicas, old.replicas, positions(mv.partition), healthy)
+            kept = bridged(mv.replicas, old.replicas, pos, healthy, old.joining)
             if kept is None:
                 continue
             mv = Move(mv.partition, tuple(n for n in old.replicas if n not in kept),
                       tuple(n for n in kept if n not in old.replicas), kept)
+        # a new replica starts empty: it is not a voter until it holds what the voters hold
+        joining = (*old.joining, *mv.add) if pos is None or has_records(pos) else ()
         key = kv.partition_key(mv.partition)
         reason = (f"replicas {list(old.replicas)} -> {list(mv.replicas)} "
-                  f"(removed {list(mv.remove)}, added {list(mv.add)})")
-        writes.append(AssignmentWrite(key, moved(old, cluster, mv.replicas),
+                  f"(removed {list(mv.remove)}, added {list(mv.add)}"
+                  + (f", joining {[n for n in joining if n in mv.replicas]})" if joining else ")"))
+        writes.append(AssignmentWrite(key, moved(old, cluster, mv.replicas, joining),
                                       state.modify_index.get(key, 0), reason))
+        changed.add(mv.partition)
+    for pid, a in sorted(state.assignments.items()):
+        if a.cluster != cluster or not a.joining or pid in changed or pid.queue not in state.configs:
+            continue
+        pos = positions(pid)
+        still = caught_up(a.joining, a.voters, pos) if pos is None or has_records(pos) else ()
+        if still != a.joining:
+            key = kv.partition_key(pid)
+            writes.append(AssignmentWrite(
+                key, moved(a, cluster, a.replicas, still), state.modify_index.get(key, 0),
+                f"{[n for n in a.joining if n not in still]} caught up: voters now "
+                f"{[n for n in a.replicas if n not in still]}"))
     return writes

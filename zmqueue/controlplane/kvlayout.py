@@ -85,6 +85,17 @@ class PartitionAssignment:
     replicas: tuple[str, ...]
     version: int = 0
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    joining: tuple[str, ...] = ()
+    """Replicas added to a partition that holds records and not yet caught up
+    (a subset of ``replicas``; JSON field written only when non-empty). They
+    take every write like the others, but they are not *voters*: the writer
+    election counts what a majority of the voters hold, so a replica that
+    joined empty never takes over from replicas that are only down. The
+    internal manager clears them once they hold what the voters hold."""
+
+    @property
+    def voters(self) -> tuple[str, ...]:
+        return tuple(n for n in self.replicas if n not in self.joining)
 
 
 @dataclass(frozen=True)
@@ -160,7 +171,7 @@ def encode_queue_config(cfg: QueueConfig) -> bytes:
 
 def encode_assignment(a: PartitionAssignment) -> bytes:
     return _dump({**a.extra, "cluster": a.cluster, "replicas": list(a.replicas),
-                  "version": a.version})
+                  "version": a.version, **({"joining": list(a.joining)} if a.joining else {})})
 
 
 def encode_leader(rec: LeaderRecord) -> bytes:
@@ -237,8 +248,12 @@ def _build_assignment(d: dict[str, Any]) -> PartitionAssignment:
         raise _Bad("'replicas' must be a list of node ids")
     if len(set(replicas)) != len(replicas):
         raise _Bad("'replicas' has duplicates")
+    joining = d.get("joining", [])
+    if not isinstance(joining, list) or not all(isinstance(r, str) and r in replicas for r in joining):
+        raise _Bad("'joining' must be a list of node ids among 'replicas'")
     return PartitionAssignment(_str(d, "cluster"), tuple(replicas), _int(d, "version"),
-                               _extra(d, {"cluster", "replicas", "version"}))
+                               _extra(d, {"cluster", "replicas", "version", "joining"}),
+                               tuple(dict.fromkeys(joining)))
 
 
 def decode_assignment(key: str, raw: bytes | None) -> PartitionAssignment | Malformed:

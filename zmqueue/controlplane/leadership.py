@@ -74,6 +74,13 @@ class Candidacy:
     replicas: tuple[str, ...]
     preferred: str | None
     """Node that should write when healthy (a standard stream's origin), or None."""
+    joining: tuple[str, ...] = ()
+    """Replicas that joined and have not caught up yet (not voters:
+    ``kvlayout.PartitionAssignment.joining``)."""
+
+    @property
+    def voters(self) -> tuple[str, ...]:
+        return tuple(n for n in self.replicas if n not in self.joining) or self.replicas
 
 
 @dataclass(frozen=True)
@@ -115,7 +122,8 @@ def preferred_serves(cand: Candidacy, passing: set[str]) -> bool:
     A host drained or moved off the partition is no longer: its stream is
     taken over by a replica for good (it used to wait for a host that would
     never take it, and its messages were not delivered)."""
-    return cand.preferred is not None and cand.preferred in passing and cand.preferred in cand.replicas
+    return (cand.preferred is not None and cand.preferred in passing and cand.preferred in cand.replicas
+            and cand.preferred not in cand.joining)
 
 
 def may_campaign(me: str, cand: Candidacy, passing: set[str], my_seq: int,
@@ -127,18 +135,24 @@ def may_campaign(me: str, cand: Candidacy, passing: set[str], my_seq: int,
     no healthy replica is known to be further along (so a new writer has
     every committed record; it also fetches what its peers have before it
     writes, see replication), and only if it holds what a majority of the
-    replicas hold, those that are down included (``positions``: their last
+    voters hold, those that are down included (``positions``: their last
     published ones): a replica that joined empty must not take over from
     replicas that are only down, whose records (every acknowledged sync
-    send among them) would be cut when they return.
+    send among them) would be cut when they return. A *joining* replica
+    (not caught up yet) is no voter, and as a preferred writer it must hold
+    what the voters hold too (a new host's own, empty stream: at once).
     """
     if preferred_serves(cand, passing) and cand.preferred != me:
         return False
-    if cand.preferred == me:
-        return True
-    best = max((positions.get(n, 0) for n in cand.replicas if n in passing and n != me), default=0)
     seqs = {n: kv.Position(0, my_seq if n == me else positions.get(n, 0)) for n in cand.replicas}
-    return my_seq >= best and my_seq >= quorum_position(seqs, cand.replicas).seq
+    needed = quorum_position(seqs, cand.voters).seq
+    if cand.preferred == me:
+        return me not in cand.joining or my_seq >= needed
+    pref = cand.preferred
+    if pref is not None and pref in passing and pref in cand.joining and positions.get(pref, 0) >= needed:
+        return False  # a joining origin that holds what the voters hold writes its own stream
+    best = max((positions.get(n, 0) for n in cand.replicas if n in passing and n != me), default=0)
+    return my_seq >= best and my_seq >= needed
 
 
 class Leadership(threading.Thread):
@@ -257,10 +271,12 @@ class Leadership(threading.Thread):
         free = [s for s in cands if holders.get(s, (None, 0))[0] is None]
         borrowed = [s for s in mine if s in cands and cands[s].preferred not in (None, self.node)]
         passing = self._passing_now() if free or borrowed else set()
-        # peers' positions decide only a hand-back, or a free stream with no
-        # healthy preferred writer (a FIFO stream, a dead host's origin)
+        # peers' positions decide only a hand-back, a free stream with no
+        # healthy preferred writer (a FIFO stream, a dead host's origin), or
+        # this host's own stream while it is joining (not caught up)
         decide_by_position = borrowed or any(
-            not preferred_serves(cands[s], passing) and cands[s].preferred != self.node for s in free)
+            (not preferred_serves(cands[s], passing) and cands[s].preferred != self.node)
+            or self.node in cands[s].joining for s in free)
         state = self._positions_of_others() if decide_by_position else {}
         for s in list(self.held):
             if s not in mine:

@@ -232,8 +232,9 @@ class QueueService:
                     self.touch((key[0], key[1]))
                 st.lease_until = max(st.lease_until, at + LEASE_S)
 
-    def candidacies(self) -> dict[StreamKey, tuple[tuple[str, ...], str | None]]:
-        return {k: (st.replicas, None if k[2] == FIFO_ORIGIN else k[2])
+    def candidacies(self) -> dict[StreamKey, tuple[tuple[str, ...], str | None, tuple[str, ...]]]:
+        """Per stream: its replicas, its preferred writer, its joining replicas."""
+        return {k: (st.replicas, None if k[2] == FIFO_ORIGIN else k[2], st.joining)
                 for k, st in self.set.streams.items()}
 
     def positions(self) -> dict[StreamKey, tuple[int, int]]:

@@ -109,6 +109,8 @@ class Stream:
         self.config = config
         self.store = store
         self.replicas = replicas
+        self.joining: tuple[str, ...] = ()
+        """Replicas not caught up yet (not voters in the writer election)."""
         self.role = Role.REPLICA
         self.epoch = 0
         """The current term as far as this host knows (fences older records)."""

@@ -72,29 +72,30 @@ class StreamSet:
     def reconcile(self, meta: Metadata, now_ms: int) -> list[StreamKey]:
         """Open what ``meta`` assigns here, close what it no longer does;
         returns the keys closed."""
-        want: dict[StreamKey, tuple[QueueConfig, tuple[str, ...]]] = {}
+        want: dict[StreamKey, tuple[QueueConfig, tuple[str, ...], tuple[str, ...]]] = {}
         for part, info in meta.partitions.items():
             cfg = meta.configs.get(part[0])
             if cfg is None or self.node not in info.replicas:
                 continue
             origins = set(meta.origins(part)) | self._local_origins(part)
             for origin in origins:
-                want[(part[0], part[1], origin)] = (cfg, info.replicas)
+                want[(part[0], part[1], origin)] = (cfg, info.replicas, info.joining)
         closed = []
         for key in list(self.streams):
             if key not in want:
                 self.close_stream(key, remove=key[0] not in meta.configs)
                 closed.append(key)
-        for key, (cfg, replicas) in want.items():
+        for key, (cfg, replicas, joining) in want.items():
             st = self.streams.get(key)
             if st is None:
-                self.open_stream(key, cfg, replicas, now_ms)
+                st = self.open_stream(key, cfg, replicas, now_ms)
+                st.joining = joining
             else:
-                if st.replicas != replicas:
+                if st.replicas != replicas or st.joining != joining:
                     self.version += 1
                 if st.config is not cfg and st.config != cfg:  # changed (set_attributes, a KV edit)
                     st.store.reconfigure(storage_config(cfg, self.defaults))
-                st.config, st.replicas = cfg, replicas
+                st.config, st.replicas, st.joining = cfg, replicas, joining
         return closed
 
     def open_stream(self, key: StreamKey, cfg: QueueConfig, replicas: tuple[str, ...],
@@ -132,7 +133,7 @@ class StreamSet:
         self.close_stream(key, remove=False)
         self.trash.discard(self.path(key))
         fresh = self.open_stream(key, st.config, st.replicas, now_ms)
-        fresh.epoch = st.epoch
+        fresh.epoch, fresh.joining = st.epoch, st.joining
 
     def partition_streams(self, part: PartKey) -> list[Stream]:
         by_key = self._by_part.get(part)

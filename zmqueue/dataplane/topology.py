@@ -26,6 +26,8 @@ class PartitionInfo:
     replicas: tuple[str, ...]
     writers: dict[str, str] = field(default_factory=dict)
     """origin -> node holding that stream's writer lock."""
+    joining: tuple[str, ...] = ()
+    """Replicas not caught up yet (``kvlayout.PartitionAssignment.joining``)."""
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ def to_metadata(snap: Snapshot) -> Metadata:
     for (pid, origin), rec in snap.state.stream_leaders.items():
         writers.setdefault((pid.queue, pid.partition), {})[origin] = rec.node
     parts = {(pid.queue, pid.partition): PartitionInfo(tuple(a.replicas),
-                                                        writers.get((pid.queue, pid.partition), {}))
+                                                        writers.get((pid.queue, pid.partition), {}),
+                                                        a.joining)
              for pid, a in snap.state.assignments.items()}
     return Metadata(dict(snap.state.configs), parts, peers)
 
