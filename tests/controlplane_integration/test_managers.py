@@ -389,6 +389,8 @@ def test_hosts_that_join_a_partition_whose_only_replica_is_down_do_not_take_it_o
         joined = wait_for(lambda: (a := assignment(addr, q.name)) and a.get("joining") and a, 30,
                           "a replica joining the partition")
         assert first.node in joined["replicas"] and first.node not in joined["joining"], joined
+        wait_for(lambda: client.queue_info(q.name)["partitions"][0]["joining"], 10,
+                 "`zmqueue queue show` (GET_QUEUE) listing the joining replicas")
         hosts.restart(first)
         got: list[zmqueue.Message] = []
 

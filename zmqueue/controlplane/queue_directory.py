@@ -58,7 +58,8 @@ class Snapshot:
             replicas = list(a.replicas) if a else []
             writers = writers_of.get(p, {})
             parts.append({"partition": p, "cluster": a.cluster if a else None,
-                          "replicas": replicas, "writers": writers,
+                          "replicas": replicas, "joining": list(a.joining) if a else [],
+                          "writers": writers,
                           "endpoints": {n: ep for n in replicas if (ep := self.endpoint_of(n))}})
         return {"config": cfg.to_dict(), "partitions": parts}
 
