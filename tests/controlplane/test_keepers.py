@@ -104,6 +104,9 @@ def test_a_failed_replica_leaves_for_a_replacement_and_a_drained_or_deregistered
     # drained: the operator asked for it to go, replacement or not
     drained = _snapshot(("a", "b", "c"), {"a": "passing", "b": "passing", "c": "passing"}, drains=("b",))
     assert _plan(drained) == [("a", "c")]
+    # failed and then drained by an operator (dead for good, no spare host): given up
+    dead = _snapshot(("a", "b", "c"), {"a": "passing", "b": "critical", "c": "passing"}, drains=("b",))
+    assert _plan(dead) == [("a", "c")]
     # deregistered (a clean stop): gone
     assert _plan(_snapshot(("a", "b", "c"), {"a": "passing", "c": "passing"})) == [("a", "c")]
     # two failed, one spare: the spare takes one slot, one failed replica stays
