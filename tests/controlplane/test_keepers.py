@@ -10,7 +10,8 @@ from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.discovery import HostInfo
 from zmqueue.controlplane.internal_manager import bridged, plan_internal, with_failed
 from zmqueue.controlplane.kvlayout import Position
-from zmqueue.controlplane.leadership import Candidacy, may_campaign
+from zmqueue.controlplane.leadership import Candidacy
+from zmqueue.controlplane.leadership import may_campaign as _may_campaign
 from zmqueue.controlplane.queue_directory import Snapshot
 
 ALL = {n: True for n in "abcdefg"}
@@ -19,6 +20,11 @@ ALL = {n: True for n in "abcdefg"}
 def at(**seqs: int) -> dict[str, dict[str, Position]]:
     """One stream ("s") with these nodes' positions (epoch 1)."""
     return {"s": {n: Position(1, q) for n, q in seqs.items()}}
+
+
+def may_campaign(me: str, cand: Candidacy, passing: set[str], mine: int, others: dict[str, int]) -> bool:
+    """``leadership.may_campaign`` with every position in epoch 1."""
+    return _may_campaign(me, cand, passing, Position(1, mine), {n: Position(1, q) for n, q in others.items()})
 
 
 def test_a_partition_without_records_takes_the_set_placement_wants() -> None:
@@ -176,3 +182,15 @@ def test_a_joining_host_writes_its_own_new_stream_but_not_a_stale_copy_of_it() -
     stale = Candidacy(("a", "b", "c"), "b", ("b",))
     assert not may_campaign("b", stale, {"b", "c"}, 3, {"a": 7, "c": 7})
     assert may_campaign("c", stale, {"b", "c"}, 7, {"a": 7, "b": 3})
+
+
+def test_a_longer_copy_of_an_earlier_term_does_not_win_over_a_later_terms_records() -> None:
+    """a wrote 15 records at epoch 1 that nobody else got, and died; b was
+    elected (epoch 2), wrote one record that c also took (acknowledged), and
+    died. a is back: its copy is longer, but c's last record is of a later
+    term. Compared by seq alone, a was elected, and c's copy, acknowledged
+    record included, was cut by the resync that followed."""
+    fifo = Candidacy(("a", "b", "c"), None)
+    later = {"b": Position(2, 1), "c": Position(2, 1)}
+    assert not _may_campaign("a", fifo, {"a", "c"}, Position(1, 15), later)
+    assert _may_campaign("c", fifo, {"a", "c"}, Position(2, 1), {"a": Position(1, 15), "b": Position(2, 1)})

@@ -33,8 +33,11 @@ for, given the cluster's healthy, non-draining hosts.
 
 - a replica added to a partition that holds records is *joining* (the
   assignment's ``joining`` list) until, in every stream, it holds what the
-  voters (the other replicas) need: joiners are never keepers, and the
-  writer election counts only voters (``leadership.may_campaign``), so a
+  voters (the other replicas) need; so is every non-keeper of a new set in
+  which fewer than a majority are keepers (``joining_of``). Joiners are
+  never keepers, the writer election counts only voters
+  (``leadership.may_campaign``), and a sync ack needs a majority of the
+  voters too (``Stream.replicated_seq``), so a
   set that grew (R raised, a queue created on a smaller cluster, an R=1
   drain) never elects a replica that joined empty while the replicas with
   the records are down. Each round drops the joiners that caught up.
@@ -130,6 +133,24 @@ def bridged(replicas: tuple[str, ...], old: tuple[str, ...], pos: StreamPosition
     return new if set(new) != set(old) else None
 
 
+def joining_of(replicas: tuple[str, ...], old: kv.PartitionAssignment, pos: StreamPositions | None
+               ) -> tuple[str, ...]:
+    """The joining replicas of ``replicas``, the new set of ``old``'s
+    partition: those still joining, the new ones (they start empty), and,
+    when fewer than a majority of the new set are keepers (a set that
+    shrank to a keeper and laggards, or grew from one or two), every
+    non-keeper: the election counts only voters, so it never picks one. No
+    records: none."""
+    if pos is not None and not has_records(pos):
+        return ()
+    joining = [n for n in replicas if n in old.joining or n not in old.replicas]
+    if pos is not None:
+        keepers = [n for n in replicas if n not in joining and _keeper(n, old.voters, pos)]
+        if len(keepers) < len(replicas) // 2 + 1:
+            joining = [n for n in replicas if n not in keepers]
+    return tuple(joining)
+
+
 def caught_up(joining: tuple[str, ...], voters: tuple[str, ...], pos: StreamPositions | None
               ) -> tuple[str, ...]:
     """The replicas of ``joining`` that still lack what the voters hold
@@ -158,8 +179,7 @@ def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],
                 continue
             mv = Move(mv.partition, tuple(n for n in old.replicas if n not in kept),
                       tuple(n for n in kept if n not in old.replicas), kept)
-        # a new replica starts empty: it is not a voter until it holds what the voters hold
-        joining = (*old.joining, *mv.add) if pos is None or has_records(pos) else ()
+        joining = joining_of(mv.replicas, old, pos)
         key = kv.partition_key(mv.partition)
         reason = (f"replicas {list(old.replicas)} -> {list(mv.replicas)} "
                   f"(removed {list(mv.remove)}, added {list(mv.add)}"

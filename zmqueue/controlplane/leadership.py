@@ -31,7 +31,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,8 +126,8 @@ def preferred_serves(cand: Candidacy, passing: set[str]) -> bool:
             and cand.preferred not in cand.joining)
 
 
-def may_campaign(me: str, cand: Candidacy, passing: set[str], my_seq: int,
-                 positions: dict[str, int]) -> bool:
+def may_campaign(me: str, cand: Candidacy, passing: set[str], mine: kv.Position,
+                 positions: Mapping[str, kv.Position]) -> bool:
     """Whether ``me`` may try to take a free stream lock.
 
     The preferred writer may whenever it is healthy. Anyone else only while
@@ -141,18 +141,24 @@ def may_campaign(me: str, cand: Candidacy, passing: set[str], my_seq: int,
     send among them) would be cut when they return. A *joining* replica
     (not caught up yet) is no voter, and as a preferred writer it must hold
     what the voters hold too (a new host's own, empty stream: at once).
+    Positions compare as ``(epoch of the last record, seq)``, as Raft
+    compares logs: a copy whose last record is of a later term is ahead of
+    a longer copy of an earlier one (a former writer's unacknowledged tail
+    must not win over records a later writer had acknowledged).
     """
     if preferred_serves(cand, passing) and cand.preferred != me:
         return False
-    seqs = {n: kv.Position(0, my_seq if n == me else positions.get(n, 0)) for n in cand.replicas}
-    needed = quorum_position(seqs, cand.voters).seq
+    held = {n: mine if n == me else positions.get(n, kv.ZERO) for n in cand.replicas}
+    needed = quorum_position(held, cand.voters)
     if cand.preferred == me:
-        return me not in cand.joining or my_seq >= needed
+        return me not in cand.joining or mine >= needed
     pref = cand.preferred
-    if pref is not None and pref in passing and pref in cand.joining and positions.get(pref, 0) >= needed:
+    if (pref is not None and pref in passing and pref in cand.joining
+            and positions.get(pref, kv.ZERO) >= needed):
         return False  # a joining origin that holds what the voters hold writes its own stream
-    best = max((positions.get(n, 0) for n in cand.replicas if n in passing and n != me), default=0)
-    return my_seq >= best and my_seq >= needed
+    best = max((positions.get(n, kv.ZERO) for n in cand.replicas if n in passing and n != me),
+               default=kv.ZERO)
+    return mine >= best and mine >= needed
 
 
 class Leadership(threading.Thread):
@@ -294,7 +300,7 @@ class Leadership(threading.Thread):
                     return True  # the session is gone (all deposed): a new one next cycle
         self.post(Confirmed(frozenset(mine), sent_at))
         for s in free:
-            if may_campaign(self.node, cands[s], passing, positions.get(s, (0, 0))[1],
+            if may_campaign(self.node, cands[s], passing, kv.Position(*positions.get(s, (0, 0))),
                             state.get(s, {})) and not self._acquire(s, sid):
                 return True  # the session is gone: a new one campaigns next cycle
         self._publish_positions(positions)
@@ -336,18 +342,18 @@ class Leadership(threading.Thread):
         going critical)."""
         return {h.node for h in list_hosts(self.client) if h.passing}
 
-    def _positions_of_others(self) -> dict[StreamKey, dict[str, int]]:
+    def _positions_of_others(self) -> dict[StreamKey, dict[str, kv.Position]]:
         _, items = self.client.call(lambda c: c.kv.get(kv.POSITIONS_PREFIX, recurse=True))
-        return {s: {n: p.seq for n, p in by_node.items()}
-                for s, by_node in kv.decode_stream_positions(items).items()}
+        return kv.decode_stream_positions(items)
 
     def _should_hand_back(self, s: StreamKey, cand: Candidacy, passing: set[str],
                           positions: dict[StreamKey, tuple[int, int]],
-                          state: dict[StreamKey, dict[str, int]]) -> bool:
+                          state: Mapping[StreamKey, Mapping[str, kv.Position]]) -> bool:
         pref = cand.preferred
         if pref is None or pref == self.node or not preferred_serves(cand, passing):
             return False
-        return state.get(s, {}).get(pref, -1) >= positions.get(s, (0, 0))[1]
+        theirs = state.get(s, {}).get(pref)
+        return theirs is not None and theirs >= kv.Position(*positions.get(s, (0, 0)))
 
     def _lock_write(self, sid: str, key: str, **how: str) -> bool | None:
         """``kv.put(key, acquire=sid)`` or ``release=sid``: Consul's answer, or

@@ -641,9 +641,11 @@ class QueueService:
             while st.acks and st.acks[0].at < limit:
                 a = st.acks.popleft()
                 have = 1 + sum(1 for v in st.follower_pos.values() if v >= a.seq)
+                joining = (f", and a majority of the replicas that are not joining "
+                           f"{list(st.joining)} (still catching up)") if st.joining else ""
                 a.request.fail(Unavailable(
                     f"only {have} of {len(st.replicas)} replicas acknowledged within "
-                    f"{ACK_TIMEOUT_S:.0f} s; synchronous replication needs {st.quorum()} (the "
+                    f"{ACK_TIMEOUT_S:.0f} s; synchronous replication needs {st.quorum()}{joining} (the "
                     f"others are down or behind: retry once they are back, with the same dedup "
                     f"id on a FIFO queue; the write is stored here and may still be delivered)",
                     replicas=len(st.replicas), acknowledged=have))

@@ -110,7 +110,10 @@ class Stream:
         self.store = store
         self.replicas = replicas
         self.joining: tuple[str, ...] = ()
-        """Replicas not caught up yet (not voters in the writer election)."""
+        """Replicas not caught up yet: not voters in the writer election, and
+        a sync ack also needs a majority of the voters (``replicated_seq``)."""
+        self.local = ""
+        """This host's node id (set by the stream set)."""
         self.role = Role.REPLICA
         self.epoch = 0
         """The current term as far as this host knows (fences older records)."""
@@ -144,12 +147,24 @@ class Stream:
         return r // 2 + 1 if self.config.sync_replication else 1
 
     def replicated_seq(self) -> int:
-        """Highest seq held by a quorum of replicas (this writer included)."""
+        """Highest seq held by a quorum of replicas (this writer included);
+        while some replicas are joining, also by a majority of the voters
+        (the others), so that the writer election, which counts only voters,
+        finds every acknowledged record."""
         if not self.follower_pos:  # R=1, or no replica has reported yet
             return self.store.last_seq if self.quorum() <= 1 else 0
         positions = sorted([self.store.last_seq, *self.follower_pos.values()], reverse=True)
         need = self.quorum()
-        return positions[need - 1] if len(positions) >= need else 0
+        done = positions[need - 1] if len(positions) >= need else 0
+        if self.joining and need > 1:
+            done = min(done, self._held_by_voters())
+        return done
+
+    def _held_by_voters(self) -> int:
+        voters = [n for n in self.replicas if n not in self.joining] or list(self.replicas)
+        held = sorted([self.store.last_seq if n == self.local else self.follower_pos.get(n, 0)
+                       for n in voters], reverse=True)
+        return held[len(voters) // 2]
 
     # --- dedup ----------------------------------------------------------------
     def rebuild_dedup(self) -> None:

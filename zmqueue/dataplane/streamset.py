@@ -103,6 +103,7 @@ class StreamSet:
         store = PartitionStore.open(self.path(key), storage_config(cfg, self.defaults), now_ms=now_ms)
         log.info("opened stream %s: %s", "/".join(map(str, key)), store.recovery_report)
         st = Stream(key, cfg, store, replicas, self.cipher_for(cfg) if self.cipher_for else None)
+        st.local = self.node
         self.streams[key] = st
         self.version += 1
         self._by_part.setdefault((key[0], key[1]), {})[key] = st

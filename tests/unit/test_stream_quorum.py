@@ -1,0 +1,50 @@
+"""When a writer acknowledges a sync write (``Stream.replicated_seq``): a
+majority of the replicas hold it, and while some replicas are joining (not
+caught up, not voters in the writer election), a majority of the voters
+too. The stream set hands each stream its joining replicas."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from zmqueue.config import QueueConfig
+from zmqueue.dataplane.storage import StorageConfig
+from zmqueue.dataplane.streamset import StreamSet
+from zmqueue.dataplane.topology import Metadata, PartitionInfo
+
+NOW = 1_000_000
+KEY = ("q.fifo", 0, "fifo")
+
+
+@pytest.fixture
+def streams(tmp_path: Path) -> Iterator[StreamSet]:
+    ss = StreamSet("a", tmp_path, StorageConfig(fsync="never"))
+    yield ss
+    ss.close()
+
+
+def placed(streams: StreamSet, replicas: tuple[str, ...], joining: tuple[str, ...]) -> None:
+    cfg = QueueConfig(name="q.fifo", fifo=True, replication_factor=3, sync_replication=True)
+    streams.reconcile(Metadata({"q.fifo": cfg}, {("q.fifo", 0): PartitionInfo(replicas, {}, joining)}), NOW)
+
+
+def test_a_write_needs_a_majority_of_the_voters_while_replicas_join(streams: StreamSet) -> None:
+    placed(streams, ("a", "b", "c"), ())
+    st = streams.streams[KEY]
+    st.store.append_batch([b"m"] * 10, NOW)  # the writer's own log: seqs 1-10
+    st.store.commit()
+    st.follower_pos = {"b": 10, "c": 4}
+    assert st.replicated_seq() == 10  # a and b
+    version = streams.version
+    placed(streams, ("a", "b", "c"), ("b",))  # b joined: the voters are a and c
+    assert st.joining == ("b",) and streams.version > version  # (the leadership's candidacies follow)
+    assert st.replicated_seq() == 4  # a majority of the voters (a, c) hold 4
+    st.follower_pos["c"] = 10
+    assert st.replicated_seq() == 10
+    # the writer itself joining (a new host's own stream): its copy is no voter's
+    placed(streams, ("a", "b", "c"), ("a",))
+    st.follower_pos = {"b": 10, "c": 6}
+    assert st.replicated_seq() == 6
