@@ -1,7 +1,8 @@
 """When a writer acknowledges a sync write (``Stream.replicated_seq``): a
 majority of the replicas hold it, and while some replicas are joining (not
 caught up, not voters in the writer election), a majority of the voters
-too. The stream set hands each stream its joining replicas."""
+too; only the current replicas count. The stream set hands each stream its
+joining replicas."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from zmqueue.config import QueueConfig
+from zmqueue.dataplane.replication import Replicator
 from zmqueue.dataplane.storage import StorageConfig
+from zmqueue.dataplane.stream import Role
 from zmqueue.dataplane.streamset import StreamSet
 from zmqueue.dataplane.topology import Metadata, PartitionInfo
 
@@ -48,3 +51,19 @@ def test_a_write_needs_a_majority_of_the_voters_while_replicas_join(streams: Str
     placed(streams, ("a", "b", "c"), ("a",))
     st.follower_pos = {"b": 10, "c": 6}
     assert st.replicated_seq() == 6
+
+
+def test_only_the_current_replicas_count_toward_an_ack(streams: StreamSet) -> None:
+    placed(streams, ("a", "b", "c"), ())
+    st = streams.streams[KEY]
+    st.store.append_batch([b"m"] * 10, NOW)
+    st.store.commit()
+    st.role, st.epoch = Role.WRITER, 3
+    Replicator._note(st, "c", 3, 10)
+    Replicator._note(st, "b", 3, 4)
+    assert st.replicated_seq() == 10
+    placed(streams, ("a", "b", "d"), ("d",))  # c left the set (d joins)
+    assert st.replicated_seq() == 4
+    Replicator._note(st, "c", 3, 10)  # c had not heard yet: its report is not counted
+    Replicator._note(st, "x", 3, 10)
+    assert st.follower_pos == {"b": 4} and st.replicated_seq() == 4

@@ -238,8 +238,13 @@ class Replicator:
 
     @staticmethod
     def _note(st: Stream, node: Any, epoch: Any, seq: Any) -> None:
-        """Record a replica's reported position (a writer, in its own epoch)."""
-        if isinstance(node, str) and isinstance(seq, int) and epoch == st.epoch and st.role is Role.WRITER:
+        """Record a replica's reported position (a writer, in its own epoch).
+        Only the partition's current replicas count toward a sync ack: a host
+        that has just left the set may still report for a moment, and a
+        record held by it and the writer alone is not on a majority of the
+        set the next writer is elected from."""
+        if (isinstance(node, str) and isinstance(seq, int) and epoch == st.epoch
+                and st.role is Role.WRITER and node in st.replicas):
             st.follower_pos[node] = seq
 
     def _stream(self, sid: Any) -> Stream:

@@ -93,6 +93,8 @@ class StreamSet:
             else:
                 if st.replicas != replicas or st.joining != joining:
                     self.version += 1
+                    # (a host that left the set no longer counts toward acks)
+                    st.follower_pos = {n: q for n, q in st.follower_pos.items() if n in replicas}
                 if st.config is not cfg and st.config != cfg:  # changed (set_attributes, a KV edit)
                     st.store.reconfigure(storage_config(cfg, self.defaults))
                 st.config, st.replicas, st.joining = cfg, replicas, joining
