@@ -194,3 +194,19 @@ def test_a_longer_copy_of_an_earlier_term_does_not_win_over_a_later_terms_record
     later = {"b": Position(2, 1), "c": Position(2, 1)}
     assert not _may_campaign("a", fifo, {"a", "c"}, Position(1, 15), later)
     assert _may_campaign("c", fifo, {"a", "c"}, Position(2, 1), {"a": Position(1, 15), "b": Position(2, 1)})
+
+
+def test_an_origin_back_with_a_stale_copy_of_its_stream_does_not_take_it_before_catching_up() -> None:
+    """Standard stream of origin a: b wrote it (epoch 2) while a was down, c
+    holds b's records; b dies before handing it back. a used to take its
+    stream at once, whatever it held: with c down too it wrote on from its
+    stale copy, and the resync that followed cut the acknowledged records."""
+    stream_a = Candidacy(("a", "b", "c"), "a")
+    later = {"b": Position(2, 9), "c": Position(2, 9)}
+    assert not _may_campaign("a", stream_a, {"a"}, Position(1, 5), later)
+    # c, alive, takes it over (a is then handed it back once it has caught up)
+    others = {"a": Position(1, 5), "b": Position(2, 9)}
+    assert _may_campaign("c", stream_a, {"a", "c"}, Position(2, 9), others)
+    # an origin that holds what the others hold takes its stream at once, and they leave it
+    assert _may_campaign("a", stream_a, {"a", "b", "c"}, Position(2, 9), later)
+    assert not _may_campaign("c", stream_a, {"a", "c"}, Position(2, 9), {"a": Position(2, 9)})

@@ -130,8 +130,10 @@ def may_campaign(me: str, cand: Candidacy, passing: set[str], mine: kv.Position,
                  positions: Mapping[str, kv.Position]) -> bool:
     """Whether ``me`` may try to take a free stream lock.
 
-    The preferred writer may whenever it is healthy. Anyone else only while
-    the preferred writer does not serve (:func:`preferred_serves`), only if
+    The preferred writer may whenever it holds what a majority of the
+    voters hold (a new stream: at once; a copy that fell behind while
+    another host wrote its stream: once it has caught up). Anyone else only
+    while the preferred writer is not a passing replica holding that, only if
     no healthy replica is known to be further along (so a new writer has
     every committed record; it also fetches what its peers have before it
     writes, see replication), and only if it holds what a majority of the
@@ -139,23 +141,20 @@ def may_campaign(me: str, cand: Candidacy, passing: set[str], mine: kv.Position,
     published ones): a replica that joined empty must not take over from
     replicas that are only down, whose records (every acknowledged sync
     send among them) would be cut when they return. A *joining* replica
-    (not caught up yet) is no voter, and as a preferred writer it must hold
-    what the voters hold too (a new host's own, empty stream: at once).
+    (not caught up yet) is no voter.
     Positions compare as ``(epoch of the last record, seq)``, as Raft
     compares logs: a copy whose last record is of a later term is ahead of
     a longer copy of an earlier one (a former writer's unacknowledged tail
     must not win over records a later writer had acknowledged).
     """
-    if preferred_serves(cand, passing) and cand.preferred != me:
-        return False
     held = {n: mine if n == me else positions.get(n, kv.ZERO) for n in cand.replicas}
     needed = quorum_position(held, cand.voters)
     if cand.preferred == me:
-        return me not in cand.joining or mine >= needed
+        return mine >= needed
     pref = cand.preferred
-    if (pref is not None and pref in passing and pref in cand.joining
+    if (pref is not None and pref in passing and pref in cand.replicas
             and positions.get(pref, kv.ZERO) >= needed):
-        return False  # a joining origin that holds what the voters hold writes its own stream
+        return False  # the origin holds what the voters hold: it writes its own stream
     best = max((positions.get(n, kv.ZERO) for n in cand.replicas if n in passing and n != me),
                default=kv.ZERO)
     return mine >= best and mine >= needed
@@ -277,12 +276,9 @@ class Leadership(threading.Thread):
         free = [s for s in cands if holders.get(s, (None, 0))[0] is None]
         borrowed = [s for s in mine if s in cands and cands[s].preferred not in (None, self.node)]
         passing = self._passing_now() if free or borrowed else set()
-        # peers' positions decide only a hand-back, a free stream with no
-        # healthy preferred writer (a FIFO stream, a dead host's origin), or
-        # this host's own stream while it is joining (not caught up)
-        decide_by_position = borrowed or any(
-            (not preferred_serves(cands[s], passing) and cands[s].preferred != self.node)
-            or self.node in cands[s].joining for s in free)
+        # peers' positions decide a hand-back and every free stream (even its
+        # healthy origin takes it only if it holds what a majority holds)
+        decide_by_position = bool(borrowed or free)
         state = self._positions_of_others() if decide_by_position else {}
         for s in list(self.held):
             if s not in mine:
