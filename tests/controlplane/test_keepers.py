@@ -210,3 +210,16 @@ def test_an_origin_back_with_a_stale_copy_of_its_stream_does_not_take_it_before_
     # an origin that holds what the others hold takes its stream at once, and they leave it
     assert _may_campaign("a", stream_a, {"a", "b", "c"}, Position(2, 9), later)
     assert not _may_campaign("c", stream_a, {"a", "c"}, Position(2, 9), {"a": Position(2, 9)})
+
+
+def test_keepers_are_counted_per_stream() -> None:
+    """Standard partition: a is ahead on its own stream, b on its own, as under
+    traffic. No replica holds the most of both, which used to mean no keepers
+    at all: both could be drained (or fail) away at once and take the only
+    copies of their streams' newest records along."""
+    pos = {"a": {"a": Position(1, 12), "b": Position(1, 11)}, "b": {"a": Position(1, 0), "b": Position(1, 1)}}
+    assert bridged(("d",), ("a", "b"), pos, ALL) == ("a", "b", "d")
+    three = {"a": {"a": Position(1, 9), "b": Position(1, 8), "c": Position(1, 9)},
+             "b": {"a": Position(1, 4), "b": Position(1, 5), "c": Position(1, 5)}}
+    # c holds what a majority holds in both; a and b only in one each
+    assert bridged(("c", "d", "e"), ("a", "b", "c"), three, ALL) == ("a", "b", "c", "d")

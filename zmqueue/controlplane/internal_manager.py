@@ -16,9 +16,13 @@ for, given the cluster's healthy, non-draining hosts.
   partitions that have fewer than R replicas;
 - a partition is never left with no replica: when no host is eligible the
   assignment stays as it is;
-- a partition that holds records keeps a majority of *keepers*: replicas
-  that hold every record a majority of the current replicas hold (per
-  stream, from ``zmqueue-positions/``: every acknowledged sync send). A new
+- a partition that holds records keeps, in every stream, a majority of
+  *keepers* of that stream: replicas that hold every record of it a
+  majority of the current voters hold (from ``zmqueue-positions/``: every
+  acknowledged sync send). Keepers are counted per stream (since the
+  thirtieth session): in a standard partition each origin is ahead on its
+  own stream, and a replica that had to lead in every stream at once was
+  often none, which left nothing protected. A new
   replica starts empty and catches up from the ones it joins, so a change
   that would leave fewer keepers than a majority of the new set keeps
   enough current ones (healthy first, drained ones included) in place of
@@ -30,7 +34,6 @@ for, given the cluster's healthy, non-draining hosts.
   hosts at once, or losing most of them in a larger cluster, gave it empty
   replicas, one of which became its writer, and its acknowledged messages
   were lost.
-
 - a replica added to a partition that holds records is *joining* (the
   assignment's ``joining`` list) until, in every stream, it holds what the
   voters (the other replicas) need; so is every non-keeper of a new set in
@@ -106,30 +109,61 @@ def _needed(by_node: Mapping[str, kv.Position], voters: tuple[str, ...]) -> kv.P
     return quorum_position(by_node, voters)
 
 
-def _keeper(node: str, voters: tuple[str, ...], pos: StreamPositions) -> bool:
-    """``node`` holds, in every stream, what the voters need (``_needed``)."""
-    return all(by_node.get(node, kv.ZERO) >= _needed(by_node, voters) for by_node in pos.values())
+def _voters(replicas: tuple[str, ...], joining: tuple[str, ...]) -> tuple[str, ...]:
+    """The replicas that are not joining (none when all are: ``_need``
+    then asks for what the most advanced replica holds)."""
+    return tuple(n for n in replicas if n not in joining)
+
+
+def _need(by_node: Mapping[str, kv.Position], replicas: tuple[str, ...],
+          joining: tuple[str, ...]) -> kv.Position:
+    voters = _voters(replicas, joining)
+    if not voters:  # every replica joining: what the most advanced holds
+        return max((by_node.get(n, kv.ZERO) for n in replicas), default=kv.ZERO)
+    return _needed(by_node, voters)
+
+
+def _stream_keepers(replicas: tuple[str, ...], joining: tuple[str, ...], pos: StreamPositions | None,
+                    among: tuple[str, ...]) -> dict[str, list[str]]:
+    """Per stream, the nodes of ``among`` that hold what the voters of
+    ``replicas`` need of it (``pos`` None: every voter, for one stand-in
+    stream). Keepers are per stream: in a standard partition every origin
+    writes its own, and under traffic no replica may hold the most of all of
+    them at once."""
+    if pos is None:
+        voters = _voters(replicas, joining) or replicas
+        return {"": [n for n in among if n in voters]}
+    return {s: [n for n in among if by_node.get(n, kv.ZERO) >= _need(by_node, replicas, joining)]
+            for s, by_node in pos.items()}
+
+
+def _keeper(node: str, replicas: tuple[str, ...], joining: tuple[str, ...], pos: StreamPositions) -> bool:
+    """``node`` holds, in every stream, what the voters need (``_need``)."""
+    return all(by_node.get(node, kv.ZERO) >= _need(by_node, replicas, joining) for by_node in pos.values())
 
 
 def bridged(replicas: tuple[str, ...], old: tuple[str, ...], pos: StreamPositions | None,
             healthy: dict[str, bool], joining: tuple[str, ...] = ()) -> tuple[str, ...] | None:
     """``replicas``, the set placement wants in place of ``old``, with enough
-    keepers kept (module doc); None: keep ``old`` as it is. ``pos`` None:
-    the positions could not be read, so every current voter is a keeper.
-    ``joining``: the replicas of ``old`` that are not voters yet (never
-    keepers)."""
+    keepers kept in every stream (module doc); None: keep ``old`` as it is.
+    ``pos`` None: the positions could not be read, so every current voter is
+    a keeper. ``joining``: the replicas of ``old`` that are not voters yet
+    (never keepers)."""
     if pos is not None and not has_records(pos):
         return replicas  # no records: nothing to carry
-    voters = tuple(n for n in old if n not in joining) or old
-    keepers = [n for n in voters if pos is None or _keeper(n, voters, pos)]
-    need = min(len(replicas) // 2 + 1, len(keepers))
-    if sum(1 for n in replicas if n in keepers) >= need:
+    candidates = _voters(old, joining) or old
+    chosen: list[str] = []
+    for keepers in _stream_keepers(old, joining, pos, candidates).values():
+        need = min(len(replicas) // 2 + 1, len(keepers))
+        ranked = sorted(keepers, key=lambda n: (n not in chosen, n not in replicas,
+                                                not healthy.get(n, False), old.index(n)))
+        chosen += [n for n in ranked[:need] if n not in chosen]
+    if all(n in replicas for n in chosen):
         return replicas
-    kept = sorted(keepers, key=lambda n: (n not in replicas, not healthy.get(n, False), old.index(n)))[:need]
     # one slot for a new replica even when the keepers fill the set (R=1: the
     # drained host and its replacement, until the replacement has caught up)
-    added = [n for n in replicas if n not in kept][:max(1, len(replicas) - len(kept))]
-    new = (*sorted(kept, key=old.index), *added)
+    added = [n for n in replicas if n not in chosen][:max(1, len(replicas) - len(chosen))]
+    new = (*sorted(chosen, key=old.index), *added)
     return new if set(new) != set(old) else None
 
 
@@ -137,27 +171,27 @@ def joining_of(replicas: tuple[str, ...], old: kv.PartitionAssignment, pos: Stre
                ) -> tuple[str, ...]:
     """The joining replicas of ``replicas``, the new set of ``old``'s
     partition: those still joining, the new ones (they start empty), and,
-    when fewer than a majority of the new set are keepers (a set that
-    shrank to a keeper and laggards, or grew from one or two), every
-    non-keeper: the election counts only voters, so it never picks one. No
-    records: none."""
+    for every stream of which fewer than a majority of the new set are
+    keepers (a set that shrank to a keeper and laggards, or grew from one or
+    two), its non-keepers: the election counts only voters, so it never
+    picks one. No records: none."""
     if pos is not None and not has_records(pos):
         return ()
-    joining = [n for n in replicas if n in old.joining or n not in old.replicas]
+    joining = {n for n in replicas if n in old.joining or n not in old.replicas}
     if pos is not None:
-        keepers = [n for n in replicas if n not in joining and _keeper(n, old.voters, pos)]
-        if len(keepers) < len(replicas) // 2 + 1:
-            joining = [n for n in replicas if n not in keepers]
-    return tuple(joining)
+        for keepers in _stream_keepers(old.replicas, old.joining, pos, replicas).values():
+            if sum(1 for n in keepers if n not in joining) < len(replicas) // 2 + 1:
+                joining |= {n for n in replicas if n not in keepers}
+    return tuple(n for n in replicas if n in joining)
 
 
-def caught_up(joining: tuple[str, ...], voters: tuple[str, ...], pos: StreamPositions | None
+def caught_up(joining: tuple[str, ...], replicas: tuple[str, ...], pos: StreamPositions | None
               ) -> tuple[str, ...]:
-    """The replicas of ``joining`` that still lack what the voters hold
-    (``pos`` None: not known, all of them)."""
+    """The replicas of ``joining`` that still lack what the voters of
+    ``replicas`` hold (``pos`` None: not known, all of them)."""
     if pos is None:
         return joining
-    return tuple(n for n in joining if not _keeper(n, voters, pos))
+    return tuple(n for n in joining if not _keeper(n, replicas, joining, pos))
 
 
 def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],
@@ -191,7 +225,7 @@ def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],
         if a.cluster != cluster or not a.joining or pid in changed or pid.queue not in state.configs:
             continue
         pos = positions(pid)
-        still = caught_up(a.joining, a.voters, pos) if pos is None or has_records(pos) else ()
+        still = caught_up(a.joining, a.replicas, pos) if pos is None or has_records(pos) else ()
         if still != a.joining:
             key = kv.partition_key(pid)
             writes.append(AssignmentWrite(

@@ -78,10 +78,6 @@ class Candidacy:
     """Replicas that joined and have not caught up yet (not voters:
     ``kvlayout.PartitionAssignment.joining``)."""
 
-    @property
-    def voters(self) -> tuple[str, ...]:
-        return tuple(n for n in self.replicas if n not in self.joining) or self.replicas
-
 
 @dataclass(frozen=True)
 class Elected:
@@ -148,7 +144,9 @@ def may_campaign(me: str, cand: Candidacy, passing: set[str], mine: kv.Position,
     must not win over records a later writer had acknowledged).
     """
     held = {n: mine if n == me else positions.get(n, kv.ZERO) for n in cand.replicas}
-    needed = quorum_position(held, cand.voters)
+    voters = tuple(n for n in cand.replicas if n not in cand.joining)
+    # every replica joining: only what the most advanced holds will do
+    needed = quorum_position(held, voters) if voters else max(held.values(), default=kv.ZERO)
     if cand.preferred == me:
         return mine >= needed
     pref = cand.preferred
