@@ -185,23 +185,24 @@ def _send_and_wait_for_positions(addr: str, q: zmqueue.Queue, n: int, fifo: bool
     return ids
 
 
-def _drain_all(q: zmqueue.Queue, ids: set[str], timeout_s: float, delete: bool = True) -> None:
+def _drain_all(q: zmqueue.Queue, ids: set[str], timeout_s: float, delete: bool = True) -> list[bytes]:
     """Receive (and delete) until every one of ``ids`` has arrived, and no
-    other message. ``delete=False``: receive only (the queue's visibility
-    timeout must outlast the wait), for a sync queue short of a majority of
-    its replicas, which refuses deletes."""
-    got: set[str] = set()
+    other message; their bodies in the order received. ``delete=False``:
+    receive only (the queue's visibility timeout must outlast the wait), for
+    a sync queue short of a majority of its replicas, which refuses deletes."""
+    got: list[zmqueue.Message] = []
 
     def drained() -> bool:
         with contextlib.suppress(zmqueue.ZmqueueError):
             for m in q.receive(max_messages=10, wait_time=1):
-                got.add(m.id)
+                got.append(m)
                 if delete:
                     q.delete(m.receipt)
-        return got >= ids
+        return {m.id for m in got} >= ids
 
     wait_for(drained, timeout_s, "every acknowledged message")
-    assert got == ids
+    assert {m.id for m in got} == ids
+    return [m.body for m in got]
 
 
 def cluster_of(addr: str, queue: str, p: int = 0) -> str | None:
@@ -352,17 +353,7 @@ def test_a_sync_queue_that_lost_two_of_three_hosts_refuses_sends_until_one_retur
             return None
 
         ids.add(wait_for(sent, 45, "the send acknowledged once a second replica is back"))
-        got: list[zmqueue.Message] = []
-
-        def drained() -> bool:
-            with contextlib.suppress(zmqueue.ZmqueueError):
-                for m in q.receive(max_messages=10, wait_time=1):
-                    got.append(m)
-                    q.delete(m.receipt)
-            return {m.id for m in got} >= ids
-
-        wait_for(drained, 30, "every acknowledged message")
-        assert [m.body for m in got] == [f"m{i}".encode() for i in range(20)] + [b"refused"]
+        assert _drain_all(q, ids, 30) == [f"m{i}".encode() for i in range(20)] + [b"refused"]
     finally:
         client.close()
 
@@ -392,17 +383,7 @@ def test_hosts_that_join_a_partition_whose_only_replica_is_down_do_not_take_it_o
         wait_for(lambda: client.queue_info(q.name)["partitions"][0]["joining"], 10,
                  "`zmqueue queue show` (GET_QUEUE) listing the joining replicas")
         hosts.restart(first)
-        got: list[zmqueue.Message] = []
-
-        def drained() -> bool:
-            with contextlib.suppress(zmqueue.ZmqueueError):
-                for m in q.receive(max_messages=10, wait_time=1):
-                    got.append(m)
-                    q.delete(m.receipt)
-            return {m.id for m in got} >= ids
-
-        wait_for(drained, 45, "every acknowledged message")
-        assert [m.body for m in got] == [f"m{i}".encode() for i in range(30)]
+        assert _drain_all(q, ids, 45) == [f"m{i}".encode() for i in range(30)]
         wait_for(lambda: (a := assignment(addr, q.name)) and len(a["replicas"]) == 3
                  and not a.get("joining"), 30, "three voters")
     finally:
