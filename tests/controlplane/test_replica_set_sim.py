@@ -8,8 +8,9 @@ replicas kept without a replacement, keepers, joining replicas),
 ``leadership.may_campaign`` and the hand-back rule (``preferred_serves``
 and the positions). A FIFO partition has one stream; a standard one, one
 per origin (here the three first replicas: each prefers its origin as
-writer and is taken over while it is down, then handed back). Hosts die,
-come back, are drained and undrained; writers append; replicas copy a
+writer and is taken over while it is down, then handed back). Hosts die (or
+stop cleanly and deregister), come back, are drained and undrained; an
+operator changes R (1-3); writers append; replicas copy a
 writer's log (a copy cuts a diverged tail, as a resync does); a record is
 acknowledged once a majority of the partition's replicas hold it and, while
 some are joining, a majority of the voters (``Stream.replicated_seq``).
@@ -65,7 +66,10 @@ class World:
         default_factory=lambda: kv.PartitionAssignment("c1", ("a", "b", "c"), 1))
     streams: dict[str, Stream] = field(default_factory=dict)
     alive: set[str] = field(default_factory=lambda: set(NODES))
+    registered: set[str] = field(default_factory=lambda: set(NODES))
+    """A clean stop deregisters a host (it is gone at once); a kill leaves it registered."""
     drained: set[str] = field(default_factory=set)
+    r: int = 3
     next_id: int = 0
     history: list[str] = field(default_factory=list)
 
@@ -82,11 +86,11 @@ class World:
 
     # --- the rules under test ---------------------------------------------------------
     def manager_round(self) -> None:
-        cfg = QueueConfig(name="q", fifo=self.fifo, replication_factor=3, sync_replication=True)
+        cfg = QueueConfig(name="q", fifo=self.fifo, replication_factor=self.r, sync_replication=True)
         state = kv.ClusterState(configs={"q": cfg}, assignments={PID: self.assignment},
                                 drains={n: True for n in self.drained})
         hosts = [HostInfo(n, "c1", "1", f"tcp://127.0.0.1:{i}", "passing" if n in self.alive else "critical")
-                 for i, n in enumerate(NODES)]
+                 for i, n in enumerate(NODES) if n in self.registered]
         healthy = {n: n in self.alive for n in NODES}
         pos = {o: dict(s.published) for o, s in self.streams.items()}
         for w in plan_internal(Snapshot(1, state, [], hosts), "c1", healthy, lambda pid: pos):
@@ -181,6 +185,12 @@ class World:
             self.kill(node)
         elif op == "restart":
             self.alive.add(node)
+            self.registered.add(node)
+        elif op == "stop":  # a clean stop: the host deregisters
+            self.kill(node)
+            self.registered.discard(node)
+        elif op == "r":  # an operator edits the replication factor in KV: 1, 2 or 3
+            self.r = 1 + NODES.index(node) % 3
         elif op == "drain":
             self.drained.add(node)
         elif op == "undrain":
@@ -198,7 +208,7 @@ class World:
 
     def settle(self) -> None:
         """Every host back, no drains; rounds, replication, elections, hand-backs until calm."""
-        self.alive, self.drained = set(NODES), set()
+        self.alive, self.registered, self.drained, self.r = set(NODES), set(NODES), set(), 3
         self.publish()
         for _ in range(12):
             self.manager_round()
@@ -213,7 +223,7 @@ class World:
 
 
 OPS = ("send", "send", "send", "replicate", "replicate", "replicate", "kill", "restart", "restart",
-       "drain", "undrain", "round", "round", "campaign", "campaign", "hand_back")
+       "drain", "undrain", "round", "round", "campaign", "campaign", "hand_back", "stop", "r")
 
 schedules = st.lists(st.tuples(st.sampled_from(OPS), st.sampled_from(NODES)), min_size=20, max_size=120)
 
