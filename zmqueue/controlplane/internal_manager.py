@@ -28,8 +28,8 @@ for, given the cluster's healthy, non-draining hosts.
   enough current ones (healthy first, drained ones included) in place of
   the last new hosts, until the new ones have caught up; the writer
   election (``leadership.may_campaign``) then never picks a replica that
-  lacks what a majority holds. In a set of one or two a keeper holds what
-  the most advanced holds, and a lone replica is joined by its replacement
+  lacks what a majority holds. In an async queue's set of one or two a
+  keeper holds what the most advanced holds, and a lone replica is joined by its replacement
   before it leaves (R=1 drains). Without this, draining all of a partition's
   hosts at once, or losing most of them in a larger cluster, gave it empty
   replicas, one of which became its writer, and its acknowledged messages
@@ -100,11 +100,12 @@ def has_records(pos: StreamPositions) -> bool:
     return any(p.seq > 0 for by_node in pos.values() for p in by_node.values())
 
 
-def _needed(by_node: Mapping[str, kv.Position], voters: tuple[str, ...]) -> kv.Position:
+def _needed(by_node: Mapping[str, kv.Position], voters: tuple[str, ...], sync: bool) -> kv.Position:
     """What a keeper must hold of one stream: what a majority of ``voters``
-    holds; of one or two, what the most advanced holds (their records may
-    have been acknowledged by one host alone)."""
-    if len(voters) <= 2:
+    holds (a sync ack needs a majority of the voters); without sync
+    replication, of one or two voters, what the most advanced holds (an
+    async ack is the writer's alone)."""
+    if len(voters) <= 2 and not sync:
         return max((by_node.get(n, kv.ZERO) for n in voters), default=kv.ZERO)
     return quorum_position(by_node, voters)
 
@@ -116,15 +117,15 @@ def _voters(replicas: tuple[str, ...], joining: tuple[str, ...]) -> tuple[str, .
 
 
 def _need(by_node: Mapping[str, kv.Position], replicas: tuple[str, ...],
-          joining: tuple[str, ...]) -> kv.Position:
+          joining: tuple[str, ...], sync: bool) -> kv.Position:
     voters = _voters(replicas, joining)
     if not voters:  # every replica joining: what the most advanced holds
         return max((by_node.get(n, kv.ZERO) for n in replicas), default=kv.ZERO)
-    return _needed(by_node, voters)
+    return _needed(by_node, voters, sync)
 
 
 def _stream_keepers(replicas: tuple[str, ...], joining: tuple[str, ...], pos: StreamPositions | None,
-                    among: tuple[str, ...]) -> dict[str, list[str]]:
+                    among: tuple[str, ...], sync: bool) -> dict[str, list[str]]:
     """Per stream, the nodes of ``among`` that hold what the voters of
     ``replicas`` need of it (``pos`` None: every voter, for one stand-in
     stream). Keepers are per stream: in a standard partition every origin
@@ -133,17 +134,20 @@ def _stream_keepers(replicas: tuple[str, ...], joining: tuple[str, ...], pos: St
     if pos is None:
         voters = _voters(replicas, joining) or replicas
         return {"": [n for n in among if n in voters]}
-    return {s: [n for n in among if by_node.get(n, kv.ZERO) >= _need(by_node, replicas, joining)]
+    return {s: [n for n in among if by_node.get(n, kv.ZERO) >= _need(by_node, replicas, joining, sync)]
             for s, by_node in pos.items()}
 
 
-def _keeper(node: str, replicas: tuple[str, ...], joining: tuple[str, ...], pos: StreamPositions) -> bool:
+def _keeper(node: str, replicas: tuple[str, ...], joining: tuple[str, ...], pos: StreamPositions,
+            sync: bool) -> bool:
     """``node`` holds, in every stream, what the voters need (``_need``)."""
-    return all(by_node.get(node, kv.ZERO) >= _need(by_node, replicas, joining) for by_node in pos.values())
+    return all(by_node.get(node, kv.ZERO) >= _need(by_node, replicas, joining, sync)
+               for by_node in pos.values())
 
 
 def bridged(replicas: tuple[str, ...], old: tuple[str, ...], pos: StreamPositions | None,
-            healthy: dict[str, bool], joining: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+            healthy: dict[str, bool], joining: tuple[str, ...] = (), sync: bool = False
+            ) -> tuple[str, ...] | None:
     """``replicas``, the set placement wants in place of ``old``, with enough
     keepers kept in every stream (module doc); None: keep ``old`` as it is.
     ``pos`` None: the positions could not be read, so every current voter is
@@ -153,7 +157,7 @@ def bridged(replicas: tuple[str, ...], old: tuple[str, ...], pos: StreamPosition
         return replicas  # no records: nothing to carry
     candidates = _voters(old, joining) or old
     chosen: list[str] = []
-    for keepers in _stream_keepers(old, joining, pos, candidates).values():
+    for keepers in _stream_keepers(old, joining, pos, candidates, sync).values():
         need = min(len(replicas) // 2 + 1, len(keepers))
         ranked = sorted(keepers, key=lambda n: (n not in chosen, n not in replicas,
                                                 not healthy.get(n, False), old.index(n)))
@@ -167,8 +171,8 @@ def bridged(replicas: tuple[str, ...], old: tuple[str, ...], pos: StreamPosition
     return new if set(new) != set(old) else None
 
 
-def joining_of(replicas: tuple[str, ...], old: kv.PartitionAssignment, pos: StreamPositions | None
-               ) -> tuple[str, ...]:
+def joining_of(replicas: tuple[str, ...], old: kv.PartitionAssignment, pos: StreamPositions | None,
+               sync: bool = False) -> tuple[str, ...]:
     """The joining replicas of ``replicas``, the new set of ``old``'s
     partition: those still joining, the new ones (they start empty), and,
     for every stream of which fewer than a majority of the new set are
@@ -179,19 +183,19 @@ def joining_of(replicas: tuple[str, ...], old: kv.PartitionAssignment, pos: Stre
         return ()
     joining = {n for n in replicas if n in old.joining or n not in old.replicas}
     if pos is not None:
-        for keepers in _stream_keepers(old.replicas, old.joining, pos, replicas).values():
+        for keepers in _stream_keepers(old.replicas, old.joining, pos, replicas, sync).values():
             if sum(1 for n in keepers if n not in joining) < len(replicas) // 2 + 1:
                 joining |= {n for n in replicas if n not in keepers}
     return tuple(n for n in replicas if n in joining)
 
 
-def caught_up(joining: tuple[str, ...], replicas: tuple[str, ...], pos: StreamPositions | None
-              ) -> tuple[str, ...]:
+def caught_up(joining: tuple[str, ...], replicas: tuple[str, ...], pos: StreamPositions | None,
+              sync: bool = False) -> tuple[str, ...]:
     """The replicas of ``joining`` that still lack what the voters of
     ``replicas`` hold (``pos`` None: not known, all of them)."""
     if pos is None:
         return joining
-    return tuple(n for n in joining if not _keeper(n, replicas, joining, pos))
+    return tuple(n for n in joining if not _keeper(n, replicas, joining, pos, sync))
 
 
 def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],
@@ -207,13 +211,14 @@ def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],
     for mv in _moves(snap, cluster, healthy):
         old = state.assignments[mv.partition]
         pos = positions(mv.partition)
+        sync = state.configs[mv.partition.queue].sync_replication
         if mv.remove:
-            kept = bridged(mv.replicas, old.replicas, pos, healthy, old.joining)
+            kept = bridged(mv.replicas, old.replicas, pos, healthy, old.joining, sync)
             if kept is None:
                 continue
             mv = Move(mv.partition, tuple(n for n in old.replicas if n not in kept),
                       tuple(n for n in kept if n not in old.replicas), kept)
-        joining = joining_of(mv.replicas, old, pos)
+        joining = joining_of(mv.replicas, old, pos, sync)
         key = kv.partition_key(mv.partition)
         reason = (f"replicas {list(old.replicas)} -> {list(mv.replicas)} "
                   f"(removed {list(mv.remove)}, added {list(mv.add)}"
@@ -225,7 +230,8 @@ def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],
         if a.cluster != cluster or not a.joining or pid in changed or pid.queue not in state.configs:
             continue
         pos = positions(pid)
-        still = caught_up(a.joining, a.replicas, pos) if pos is None or has_records(pos) else ()
+        sync = state.configs[pid.queue].sync_replication
+        still = caught_up(a.joining, a.replicas, pos, sync) if pos is None or has_records(pos) else ()
         if still != a.joining:
             key = kv.partition_key(pid)
             writes.append(AssignmentWrite(
