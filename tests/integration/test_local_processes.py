@@ -47,7 +47,8 @@ def test_running_by_pid_is_false_for_an_ordinary_stop(tmp_path: Path) -> None:
 def test_a_local_cluster_started_twice_says_so_and_keeps_its_hosts(
         hosts: HostFactory, tmp_path: Path) -> None:
     """``with LocalCluster(...).start() as lc`` used to start every host twice
-    (the second ones failing on their locked data directories)."""
+    (the second ones failing on their locked data directories), then raised
+    and left them running; now the block takes the started cluster over."""
     lc = LocalCluster(tmp_path / "lc", hosts=1, consul=hosts.agent.http_addr)
     with lc:
         first = lc.hosts[0]
@@ -55,3 +56,9 @@ def test_a_local_cluster_started_twice_says_so_and_keeps_its_hosts(
             lc.start()
         assert lc.hosts == [first] and first.alive()
     assert not first.alive()
+    # the with block takes over a cluster start() started, and stops it (raising there
+    # left every process running)
+    with LocalCluster(tmp_path / "lc2", hosts=1, consul=hosts.agent.http_addr).start() as lc2:
+        [only] = lc2.hosts
+        assert only.alive()
+    assert not only.alive()

@@ -99,8 +99,8 @@ class LocalCluster:
 
     def start(self, timeout_s: float = 30.0) -> LocalCluster:
         if any(h.alive() for h in self.hosts):
-            raise StartupError("this LocalCluster is started already: call start() or use it in a "
-                               "with block, not both (its hosts would be started twice)")
+            raise StartupError("this LocalCluster is started already (its hosts would be started "
+                               "twice): stop() it first")
         self.hosts = []  # (stopped ones: started again from their data directories)
         try:
             if self.consul_addr is None:
@@ -169,6 +169,11 @@ class LocalCluster:
             self.agent.stop()
 
     def __enter__(self) -> LocalCluster:
+        """Starts the cluster, unless ``start()`` already did (``with
+        LocalCluster(...).start() as lc``: the block then owns it and stops
+        it at the end; raising here leaked every process it had started)."""
+        if any(h.alive() for h in self.hosts):
+            return self
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
