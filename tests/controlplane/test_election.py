@@ -27,6 +27,7 @@ from zmqueue.controlplane.election import (
     may_campaign,
     quorum_position,
     step,
+    voters_hold,
 )
 from zmqueue.controlplane.kvlayout import Position
 
@@ -170,3 +171,11 @@ def test_a_lock_seen_only_after_its_lease_would_be_over_is_released_not_led():
     s, actions = run(s, LockAcquired("a", 3, at_ms=1000))
     assert s.role is Role.FOLLOWER
     assert ReleaseLock("lease over before the lock was seen") in actions
+
+
+def test_what_the_voters_hold() -> None:
+    pos = {"a": Position(1, 9), "b": Position(1, 7), "c": Position(1, 2)}
+    assert voters_hold(pos, "abc") == Position(1, 7)  # a majority of the three
+    assert voters_hold(pos, "abc", joining="c") == Position(1, 7)  # a and b: both (sync)
+    assert voters_hold(pos, "abc", joining="c", sync=False) == Position(1, 9)  # async: the most advanced
+    assert voters_hold(pos, "abc", joining="abc") == Position(1, 9)  # nobody votes: the most advanced

@@ -222,6 +222,22 @@ def quorum_position(positions: Mapping[str, Position], replicas: Iterable[str]) 
     return ranked[majority(len(reps)) - 1]
 
 
+def voters_hold(positions: Mapping[str, Position], replicas: Iterable[str], joining: Iterable[str] = (),
+                sync: bool = True) -> Position:
+    """What a replica must hold of one stream to be safe to lead it or to
+    keep in its replica set: what a majority of the *voters* (``replicas``
+    not ``joining``) has reached, down ones by their last published
+    positions; when every replica is joining, what the most advanced holds.
+    ``sync=False`` (an async ack is the writer's alone): of one or two
+    voters, what the most advanced holds too."""
+    reps = list(dict.fromkeys(replicas))
+    skip = set(joining)
+    voters = [r for r in reps if r not in skip]
+    if not voters or (not sync and len(voters) <= 2):
+        return max((positions.get(r, ZERO) for r in voters or reps), default=ZERO)
+    return quorum_position(positions, voters)
+
+
 def has_majority_support(me: str, positions: Mapping[str, Position],
                          replicas: Iterable[str]) -> bool:
     """``me`` is at or past a majority of the replicas (itself included);

@@ -54,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from zmqueue.controlplane import kvlayout as kv
-from zmqueue.controlplane.election import quorum_position
+from zmqueue.controlplane.election import voters_hold
 from zmqueue.controlplane.fleetview import AssignmentWrite, members, moved
 from zmqueue.controlplane.placement import Move, plan_moves
 from zmqueue.controlplane.queue_directory import Snapshot
@@ -100,49 +100,26 @@ def has_records(pos: StreamPositions) -> bool:
     return any(p.seq > 0 for by_node in pos.values() for p in by_node.values())
 
 
-def _needed(by_node: Mapping[str, kv.Position], voters: tuple[str, ...], sync: bool) -> kv.Position:
-    """What a keeper must hold of one stream: what a majority of ``voters``
-    holds (a sync ack needs a majority of the voters); without sync
-    replication, of one or two voters, what the most advanced holds (an
-    async ack is the writer's alone)."""
-    if len(voters) <= 2 and not sync:
-        return max((by_node.get(n, kv.ZERO) for n in voters), default=kv.ZERO)
-    return quorum_position(by_node, voters)
-
-
 def _voters(replicas: tuple[str, ...], joining: tuple[str, ...]) -> tuple[str, ...]:
-    """The replicas that are not joining (none when all are: ``_need``
-    then asks for what the most advanced replica holds)."""
+    """The replicas that are not joining."""
     return tuple(n for n in replicas if n not in joining)
-
-
-def _need(by_node: Mapping[str, kv.Position], replicas: tuple[str, ...],
-          joining: tuple[str, ...], sync: bool) -> kv.Position:
-    voters = _voters(replicas, joining)
-    if not voters:  # every replica joining: what the most advanced holds
-        return max((by_node.get(n, kv.ZERO) for n in replicas), default=kv.ZERO)
-    return _needed(by_node, voters, sync)
 
 
 def _stream_keepers(replicas: tuple[str, ...], joining: tuple[str, ...], pos: StreamPositions | None,
                     among: tuple[str, ...], sync: bool) -> dict[str, list[str]]:
     """Per stream, the nodes of ``among`` that hold what the voters of
-    ``replicas`` need of it (``pos`` None: every voter, for one stand-in
-    stream). Keepers are per stream: in a standard partition every origin
-    writes its own, and under traffic no replica may hold the most of all of
-    them at once."""
+    ``replicas`` need of it (``election.voters_hold``; ``pos`` None: every
+    voter, for one stand-in stream). Keepers are per stream: in a standard
+    partition every origin writes its own, and under traffic no replica may
+    hold the most of all of them at once."""
     if pos is None:
         voters = _voters(replicas, joining) or replicas
         return {"": [n for n in among if n in voters]}
-    return {s: [n for n in among if by_node.get(n, kv.ZERO) >= _need(by_node, replicas, joining, sync)]
-            for s, by_node in pos.items()}
-
-
-def _keeper(node: str, replicas: tuple[str, ...], joining: tuple[str, ...], pos: StreamPositions,
-            sync: bool) -> bool:
-    """``node`` holds, in every stream, what the voters need (``_need``)."""
-    return all(by_node.get(node, kv.ZERO) >= _need(by_node, replicas, joining, sync)
-               for by_node in pos.values())
+    keepers = {}
+    for s, by_node in pos.items():
+        need = voters_hold(by_node, replicas, joining, sync)
+        keepers[s] = [n for n in among if by_node.get(n, kv.ZERO) >= need]
+    return keepers
 
 
 def bridged(replicas: tuple[str, ...], old: tuple[str, ...], pos: StreamPositions | None,
@@ -195,7 +172,8 @@ def caught_up(joining: tuple[str, ...], replicas: tuple[str, ...], pos: StreamPo
     ``replicas`` hold (``pos`` None: not known, all of them)."""
     if pos is None:
         return joining
-    return tuple(n for n in joining if not _keeper(n, replicas, joining, pos, sync))
+    keepers = _stream_keepers(replicas, joining, pos, joining, sync).values()
+    return tuple(n for n in joining if not all(n in k for k in keepers))
 
 
 def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],

@@ -40,7 +40,7 @@ import consul
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.consul_client import AgentHome, ConsulClient, create_session
 from zmqueue.controlplane.discovery import list_hosts
-from zmqueue.controlplane.election import quorum_position
+from zmqueue.controlplane.election import voters_hold
 from zmqueue.errors import ConsulUnavailable
 
 log = logging.getLogger(__name__)
@@ -144,9 +144,7 @@ def may_campaign(me: str, cand: Candidacy, passing: set[str], mine: kv.Position,
     must not win over records a later writer had acknowledged).
     """
     held = {n: mine if n == me else positions.get(n, kv.ZERO) for n in cand.replicas}
-    voters = tuple(n for n in cand.replicas if n not in cand.joining)
-    # every replica joining: only what the most advanced holds will do
-    needed = quorum_position(held, voters) if voters else max(held.values(), default=kv.ZERO)
+    needed = voters_hold(held, cand.replicas, cand.joining)
     if cand.preferred == me:
         return mine >= needed
     pref = cand.preferred
