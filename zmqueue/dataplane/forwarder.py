@@ -7,6 +7,7 @@ and times out requests that got none, calling each request's callback once.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,8 @@ from zmqueue.protocol import Command, RequestIds
 
 Callback = Callable[[Any, ZmqueueError | None], None]
 MAX_PENDING = 10_000
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -35,6 +38,9 @@ class Forwarder:
         self.socks: dict[str, zmq.Socket[bytes]] = {}
         self.pending: dict[int, _Pending] = {}
         self._ids = RequestIds()
+        self.refused_replies = 0
+        """Replies (or timeouts) whose callback refused what a peer sent
+        (a ZmqueueError): logged and counted, never raised into the loop."""
         self.curve: Any = None
         """CURVE client keys (zmqueue.security.curve.CurveKeys) when the host is
         secured: ``curve.client(sock, endpoint)`` before every connect."""
@@ -97,15 +103,25 @@ class Forwarder:
                     continue
                 p = self.pending.pop(frame.request_id, None)
                 if p is not None:
-                    p.callback(None if frame.is_error else frame.body,
-                               from_wire(frame.body) if frame.is_error else None)
+                    self._answer(p, None if frame.is_error else frame.body,
+                                 from_wire(frame.body) if frame.is_error else None)
         expired = [rid for rid, p in self.pending.items() if p.deadline_ms <= now_ms]
         for rid in expired:
             p = self.pending.pop(rid)
             if self.curve is not None and p.endpoint in self.socks:
                 # a CURVE connection refused once never reconnects by itself
                 self.socks.pop(p.endpoint).close(linger=0)
-            p.callback(None, RequestTimeout(f"no reply from {p.endpoint}"))
+            self._answer(p, None, RequestTimeout(f"no reply from {p.endpoint}"))
+
+    def _answer(self, p: _Pending, body: Any, err: ZmqueueError | None) -> None:
+        """Run a request's callback. A reply the callback refuses (a peer's
+        malformed or inconsistent answer: a ZmqueueError) is logged and
+        counted; it must not take the host's request loop down with it."""
+        try:
+            p.callback(body, err)
+        except ZmqueueError as exc:
+            self.refused_replies += 1
+            log.warning("refused a reply from %s: %s", p.endpoint, exc)
 
     def close(self) -> None:
         for s in self.socks.values():

@@ -115,8 +115,11 @@ class Stream:
         self.local = ""
         """This host's node id (set by the stream set)."""
         self.role = Role.REPLICA
-        self.epoch = 0
-        """The current term as far as this host knows (fences older records)."""
+        self.epoch = store.epoch
+        """The current term as far as this host knows (fences older records):
+        at least the newest term among its records (a host restarted with
+        records of term 3 answered catch-ups as term 0 before, and a replica
+        fetching them refused the records as newer than their sender's term)."""
         self.lease_until = 0.0
         self.dedup = DedupWindow()
         self.acks: deque[PendingAck] = deque()

@@ -53,7 +53,8 @@ def snapshot(svc: QueueService, door: FrontDoor, zap_counters: dict[str, int],
             "latency": _copy(door.latency), "commit": _copy(door.commit),
             "dlq": dict(svc.dlq.moved), "pushed": dict(svc.pusher.pushed), "zap": dict(zap_counters),
             "dispatcher": _with_late(dispatcher_counters, svc.waiters.watch.late, svc.pusher.watch.late),
-            "replication": dict(svc.replicator.counters)}
+            "replication": {**svc.replicator.counters,
+                            "refused_replies": svc.forwarder.refused_replies}}
 
 
 def _with_late(counters: dict[str, int], polls: int, pushes: int) -> dict[str, int]:

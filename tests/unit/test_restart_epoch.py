@@ -1,0 +1,94 @@
+"""A host restarted with records of a term answers catch-ups as that term, and
+a reply its callback refuses never reaches the request loop.
+
+Found by ``test_hosts_that_join_a_partition_whose_only_replica_is_down_do_not_take_it_over``
+(about one run in five): the host holding the records restarted, its stream's
+term started at 0, a joining replica fetched its records (of term 1) and
+refused them as "newer than their sender's term", and that StaleEpoch, raised
+in a forwarded request's callback, ended the joining host's process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+from zmqueue.config import QueueConfig
+from zmqueue.dataplane.forwarder import Forwarder
+from zmqueue.dataplane.replication import Replicator, decode_chunks, stream_id
+from zmqueue.dataplane.storage import StorageConfig
+from zmqueue.dataplane.streamset import StreamSet
+from zmqueue.dataplane.topology import Metadata, PartitionInfo
+from zmqueue.errors import StaleEpoch, ZmqueueError
+from zmqueue.protocol import Command
+
+NOW = 1_000_000
+KEY = ("q.fifo", 0, "fifo")
+CFG = QueueConfig(name="q.fifo", fifo=True, replication_factor=3, sync_replication=True)
+META = Metadata({"q.fifo": CFG}, {("q.fifo", 0): PartitionInfo(("a", "b", "c"), {}, ())})
+
+
+@pytest.fixture
+def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
+    c: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    yield c
+    c.destroy(linger=0)
+
+
+def opened(node: str, path: Path) -> StreamSet:
+    ss = StreamSet(node, path, StorageConfig(fsync="never"))
+    ss.reconcile(META, NOW)
+    return ss
+
+
+def replicator(ctx: zmq.Context[zmq.Socket[bytes]], ss: StreamSet) -> Replicator:
+    pub = ctx.socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    return Replicator(ctx, ss.node, pub, Forwarder(ctx), lambda: ss.streams, lambda n: None,
+                      lambda k: None, lambda k: None)
+
+
+def test_a_restarted_copy_answers_a_catch_up_that_an_empty_replica_applies(
+        tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+    a = opened("a", tmp_path / "a")
+    a.streams[KEY].store.append_batch([b"m"] * 5, NOW, 1)  # written in term 1
+    a.streams[KEY].store.append_batch([b"n"] * 2, NOW, 3)  # and term 3
+    a.streams[KEY].store.commit()
+    a.close()
+    a = opened("a", tmp_path / "a")  # restarted: not elected yet
+    b = opened("b", tmp_path / "b")  # a new, empty replica
+    try:
+        assert a.streams[KEY].epoch == 3  # the newest term among its records
+        reply = replicator(ctx, a).h_catch_up({"s": stream_id(KEY), "from": 1, "prev": [0, 0]})
+        assert reply["e"] == 3 and reply["last"] == 7
+        rb = replicator(ctx, b)
+        assert rb.apply(b.streams[KEY], decode_chunks(reply["c"]), reply["e"])
+        assert b.streams[KEY].store.last_seq == 7 and b.streams[KEY].store.last_epoch == 3
+        # a sender whose records claim a newer term than its own is still refused
+        with pytest.raises(StaleEpoch):
+            rb.apply(b.streams[KEY], decode_chunks(reply["c"]), 2)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_reply_its_callback_refuses_is_counted_not_raised_into_the_loop(
+        ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+    fw = Forwarder(ctx)
+    seen: list[Any] = []
+
+    def refuse(body: Any, err: ZmqueueError | None) -> None:
+        seen.append(err)
+        raise StaleEpoch("a record's epoch is newer than its sender's term")
+
+    try:
+        # nothing listens there: the request times out, and its callback refuses that
+        fw.request("tcp://127.0.0.1:9", Command.CATCH_UP, {}, refuse, now_ms=0, timeout_ms=1)
+        fw.poll(now_ms=10)
+        assert len(seen) == 1 and fw.refused_replies == 1 and not fw.pending
+    finally:
+        fw.close()
