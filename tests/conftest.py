@@ -10,6 +10,7 @@ processes it started.
 from __future__ import annotations
 
 import contextlib
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -98,9 +99,32 @@ class HostFactory:
         for h in self.hosts:
             h.stop()
 
+    def check_none_died(self) -> None:
+        """Fail if a host exited by itself during the test (a crash: a host
+        must survive anything a test sends it; kills and stops are the test's)."""
+        dead = [h for h in self.hosts if h.died()]
+        if dead:
+            pytest.fail("hosts died during the test (a host must never crash): " + ", ".join(
+                f"{h.node} ({_ended(h)}): {h.log_tail(1500)}" for h in dead), pytrace=False)
+
     def logs(self) -> str:
-        return "\n".join(f"----- {h.node} (pid {h.proc.proc.pid if h.proc.proc else '-'}) -----\n"
-                         f"{h.log_tail()}" for h in self.hosts)
+        """Every host's log tail, headed by its pid and how it ended (a host
+        that died during the test shows its exit status, e.g. -11 = SIGSEGV)."""
+        return "\n".join(f"----- {h.node} (pid {h.proc.proc.pid if h.proc.proc else '-'}, "
+                         f"{_ended(h)}) -----\n{h.log_tail()}" for h in self.hosts)
+
+
+def _ended(h: HostProcess) -> str:
+    """How a host process ended, as the teardown found it: already exited
+    (killed by the test, or died: its exit status, e.g. -11 = SIGSEGV), or
+    running until the teardown stopped it."""
+    status = h.proc.found_exited
+    if status is None:
+        return "running until the teardown"
+    if status < 0:
+        with contextlib.suppress(ValueError):
+            return f"had exited: status {status}, {signal.Signals(-status).name}"
+    return f"had exited: status {status}"
 
 
 def _wipe_consul(agent: ConsulAgent) -> None:
@@ -126,6 +150,7 @@ def hosts(consul_agent: ConsulAgent, tmp_path: Path,
         if _failed(request):
             print(factory.logs())
         _wipe_consul(consul_agent)
+    factory.check_none_died()
 
 
 def all_passing(statuses: dict[str, str]) -> bool:
@@ -185,6 +210,7 @@ def started(cluster: C) -> Iterator[C]:
         raise
     finally:
         cluster.stop()
+    cluster.factory.check_none_died()
 
 
 @pytest.fixture(scope="module")

@@ -157,8 +157,16 @@ class ChaosRun:
         return list(json.loads(item["Value"])["replicas"]) if item else []
 
     def stop_all(self) -> None:
+        """Stop every host by pid; a host that had exited by itself (not
+        killed by a fault) is a problem of the run: a host must never crash."""
         for h in self.hosts:
             h.stop()
+        for h in self.hosts:
+            if h.died():
+                status = h.proc.found_exited
+                tail = h.log_tail(600).strip().splitlines()[-3:]
+                self.report.problems.append(f"host {h.node} died by itself (exit status {status}): "
+                                            f"{' | '.join(tail)}")
 
     # --- traffic --------------------------------------------------------------
     def produce(self, q: zmqueue.Queue) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import HostFactory, wait_for
 from zmqueue.errors import StartupError
-from zmqueue.localcluster import LocalCluster
+from zmqueue.localcluster import HostProcess, LocalCluster
 from zmqueue.localcluster.proc import ManagedProcess
 
 
@@ -62,3 +62,19 @@ def test_a_local_cluster_started_twice_says_so_and_keeps_its_hosts(
         [only] = lc2.hosts
         assert only.alive()
     assert not only.alive()
+
+
+def test_a_host_that_exits_by_itself_is_told_apart_from_one_the_caller_ended(
+        hosts: HostFactory, tmp_path: Path) -> None:
+    """What the test fixtures and the chaos harness use to fail a test whose
+    host crashed (it used to pass unnoticed unless an assertion tripped on it)."""
+    crashes = HostProcess("c1", "bad", tmp_path / "bad", hosts.agent.http_addr, tmp_path / "logs",
+                          ["--no-such-option"]).start()  # argparse: exits 2 by itself
+    wait_for(lambda: not crashes.alive(), 30, "the host with a bad option to exit")
+    killed = hosts.start("killed")
+    stopped = hosts.start("stopped")
+    killed.kill9()
+    for h in (crashes, stopped):
+        h.stop()
+    assert crashes.died() and crashes.proc.found_exited == 2
+    assert not killed.died() and not stopped.died()

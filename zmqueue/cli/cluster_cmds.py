@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import threading
 from pathlib import Path
@@ -60,6 +61,9 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 def cmd_host(args: argparse.Namespace) -> int:
     from zmqueue.host import Host
 
+    # a crash in native code (SIGSEGV, SIGBUS, SIGABRT, ...) prints every
+    # thread's Python stack to stderr (the host's log) instead of nothing
+    faulthandler.enable()
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = HostConfig(

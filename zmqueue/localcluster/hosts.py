@@ -27,6 +27,8 @@ class HostProcess:
         argv = [sys.executable, "-m", "zmqueue", "host", "--cluster", cluster, "--node", node,
                 "--data-dir", str(self.data_dir), "--consul", consul, *self.extra_args]
         self.proc = ManagedProcess(argv, Path(log_dir) / f"host-{node}.log")
+        self.ended_by_caller = False
+        """Set by ``kill9`` and ``stop``: a host that exited without either died."""
 
     @property
     def pid(self) -> int:
@@ -40,6 +42,7 @@ class HostProcess:
         return self.proc.alive()
 
     def kill9(self) -> None:
+        self.ended_by_caller = True
         self.proc.kill9()
 
     def freeze(self) -> None:
@@ -49,7 +52,14 @@ class HostProcess:
         self.proc.signal(signal.SIGCONT)
 
     def stop(self) -> int | None:
+        if self.alive():
+            self.ended_by_caller = True
         return self.proc.stop()
+
+    def died(self) -> bool:
+        """Whether the process had exited by itself (not by ``kill9``, nor by
+        the ``stop`` that found it running) when it was stopped."""
+        return self.proc.found_exited is not None and not self.ended_by_caller
 
     def log_tail(self, max_bytes: int = 6000) -> str:
         return self.proc.log_tail(max_bytes)

@@ -19,6 +19,9 @@ class ManagedProcess:
         self.log_path = log_path
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
+        self.found_exited: int | None = None
+        """The exit status (negative: the signal) of a process that had
+        already ended when ``stop`` was called, e.g. by a crash or a kill."""
 
     @property
     def pid(self) -> int:
@@ -59,7 +62,9 @@ class ManagedProcess:
         ``waitpid`` fails with ECHILD) and it would be left running."""
         if self.proc is None:
             return None
-        if self.alive():
+        if not self.alive():
+            self.found_exited = self.proc.poll()
+        else:
             self.signal(signal.SIGCONT)
             self.signal(signal.SIGTERM)
             _wait_while(self.alive, timeout_s)
