@@ -14,6 +14,7 @@ from tests.conftest import HostFactory, wait_for
 from tests.controlplane_integration.conftest import all_passing, assignment, kv_client, lock_holder
 from tests.helpers import check_statuses
 from zmqueue.localcluster import ConsulAgent, HostProcess
+from zmqueue.protocol import Receipt
 
 
 def start_cluster(hosts: HostFactory, agent: ConsulAgent, n: int) -> list[HostProcess]:
@@ -323,12 +324,16 @@ def test_a_sync_queue_that_lost_two_of_three_hosts_refuses_sends_until_one_retur
     """Three hosts, a FIFO queue with R=3 and sync replication; the writer's
     two followers are killed (-9). No host can take their slots, so they stay
     in the replica set: the writer refuses sends it would hold alone (the set
-    used to shrink to it, and it acknowledged them on one host). One of them
-    restarts: the send, retried with its dedup id, is acknowledged once, and
-    every message arrives in order."""
+    used to shrink to it, and it acknowledged them on one host). Once they are
+    silent and critical in Consul it refuses at once, naming them, and
+    stores nothing (it used to store the send, wait 5 s for a second copy,
+    and deliver it later although the sender was told it failed). One of
+    them restarts: a send is acknowledged, and every acknowledged message
+    arrives in order, and no other."""
     addr = consul_agent.http_addr
     started = start_cluster(hosts, consul_agent, 3)
     client = zmqueue.connect(addr, request_timeout=8, retries=0)
+    probe = zmqueue.connect(addr, request_timeout=1, retries=0)
     try:
         q = client.create_queue(f"lost2-{hosts.uid}.fifo", fifo=True, replication_factor=3,
                                 sync_replication=True, visibility_timeout=600)
@@ -339,22 +344,34 @@ def test_a_sync_queue_that_lost_two_of_three_hosts_refuses_sends_until_one_retur
             h.kill9()
         for h in victims:
             wait_for(lambda: not all_passing(consul_agent, h.node), 15, f"{h.node} critical")  # noqa: B023
-        # one send, refused after the writer waited its 5 s for a second copy, and once
-        # more on the retry: the set still has its three replicas ~10 s after the failures
-        # (the manager's grace is 3 s)
-        with pytest.raises(zmqueue.Unavailable, match="replicas acknowledged"):
+        # a delete of a receipt no message has writes nothing either way: it is
+        # answered (stale receipt) until the writer counts the two out of reach
+        nobody = Receipt(q.name, 0, "fifo", 10**9, 1, 1).encode()
+        pq = probe.get_queue(q.name)
+
+        def out_of_reach() -> str | None:
+            try:
+                pq.delete_batch([nobody])
+            except zmqueue.Unavailable as exc:
+                return str(exc) if "are down" in str(exc) else None
+            return None
+
+        refusal = wait_for(out_of_reach, 15, "the writer to count both followers out of reach")
+        assert all(h.node in refusal for h in victims) and "needs 2 of 3" in refusal
+        with pytest.raises(zmqueue.Unavailable, match=r"are down.*Nothing was stored"):
             q.send(b"refused", group_id="g", dedup_id="refused")
         assert sorted((assignment(addr, q.name) or {})["replicas"]) == sorted(h.node for h in started)
         hosts.restart(victims[0])
 
         def sent() -> str | None:
             with contextlib.suppress(zmqueue.ZmqueueError):
-                return q.send(b"refused", group_id="g", dedup_id="refused")
+                return q.send(b"later", group_id="g", dedup_id="later")
             return None
 
-        ids.add(wait_for(sent, 45, "the send acknowledged once a second replica is back"))
-        assert _drain_all(q, ids, 30) == [f"m{i}".encode() for i in range(20)] + [b"refused"]
+        ids.add(wait_for(sent, 45, "a send acknowledged once a second replica is back"))
+        assert _drain_all(q, ids, 30) == [f"m{i}".encode() for i in range(20)] + [b"later"]
     finally:
+        probe.close()
         client.close()
 
 

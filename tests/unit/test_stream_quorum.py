@@ -67,3 +67,33 @@ def test_only_the_current_replicas_count_toward_an_ack(streams: StreamSet) -> No
     Replicator._note(st, "c", 3, 10)  # c had not heard yet: its report is not counted
     Replicator._note(st, "x", 3, 10)
     assert st.follower_pos == {"b": 4} and st.replicated_seq() == 4
+    assert set(st.follower_seen) == {"b", "c"}  # when each current replica last reported
+
+
+def test_a_sync_write_is_out_of_reach_only_when_silent_and_not_passing_replicas_break_the_quorum(
+        streams: StreamSet) -> None:
+    placed(streams, ("a", "b", "c"), ())
+    st = streams.streams[KEY]
+    st.local, st.writer_since = "a", 100.0
+    everyone = {"a", "b", "c"}
+    # within the grace after the writer started, nobody is out of reach
+    assert st.out_of_reach(lambda: set(), 102.9) == []
+    st.follower_seen = {"b": 104.0, "c": 104.0}
+    # one replica silent and not passing: the other two still make a quorum
+    assert st.out_of_reach(lambda: {"a", "b"}, 107.5) == []
+    # both silent, but Consul still calls them passing: the ack timeout decides
+    assert st.out_of_reach(lambda: everyone, 107.5) == []
+    # both silent and not passing: refused, naming them
+    assert st.out_of_reach(lambda: {"a"}, 107.5) == ["b", "c"]
+    # one of them reported recently: a quorum may still acknowledge
+    st.follower_seen["b"] = 107.0
+    assert st.out_of_reach(lambda: {"a"}, 107.5) == []
+    # while b is joining, a voter majority (a and c) is needed too: c gone leaves a alone
+    placed(streams, ("a", "b", "c"), ("b",))
+    assert st.out_of_reach(lambda: {"a", "b"}, 107.5) == ["c"]
+    # async queues and single replicas never wait for others
+    for cfg in (QueueConfig(name="q.fifo", fifo=True, replication_factor=3, sync_replication=False),
+                QueueConfig(name="q.fifo", fifo=True, replication_factor=1, sync_replication=True)):
+        st.config = cfg
+        st.replicas = ("a",) if cfg.replication_factor == 1 else ("a", "b", "c")
+        assert st.out_of_reach(lambda: {"a"}, 200.0) == []

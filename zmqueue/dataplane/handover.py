@@ -97,6 +97,8 @@ class Handover:
             st.store.epoch = st.epoch
             st.published_seq = st.store.last_seq
             st.follower_pos = {}
+            st.follower_seen = {}
+            st.writer_since = now
             log.info("writing stream %s at epoch %d from seq %d", key, st.epoch, st.store.last_seq)
             self.rerun(key)
 

@@ -246,6 +246,7 @@ class Replicator:
         if (isinstance(node, str) and isinstance(seq, int) and epoch == st.epoch
                 and st.role is Role.WRITER and node in st.replicas):
             st.follower_pos[node] = seq
+            st.follower_seen[node] = time.monotonic()
 
     def _stream(self, sid: Any) -> Stream:
         st = self.streams().get(parse_stream_id(sid))

@@ -36,7 +36,7 @@ from zmqueue.dataplane.resends import request_tag
 from zmqueue.dataplane.server import Wakeable
 from zmqueue.dataplane.storage import StorageConfig
 from zmqueue.dataplane.storage.store import STATS_KEYS
-from zmqueue.dataplane.stream import LEASE_S, PendingAck, Role, Stream
+from zmqueue.dataplane.stream import LEASE_S, SILENT_S, PendingAck, Role, Stream
 from zmqueue.dataplane.streamset import StreamSet
 from zmqueue.dataplane.topology import FIFO_ORIGIN, Metadata, PartKey, StreamKey
 from zmqueue.dataplane.waiting import Waiters, has_messages
@@ -312,6 +312,23 @@ class QueueService:
         p = F.get_int(body, "p", 0, 63, default=0, name="partition")
         return (queue, p) if self.known(req, queue, p, now) else None
 
+    def in_reach(self, st: Stream, what: str) -> None:
+        """Refuse a synchronous write at once (UNAVAILABLE, before anything is
+        written) when the replicas out of reach leave it short of its quorum:
+        it would only wait the ack timeout, and a refused send that was
+        stored here could be delivered and then stored again by its retry."""
+        gone = st.out_of_reach(self.meta.passing, time.monotonic())
+        if not gone:
+            return
+        joining = (f", and a majority of the replicas that are not joining {list(st.joining)}"
+                   if st.joining else "")
+        raise Unavailable(
+            f"queue {st.queue!r} partition {st.partition}: replicas {gone} of {list(st.replicas)} "
+            f"are down (no position report for {SILENT_S:.0f} s, not passing in Consul); "
+            f"synchronous replication needs {st.quorum()} of {len(st.replicas)}{joining}. Nothing "
+            f"was {what}: retry once one is back (zmqueue queue show {st.queue}; the operator "
+            f"guide's \"quorum loss\")", replicas=len(st.replicas), down=gone)
+
     def after_commit(self, st: Stream, req: Request, result: Any) -> Any:
         """Reply ``result`` once this iteration's records of ``st`` are replicated."""
         self.dirty.add(st.key)
@@ -348,6 +365,7 @@ class QueueService:
         if self.handover.hold(req, [key], now):
             return DEFERRED
         st = self.writer_stream(*key)
+        self.in_reach(st, "stored")
         if items is None:
             if req.sock != "peer":
                 raise InvalidParameter("dead-letter moves are host-to-host (peer socket) only",
@@ -442,10 +460,12 @@ class QueueService:
                 raise InvalidReceipt(f"del: the receipts must belong to queue {part[0]!r} partition "
                                      f"{part[1]}, the one received from")
             st = self.writer_stream(part[0], part[1], first.origin)
+            self.in_reach(st, "deleted or received")
             results = self._delete_items(st, items, now)
         else:
             origin, seqs, counts = _delete_refs(body)
             st = self.writer_stream(part[0], part[1], origin)
+            self.in_reach(st, "deleted or received")
             results = _results(st.delete_refs(seqs, counts, now))
         reply = self.take(self.readable_streams(part), max_n, vis_s, now, cols)
         reply["dr"] = results
@@ -457,6 +477,7 @@ class QueueService:
         st = self._receipt_stream(req, Receipt.decode(items[0]), now)
         if st is None:
             return DEFERRED
+        self.in_reach(st, "deleted")
         return self.after_commit(st, req, {"results": self._delete_items(st, items, now)})
 
     def _delete_items(self, st: Stream, items: list[Any], now: int) -> list[Any]:

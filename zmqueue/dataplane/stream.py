@@ -19,6 +19,7 @@ import hashlib
 import os
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -51,6 +52,10 @@ _BYTES_ONLY = {bytes}
 DEDUP_WINDOW_MS = 5 * 60 * 1000
 DEDUP_MAX_ENTRIES = 1_000_000
 LEASE_S = 2.0
+SILENT_S = 3.0
+"""A replica that has not reported its position for this long, and that
+Consul does not call passing, is out of a synchronous write's reach
+(``Stream.out_of_reach``); replicas report at least once a second."""
 """A writer serves this long after its lock was last confirmed (well under
 the 3 s health TTL after which Consul would release the lock)."""
 
@@ -124,6 +129,10 @@ class Stream:
         self.dedup = DedupWindow()
         self.acks: deque[PendingAck] = deque()
         self.follower_pos: dict[str, int] = {}
+        self.follower_seen: dict[str, float] = {}
+        """time.monotonic() of each replica's last position report in this term."""
+        self.writer_since = time.monotonic()
+        """When this host last started writing the stream (a grace for the reports)."""
         self.published_seq = store.last_seq
         self.published_epoch = store.last_epoch
         self.cipher = cipher
@@ -162,6 +171,33 @@ class Stream:
         if self.joining and need > 1:
             done = min(done, self._held_by_voters())
         return done
+
+    def out_of_reach(self, passing: Callable[[], Collection[str]], now: float) -> list[str]:
+        """The replicas that keep a synchronous write from its quorum now: [] if
+        a quorum (and, while some are joining, a majority of the voters) may
+        still acknowledge. A replica counts as gone only when it has not
+        reported a position for ``SILENT_S`` in this term *and* Consul does
+        not call it passing (``passing()``), so a write is refused at once only
+        when its ack would have timed out; a slow or briefly silent replica
+        still gets the ack timeout."""
+        if self.quorum() <= 1:
+            return []
+        since = now - SILENT_S
+        seen, start = self.follower_seen, self.writer_since
+        silent = [n for n in self.replicas if n != self.local and seen.get(n, start) < since]
+        if not silent:
+            return []
+        up = passing()
+        gone = [n for n in silent if n not in up]
+        if not gone:
+            return []
+        if len(self.replicas) - len(gone) < self.quorum():
+            return gone
+        if self.joining:
+            voters = [n for n in self.replicas if n not in self.joining] or list(self.replicas)
+            if sum(1 for n in voters if n not in gone) < len(voters) // 2 + 1:
+                return gone
+        return []
 
     def _held_by_voters(self) -> int:
         voters = [n for n in self.replicas if n not in self.joining] or list(self.replicas)
