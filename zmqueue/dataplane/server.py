@@ -23,6 +23,7 @@ requests go first; the others wait for the next iteration (see
 from __future__ import annotations
 
 import errno
+import logging
 import time
 from dataclasses import dataclass
 from typing import Protocol, cast
@@ -30,8 +31,10 @@ from typing import Protocol, cast
 import zmq
 
 from zmqueue.dataplane.dispatch import Dispatcher
-from zmqueue.errors import StartupError
+from zmqueue.errors import StartupError, ZmqueueError
 from zmqueue.protocol import MAX_FRAME_BYTES, Command, peek_header
+
+log = logging.getLogger(__name__)
 
 DRAIN_MAX = 2000
 """Most messages read from one socket per loop iteration (fairness bound)."""
@@ -141,10 +144,28 @@ class RequestLoop:
         self.extra: set[Wakeable] = set()
         self.last_progress = time.monotonic()
         self.iterations = 0
+        self.last_error_log = 0.0
         self.next_timer_ms: int | None = 0
         self.kept: list[tuple[str, list[bytes], str | None]] = []
         """Requests read beside sends and kept for the next pass (see
         :meth:`_serve`): (socket name, frames, user)."""
+
+    def run_guarded(self) -> None:
+        """One pass (:meth:`run_once`). A ZmqueueError that escapes it (what a
+        peer, a client or Consul sent, refused somewhere no request's handler
+        answers it) is logged and counted (``pass_errors`` among the
+        dispatcher's counters), and the host goes on serving: one bad input
+        must not end the process. What the pass had not done yet (the tick's
+        rest, the commit, the replies) the next pass does."""
+        try:
+            self.run_once()
+        except ZmqueueError:
+            self.dispatcher.counters["pass_errors"] += 1
+            now = time.monotonic()
+            if now - self.last_error_log >= 1.0:  # (the same error in every pass: once a second)
+                self.last_error_log = now
+                log.exception("a request loop pass failed (%d so far); the host goes on serving",
+                              self.dispatcher.counters["pass_errors"])
 
     def run_once(self) -> None:
         # one timer tick per pass, after the drain: it also reads the wake

@@ -285,7 +285,7 @@ class Host:
     def run(self) -> None:
         assert self.loop is not None, "start() first"
         while not self.stopping.is_set():
-            self.loop.run_once()
+            self.loop.run_guarded()
         self.close()
 
     def close(self) -> None:
