@@ -52,12 +52,12 @@ _BYTES_ONLY = {bytes}
 DEDUP_WINDOW_MS = 5 * 60 * 1000
 DEDUP_MAX_ENTRIES = 1_000_000
 LEASE_S = 2.0
+"""A writer serves this long after its lock was last confirmed (well under
+the 3 s health TTL after which Consul would release the lock)."""
 SILENT_S = 3.0
 """A replica that has not reported its position for this long, and that
 Consul does not call passing, is out of a synchronous write's reach
 (``Stream.out_of_reach``); replicas report at least once a second."""
-"""A writer serves this long after its lock was last confirmed (well under
-the 3 s health TTL after which Consul would release the lock)."""
 
 
 class Role(Enum):
