@@ -1,5 +1,6 @@
-"""Fuzzing a live host's client socket: random frames (valid headers with
-random bodies, and raw garbage) never crash the host or touch stored data.
+"""Fuzzing a live host's client socket and its host-to-host (peer) socket:
+random frames (valid headers with random bodies, and raw garbage) never
+crash the host or touch stored data.
 (Generated values never name the test's queue, so a well-formed random
 DELETE_QUEUE or PURGE cannot legitimately remove it.)"""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgpack
+import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,24 +21,34 @@ from zmqueue import protocol
 from zmqueue.localcluster import ConsulAgent
 from zmqueue.protocol import Command
 
-leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.binary(max_size=64),
-                 st.text(max_size=20), st.sampled_from(["other", "q", "p", "m", "r", "max", "wait_ms"]))
-values = st.recursive(leaf, lambda inner: st.one_of(
-    st.lists(inner, max_size=6),
-    st.dictionaries(st.sampled_from(["q", "p", "m", "b", "r", "max", "wait_ms", "vis_s", "dl", "sub", "n",
-                                     "name", "config", "prefix", "prefetch"]), inner, max_size=6)),
-    max_leaves=20)
-frames = st.one_of(
-    st.tuples(st.sampled_from(list(Command)), st.integers(0, 2**64 - 1), values).map(
-        lambda t: protocol.encode_request(t[0], t[1], t[2])),
-    st.binary(max_size=200),
-    st.tuples(st.binary(min_size=16, max_size=16), st.binary(max_size=100)).map(
-        lambda t: b"ZQ\x01" + t[0][3:] + t[1]),
-)
+
+def frames_naming(*texts: str) -> st.SearchStrategy[bytes]:
+    """Random frames whose values may be any of ``texts`` too (the peer socket's
+    fuzz names the test queue's real stream, so CATCH_UP and POSITION(S)
+    reach a stream's code, not only the id check)."""
+    leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.binary(max_size=64),
+                     st.text(max_size=20),
+                     st.sampled_from(["other", "q", "p", "m", "r", "max", "wait_ms", *texts]))
+    values = st.recursive(leaf, lambda inner: st.one_of(
+        st.lists(inner, max_size=6),
+        st.dictionaries(st.sampled_from(["q", "p", "m", "b", "r", "max", "wait_ms", "vis_s", "dl", "sub",
+                                         "n", "name", "config", "prefix", "prefetch",
+                                         # host-to-host bodies (CATCH_UP, POSITION(S))
+                                         "s", "e", "seq", "from", "prev", "node", "ack"]),
+                        inner, max_size=6)),
+        max_leaves=20)
+    return st.one_of(
+        st.tuples(st.sampled_from(list(Command)), st.integers(0, 2**64 - 1), values).map(
+            lambda t: protocol.encode_request(t[0], t[1], t[2])),
+        st.binary(max_size=200),
+        st.tuples(st.binary(min_size=16, max_size=16), st.binary(max_size=100)).map(
+            lambda t: b"ZQ\x01" + t[0][3:] + t[1]),
+    )
 
 
+@pytest.mark.parametrize("socket", ["client", "peer"])
 def test_random_frames_never_crash_a_host_or_lose_stored_messages(
-        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+        hosts: HostFactory, consul_agent: ConsulAgent, socket: str) -> None:
     h = hosts.start("fuzz")
     wait_for(lambda: all_passing(check_statuses(consul_agent, h.node)), 60, "host passing")
     with zmqueue.connect(consul_agent.http_addr, request_timeout=5) as client:
@@ -44,10 +56,14 @@ def test_random_frames_never_crash_a_host_or_lose_stored_messages(
         stored = set(q.send_batch([f"keep-{i}".encode() for i in range(10)]))
         endpoint = q.routes.for_send(0)[0]
         assert endpoint is not None
+        target, frames = endpoint, frames_naming()
+        if socket == "peer":  # where other hosts send CATCH_UP, POSITION(S), dead letters
+            target = client.request(endpoint, Command.STATUS, None)["endpoints"]["peer_endpoint"]
+            frames = frames_naming(f"fuzz/0/{h.node}", h.node)
         ctx = zmq.Context()
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(endpoint)
+        sock.connect(target)
         answered = [0]
 
         @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
