@@ -10,12 +10,15 @@ in a forwarded request's callback, ended the joining host's process.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from zmqueue.config import QueueConfig
 from zmqueue.dataplane.forwarder import Forwarder
@@ -92,3 +95,63 @@ def test_a_reply_its_callback_refuses_is_counted_not_raised_into_the_loop(
         assert len(seen) == 1 and fw.refused_replies == 1 and not fw.pending
     finally:
         fw.close()
+
+
+class Recording:
+    """Stands in for the Forwarder of a replica: keeps each request's callback."""
+
+    curve = None
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Command, Any, Any]] = []
+
+    def request(self, endpoint: str, command: Command, body: Any, callback: Any,
+                now_ms: int, timeout_ms: int = 5000) -> None:
+        self.calls.append((command, body, callback))
+
+
+_leaf = st.one_of(st.none(), st.booleans(), st.integers(-3, 2**64), st.binary(max_size=40),
+                  st.text(max_size=8))
+_any = st.recursive(_leaf, lambda inner: st.lists(inner, max_size=4), max_leaves=12)
+_num = st.one_of(st.integers(-3, 30), _any)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(reply=st.one_of(
+    _any,
+    st.fixed_dictionaries({}, optional={"e": _num, "c": st.one_of(st.just([]), _any), "last": _num,
+                                        "resync": _any}),
+    # well-formed chunks of a real log, with any term claimed for them
+    st.fixed_dictionaries({"e": st.integers(-1, 5), "c": st.just("real"),
+                           "last": st.integers(0, 20)}),
+    st.fixed_dictionaries({"b": st.lists(_any, max_size=3)})))
+def test_any_peer_reply_to_a_catch_up_or_positions_request_is_applied_or_refused(
+        tmp_path_factory: pytest.TempPathFactory, reply: Any) -> None:
+    """Whatever a peer answers, the callbacks either act on it or refuse it
+    with a ZmqueueError (which the Forwarder counts); any other exception
+    would end the host."""
+    base = tmp_path_factory.mktemp("reply")
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    a, b = opened("a", base / "a"), opened("b", base / "b")
+    try:
+        a.streams[KEY].store.append_batch([b"m"] * 7, NOW, 2)
+        a.streams[KEY].store.commit()
+        if isinstance(reply, dict) and reply.get("c") == "real":
+            reply = {**reply, "c": replicator(ctx, a).h_catch_up(
+                {"s": stream_id(KEY), "from": 1, "prev": [0, 0]})["c"]}
+        fw = Recording()
+        pub = ctx.socket(zmq.PUB)
+        pub.setsockopt(zmq.LINGER, 0)
+        rb = Replicator(ctx, "b", pub, cast(Forwarder, fw), lambda: b.streams,
+                        lambda n: "tcp://127.0.0.1:9", lambda k: None, lambda k: None)
+        rb.catch_up(b.streams[KEY], NOW, source="a")
+        rb.report_positions(NOW, set())  # (no writer known: nothing to report)
+        callbacks = [cb for _, _, cb in fw.calls] + [rb._on_positions_reply([KEY])]
+        for cb in callbacks:
+            with contextlib.suppress(ZmqueueError):  # refused: counted by the Forwarder
+                cb(reply, None)
+        assert b.streams[KEY].store.last_seq in (0, 7)  # nothing, or the real log whole
+    finally:
+        a.close()
+        b.close()
+        ctx.destroy(linger=0)
