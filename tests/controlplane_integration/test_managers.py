@@ -361,6 +361,8 @@ def test_a_sync_queue_that_lost_two_of_three_hosts_refuses_sends_until_one_retur
         with pytest.raises(zmqueue.Unavailable, match=r"are down.*Nothing was stored"):
             q.send(b"refused", group_id="g", dedup_id="refused")
         assert sorted((assignment(addr, q.name) or {})["replicas"]) == sorted(h.node for h in started)
+        # what `zmqueue queue show` tells the operator
+        assert client.queue_info(q.name)["partitions"][0]["down"] == sorted(h.node for h in victims)
         hosts.restart(victims[0])
 
         def sent() -> str | None:

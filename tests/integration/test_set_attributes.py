@@ -125,5 +125,6 @@ def test_the_cli_shows_a_queue_as_it_is_served(
     for p in shown["partitions"]:
         assert p["replicas"], p
         assert set(p["endpoints"]) <= set(p["replicas"]), p
+        assert p["down"] == [], p  # every host of the module's cluster is up
     assert cli(["queue", "show", qcluster.queue_name("missing"), "--consul", addr]) == 1
     assert "does not exist" in capsys.readouterr().err

@@ -51,6 +51,7 @@ class Snapshot:
         for (q, origin), rec in self.state.stream_leaders.items():
             if q.queue == name:
                 writers_of.setdefault(q.partition, {})[origin] = rec.node
+        passing = {h.node for h in self.hosts if h.passing}
         parts = []
         for p in range(cfg.partitions):
             pid = kv.PartitionId(name, p)
@@ -60,7 +61,9 @@ class Snapshot:
             parts.append({"partition": p, "cluster": a.cluster if a else None,
                           "replicas": replicas, "joining": list(a.joining) if a else [],
                           "writers": writers,
-                          "endpoints": {n: ep for n in replicas if (ep := self.endpoint_of(n))}})
+                          "endpoints": {n: ep for n in replicas if (ep := self.endpoint_of(n))},
+                          # replicas whose host is not passing (critical, or gone from the catalog)
+                          "down": sorted(n for n in replicas if n not in passing)})
         return {"config": cfg.to_dict(), "partitions": parts}
 
 
