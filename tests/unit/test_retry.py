@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from zmqueue.client.retry import RetryBudget, backoff
+from zmqueue.client.retry import RetryBudget, backoff, reported
+from zmqueue.errors import RequestTimeout, Unavailable
 
 
 def attempts(budget: RetryBudget, cap: int = 10_000) -> int:
@@ -46,3 +47,16 @@ def test_pause_waits_the_current_attempts_backoff() -> None:
     started = time.monotonic()
     budget.pause()
     assert 0.1 <= time.monotonic() - started < 2.0
+
+
+def test_a_send_that_may_have_been_stored_is_not_reported_as_stored_nowhere() -> None:
+    """Attempt 1's acks timed out on a writer that keeps the records; attempt 2
+    was refused at once, storing nothing: the caller is told the first (its
+    messages may still be delivered), not the second."""
+    stored = Unavailable("only 1 of 3 replicas acknowledged within 5 s ...", stored=True)
+    refused = Unavailable("replicas ['b', 'c'] ... are down ... Nothing was stored", stored=False)
+    no_reply = RequestTimeout("SEND to tcp://127.0.0.1:1 got no reply within 5000 ms")
+    assert reported(refused, stored) is stored
+    assert reported(refused, no_reply) is no_reply  # no reply: it may have been stored too
+    assert reported(refused, None) is refused  # every attempt refused at once: nothing stored
+    assert reported(no_reply, stored) is no_reply  # the last one is as uncertain: it says so

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from zmqueue.client.breaker import CircuitOpen
 from zmqueue.client.models import AttributeValue, Message, OutgoingMessage, StreamRef, column_ref
 from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
-from zmqueue.client.retry import RetryBudget
+from zmqueue.client.retry import RetryBudget, reported
 from zmqueue.client.routing import FIFO_ORIGIN, Routes
 from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.config import MAX_VISIBILITY_S, MUTABLE_SETTINGS, QueueConfig
@@ -190,6 +190,8 @@ class Queue:
         try carries ``request_id`` (default: a new one)."""
         rid = request_id
         last: ZmqueueError | None = None
+        maybe_stored: ZmqueueError | None = None
+        """The first SEND attempt whose messages may have been stored (see retry.reported)."""
         hint: str | None = None
         tried = 0
         retry = RetryBudget(self.client.retries + 2, self.client.request_timeout_ms / 1000)
@@ -218,13 +220,16 @@ class Queue:
                     retry.pause()
             except Unavailable as exc:
                 last = exc
+                if command == Command.SEND and maybe_stored is None \
+                        and exc.details.get("stored") is not False:
+                    maybe_stored = exc
                 tried += 1
                 if command == Command.SEND and "rt" not in body:
                     body = {**body, "rt": True}  # the next host may hold what this one stored
                 self.refresh()
                 retry.pause()
         assert last is not None
-        raise last
+        raise reported(last, maybe_stored)
 
     def _follow(self, p: int, origin: str | None, exc: NotLeader) -> str | None:
         """Take a NOT_LEADER's hint: the writer it names for stream ``origin``

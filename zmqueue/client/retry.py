@@ -10,6 +10,22 @@ from __future__ import annotations
 
 import time
 
+from zmqueue.errors import ZmqueueError
+
+
+def reported(last: ZmqueueError, maybe_stored: ZmqueueError | None) -> ZmqueueError:
+    """The error a failed SEND raises after its attempts: the last one's,
+    unless that one says its attempt stored nothing (``stored=False``: a
+    writer short of its quorum refused it at once) while an earlier attempt
+    may have stored the messages (``maybe_stored``: its replicas' acks timed
+    out on a writer that keeps the records, or no reply came). Then the
+    earlier one, which says they may still be delivered: "nothing was
+    stored" would be true of the last attempt only, and a caller who read it
+    and sent again would store the messages twice."""
+    if maybe_stored is not None and last.details.get("stored") is False:
+        return maybe_stored
+    return last
+
 
 def backoff(attempt: int) -> float:
     """Seconds to wait before retry ``attempt``: 50 ms doubling, capped at 0.5 s."""
@@ -41,4 +57,4 @@ class RetryBudget:
         time.sleep(backoff(self.attempt))
 
 
-__all__ = ["RetryBudget", "backoff"]
+__all__ = ["RetryBudget", "backoff", "reported"]

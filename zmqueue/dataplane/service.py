@@ -327,7 +327,7 @@ class QueueService:
             f"are down (no position report for {SILENT_S:.0f} s, not passing in Consul); "
             f"synchronous replication needs {st.quorum()} of {len(st.replicas)}{joining}. Nothing "
             f"was {what}: retry once one is back (zmqueue queue show {st.queue}; the operator "
-            f"guide's \"quorum loss\")", replicas=len(st.replicas), down=gone)
+            f"guide's \"quorum loss\")", replicas=len(st.replicas), down=gone, stored=False)
 
     def after_commit(self, st: Stream, req: Request, result: Any) -> Any:
         """Reply ``result`` once this iteration's records of ``st`` are replicated."""
@@ -669,7 +669,7 @@ class QueueService:
                     f"{ACK_TIMEOUT_S:.0f} s; synchronous replication needs {st.quorum()}{joining} (the "
                     f"others are down or behind: retry once they are back, with the same dedup "
                     f"id on a FIFO queue; the write is stored here and may still be delivered)",
-                    replicas=len(st.replicas), acknowledged=have))
+                    replicas=len(st.replicas), acknowledged=have, stored=True))
 
     def _release(self, st: Stream) -> None:
         done = st.replicated_seq()
