@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from zmqueue.client.retry import RetryBudget, backoff, reported
-from zmqueue.errors import RequestTimeout, Unavailable
+from zmqueue.client.retry import RetryBudget, backoff, may_be_stored, reported
+from zmqueue.errors import ConnectionLost, NotLeader, RequestTimeout, Unavailable
 
 
 def attempts(budget: RetryBudget, cap: int = 10_000) -> int:
@@ -60,3 +60,8 @@ def test_a_send_that_may_have_been_stored_is_not_reported_as_stored_nowhere() ->
     assert reported(refused, no_reply) is no_reply  # no reply: it may have been stored too
     assert reported(refused, None) is refused  # every attempt refused at once: nothing stored
     assert reported(no_reply, stored) is no_reply  # the last one is as uncertain: it says so
+    # which attempts count as maybe stored
+    lost = ConnectionLost("SEND to tcp://127.0.0.1:1 got no reply: nothing accepts connections there")
+    assert may_be_stored(stored) and may_be_stored(no_reply)
+    assert not may_be_stored(refused) and not may_be_stored(lost)
+    assert not may_be_stored(NotLeader("written by b; retry there", leader="b"))

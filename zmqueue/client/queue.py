@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from zmqueue.client.breaker import CircuitOpen
 from zmqueue.client.models import AttributeValue, Message, OutgoingMessage, StreamRef, column_ref
 from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
-from zmqueue.client.retry import RetryBudget, reported
+from zmqueue.client.retry import RetryBudget, may_be_stored, reported
 from zmqueue.client.routing import FIFO_ORIGIN, Routes
 from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.config import MAX_VISIBILITY_S, MUTABLE_SETTINGS, QueueConfig
@@ -220,8 +220,7 @@ class Queue:
                     retry.pause()
             except Unavailable as exc:
                 last = exc
-                if command == Command.SEND and maybe_stored is None \
-                        and exc.details.get("stored") is not False:
+                if command == Command.SEND and maybe_stored is None and may_be_stored(exc):
                     maybe_stored = exc
                 tried += 1
                 if command == Command.SEND and "rt" not in body:

@@ -10,7 +10,17 @@ from __future__ import annotations
 
 import time
 
-from zmqueue.errors import ZmqueueError
+from zmqueue.errors import RequestTimeout, ZmqueueError
+
+
+def may_be_stored(exc: ZmqueueError) -> bool:
+    """Whether a failed SEND attempt may have stored its messages: the host
+    said so (``stored=True``: its replicas' acks timed out, it keeps the
+    records), or no reply came over a live connection (``RequestTimeout``).
+    Not a lost connection (``ConnectionLost``: the host died or was never
+    reached; what a dead writer had replicated is found by the retry's
+    request id) and not the other refusals."""
+    return exc.details.get("stored") is True or type(exc) is RequestTimeout
 
 
 def reported(last: ZmqueueError, maybe_stored: ZmqueueError | None) -> ZmqueueError:
@@ -57,4 +67,4 @@ class RetryBudget:
         time.sleep(backoff(self.attempt))
 
 
-__all__ = ["RetryBudget", "backoff", "reported"]
+__all__ = ["RetryBudget", "backoff", "may_be_stored", "reported"]
