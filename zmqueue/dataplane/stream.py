@@ -194,13 +194,17 @@ class Stream:
         if len(self.replicas) - len(gone) < self.quorum():
             return gone
         if self.joining:
-            voters = [n for n in self.replicas if n not in self.joining] or list(self.replicas)
+            voters = self.voters()
             if sum(1 for n in voters if n not in gone) < len(voters) // 2 + 1:
                 return gone
         return []
 
+    def voters(self) -> list[str]:
+        """The replicas that are not joining (all of them if every one is)."""
+        return [n for n in self.replicas if n not in self.joining] or list(self.replicas)
+
     def _held_by_voters(self) -> int:
-        voters = [n for n in self.replicas if n not in self.joining] or list(self.replicas)
+        voters = self.voters()
         held = sorted([self.store.last_seq if n == self.local else self.follower_pos.get(n, 0)
                        for n in voters], reverse=True)
         return held[len(voters) // 2]
