@@ -52,7 +52,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
-from zmqueue.controlplane.kvlayout import ZERO, Position
+from zmqueue.controlplane.kvlayout import ZERO, Position, voters_of
 
 
 class Role(Enum):
@@ -231,8 +231,7 @@ def voters_hold(positions: Mapping[str, Position], replicas: Iterable[str], join
     ``sync=False`` (an async ack is the writer's alone): of one or two
     voters, what the most advanced holds too."""
     reps = list(dict.fromkeys(replicas))
-    skip = set(joining)
-    voters = [r for r in reps if r not in skip]
+    voters = voters_of(reps, joining)
     if not voters or (not sync and len(voters) <= 2):
         return max((positions.get(r, ZERO) for r in voters or reps), default=ZERO)
     return quorum_position(positions, voters)

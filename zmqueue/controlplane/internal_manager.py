@@ -100,11 +100,6 @@ def has_records(pos: StreamPositions) -> bool:
     return any(p.seq > 0 for by_node in pos.values() for p in by_node.values())
 
 
-def _voters(replicas: tuple[str, ...], joining: tuple[str, ...]) -> tuple[str, ...]:
-    """The replicas that are not joining."""
-    return tuple(n for n in replicas if n not in joining)
-
-
 def _stream_keepers(replicas: tuple[str, ...], joining: tuple[str, ...], pos: StreamPositions | None,
                     among: tuple[str, ...], sync: bool) -> dict[str, list[str]]:
     """Per stream, the nodes of ``among`` that hold what the voters of
@@ -113,7 +108,7 @@ def _stream_keepers(replicas: tuple[str, ...], joining: tuple[str, ...], pos: St
     partition every origin writes its own, and under traffic no replica may
     hold the most of all of them at once."""
     if pos is None:
-        voters = _voters(replicas, joining) or replicas
+        voters = kv.voters_of(replicas, joining) or replicas
         return {"": [n for n in among if n in voters]}
     keepers = {}
     for s, by_node in pos.items():
@@ -132,7 +127,7 @@ def bridged(replicas: tuple[str, ...], old: tuple[str, ...], pos: StreamPosition
     (never keepers)."""
     if pos is not None and not has_records(pos):
         return replicas  # no records: nothing to carry
-    candidates = _voters(old, joining) or old
+    candidates = kv.voters_of(old, joining) or old
     chosen: list[str] = []
     for keepers in _stream_keepers(old, joining, pos, candidates, sync).values():
         need = min(len(replicas) // 2 + 1, len(keepers))

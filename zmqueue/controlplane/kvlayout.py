@@ -95,7 +95,14 @@ class PartitionAssignment:
 
     @property
     def voters(self) -> tuple[str, ...]:
-        return tuple(n for n in self.replicas if n not in self.joining)
+        return voters_of(self.replicas, self.joining)
+
+
+def voters_of(replicas: Iterable[str], joining: Iterable[str]) -> tuple[str, ...]:
+    """The replicas that are not joining (empty when every one is), in order,
+    each once: whom the writer election and the keepers rule count."""
+    skip = set(joining)
+    return tuple(n for n in dict.fromkeys(replicas) if n not in skip)
 
 
 @dataclass(frozen=True)
