@@ -10,7 +10,6 @@ processes it started.
 from __future__ import annotations
 
 import contextlib
-import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -105,26 +104,13 @@ class HostFactory:
         dead = [h for h in self.hosts if h.died()]
         if dead:
             pytest.fail("hosts died during the test (a host must never crash): " + ", ".join(
-                f"{h.node} ({_ended(h)}): {h.log_tail(1500)}" for h in dead), pytrace=False)
+                f"{h.node} ({h.ending()}): {h.log_tail(1500)}" for h in dead), pytrace=False)
 
     def logs(self) -> str:
         """Every host's log tail, headed by its pid and how it ended (a host
         that died during the test shows its exit status, e.g. -11 = SIGSEGV)."""
         return "\n".join(f"----- {h.node} (pid {h.proc.proc.pid if h.proc.proc else '-'}, "
-                         f"{_ended(h)}) -----\n{h.log_tail()}" for h in self.hosts)
-
-
-def _ended(h: HostProcess) -> str:
-    """How a host process ended, as the teardown found it: already exited
-    (killed by the test, or died: its exit status, e.g. -11 = SIGSEGV), or
-    running until the teardown stopped it."""
-    status = h.proc.found_exited
-    if status is None:
-        return "running until the teardown"
-    if status < 0:
-        with contextlib.suppress(ValueError):
-            return f"had exited: status {status}, {signal.Signals(-status).name}"
-    return f"had exited: status {status}"
+                         f"{h.ending()}) -----\n{h.log_tail()}" for h in self.hosts)
 
 
 def _wipe_consul(agent: ConsulAgent) -> None:

@@ -163,9 +163,8 @@ class ChaosRun:
             h.stop()
         for h in self.hosts:
             if h.died():
-                status = h.proc.found_exited
                 tail = h.log_tail(600).strip().splitlines()[-3:]
-                self.report.problems.append(f"host {h.node} died by itself (exit status {status}): "
+                self.report.problems.append(f"host {h.node} died by itself ({h.ending()}): "
                                             f"{' | '.join(tail)}")
 
     # --- traffic --------------------------------------------------------------

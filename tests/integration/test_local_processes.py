@@ -78,3 +78,5 @@ def test_a_host_that_exits_by_itself_is_told_apart_from_one_the_caller_ended(
         h.stop()
     assert crashes.died() and crashes.proc.found_exited == 2
     assert not killed.died() and not stopped.died()
+    assert crashes.ending() == "had exited: status 2" and "SIGKILL" in killed.ending()
+    assert stopped.ending() == "running until stopped"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import time
@@ -60,6 +61,17 @@ class HostProcess:
         """Whether the process had exited by itself (not by ``kill9``, nor by
         the ``stop`` that found it running) when it was stopped."""
         return self.proc.found_exited is not None and not self.ended_by_caller
+
+    def ending(self) -> str:
+        """How the process ended, as ``stop`` found it: already exited (killed,
+        or died: its exit status, e.g. -11 = SIGSEGV), or running until then."""
+        status = self.proc.found_exited
+        if status is None:
+            return "running until stopped"
+        if status < 0:
+            with contextlib.suppress(ValueError):
+                return f"had exited: status {status}, {signal.Signals(-status).name}"
+        return f"had exited: status {status}"
 
     def log_tail(self, max_bytes: int = 6000) -> str:
         return self.proc.log_tail(max_bytes)
