@@ -74,7 +74,7 @@ def test_a_host_that_exits_by_itself_is_told_apart_from_one_the_caller_ended(
     killed = hosts.start("killed")
     stopped = hosts.start("stopped")
     killed.kill9()
-    for h in (crashes, stopped):
+    for h in (crashes, killed, stopped):
         h.stop()
     assert crashes.died() and crashes.proc.found_exited == 2
     assert not killed.died() and not stopped.died()
