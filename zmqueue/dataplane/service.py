@@ -320,12 +320,10 @@ class QueueService:
         gone = st.out_of_reach(self.meta.passing, time.monotonic())
         if not gone:
             return
-        joining = (f", and a majority of the replicas that are not joining {list(st.joining)}"
-                   if st.joining else "")
         raise Unavailable(
             f"queue {st.queue!r} partition {st.partition}: replicas {gone} of {list(st.replicas)} "
             f"are down (no position report for {SILENT_S:.0f} s, not passing in Consul); "
-            f"synchronous replication needs {st.quorum()} of {len(st.replicas)}{joining}. Nothing "
+            f"synchronous replication needs {st.needs()}. Nothing "
             f"was {what}: retry once one is back (zmqueue queue show {st.queue}; the operator "
             f"guide's \"quorum loss\")", replicas=len(st.replicas), down=gone, stored=False)
 
@@ -662,11 +660,9 @@ class QueueService:
             while st.acks and st.acks[0].at < limit:
                 a = st.acks.popleft()
                 have = 1 + sum(1 for v in st.follower_pos.values() if v >= a.seq)
-                joining = (f", and a majority of the replicas that are not joining "
-                           f"{list(st.joining)} (still catching up)") if st.joining else ""
                 a.request.fail(Unavailable(
                     f"only {have} of {len(st.replicas)} replicas acknowledged within "
-                    f"{ACK_TIMEOUT_S:.0f} s; synchronous replication needs {st.quorum()}{joining} (the "
+                    f"{ACK_TIMEOUT_S:.0f} s; synchronous replication needs {st.needs()} (the "
                     f"others are down or behind: retry once they are back, with the same dedup "
                     f"id on a FIFO queue; the write is stored here and may still be delivered)",
                     replicas=len(st.replicas), acknowledged=have, stored=True))

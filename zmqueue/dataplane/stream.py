@@ -199,6 +199,13 @@ class Stream:
                 return gone
         return []
 
+    def needs(self) -> str:
+        """What a synchronous write needs, in words (for refusals): "2 of 3",
+        and while replicas join, a majority of the others too."""
+        joining = (f", and a majority of the replicas that are not joining {list(self.joining)} "
+                   "(still catching up)") if self.joining else ""
+        return f"{self.quorum()} of {len(self.replicas)}{joining}"
+
     def voters(self) -> list[str]:
         """The replicas that are not joining (all of them if every one is)."""
         return [n for n in self.replicas if n not in self.joining] or list(self.replicas)
