@@ -109,7 +109,10 @@ Full tables, per-run JSON lines and notes: [docs/perf/peers.md](perf/peers.md).
 ## Raw pyzmq ceiling (same invocation)
 
 The machine's ceiling for any ZeroMQ design: the server side in another
-process, payloads msgpack-packed 100 to a frame, loopback TCP.
+process, loopback TCP; the batch columns send payloads msgpack-packed 100 to
+a frame, the single columns one payload per request, answered with a small
+ack, one at a time or 100 kept in flight by one DEALER (what W1 and W1p do
+with a queue behind them: the summary sets them side by side).
 
 {ceiling}
 

@@ -68,6 +68,7 @@ def summary_rows(g: dict[Key, dict[str, Any]], ceil: dict[int, dict[str, float]]
             rows.append([f"{label} end-to-end msg/s, {size} B", f"{z['e2e_msgs_per_s']:,.0f}",
                          f"{peer} {pv:,.0f}", f"{ratio:.2f}x", f"≥ {target:g}x best peer",
                          status(ratio >= target, w)])
+        rows += single_ceiling_rows(g, ceil, size)
         z = g.get(("W1", "zmqueue", size))
         if z is not None:
             peer, pv = _best_peer(g, "W1", size, "send_p99_ms", low=True)
@@ -107,6 +108,36 @@ def summary_rows(g: dict[Key, dict[str, Any]], ceil: dict[int, dict[str, float]]
     sent = sum(int(v["sent"]) for v in g.values())
     rows.append(["losses / duplicates, every run of every system", f"{lost} / {dup}",
                  f"of {sent:,} confirmed sends", "-", "0 / 0", status(lost == 0 and dup == 0, "")])
+    return rows
+
+
+def single_ceiling_rows(g: dict[Key, dict[str, Any]], ceil: dict[int, dict[str, float]],
+                        size: int) -> list[list[str]]:
+    """W1 and W1p beside raw pyzmq's single-payload round trips (1 and 100 in
+    flight, an echo server with no queue behind it): the most one message per
+    request reaches on this machine with any ZeroMQ design. Each row says
+    where 2x the best peer (those rows' target) lies against that ceiling;
+    and W2's send p99 beside the raw single round trip's p99 (measured with
+    nothing else running, where W2 shares the CPUs with its consumer)."""
+    rows: list[list[str]] = []
+    for w, key, what in (("W1", "dealer_router_single_per_s", "1 in flight"),
+                         ("W1p", "dealer_router_single_window100_payloads_per_s", "100 in flight")):
+        z = g.get((w, "zmqueue", size))
+        raw = ceil.get(size, {}).get(key)
+        if z is None or not raw:
+            continue
+        _, pv = _best_peer(g, w, size, "e2e_msgs_per_s", low=False)
+        beside = f"; 2x best peer = {2 * pv / raw:.2f}x raw" if pv == pv else ""
+        rows.append([f"{w} vs raw pyzmq single-payload round trips ({what}), {size} B",
+                     f"{z['e2e_msgs_per_s']:,.0f}", f"raw {raw:,.0f}",
+                     f"{100 * z['e2e_msgs_per_s'] / raw:.0f}%{beside}", "-", "-"])
+    z, raw = g.get(("W1", "zmqueue", size)), ceil.get(size, {}).get("dealer_router_single_p99_ms")
+    if z is not None and raw:
+        _, pv = _best_peer(g, "W1", size, "send_p99_ms", low=True)
+        beside = f"; best peer = {pv / raw:.2f}x raw" if pv == pv else ""
+        rows.append([f"W2 send p99 vs raw pyzmq single-payload p99 (nothing else running), {size} B",
+                     f"{z['send_p99_ms']:.2f} ms", f"raw {raw:.3f} ms",
+                     f"{z['send_p99_ms'] / raw:.2f}x{beside}", "-", "-"])
     return rows
 
 
@@ -265,13 +296,16 @@ def write_all(results: list[dict[str, Any]], command: str) -> None:
     ceiling_rows = [[f"{s} B", f"{c['dealer_router_batched_sync_payloads_per_s']:,.0f}",
                      f"{c['dealer_router_batched_window8_payloads_per_s']:,.0f}",
                      f"{c['push_pull_batched_payloads_per_s']:,.0f}",
+                     _count(c.get("dealer_router_single_per_s")),
+                     _count(c.get("dealer_router_single_window100_payloads_per_s")),
                      f"{c['dealer_router_single_p50_ms']:.3f}",
                      f"{c['dealer_router_single_p99_ms']:.3f}"] for s, c in sorted(ceil.items())]
     ctx = {
         "date": time.strftime("%Y-%m-%d"), "machine": machine_summary(), "command": command, "runs": runs,
         "summary": summary, "full": "\n\n".join(f"### {s} B messages\n\n{full_table(g, s)}" for s in sizes),
         "ceiling": md_table(["size", "DEALER/ROUTER batch 100, 1 in flight (payloads/s)",
-                             "same, 8 in flight", "PUSH/PULL batch 100", "req/rep p50 ms", "req/rep p99 ms"],
+                             "same, 8 in flight", "PUSH/PULL batch 100", "single payload, 1 in flight",
+                             "single payloads, 100 in flight", "req/rep p50 ms", "req/rep p99 ms"],
                             ceiling_rows),
         "storage": storage_summary(), "queues": _queues_table(),
         "replication": _tables_headed("replication.md", "| measurement |") or "_(not measured yet)_",
@@ -309,6 +343,10 @@ def kept_analysis(doc: Path) -> str:
     if at < 0:
         return NO_ANALYSIS
     return text[at + 1 + len(ANALYSIS_HEADING):].strip("\n") or NO_ANALYSIS
+
+
+def _count(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}"
 
 
 def _load_range(results: list[dict[str, Any]]) -> str:
