@@ -289,53 +289,65 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5b, W1p, W5p, W5-half) and the
 raw pyzmq ceiling come from the one invocation above, on the tree of commit
-{commit}, the twenty-eighth session's final code. Since 09401ef (the
-twenty-seventh session's final code, the same kind of machine) the host's
-request loop changed twice: when a pass reads client sends together with
-other client requests it handles the sends and keeps the others for the
-next pass, so a send's commit and reply no longer wait for a receive queued
-ahead of it (a302b45), and the hosts' socket is drained first and whole,
-so the replies a replica's position releases leave before a pass's client
-work (bb1f731; see "Sends first in a pass" and "Hosts' requests first" in
-"Where the time goes"). Against 09401ef's invocation: W3 1.41x Redis ->
-1.54x (1,024 B 1.35x -> 1.49x), W1 0.29x -> 0.39x (1,024 B 0.33x -> 0.37x),
-the W2 send p99 1.25 -> 1.03 ms (1,024 B 1.21 -> 1.09 ms), W4 0.35x ->
-0.38x, W1p 0.95x -> 1.00x (1,024 B 0.98x -> 1.06x), W5b 3.53x -> 4.03x
-NATS R=3 (1,024 B 3.88x -> 3.68x), W5p 3.12x -> 3.15x (1,024 B 3.00x ->
-3.27x), W5 0.81x -> 0.83x. An invocation on a302b45 (the first change
-alone) read W3 1.55x, W1 0.37x, W2 p99 1.06 ms and the R=3 rows where
-09401ef's were (W5b 3.52x, W5p 2.89x); it is in this file's history. Raw
-pyzmq's batched round trip ran 709-769 k payloads/s here (a302b45's
-invocation 824-903 k, 09401ef's 758-872 k), so W3 against it reads 16.5%
-(1,024 B 16.8%): the ceiling moves with the machine's state as much as
+{commit}, the thirty-first session's final code. Since bb1f731 (the
+twenty-eighth session's, the invocation before this one, the same kind of
+machine) the request path changed only where replication needs it: a
+restarted stream keeps its term, a sync SEND, DELETE or RECEIVE with deletes
+first checks that its quorum is in reach (a look at the replicas' last
+report times), and the sync ack counts the current voters; `python -m
+benchmarks.cpu_budget` put the CPU per message of every workload within 3% of
+bb1f731's (see "CPU per message, process by process"). zmqueue's own rates
+here against bb1f731's invocation: W3 125.6 k -> 131.3 k msg/s (1,024 B
+99.8 k -> 94.4 k), W1 2.38 k -> 2.54 k, W1p 82.7 k -> 84.6 k, W5 834 -> 820,
+W5b 43.5 k -> 42.6 k, W5p 34.6 k -> 35.0 k, the W2 send p99 1.03 -> 0.94 ms;
+the ratios moved with the peers as much (NATS R=3's W5b 10.8 k -> 11.9 k,
+so W5b 4.03x -> 3.57x). Raw pyzmq's batched round trip ran 844-909 k
+payloads/s here (bb1f731's invocation 709-769 k), so W3 against it reads
+15.5% (1,024 B 16.5%): the ceiling moves with the machine's state as much as
 zmqueue does. Earlier invocations are in this file's history: read them by
 their peer ratios, since the machine under them changed (an AMD EPYC host
 before 29dc9f9, an Intel Xeon since, where raw pyzmq's ceiling is 2x).
+
+**New rows: one message per request beside raw pyzmq's own.** The
+ceiling now also reports what its raw DEALER/ROUTER does with one payload
+per request (an echo server answering a small ack, nothing else on the
+machine), one at a time and 100 in flight, and the summary sets W1, W1p and
+W2 beside it. One at a time the raw pair makes 9.15 k round trips/s (p50
+0.14 ms, p99 0.28 ms): W1's target, 2x Redis's 6.45 k = 12.9 k msg/s, is
+1.41x that, before any queue work and although each W1 message also takes
+a consumer's receive on the same 2 CPUs, so no design with a ZeroMQ round
+trip per confirmed send reaches it on this machine; W2's target (Redis's
+p99, 0.34 ms) is 1.22x the raw pair's idle p99. With 100 in flight the raw
+pair makes 83.7 k payloads/s and zmqueue's W1p 84.6 k (101%), because the
+pipeline coalesces the sends made meanwhile into one request; W1p's target
+is 2.05x the raw pair.
 
 Per-run ratios of this invocation (100 B unless marked; zmqueue vs the peer, e2e msg/s):
 
 | row | run 1 | run 2 | run 3 |
 |---|---:|---:|---:|
-| W1 vs Redis | 0.42x (2.6 k vs 6.1 k) | 0.38x (2.4 k vs 6.2 k) | 0.36x (2.4 k vs 6.6 k) |
-| W1p vs Redis | 1.02x (82.7 k vs 81.3 k) | 0.94x (81.6 k vs 86.7 k) | 1.00x (82.9 k vs 82.9 k) |
-| W1p vs NATS | 4.29x | 4.32x | 4.44x |
-| W3 vs Redis | 1.50x (125.6 k vs 83.8 k) | 1.68x (131.2 k vs 78.1 k) | 1.51x (123.6 k vs 81.7 k) |
-| W3 vs Redis, 1,024 B | 1.45x (100.1 k vs 69.2 k) | 1.42x (95.5 k vs 67.1 k) | 1.52x (99.8 k vs 65.8 k) |
-| W3 vs raw pyzmq | 16.5% | 18.5% | 16.1% |
-| W5 vs NATS R=3 | 0.83x | 0.64x | 0.78x |
-| W5p vs NATS R=3 | 3.10x (34.6 k vs 11.2 k) | 3.16x (34.8 k vs 11.0 k) | 3.42x (32.2 k vs 9.4 k) |
-| W5p vs NATS R=3, 1,024 B | 3.26x | 3.28x | 3.02x |
-| W5b vs NATS R=3 | 3.95x | 4.03x | 3.74x |
+| W1 vs Redis | 0.35x (2.6 k vs 7.4 k) | 0.39x (2.5 k vs 6.5 k) | 0.38x (2.4 k vs 6.4 k) |
+| W1 vs raw pyzmq, one at a time | 28% (raw 9.2 k) | 28% (raw 9.0 k) | 27% (raw 9.2 k) |
+| W1p vs Redis | 0.96x (70.6 k vs 73.2 k) | 0.99x (84.6 k vs 85.5 k) | 1.00x (86.0 k vs 86.4 k) |
+| W1p vs NATS | 4.35x | 4.57x | 4.47x |
+| W1p vs raw pyzmq, 100 in flight | 84% (raw 83.7 k) | 95% (raw 88.6 k) | 132% (raw 65.3 k) |
+| W3 vs Redis | 1.52x (131.3 k vs 86.4 k) | 1.47x (126.2 k vs 85.7 k) | 1.57x (136.9 k vs 87.4 k) |
+| W3 vs Redis, 1,024 B | 1.35x (94.4 k vs 69.8 k) | 1.36x (94.2 k vs 69.2 k) | 1.39x (96.9 k vs 69.8 k) |
+| W3 vs raw pyzmq | 15.5% | 14.9% | 15.1% |
+| W5 vs NATS R=3 | 0.75x | 0.71x | 0.89x |
+| W5p vs NATS R=3 | 2.92x (35.8 k vs 12.3 k) | 2.90x (34.6 k vs 12.0 k) | 3.11x (35.0 k vs 11.2 k) |
+| W5p vs NATS R=3, 1,024 B | 3.27x | 2.80x | 3.29x |
+| W5b vs NATS R=3 | 3.55x | 3.67x | 3.57x |
 
 docs/perf/peers.md holds this invocation's JSON lines; earlier ones are in
 that page's history.
 
-- **Where zmqueue stands.** W3 is ahead of Redis (1.54x; 1,024 B 1.49x)
-  and 6.6x NATS; W5b is 4.0x NATS R=3. One message per request is where it
+- **Where zmqueue stands.** W3 is ahead of Redis (1.52x; 1,024 B 1.35x)
+  and 6.7x NATS; W5b is 3.6x NATS R=3. One message per request is where it
   is behind: Redis answers one XADD in ~0.14 ms (p50), zmqueue one
-  confirmed send in ~0.39 ms, so W1 and W2 stay behind Redis and W2 behind
-  NATS (0.71 ms p99 against 1.03 ms); the single-send latency tail was
-  probed three ways on an otherwise idle host (see "Where the time goes"),
+  confirmed send in ~0.33 ms, so W1 and W2 stay behind Redis and W2 behind
+  NATS (0.75 ms p99 against 0.94 ms); the single-send latency tail was
+  probed four ways on an otherwise idle host (see "Where the time goes"),
   and none changed it. Thread by thread ("CPU per request" there, `python
   -m benchmarks.percall`): of a single send's ~0.35 ms round trip on an
   idle machine, ~0.07-0.1 ms are wake-ups between this VM's CPUs and ~0.12
@@ -343,20 +355,20 @@ that page's history.
   time, a message costs two host requests (its SEND, and the RECEIVE that
   takes it and carries the previous one's delete), and since a302b45 the
   SEND no longer waits for the RECEIVE when both are queued.
-- **Pipelined single sends.** With 100 sends in flight zmqueue moves 35x
-  its W1 (82.7 k msg/s) and 42x its W5 with R=3 sync (34.6 k): level with
-  Redis (1.00x; 1,024 B 1.06x), 4.3x NATS at R=1 and 3.15x NATS R=3
-  (1,024 B 3.27x). The pipeline sends the first of a burst at once, the
-  sends made until its reply is read together, and at `flush` the rest at
-  once beside them, so a burst of 100 costs the host about two requests;
-  Redis answers a pipelined XADD in a few us of C. See "Pipelined sends,
-  one request per partition" and "Flush sends what waits at once" in
-  "Where the time goes".
+- **Pipelined single sends.** With 100 sends in flight zmqueue moves 33x
+  its W1 (84.6 k msg/s) and 43x its W5 with R=3 sync (35.0 k): level with
+  Redis (0.99x; 1,024 B 1.04x) and with raw pyzmq's 100 single payloads in
+  flight (101%), 4.6x NATS at R=1 and 2.93x NATS R=3 (1,024 B 3.26x). The
+  pipeline sends the first of a burst at once, the sends made until its
+  reply is read together, and at `flush` the rest at once beside them, so
+  a burst of 100 costs the host about two requests; Redis answers a
+  pipelined XADD in a few us of C. See "Pipelined sends, one request per
+  partition" and "Flush sends what waits at once" in "Where the time goes".
 - **Targets met:**
   - no losses or duplicates in any run of any system;
-  - the R=3 send p99 at half rate (< 10 ms: 3.61 ms, paced at 408 msg/s);
-  - W5 at 1.5x NATS R=3 with batches (W5b 4.03x; 1,024 B 3.68x) and with
-    pipelined single sends (W5p 3.15x; 1,024 B 3.27x);
+  - the R=3 send p99 at half rate (< 10 ms: 3.29 ms, paced at 403 msg/s);
+  - W5 at 1.5x NATS R=3 with batches (W5b 3.57x; 1,024 B 3.82x) and with
+    pipelined single sends (W5p 2.93x; 1,024 B 3.26x);
   - FIFO failover (replication.md, rerun in the tenth session, with
     requests held while a new writer recovers and the loop woken at once by
     posted work: p50 1.57 s, max 1.63 s over 20 kills; ninth session 1.62 s
@@ -369,13 +381,15 @@ that page's history.
   - queues.md (nineteenth session, 5 runs): send_batch at 25% of raw
     pyzmq (32.9%), and the single-send p99 at 3x raw (1.84x).
 - **Targets missed:**
-  - 2x the best peer in W1 (one at a time, 0.39x Redis, or pipelined,
-    1.00x; 1,024 B 1.06x) and W3 (1.54x Redis; 1,024 B 1.49x);
-  - W2 p99 at or below the best peer's (1.03 ms against Redis's 0.37 ms);
-  - W3 end to end at 25% of the raw pyzmq batched round trip (16.5%; 1,024 B
-    16.8%; 20.9% in 11565f9's invocation, on the AMD machine, where the
+  - 2x the best peer in W1 (one at a time, 0.39x Redis, where the target
+    is 1.41x what raw pyzmq does one at a time; or pipelined, 0.99x; 1,024
+    B 1.04x) and W3 (1.52x Redis; 1,024 B 1.35x);
+  - W2 p99 at or below the best peer's (0.94 ms against Redis's 0.34 ms,
+    which is 1.22x raw pyzmq's idle p99);
+  - W3 end to end at 25% of the raw pyzmq batched round trip (15.5%; 1,024 B
+    16.5%; 20.9% in 11565f9's invocation, on the AMD machine, where the
     ceiling was half);
-  - W5 at 1.5x NATS R=3 with one send at a time (0.83x; 1,024 B 0.91x):
+  - W5 at 1.5x NATS R=3 with one send at a time (0.75x; 1,024 B 0.81x):
     each send waits a whole replicated round trip across four processes
     on 2 CPUs.
 
