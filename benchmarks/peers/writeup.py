@@ -68,13 +68,13 @@ def summary_rows(g: dict[Key, dict[str, Any]], ceil: dict[int, dict[str, float]]
             rows.append([f"{label} end-to-end msg/s, {size} B", f"{z['e2e_msgs_per_s']:,.0f}",
                          f"{peer} {pv:,.0f}", f"{ratio:.2f}x", f"≥ {target:g}x best peer",
                          status(ratio >= target, w)])
-        rows += single_ceiling_rows(g, ceil, size)
         z = g.get(("W1", "zmqueue", size))
         if z is not None:
             peer, pv = _best_peer(g, "W1", size, "send_p99_ms", low=True)
             rows.append([f"W2 send p99 (one at a time), {size} B", f"{z['send_p99_ms']:.2f} ms",
                          f"{peer} {pv:.2f} ms", f"{z['send_p99_ms'] / pv:.2f}x", "≤ best peer's p99",
                          status(z["send_p99_ms"] <= pv, "W2")])
+        rows += single_ceiling_rows(g, ceil, size)
         z = g.get(("W3", "zmqueue", size))
         if z is not None and size in ceil:
             raw = ceil[size]["dealer_router_batched_sync_payloads_per_s"]
