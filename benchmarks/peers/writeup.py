@@ -113,12 +113,13 @@ def summary_rows(g: dict[Key, dict[str, Any]], ceil: dict[int, dict[str, float]]
 
 def single_ceiling_rows(g: dict[Key, dict[str, Any]], ceil: dict[int, dict[str, float]],
                         size: int) -> list[list[str]]:
-    """W1 and W1p beside raw pyzmq's single-payload round trips (1 and 100 in
-    flight, an echo server with no queue behind it): the most one message per
-    request reaches on this machine with any ZeroMQ design. Each row says
-    where 2x the best peer (those rows' target) lies against that ceiling;
-    and W2's send p99 beside the raw single round trip's p99 (measured with
-    nothing else running, where W2 shares the CPUs with its consumer)."""
+    """W1 and W1p beside what raw pyzmq does with one payload per request (1
+    and 100 in flight, an echo server with no queue behind it), the most a
+    ZeroMQ round trip per message reaches on this machine (W1p's pipeline
+    coalesces sends, so it can pass it). Each row says where 2x the best peer
+    (those rows' target) lies against that ceiling; and W2's send p99 beside
+    the raw single round trip's p99 (measured with nothing else running,
+    where W2 shares the CPUs with its consumer)."""
     rows: list[list[str]] = []
     for w, key, what in (("W1", "dealer_router_single_per_s", "1 in flight"),
                          ("W1p", "dealer_router_single_window100_payloads_per_s", "100 in flight")):
