@@ -1,7 +1,8 @@
 # zmqueue — the two commands of the README are `make demo` and `make test`.
 # Each installs what it needs first (a virtualenv in .venv with the package
 # and its test tools, and Consul 1.8.7 from Debian 11's archive into
-# ~/.cache/zmqueue), so a fresh clone needs nothing else.
+# ~/.cache/zmqueue), so a fresh clone needs nothing else. The Python packages'
+# versions are pinned by ops/constraints.txt (what main was last tested with).
 
 VENV    ?= .venv
 PYTHON  ?= python3
@@ -14,10 +15,10 @@ export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml ops/consul/install.sh
+$(STAMP): pyproject.toml ops/constraints.txt ops/consul/install.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,analytics]'
+	$(PY) -m pip install -q --disable-pip-version-check -c ops/constraints.txt -e '.[dev,analytics]'
 	bash ops/install-test-deps.sh
 	touch $(STAMP)
 

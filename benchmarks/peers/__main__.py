@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = missing_clients(systems)
     if missing:  # fail before starting anything, not once per run
         ap.error(f"the peers' Python clients are not installed ({', '.join(missing)}): "
-                 "run `.venv/bin/pip install -e '.[bench]'` first")
+                 "run `.venv/bin/pip install -c ops/constraints.txt -e '.[bench]'` first")
     sizes = [int(x) for x in args.sizes.split(",")]
     todo = plan(args.workloads.split(","), sizes, systems, args.duration)
     results: list[dict[str, Any]] = []

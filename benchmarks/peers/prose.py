@@ -72,7 +72,7 @@ on the same 2 CPUs).
 ## Reproduce
 
 ```sh
-pip install -e '.[bench]'               # pika, nats-py, redis[hiredis], matplotlib
+pip install -c ops/constraints.txt -e '.[bench]'  # pika, nats-py, redis[hiredis], matplotlib
 python -m benchmarks.peers --runs 3 --write   # installs and starts the peers (apt-get), ~20 min
 zmqueue bench --workload W3 --runs 3          # zmqueue alone, on a cluster it starts
 python -m benchmarks.queues --runs 3 --write  # queue operations beside raw pyzmq
