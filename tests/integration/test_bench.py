@@ -69,7 +69,7 @@ def test_the_peer_harness_refuses_to_start_without_the_peers_clients(
         peers.main(["--systems", "zmqueue,redis", "--runs", "1"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "zmqueue_no_such_client" in err and "pip install -e '.[bench]'" in err
+    assert "zmqueue_no_such_client" in err and "pip install -c ops/constraints.txt -e '.[bench]'" in err
 
 
 def test_the_per_request_cpu_benchmark_reads_every_thread_of_the_servers(qcluster: QueueCluster) -> None:
