@@ -129,3 +129,28 @@ def test_a_receive_waits_out_the_restart_of_the_only_host_serving_the_queue(
         wait_for(kept, 30, "the stored message received after the restart")
         assert [m.body for m in got] == [b"kept"]
         assert q.stats()["in_flight"] == 1
+
+
+def test_a_dead_letter_move_the_dlq_refuses_is_retried_until_the_dlq_takes_it(
+        hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
+    """A DLQ on the same host that refuses a move (its max_messages reached; a
+    low disk alike) leaves the message waiting for the move, retried every
+    second, instead of failing the host's pass and dropping the move until a
+    restart; once the DLQ has room, the message lands there."""
+    h = start_passing(hosts, consul_agent)
+    dlq = client.create_queue("full-dlq", max_messages=1)
+    dlq.send(b"occupant")
+    q = client.create_queue("src", visibility_timeout=1, dead_letter_queue="full-dlq",
+                            max_receive_count=1)
+    mid = q.send(b"poison")
+    assert [m.id for m in q.receive(wait_time=5)] == [mid]
+    assert q.receive(wait_time=3) == []  # past its timeout: taken out of delivery for the move
+    wait_for(lambda: "dead-letter queue full-dlq cannot take 1 messages of src" in h.log_tail(),
+             20, "the refused move in the host's log", interval_s=0.2)
+    assert dlq.stats()["total"] == 1
+    dlq.set_attributes(max_messages=10)
+    moved = wait_for(lambda: [m for m in dlq.receive(max_messages=10, wait_time=1) if m.id == mid],
+                     20, "the poison message in the DLQ once it has room")
+    assert (moved[0].body, moved[0].dead_letter_source) == (b"poison", "src")
+    assert q.stats()["total"] == 0
+    assert q.receive(wait_time=1) == []

@@ -70,7 +70,13 @@ class DeadLetterMover:
         origin = FIFO_ORIGIN if dcfg.fifo else svc.node
         local = svc.set.streams.get((dlq, 0, origin))
         if local is not None and local.writable:
-            local.append_dead_letters(items, now)
+            try:
+                local.append_dead_letters(items, now)
+            except ZmqueueError as exc:  # QueueLimitReached, DiskFull (the reserve), a full block
+                log.warning("dead-letter queue %s cannot take %d messages of %s now: %s; retrying "
+                            "in %d ms", dlq, len(dead), st.queue, exc, RETRY_MS)
+                self._retry(st.key, dead, now)
+                return
             st.store.mark_dead_lettered([d.seq for d in dead], now)
             self.moved[st.queue] = self.moved.get(st.queue, 0) + len(dead)
             svc.dirty.update({st.key, local.key})
