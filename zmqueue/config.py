@@ -222,6 +222,11 @@ class HostConfig:
     """Directory of per-queue at-rest keys (``<queue>.key``); never the data dir."""
     usage_flush_interval_ms: int = 10_000
     """How often usage records are appended to ``<data_dir>/usage.jsonl``."""
+    min_free_disk_mb: int = 64
+    """Free space (MiB) kept on the data directory's disk: below it the host
+    refuses new messages with DISK_FULL while receives, deletes and replicated
+    records still get written, so consumers can drain (like RabbitMQ's
+    ``disk_free_limit``). 0: refuse only after a write failed for lack of space."""
 
     def validate(self) -> HostConfig:
         ident = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -237,6 +242,7 @@ class HostConfig:
                "must be at least twice heartbeat_interval_ms")
         _check_range(self.consul_timeout_ms, "consul_timeout_ms", 100, 60000)
         _check_range(self.usage_flush_interval_ms, "usage_flush_interval_ms", 100, 3_600_000)
+        _check_range(self.min_free_disk_mb, "min_free_disk_mb", 0, 1 << 30)
         if self.key_dir is not None:
             _check(os.path.realpath(self.key_dir) != os.path.realpath(self.data_dir), "key_dir",
                    "must not be the data directory (keys are never stored beside the data)")

@@ -21,7 +21,7 @@ from zmqueue.dataplane.storage.ring import AVAILABLE, DELETED, IN_FLIGHT, Ring
 from zmqueue.dataplane.storage.segment import BlockIndex
 from zmqueue.dataplane.storage.select import pick_fifo, pick_standard
 from zmqueue.dataplane.trash import Trash
-from zmqueue.errors import ConfigError, CorruptSegment, InvalidReceipt, QueueLimitReached
+from zmqueue.errors import ConfigError, CorruptSegment, DiskFull, InvalidReceipt, QueueLimitReached
 
 
 def _messages(seqs: list[int], body: bytes = b"hello", group: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -217,3 +217,35 @@ def test_next_wakeup_is_cached_while_the_ring_is_unchanged_and_follows_every_cha
         assert store.next_wakeup_ms(1000) is None  # the deadline passed: nothing waits any more
         store.append([NewMessage(b"d" * 16, b"", delay_ms=500)], 1000)
         assert store.next_wakeup_ms(1000) == 1500
+
+
+def test_min_free_bytes_refuses_new_messages_but_not_receives_deletes_or_commits(tmp_path):
+    """The disk reserve: with less free space than ``min_free_bytes`` an append
+    raises DiskFull saying how much is free, what is kept and what still works;
+    the messages already stored can still be received and deleted (their
+    records are written), and nothing is staged by the refused append."""
+    with pytest.raises(ConfigError, match="min_free_bytes must be an integer in"):
+        StorageConfig(min_free_bytes=-1).validate()
+    with PartitionStore.open(tmp_path / "p", StorageConfig(), now_ms=1) as store:
+        seqs = store.append_batch([b"a", b"b", b"c"], 1)
+        store.commit()
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    short = StorageConfig(min_free_bytes=free + (1 << 30))  # more than the disk has free
+    with PartitionStore.open(tmp_path / "p", short, now_ms=2) as store:
+        last = store.last_seq
+        with pytest.raises(DiskFull, match=r"MiB free, less than the .* MiB kept free") as info:
+            store.append_batch([b"d"], 3)
+        assert "consumers can still receive and delete" in str(info.value)
+        assert info.value.details["min_free_bytes"] == free + (1 << 30)
+        assert info.value.details["path"] == str(tmp_path / "p")
+        assert store.commit() == last  # the refused message was not staged
+        got, _ = store.receive(10, 4, 30_000)
+        assert [d.seq for d in got] == list(seqs)
+        store.delete(got[0].seq, got[0].receive_count, 5)
+        assert store.commit() > last  # the VISIBILITY and DELETE records were written
+        assert store.stats(6)["total"] == 2
+    # a reserve the disk has room for admits as before
+    with PartitionStore.open(tmp_path / "p", StorageConfig(min_free_bytes=1), now_ms=7) as store:
+        assert len(store.append_batch([b"e"], 8)) == 1
+        store.commit()
+        assert store.stats(9)["total"] == 3

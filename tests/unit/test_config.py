@@ -46,6 +46,9 @@ def test_a_host_config_refuses_bad_consul_addresses_and_ttls() -> None:
         HostConfig("c", "n", "/d", consul=("nohostport",)).validate()
     with pytest.raises(ConfigError, match="check_ttl_ms"):
         HostConfig("c", "n", "/d", heartbeat_interval_ms=2000, check_ttl_ms=3000).validate()
+    with pytest.raises(ConfigError, match="min_free_disk_mb"):
+        HostConfig("c", "n", "/d", min_free_disk_mb=-1).validate()
+    assert HostConfig("c", "n", "/d").validate().min_free_disk_mb == 64
 
 
 def test_consul_addresses_come_from_the_environment_in_one_place() -> None:

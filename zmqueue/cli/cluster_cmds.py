@@ -40,6 +40,10 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                    help="directory of per-queue at-rest keys <queue>.key (never the data dir)")
     p.add_argument("--usage-flush-ms", type=int, default=10_000,
                    help="how often usage records are appended to DATA_DIR/usage.jsonl (default 10000)")
+    p.add_argument("--min-free-disk-mb", type=int, default=64, metavar="MB",
+                   help="free space kept on the data dir's disk: below it new messages are refused "
+                        "(DISK_FULL) while receives and deletes go on (default 64; 0: only after a "
+                        "write fails)")
     p.set_defaults(func=cmd_host)
 
     p = sub.add_parser("up", help="start Consul (unless --consul) and a local cluster")
@@ -71,7 +75,7 @@ def cmd_host(args: argparse.Namespace) -> int:
         consul=consul_addresses(args.consul), bind_host=args.bind, client_port=args.client_port,
         pub_port=args.pub_port, peer_port=args.peer_port, http_port=args.http_port, zone=args.zone,
         curve_secret_file=args.curve_secret, key_dir=args.key_dir,
-        usage_flush_interval_ms=args.usage_flush_ms,
+        usage_flush_interval_ms=args.usage_flush_ms, min_free_disk_mb=args.min_free_disk_mb,
     )
     host = Host(cfg)
     host.install_signal_handlers()

@@ -33,6 +33,7 @@ from zmqueue.dataplane.dispatch import Dispatcher, Request
 from zmqueue.dataplane.forwarder import Forwarder
 from zmqueue.dataplane.server import RequestLoop, Sockets, Wakeable
 from zmqueue.dataplane.service import QueueService
+from zmqueue.dataplane.storage import StorageConfig
 from zmqueue.dataplane.topology import StreamKey
 from zmqueue.errors import ConsulUnavailable, StartupError
 from zmqueue.host.admin import AdminHandlers
@@ -172,7 +173,7 @@ class Host:
         cache = MetadataCache(cfg.consul, cfg.consul_timeout_ms / 1000, self._apply_snapshot,
                               self._metadata_unavailable)
         service = QueueService(cfg.node, self.data_dir, Forwarder(self._ctx), self.sockets.pub,
-                               cache.refresh)
+                               cache.refresh, StorageConfig(min_free_bytes=cfg.min_free_disk_mb << 20))
         door = self.security.wire(self.dispatcher, service)
         service.register(self.dispatcher)
         AdminHandlers(cache).register(self.dispatcher)

@@ -34,6 +34,11 @@ class StorageConfig:
     max_messages: int | None = None  # QueueLimitReached beyond this many messages
     max_bytes: int | None = None  # QueueLimitReached beyond this many body+attribute bytes
     fifo: bool = False
+    min_free_bytes: int = 0
+    """Refuse new messages (DiskFull) while the disk holding the partition has
+    less free space than this, read with ``statvfs`` at most every 0.1 s, so
+    receives, deletes and replicated records keep room to be written and
+    consumers can drain. 0: only after a write failed for lack of space."""
 
     def validate(self) -> StorageConfig:
         """Raise :class:`ConfigError` naming the field and its bound; return self."""
@@ -48,6 +53,7 @@ class StorageConfig:
                 field="fsync",
                 value=self.fsync,
             )
+        _bound("min_free_bytes", self.min_free_bytes, 0, 1 << 50)
         if self.max_messages is not None:
             _bound("max_messages", self.max_messages, 1, 1 << 62)
         if self.max_bytes is not None:

@@ -1,16 +1,20 @@
-"""Admission checks for new messages: disk space after a DiskFull, queue limits,
-and the size of one block."""
+"""Admission checks for new messages: disk space (the configured reserve, and
+after a DiskFull), queue limits, and the size of one block."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
-from zmqueue.dataplane.storage.config import StorageConfig
+from zmqueue.dataplane.storage.config import MIB, StorageConfig
 from zmqueue.dataplane.storage.records import MAX_BLOCK_RAW
 from zmqueue.errors import DiskFull, InvalidParameter, QueueLimitReached
 
 SPACE_HEADROOM_BYTES = 64 << 10
+SPACE_CHECK_S = 0.1
+"""How long a ``statvfs`` reading of the free space stands (counted down by
+what is admitted meanwhile) before :class:`FreeSpace` reads it again."""
 
 
 def require_space(directory: Path, size: int) -> None:
@@ -18,6 +22,32 @@ def require_space(directory: Path, size: int) -> None:
     st = os.statvfs(directory)
     if st.f_bavail * st.f_frsize < 2 * size + SPACE_HEADROOM_BYTES:
         raise DiskFull(f"disk holding {directory} is full; free space on it", path=str(directory))
+
+
+class FreeSpace:
+    """The reserve of ``min_free`` bytes kept free on the disk holding
+    ``directory``: :meth:`admit` refuses new messages (DiskFull) that would cut
+    into it. ``statvfs`` is read at most every ``SPACE_CHECK_S``; in between,
+    the reading is counted down by the bytes admitted."""
+
+    def __init__(self, directory: Path, min_free: int) -> None:
+        self.directory, self.min_free = directory, min_free
+        self.free = 0
+        self._read_at = -SPACE_CHECK_S
+
+    def admit(self, size: int) -> None:
+        now = time.monotonic()
+        if now - self._read_at >= SPACE_CHECK_S:
+            st = os.statvfs(self.directory)
+            self.free, self._read_at = st.f_bavail * st.f_frsize, now
+        if self.free - size < self.min_free:
+            raise DiskFull(
+                f"disk holding {self.directory} has {self.free / MIB:.1f} MiB free, less than the "
+                f"{self.min_free / MIB:.1f} MiB kept free for receives and deletes (min_free_bytes, "
+                "a host's --min-free-disk-mb): new messages are refused until space is freed "
+                "there; consumers can still receive and delete",
+                path=str(self.directory), free_bytes=self.free, min_free_bytes=self.min_free)
+        self.free -= size
 
 
 def check_limits(

@@ -24,7 +24,7 @@ import numpy.typing as npt
 from zmqueue.dataplane.storage import batch, readback, receive, replay, replica, select
 from zmqueue.dataplane.storage.backlog import Backlog
 from zmqueue.dataplane.storage.config import StorageConfig
-from zmqueue.dataplane.storage.limits import check_limits, require_space
+from zmqueue.dataplane.storage.limits import FreeSpace, check_limits, require_space
 from zmqueue.dataplane.storage.logwriter import LogWriter
 from zmqueue.dataplane.storage.model import Columns, Delivered, NewMessage, Record
 from zmqueue.dataplane.storage.protocol import PartitionStoreProtocol
@@ -74,6 +74,7 @@ class PartitionStore:
         self._lock_fd = lock_directory(directory)
         self._now = now_ms
         self._space_short = False
+        self._reserve = FreeSpace(directory, config.min_free_bytes) if config.min_free_bytes else None
         self._closed = False
         self.epoch = 0
         self.recovery_report = self._load(now_ms, restart=True)
@@ -175,6 +176,8 @@ class PartitionStore:
         if self._space_short:
             require_space(self.directory, size)
             self._space_short = False
+        if self._reserve is not None:
+            self._reserve.admit(size)
         config = self.config
         if (
             config.max_messages is not None
