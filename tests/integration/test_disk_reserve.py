@@ -9,9 +9,12 @@ skipped, saying so)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import subprocess
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ from tests.conftest import HostFactory, all_passing, wait_for
 from tests.helpers import check_statuses
 from zmqueue.errors import DiskFull
 from zmqueue.localcluster import ConsulAgent
+from zmqueue.protocol import Command, sent_ids
 
 TMPFS_MB = 24
 RESERVE_MB = 8
@@ -28,9 +32,9 @@ FILLER_MB = 8
 BODY = 60_000
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "small-disk"
+@contextlib.contextmanager
+def mounted(mount: Path) -> Iterator[Path]:
+    """A TMPFS_MB tmpfs at ``mount`` (made), unmounted after."""
     mount.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_MB}m", "tmpfs", str(mount)],
                           capture_output=True, text=True)
@@ -40,6 +44,29 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    with mounted(tmp_path / "small-disk") as mount:
+        yield mount
+
+
+@pytest.fixture
+def two_small_disks(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    with mounted(tmp_path / "disk1") as one, mounted(tmp_path / "disk2") as two:
+        yield one, two
+
+
+def free_bytes(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def fill_below_reserve(disk: Path) -> None:
+    """Leave half a MiB less than the reserve free: the host refuses new
+    messages, with room left for what it writes besides (replicated records)."""
+    (disk / "filler").write_bytes(b"\0" * (free_bytes(disk) - (RESERVE_MB << 20) + (512 << 10)))
 
 
 def test_below_the_reserve_sends_are_refused_consumers_drain_and_space_returns(
@@ -103,3 +130,83 @@ def test_below_the_reserve_sends_are_refused_consumers_drain_and_space_returns(
             assert m.body == b"after"
     finally:
         h.stop()
+
+
+def test_a_standard_queue_send_a_host_refuses_for_disk_goes_to_a_replica_with_room(
+        two_small_disks: tuple[Path, Path], hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    """Each replica of a standard queue writes a stream of its own, so a send
+    the preferred host refuses with DISK_FULL (nothing stored) is taken by
+    the other, through ``send_batch`` and through a pipeline; only when every
+    host refuses does the caller get DiskFull."""
+    started = [hosts.start(f"h{i}", data_dir=disk / "data",
+                           extra_args=["--min-free-disk-mb", str(RESERVE_MB)])
+               for i, disk in enumerate(two_small_disks, 1)]
+    try:
+        for h in started:
+            wait_for(partial(_passing, consul_agent, h.node), 60, f"{h.node} passing")
+        disk_of = {json.loads((disk / "data" / "host.json").read_text())["client_endpoint"]: disk
+                   for disk in two_small_disks}
+        with zmqueue.connect(consul_agent.http_addr, request_timeout=5) as client:
+            q = client.create_queue("two-disks", replication_factor=2)
+            sent = {q.send(b"before"): b"before"}
+            preferred, other = q.routes.for_send(0)
+            fill_below_reserve(disk_of[preferred])
+            wait_for(lambda: _refused_by(client, preferred, sent), 10,
+                     "the preferred host refusing sends")
+
+            bodies = [os.urandom(BODY) for _ in range(4)]
+            sent.update(zip(q.send_batch(bodies), bodies, strict=True))
+            with q.pipeline() as pipe:
+                pending = [pipe.send(f"p{i}".encode()) for i in range(20)]
+            assert all(s.id is not None and s.error is None for s in pending)
+            sent.update({str(s.id): f"p{i}".encode() for i, s in enumerate(pending)})
+            assert _refused_by(client, preferred, sent), "the preferred host took a send again"
+
+            fill_below_reserve(disk_of[other])
+            wait_for(lambda: _refused(q, sent), 10, "a send refused by both hosts")
+
+            received: dict[str, bytes] = {}
+
+            def drain() -> bool:
+                got = q.receive(max_messages=10, visibility_timeout=600)
+                if got:
+                    assert q.delete_batch([m.receipt for m in got]) == [None] * len(got)
+                    received.update((m.id, m.body) for m in got)
+                return len(received) >= len(sent)
+
+            wait_for(drain, 60, "every acknowledged message received", interval_s=0)
+            assert received == sent
+            assert all(h.alive() for h in started)
+    finally:
+        for h in started:
+            h.stop()
+
+
+def _passing(agent: ConsulAgent, node: str) -> bool:
+    return all_passing(check_statuses(agent, node))
+
+
+def _refused(q: zmqueue.Queue, sent: dict[str, bytes]) -> bool:
+    """Whether a send is refused (a host reads its free space every 0.1 s, so
+    one taken just after the filler was written is recorded in ``sent``)."""
+    bodies = [os.urandom(BODY) for _ in range(4)]
+    try:
+        sent.update(zip(q.send_batch(bodies), bodies, strict=True))
+    except DiskFull as exc:
+        assert "kept free" in str(exc), str(exc)
+        return True
+    return False
+
+
+def _refused_by(client: zmqueue.Client, endpoint: str, sent: dict[str, bytes]) -> bool:
+    """Whether the host at ``endpoint`` itself refuses a send of 4 bodies (one
+    it takes, before its next read of the free space, is recorded in ``sent``)."""
+    bodies = [os.urandom(BODY) for _ in range(4)]
+    try:
+        reply = client.request(endpoint, Command.SEND, {"q": "two-disks", "p": 0, "b": bodies})
+    except DiskFull:
+        return True
+    ids = sent_ids(reply)
+    assert ids is not None and len(ids) == 4, reply
+    sent.update(zip(ids, bodies, strict=True))
+    return False

@@ -72,6 +72,7 @@ from zmqueue.client.routing import FIFO_ORIGIN
 from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.errors import (
     ClientClosed,
+    DiskFull,
     InvalidParameter,
     ProtocolError,
     Throttled,
@@ -401,8 +402,8 @@ class SendPipeline:
             self._confirm(req, frame.body)
             return
         err = from_wire(frame.body)
-        if isinstance(err, RETRYABLE):
-            self._retry.append(req)
+        if isinstance(err, RETRYABLE) or (isinstance(err, DiskFull) and not self.fifo):
+            self._retry.append(req)  # (DiskFull: the retry tries the partition's other hosts)
         else:
             self._refused(req, err)
 

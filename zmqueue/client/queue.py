@@ -25,6 +25,7 @@ from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.config import MAX_VISIBILITY_S, MUTABLE_SETTINGS, QueueConfig
 from zmqueue.errors import (
     ConfigError,
+    DiskFull,
     InvalidParameter,
     NotLeader,
     ProtocolError,
@@ -187,16 +188,26 @@ class Queue:
         """One request to the right host of partition ``p``, retried idempotently
         (at least ``retries`` times, and for at least the request timeout, so a
         writer failover of a few seconds is invisible to the caller); every
-        try carries ``request_id`` (default: a new one)."""
+        try carries ``request_id`` (default: a new one). A SEND a host
+        refuses with DISK_FULL (its disk below the reserve; nothing was stored)
+        goes to the partition's next host that takes sends, if any (a standard
+        queue's replicas each write a stream of their own; a FIFO queue has one
+        writer), and the DiskFull is raised when every one refused."""
         rid = request_id
         last: ZmqueueError | None = None
         maybe_stored: ZmqueueError | None = None
         """The first SEND attempt whose messages may have been stored (see retry.reported)."""
         hint: str | None = None
         tried = 0
+        full: set[str] = set()
+        """Hosts that refused this SEND with DISK_FULL."""
         retry = RetryBudget(self.client.retries + 2, self.client.request_timeout_ms / 1000)
         while retry.again():
             eps = targets()
+            if full:
+                eps = [e for e in eps if e not in full]
+                if not eps:
+                    break  # every host that takes this partition's sends is short of disk
             if hint:
                 eps = [hint, *[e for e in eps if e != hint]]
             if not eps:
@@ -218,6 +229,11 @@ class Queue:
                 if hint is None:
                     self.refresh()
                     retry.pause()
+            except DiskFull as exc:
+                if command != Command.SEND:
+                    raise
+                last = exc
+                full.add(endpoint)
             except Unavailable as exc:
                 last = exc
                 if command == Command.SEND and maybe_stored is None and may_be_stored(exc):

@@ -46,7 +46,8 @@ class FreeSpace:
                 f"{self.min_free / MIB:.1f} MiB kept free for receives and deletes (min_free_bytes, "
                 "a host's --min-free-disk-mb): new messages are refused until space is freed "
                 "there; consumers can still receive and delete",
-                path=str(self.directory), free_bytes=self.free, min_free_bytes=self.min_free)
+                path=str(self.directory), free_bytes=self.free, min_free_bytes=self.min_free,
+                stored=False)
         self.free -= size
 
 

@@ -61,6 +61,7 @@ def disk_full(path: Path, exc: OSError) -> DiskFull:
     return DiskFull(
         f"no space left to write {path} ({exc.strerror}); free space on that disk",
         path=str(path),
+        stored=False,
     )
 
 
