@@ -17,11 +17,17 @@ SPACE_CHECK_S = 0.1
 what is admitted meanwhile) before :class:`FreeSpace` reads it again."""
 
 
+def disk_free(directory: Path) -> int:
+    """Bytes an unprivileged writer may still use on the disk holding ``directory``."""
+    st = os.statvfs(directory)
+    return st.f_bavail * st.f_frsize
+
+
 def require_space(directory: Path, size: int) -> None:
     """After a DiskFull, refuse appends until ``statvfs`` shows room for ``size``."""
-    st = os.statvfs(directory)
-    if st.f_bavail * st.f_frsize < 2 * size + SPACE_HEADROOM_BYTES:
-        raise DiskFull(f"disk holding {directory} is full; free space on it", path=str(directory))
+    if disk_free(directory) < 2 * size + SPACE_HEADROOM_BYTES:
+        raise DiskFull(f"disk holding {directory} is full; free space on it", path=str(directory),
+                       stored=False)
 
 
 class FreeSpace:
@@ -38,8 +44,7 @@ class FreeSpace:
     def admit(self, size: int) -> None:
         now = time.monotonic()
         if now - self._read_at >= SPACE_CHECK_S:
-            st = os.statvfs(self.directory)
-            self.free, self._read_at = st.f_bavail * st.f_frsize, now
+            self.free, self._read_at = disk_free(self.directory), now
         if self.free - size < self.min_free:
             raise DiskFull(
                 f"disk holding {self.directory} has {self.free / MIB:.1f} MiB free, less than the "
