@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -97,6 +98,9 @@ def test_below_the_reserve_sends_are_refused_consumers_drain_and_space_returns(
             free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
             assert free >= (RESERVE_MB << 20) - 4 * BODY, "the reserve was written into"
             assert len(sent) >= 4 * 5, f"only {len(sent)} messages went in before the refusal"
+            metrics = _metrics(small_disk / "data")  # what an operator's alert reads
+            assert metrics["zmqueue_disk_min_free_bytes"] == RESERVE_MB << 20
+            assert metrics["zmqueue_disk_free_bytes"] < (RESERVE_MB << 20) + 4 * BODY
 
             # the host serves on, and a consumer drains every acknowledged message
             received: dict[str, bytes] = {}
@@ -210,3 +214,13 @@ def _refused_by(client: zmqueue.Client, endpoint: str, sent: dict[str, bytes]) -
     assert ids is not None and len(ids) == 4, reply
     sent.update(zip(ids, bodies, strict=True))
     return False
+
+
+def _metrics(data_dir: Path) -> dict[str, float]:
+    """The host's unlabelled /metrics samples (its endpoint from host.json)."""
+    endpoint = json.loads((data_dir / "host.json").read_text())["http_endpoint"]
+    with urllib.request.urlopen(endpoint + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {name: float(value) for name, _, value in
+            (line.partition(" ") for line in text.splitlines() if line and not line.startswith("#"))
+            if "{" not in name}

@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from zmqueue.dataplane.service import QueueService
+from zmqueue.dataplane.storage import disk_free
 from zmqueue.dataplane.stream import Role
 from zmqueue.security.frontdoor import LATENCY_BUCKETS_S, FrontDoor, Latency
 
@@ -54,7 +55,8 @@ def snapshot(svc: QueueService, door: FrontDoor, zap_counters: dict[str, int],
             "dlq": dict(svc.dlq.moved), "pushed": dict(svc.pusher.pushed), "zap": dict(zap_counters),
             "dispatcher": _with_late(dispatcher_counters, svc.waiters.watch.late, svc.pusher.watch.late),
             "replication": {**svc.replicator.counters,
-                            "refused_replies": svc.forwarder.refused_replies}}
+                            "refused_replies": svc.forwarder.refused_replies},
+            "disk": (disk_free(svc.set.root.parent), svc.set.defaults.min_free_bytes)}
 
 
 def _with_late(counters: dict[str, int], polls: int, pushes: int) -> dict[str, int]:
@@ -114,6 +116,11 @@ class HostCollector(Collector):
             for q, n in sorted(snap[key].items()):
                 c.add_metric([q], n)
             yield c
+        free, reserve = snap["disk"]
+        yield GaugeMetricFamily("zmqueue_disk_free_bytes",
+                                "free bytes on the disk of the host's data directory", value=free)
+        yield GaugeMetricFamily("zmqueue_disk_min_free_bytes", "the reserve (--min-free-disk-mb): "
+                                "below it new messages are refused (DISK_FULL)", value=reserve)
         g = GaugeMetricFamily("zmqueue_replication_lag_records",
                               "records the slowest replica is behind the writer", labels=["stream"])
         for s, n in sorted(snap["lag"].items()):

@@ -7,6 +7,7 @@ on-disk format is documented in :mod:`zmqueue.dataplane.storage.records` and
 """
 
 from zmqueue.dataplane.storage.config import StorageConfig
+from zmqueue.dataplane.storage.limits import disk_free
 from zmqueue.dataplane.storage.model import Columns, Delivered, NewMessage, Record
 from zmqueue.dataplane.storage.records import RecordType
 from zmqueue.dataplane.storage.recovery import CorruptBlock, RecoveryReport
@@ -23,4 +24,5 @@ __all__ = [
     "RecordType",
     "RecoveryReport",
     "StorageConfig",
+    "disk_free",
 ]
