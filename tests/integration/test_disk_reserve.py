@@ -22,7 +22,9 @@ import pytest
 
 import zmqueue
 from tests.conftest import HostFactory, all_passing, wait_for
-from tests.helpers import check_statuses
+from tests.helpers import check_statuses, service_entry
+from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.controlplane.discovery import list_hosts
 from zmqueue.errors import DiskFull
 from zmqueue.localcluster import ConsulAgent
 from zmqueue.protocol import Command, sent_ids
@@ -101,6 +103,14 @@ def test_below_the_reserve_sends_are_refused_consumers_drain_and_space_returns(
             metrics = _metrics(small_disk / "data")  # what an operator's alert reads
             assert metrics["zmqueue_disk_min_free_bytes"] == RESERVE_MB << 20
             assert metrics["zmqueue_disk_free_bytes"] < (RESERVE_MB << 20) + 4 * BODY
+            # what an operator sees in the Consul UI once the free space is under the
+            # reserve (the refusal above may leave it just over): an advisory warning
+            # check on the service, which leaves the host passing (clients go on reaching it)
+            (small_disk / "filler2").write_bytes(b"\0" * (512 << 10))
+            output = wait_for(lambda: _disk_warning(consul_agent, h.node), 15, "the disk: warning check")
+            assert f"below this host's {RESERVE_MB} MiB reserve" in output, output
+            [info] = [i for i in list_hosts(ConsulClient([consul_agent.http_addr], 5)) if i.node == h.node]
+            assert (info.passing, info.disk_status) == (True, "warning")
 
             # the host serves on, and a consumer drains every acknowledged message
             received: dict[str, bytes] = {}
@@ -121,6 +131,7 @@ def test_below_the_reserve_sends_are_refused_consumers_drain_and_space_returns(
                 q.send_batch([os.urandom(BODY) for _ in range(4)])
 
             filler.unlink()  # space returns: sends are taken again within a moment
+            (small_disk / "filler2").unlink()
 
             def takes_a_send() -> bool:
                 try:
@@ -130,6 +141,8 @@ def test_below_the_reserve_sends_are_refused_consumers_drain_and_space_returns(
                 return True
 
             wait_for(takes_a_send, 10, "a send taken after the space returned")
+            wait_for(lambda: f"disk:zmqueue-{h.node}" not in check_statuses(consul_agent, h.node), 15,
+                     "the disk: check removed once the disk has room again")
             [m] = q.receive(max_messages=10, wait_time=5)
             assert m.body == b"after"
     finally:
@@ -148,8 +161,9 @@ def test_a_standard_queue_send_a_host_refuses_for_disk_goes_to_a_replica_with_ro
     try:
         for h in started:
             wait_for(partial(_passing, consul_agent, h.node), 60, f"{h.node} passing")
-        disk_of = {json.loads((disk / "data" / "host.json").read_text())["client_endpoint"]: disk
-                   for disk in two_small_disks}
+        endpoint_of = {i.node: i.client_endpoint
+                       for i in list_hosts(ConsulClient([consul_agent.http_addr], 5))}
+        disk_of = {endpoint_of[h.node]: disk for h, disk in zip(started, two_small_disks, strict=True)}
         with zmqueue.connect(consul_agent.http_addr, request_timeout=5) as client:
             q = client.create_queue("two-disks", replication_factor=2)
             sent = {q.send(b"before"): b"before"}
@@ -224,3 +238,12 @@ def _metrics(data_dir: Path) -> dict[str, float]:
     return {name: float(value) for name, _, value in
             (line.partition(" ") for line in text.splitlines() if line and not line.startswith("#"))
             if "{" not in name}
+
+
+def _disk_warning(agent: ConsulAgent, node: str) -> str | None:
+    """The output of the host's ``disk:`` check while it is a warning."""
+    entry = service_entry(agent, node) or {}
+    for check in entry.get("Checks", []):
+        if check["CheckID"] == f"disk:zmqueue-{node}" and check["Status"] == "warning":
+            return str(check["Output"])
+    return None

@@ -23,6 +23,10 @@ class HostInfo:
     """Status of the ``kv:`` check: ``warning`` while the host sees bad values
     in Consul KV. It says nothing about the host's own health, so it is kept
     out of :attr:`status`."""
+    disk_status: str = "passing"
+    """Status of the ``disk:`` check: ``warning`` while the host's data disk
+    is below its reserve (it refuses new messages, serves the rest). Kept out
+    of :attr:`status` too: consumers must go on reaching the host to drain."""
 
     @property
     def passing(self) -> bool:
@@ -34,14 +38,24 @@ _RANK = {"passing": 0, "warning": 1, "critical": 2}
 
 KV_CHECK_PREFIX = "kv:"
 """Check ids starting with this report bad KV values, not host health."""
+DISK_CHECK_PREFIX = "disk:"
+"""Check ids starting with this report a data disk below the reserve, not host health."""
+ADVISORY_CHECK_PREFIXES = (KV_CHECK_PREFIX, DISK_CHECK_PREFIX)
+"""Advisory checks (zmqueue.controlplane.advisory): never part of a host's health."""
 
 
-def _worst(checks: list[dict[str, Any]], service_id: str, kv: bool = False) -> str:
+def _worst(checks: list[dict[str, Any]], service_id: str, advisory: str | None = None) -> str:
+    """The worst status of the host's health checks, or (``advisory``, a
+    prefix) of its advisory checks with that prefix."""
     worst = "passing"
     for chk in checks:
         if chk.get("ServiceID") not in (service_id, "") and chk.get("CheckID") != "serfHealth":
             continue
-        if str(chk.get("CheckID", "")).startswith(KV_CHECK_PREFIX) != kv:
+        check_id = str(chk.get("CheckID", ""))
+        if advisory is not None:
+            if not check_id.startswith(advisory):
+                continue
+        elif check_id.startswith(ADVISORY_CHECK_PREFIXES):
             continue
         status = str(chk.get("Status", "critical"))
         if _RANK.get(status, 2) > _RANK[worst]:
@@ -63,7 +77,8 @@ def list_hosts(client: ConsulClient, cluster: str | None = None) -> list[HostInf
             node=meta.get("node", svc.get("ID", "?")), cluster=meta.get("cluster", "?"),
             version=meta.get("version", "?"), client_endpoint=meta.get("client_endpoint", ""),
             status=_worst(entry.get("Checks") or [], str(svc.get("ID", ""))), meta=meta,
-            kv_status=_worst(entry.get("Checks") or [], str(svc.get("ID", "")), kv=True),
+            kv_status=_worst(entry.get("Checks") or [], str(svc.get("ID", "")), KV_CHECK_PREFIX),
+            disk_status=_worst(entry.get("Checks") or [], str(svc.get("ID", "")), DISK_CHECK_PREFIX),
         )
         if cluster is not None and info.cluster != cluster:
             continue

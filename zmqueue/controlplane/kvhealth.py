@@ -11,28 +11,22 @@ metadata cache therefore:
    on the host's service (:class:`KvProblemReporter`). The check exists only
    while there are problems: it is registered on the first one and removed
    once every key is good again, so a clean host shows just its two health
-   checks. Discovery keeps ``kv:`` checks out of a host's health.
+   checks (:mod:`zmqueue.controlplane.advisory`). Discovery keeps ``kv:``
+   checks out of a host's health.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import replace
-
-import consul
 
 from zmqueue.config import FIXED_AT_CREATION
 from zmqueue.controlplane import kvlayout as kv
+from zmqueue.controlplane.advisory import NOTES_CHARS_MAX, WarningCheck
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.discovery import KV_CHECK_PREFIX
-from zmqueue.errors import ConsulUnavailable
 
 log = logging.getLogger(__name__)
-
-NOTES_CHARS_MAX = 2000
-REPORT_EVERY_S = 15.0
-"""A standing warning is re-sent this often (Consul may have forgotten it)."""
 
 
 def kv_check_id(service_id: str) -> str:
@@ -96,34 +90,11 @@ class KvProblemReporter:
     seen. Call :meth:`report` from one thread only (it uses ``client``)."""
 
     def __init__(self, client: ConsulClient, service_id: str) -> None:
-        self.client = client
-        self.service_id = service_id
-        self.check_id = kv_check_id(service_id)
-        self._last: str | None = None
-        self._sent_at = 0.0
+        self.check = WarningCheck(client, service_id, kv_check_id(service_id), "zmqueue KV values",
+                                  "bad JSON in zmqueue/ KV keys")
+        self.check_id = self.check.check_id
 
     def report(self, problems: list[kv.Malformed]) -> None:
         notes = describe(problems) if problems else ""
-        now = time.monotonic()
-        if notes == (self._last or "") and (not notes or now - self._sent_at < REPORT_EVERY_S):
-            return
-        try:
-            if notes:
-                self._warn(notes)
-            elif self._last:
-                self.client.call(lambda c: c.agent.check.deregister(self.check_id))
-        except (consul.ConsulException, ConsulUnavailable) as exc:
-            log.warning("could not update check %s: %s", self.check_id, exc)
-            return
-        self._last, self._sent_at = notes, now
-
-    def _warn(self, notes: str) -> None:
-        def put(c: consul.Consul) -> None:
-            c.agent.check.register(
-                "zmqueue KV values", check=consul.Check.ttl("24h"), check_id=self.check_id,
-                service_id=self.service_id, notes="bad JSON in zmqueue/ KV keys")
-            c.agent.check.ttl_warn(self.check_id, notes)
-
-        self.client.call(put)
-        if notes != self._last:
+        if self.check.report(notes) and notes:
             log.warning("%s", notes)

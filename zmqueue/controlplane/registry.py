@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -136,11 +137,16 @@ class Heartbeat(threading.Thread):
     Owns its own ConsulClient (py-consul clients are not thread safe).
     """
 
-    def __init__(self, registrar: Registrar, interval_ms: int, healthy: Callable[[], bool]) -> None:
+    def __init__(self, registrar: Registrar, interval_ms: int, healthy: Callable[[], bool],
+                 after_beat: Callable[[], object] | None = None) -> None:
         super().__init__(name="consul-heartbeat", daemon=True)
         self.registrar = registrar
         self.interval_s = interval_ms / 1000
         self.healthy = healthy
+        self.after_beat = after_beat
+        """Called on this thread after each heartbeat that reached Consul (it
+        may use ``registrar.client``): the host's advisory checks."""
+        self._after_beat_logged = -60.0
         self.stopped = threading.Event()
         self.failures = 0
 
@@ -154,10 +160,24 @@ class Heartbeat(threading.Thread):
                 if self.failures:
                     log.info("consul reachable again after %d failed heartbeats", self.failures)
                 self.failures = 0
+                self._after_beat()
             except ConsulUnavailable as exc:
                 self.failures += 1
                 if self.failures in (1, 10) or self.failures % 60 == 0:
                     log.warning("heartbeat failed (%d in a row): %s", self.failures, exc)
+
+    def _after_beat(self) -> None:
+        """``after_beat``, which must not end the heartbeat: a failure is
+        logged (the first, then once a minute) and the beats go on."""
+        if self.after_beat is None:
+            return
+        try:
+            self.after_beat()
+        except Exception:  # an advisory check is not worth the host's health
+            now = time.monotonic()
+            if now - self._after_beat_logged >= 60.0:
+                self._after_beat_logged = now
+                log.exception("an advisory check after the heartbeat failed; the heartbeat goes on")
 
     def stop(self) -> None:
         self.stopped.set()

@@ -24,7 +24,9 @@ import zmq
 from prometheus_client import CollectorRegistry
 
 from zmqueue.config import HostConfig
+from zmqueue.controlplane.advisory import WarningCheck
 from zmqueue.controlplane.consul_client import AgentHome, ConsulClient
+from zmqueue.controlplane.discovery import DISK_CHECK_PREFIX
 from zmqueue.controlplane.leadership import Candidacy, Confirmed, Deposed, Elected, Leadership
 from zmqueue.controlplane.managers import ManagerRoles, RolesConfig
 from zmqueue.controlplane.queue_directory import Snapshot
@@ -33,7 +35,7 @@ from zmqueue.dataplane.dispatch import Dispatcher, Request
 from zmqueue.dataplane.forwarder import Forwarder
 from zmqueue.dataplane.server import RequestLoop, Sockets, Wakeable
 from zmqueue.dataplane.service import QueueService
-from zmqueue.dataplane.storage import StorageConfig
+from zmqueue.dataplane.storage import StorageConfig, disk_free
 from zmqueue.dataplane.topology import StreamKey
 from zmqueue.errors import ConsulUnavailable, StartupError
 from zmqueue.host.admin import AdminHandlers
@@ -204,7 +206,10 @@ class Host:
         self.registrar = registrar
         hb_registrar = Registrar(
             ConsulClient(cfg.consul, cfg.consul_timeout_ms / 1000, agent_local=True), reg, home)
-        self.heartbeat = Heartbeat(hb_registrar, cfg.heartbeat_interval_ms, self.healthy)
+        disk = WarningCheck(hb_registrar.client, reg.service_id, DISK_CHECK_PREFIX + reg.service_id,
+                            "zmqueue data disk", "the data disk is below the host's reserve")
+        self.heartbeat = Heartbeat(hb_registrar, cfg.heartbeat_interval_ms, self.healthy,
+                                   lambda: disk.report(self.disk_note()))
         self.heartbeat.start()
         self._write_info(endpoints)
         cache.service_id = reg.service_id
@@ -274,6 +279,18 @@ class Host:
         tmp = self.data_dir / "host.json.tmp"
         tmp.write_text(json.dumps(info))
         tmp.replace(self.data_dir / "host.json")
+
+    def disk_note(self) -> str:
+        """What the ``disk:`` advisory check says: empty while the data disk
+        has at least the reserve (``--min-free-disk-mb``) free."""
+        reserve = self.config.min_free_disk_mb << 20
+        free = disk_free(self.data_dir)
+        if not reserve or free >= reserve:
+            return ""
+        return (f"{free >> 20} MiB free on the disk of {self.data_dir}, below this host's "
+                f"{reserve >> 20} MiB reserve (--min-free-disk-mb): new messages are refused with "
+                "DISK_FULL (a standard queue's sends go to its other replicas), receives and deletes "
+                "go on. Free space on that disk, or drain this host.")
 
     def install_signal_handlers(self) -> None:
         def on_signal(signum: int, frame: object) -> None:
