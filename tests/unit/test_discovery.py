@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 from zmqueue.controlplane.discovery import DISK_CHECK_PREFIX, KV_CHECK_PREFIX, _worst
@@ -28,3 +29,19 @@ def test_advisory_checks_stay_out_of_health_and_are_reported_apart() -> None:
     assert _worst(checks(ttl="passing") + serf, SID) == "critical"
     other = [{"CheckID": "service:zmqueue-h2", "ServiceID": "zmqueue-h2", "Status": "critical"}]
     assert _worst(checks(ttl="passing") + other, SID) == "passing"
+
+
+def test_the_hosts_table_names_a_host_s_advisory_warnings() -> None:
+    from rich.console import Console
+
+    from zmqueue.cli.common import hosts_table
+    from zmqueue.controlplane.discovery import HostInfo
+
+    hosts = [HostInfo(node="h1", cluster="c1", version="1", client_endpoint="tcp://a",
+                      status="passing", disk_status="warning"),
+             HostInfo(node="h2", cluster="c1", version="1", client_endpoint="tcp://b", status="passing")]
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(hosts_table(hosts))
+    text = console.export_text()
+    rows = {node: [line for line in text.splitlines() if f" {node} " in line] for node in ("h1", "h2")}
+    assert "passing (disk below reserve)" in rows["h1"][0] and "(" not in rows["h2"][0]

@@ -45,7 +45,10 @@ def hosts_table(hosts: list[HostInfo]) -> Table:
     colors = {"passing": "green", "warning": "yellow", "critical": "red"}
     for h in hosts:
         color = colors.get(h.status, "red")
-        table.add_row(h.cluster, h.node, f"[{color}]{h.status}[/]", h.client_endpoint, h.version)
+        advisories = [what for what, status in (("disk below reserve", h.disk_status),
+                                                ("bad KV values", h.kv_status)) if status != "passing"]
+        notes = f" [yellow]({', '.join(advisories)})[/]" if advisories else ""
+        table.add_row(h.cluster, h.node, f"[{color}]{h.status}[/]{notes}", h.client_endpoint, h.version)
     return table
 
 
