@@ -309,3 +309,41 @@ def test_a_fifo_send_without_dedup_id_retried_after_its_writer_died_is_stored_on
     assert again == first
     assert drain_in_order(q, 4, 20) == [b"before", b"f0", b"f1", b"f2"]
     assert q.receive(max_messages=10, wait_time=1) == [], "nothing was stored twice"
+
+
+def _resyncs(agent: ConsulAgent, node: str) -> float:
+    """The host's count of streams it dropped to resync (its /metrics)."""
+    import urllib.request
+
+    from zmqueue.controlplane.consul_client import ConsulClient
+    from zmqueue.controlplane.discovery import list_hosts
+
+    [info] = [i for i in list_hosts(ConsulClient([agent.http_addr], 5)) if i.node == node]
+    with urllib.request.urlopen(info.meta["http_endpoint"] + "/metrics", timeout=5) as r:
+        lines = r.read().decode().splitlines()
+    found = [line for line in lines if line.startswith('zmqueue_replication_events_total{event="resyncs"}')]
+    return float(found[0].split()[-1]) if found else 0.0
+
+
+def test_a_new_writer_s_first_records_extend_the_replicas_copies_without_a_resync(
+        hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
+    """A replica that opened the stream empty, applied the writer's records
+    and then became the writer published its first block with the epoch it
+    had at open (0) as the epoch of its previous record: every replica took
+    that for a diverged log and dropped its copy to fetch it again. Harmless
+    while the new writer stays; when it is drained or dies right after, the
+    records of the stream were on no replica any more (seen in
+    test_draining_all_of_a_partitions_hosts_at_once_keeps_its_messages)."""
+    hs = three_hosts(hosts, consul_agent)
+    q = client.create_queue("resync.fifo", fifo=True, replication_factor=3)
+    for i in range(10):
+        q.send(f"{i}".encode(), group_id="g", dedup_id=f"d{i}")
+    node, _ = wait_for(lambda: writer_of(consul_agent, "resync.fifo", "fifo"), 10, "a writer")
+    by_node(hs, node).kill9()
+    new = wait_for(lambda: (w := writer_of(consul_agent, "resync.fifo", "fifo")) and w[0] != node and w,
+                   10, "a new writer")
+    wait_for(lambda: _try_send(q, b"after", "after"), 15, "a send accepted by the new writer")
+    assert drain_in_order(q, 11, 20) == [f"{i}".encode() for i in range(10)] + [b"after"]
+    others = [h.node for h in hs if h.node not in (node, new[0])]
+    assert [_resyncs(consul_agent, n) for n in [new[0], *others]] == [0.0, 0.0], \
+        "a replica dropped its copy of the stream after the writer changed"
