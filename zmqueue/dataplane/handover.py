@@ -95,10 +95,10 @@ class Handover:
             st.role = Role.WRITER
             svc.touch((key[0], key[1]))  # its parked polls and subscribers may be served now
             st.store.epoch = st.epoch
-            # what replicas hold now: the next publish's prev is checked against it
-            # (a stale epoch here, e.g. 0 from when this host opened the stream empty
-            # and then applied records as a replica, made every replica drop its copy)
-            st.published_seq, st.published_epoch = st.store.last_seq, st.store.last_epoch
+            # what replicas hold now: the next publish's prev is checked against it (an
+            # epoch kept from when this host opened the stream empty, then applied
+            # records as a replica, made every replica drop its copy)
+            st.published_all()
             st.follower_pos = {}
             st.follower_seen = {}
             st.writer_since = now

@@ -697,7 +697,7 @@ class QueueService:
                 if len(st.replicas) > 1:  # R=1: nobody to publish to
                     self.replicator.publish(st)
                 else:
-                    st.published_seq, st.published_epoch = st.store.last_seq, st.store.last_epoch
+                    st.published_all()
                 stamp = time.monotonic()
                 for a in acks:
                     a.seq, a.at = st.store.last_seq, stamp

@@ -133,8 +133,9 @@ class Stream:
         """time.monotonic() of each replica's last position report in this term."""
         self.writer_since = time.monotonic()
         """When this host last started writing the stream (a grace for the reports)."""
-        self.published_seq = store.last_seq
-        self.published_epoch = store.last_epoch
+        self.published_seq: int
+        self.published_epoch: int
+        self.published_all()
         self.cipher = cipher
         self.rebuild_dedup()
 
@@ -148,6 +149,12 @@ class Stream:
         if self.cipher is None:
             return body, blob
         return self.cipher.open(body, mid, b"b"), self.cipher.open(blob, mid, b"a")
+
+    def published_all(self) -> None:
+        """Count everything in the store as published (replicas hold it, or
+        there are none): the next REPLICATE's ``prev`` names the store's last
+        record, whose seq and epoch replicas check theirs against."""
+        self.published_seq, self.published_epoch = self.store.last_seq, self.store.last_epoch
 
     # --- role ---------------------------------------------------------------
     @property
