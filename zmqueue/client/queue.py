@@ -208,6 +208,8 @@ class Queue:
                 eps = [e for e in eps if e not in full]
                 if not eps:
                     break  # every host that takes this partition's sends is short of disk
+            if hint in full:
+                hint = None  # (a NOT_LEADER may name a host that just refused for its disk)
             if hint:
                 eps = [hint, *[e for e in eps if e != hint]]
             if not eps:
