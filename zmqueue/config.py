@@ -228,6 +228,11 @@ class HostConfig:
     records still get written, so consumers can drain (like RabbitMQ's
     ``disk_free_limit``). 0: refuse only after a write failed for lack of space."""
 
+    @property
+    def min_free_bytes(self) -> int:
+        """``min_free_disk_mb`` in bytes: the storage engine's and the ``disk:`` check's reserve."""
+        return self.min_free_disk_mb << 20
+
     def validate(self) -> HostConfig:
         ident = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
         _check(bool(ident.match(self.cluster)), "cluster", "use 1-64 of [A-Za-z0-9_.-]")

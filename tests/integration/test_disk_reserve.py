@@ -97,7 +97,7 @@ def test_below_the_reserve_sends_are_refused_consumers_drain_and_space_returns(
             assert "MiB free" in text and f"{RESERVE_MB:.1f} MiB kept free" in text, text
             assert "--min-free-disk-mb" in text, text
             assert "consumers can still receive and delete" in text, text
-            free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+            free = free_bytes(small_disk)
             assert free >= (RESERVE_MB << 20) - 4 * BODY, "the reserve was written into"
             assert len(sent) >= 4 * 5, f"only {len(sent)} messages went in before the refusal"
             metrics = _metrics(small_disk / "data")  # what an operator's alert reads

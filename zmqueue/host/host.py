@@ -175,7 +175,7 @@ class Host:
         cache = MetadataCache(cfg.consul, cfg.consul_timeout_ms / 1000, self._apply_snapshot,
                               self._metadata_unavailable)
         service = QueueService(cfg.node, self.data_dir, Forwarder(self._ctx), self.sockets.pub,
-                               cache.refresh, StorageConfig(min_free_bytes=cfg.min_free_disk_mb << 20))
+                               cache.refresh, StorageConfig(min_free_bytes=cfg.min_free_bytes))
         door = self.security.wire(self.dispatcher, service)
         service.register(self.dispatcher)
         AdminHandlers(cache).register(self.dispatcher)
@@ -283,7 +283,7 @@ class Host:
     def disk_note(self) -> str:
         """What the ``disk:`` advisory check says: empty while the data disk
         has at least the reserve (``--min-free-disk-mb``) free."""
-        reserve = self.config.min_free_disk_mb << 20
+        reserve = self.config.min_free_bytes
         free = disk_free(self.data_dir)
         if not reserve or free >= reserve:
             return ""
