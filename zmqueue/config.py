@@ -39,8 +39,14 @@ def _check_range(value: int | float, name: str, lo: float, hi: float) -> None:
     _check(ok, name, f"must be a number between {lo} and {hi}, got {value!r}")
 
 
+def _check_int_range(value: int, name: str, lo: int, hi: int) -> None:
+    """A whole number in [lo, hi] (seconds, bytes, counts: 1.5 or True is refused)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+    _check(ok, name, f"must be a whole number between {lo} and {hi}, got {value!r}")
+
+
 def validate_queue_name(name: object) -> str:
-    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+    if not isinstance(name, str) or not QUEUE_NAME_RE.fullmatch(name):
         raise ConfigError(
             f"invalid queue name {name!r}: use 1-80 letters, digits, '-' or '_'"
             " (FIFO queues may end in '.fifo')",
@@ -95,23 +101,23 @@ class QueueConfig:
     def validate(self) -> QueueConfig:
         validate_queue_name(self.name)
         _check(isinstance(self.fifo, bool), "fifo", "must be true or false")
-        _check_range(self.visibility_timeout_s, "visibility_timeout", 0, MAX_VISIBILITY_S)
-        _check_range(self.retention_s, "retention", 1, 1209600)
-        _check_range(self.delay_s, "delay", 0, 900)
-        _check_range(self.max_message_bytes, "max_message_bytes", 1024, MAX_MESSAGE_BYTES_LIMIT)
-        _check_range(self.max_receive_count, "max_receive_count", 1, 1000)
-        _check_range(self.partitions, "partitions", 1, 64)
-        _check_range(self.replication_factor, "replication_factor", 1, 5)
+        _check_int_range(self.visibility_timeout_s, "visibility_timeout", 0, MAX_VISIBILITY_S)
+        _check_int_range(self.retention_s, "retention", 1, 1209600)
+        _check_int_range(self.delay_s, "delay", 0, 900)
+        _check_int_range(self.max_message_bytes, "max_message_bytes", 1024, MAX_MESSAGE_BYTES_LIMIT)
+        _check_int_range(self.max_receive_count, "max_receive_count", 1, 1000)
+        _check_int_range(self.partitions, "partitions", 1, 64)
+        _check_int_range(self.replication_factor, "replication_factor", 1, 5)
         _check(isinstance(self.sync_replication, bool), "sync_replication", "must be a bool")
         _check(self.fsync in FSYNC_POLICIES, "fsync", f"must be one of {FSYNC_POLICIES}")
         if self.max_messages is not None:
-            _check_range(self.max_messages, "max_messages", 1, 10**12)
+            _check_int_range(self.max_messages, "max_messages", 1, 10**12)
         _check(isinstance(self.encrypted, bool), "encrypted", "must be true or false")
         for rate in ("rate_limit_per_s", "client_rate_limit_per_s"):
             if getattr(self, rate) is not None:
                 _check_range(getattr(self, rate), rate, 0.001, 1e7)
         if self.rate_burst is not None:
-            _check_range(self.rate_burst, "rate_burst", 1, 10**7)
+            _check_int_range(self.rate_burst, "rate_burst", 1, 10**7)
         if self.dead_letter_queue is not None:
             validate_queue_name(self.dead_letter_queue)
             _check(self.dead_letter_queue != self.name, "dead_letter_queue", "must differ from the queue")
@@ -235,19 +241,19 @@ class HostConfig:
 
     def validate(self) -> HostConfig:
         ident = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-        _check(bool(ident.match(self.cluster)), "cluster", "use 1-64 of [A-Za-z0-9_.-]")
-        _check(bool(ident.match(self.node)), "node", "use 1-64 of [A-Za-z0-9_.-]")
+        _check(bool(ident.fullmatch(self.cluster)), "cluster", "use 1-64 of [A-Za-z0-9_.-]")
+        _check(bool(ident.fullmatch(self.node)), "node", "use 1-64 of [A-Za-z0-9_.-]")
         _check(bool(self.data_dir), "data_dir", "must be a directory path")
         check_consul_addresses(self.consul)
         for name in ("client_port", "pub_port", "peer_port", "http_port"):
-            _check_range(getattr(self, name), name, 0, 65535)
-        _check_range(self.heartbeat_interval_ms, "heartbeat_interval_ms", 100, 10000)
-        _check_range(self.check_ttl_ms, "check_ttl_ms", 1000, 60000)
+            _check_int_range(getattr(self, name), name, 0, 65535)
+        _check_int_range(self.heartbeat_interval_ms, "heartbeat_interval_ms", 100, 10000)
+        _check_int_range(self.check_ttl_ms, "check_ttl_ms", 1000, 60000)
         _check(self.check_ttl_ms >= 2 * self.heartbeat_interval_ms, "check_ttl_ms",
                "must be at least twice heartbeat_interval_ms")
-        _check_range(self.consul_timeout_ms, "consul_timeout_ms", 100, 60000)
-        _check_range(self.usage_flush_interval_ms, "usage_flush_interval_ms", 100, 3_600_000)
-        _check_range(self.min_free_disk_mb, "min_free_disk_mb", 0, 1 << 30)
+        _check_int_range(self.consul_timeout_ms, "consul_timeout_ms", 100, 60000)
+        _check_int_range(self.usage_flush_interval_ms, "usage_flush_interval_ms", 100, 3_600_000)
+        _check_int_range(self.min_free_disk_mb, "min_free_disk_mb", 0, 1 << 30)
         if self.key_dir is not None:
             _check(os.path.realpath(self.key_dir) != os.path.realpath(self.data_dir), "key_dir",
                    "must not be the data directory (keys are never stored beside the data)")
@@ -261,7 +267,7 @@ def check_consul_addresses(addrs: Sequence[str]) -> tuple[str, ...]:
     """``addrs`` as a tuple if each is ``HOST:PORT`` (port 1-65535), else ConfigError."""
     _check(len(addrs) > 0, "consul", "give at least one HOST:PORT, e.g. 127.0.0.1:8500")
     for addr in addrs:
-        m = _CONSUL_ADDRESS.match(addr) if isinstance(addr, str) else None
+        m = _CONSUL_ADDRESS.fullmatch(addr) if isinstance(addr, str) else None
         _check(m is not None and 1 <= int(m.group(1)) <= 65535, "consul",
                f"{addr!r} is not HOST:PORT (e.g. 127.0.0.1:8500)")
     return tuple(addrs)

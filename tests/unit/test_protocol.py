@@ -196,6 +196,7 @@ def test_receipts_are_grouped_by_stream_in_order_and_results_land_at_their_index
     and refuses a results list of the wrong shape."""
     from zmqueue.client.models import Message, StreamRef
     from zmqueue.client.queue import Queue, _outcomes
+    from zmqueue.config import QueueConfig
     from zmqueue.errors import InvalidReceipt
     from zmqueue.protocol import Receipt, ReceiptEncoder
 
@@ -210,8 +211,11 @@ def test_receipts_are_grouped_by_stream_in_order_and_results_land_at_their_index
     text = Receipt("q", 0, "h1", 9, 1, 1).encode()
     queue = object.__new__(Queue)
     queue.name, queue._reader = "q", (None, (0, ""))
+    queue.config = QueueConfig("q", partitions=2)
     items: list[str | Message] = [a[0], b[0], a[1], text, b[1]]
     assert queue.by_stream(items) == {(0, "h1"): [0, 2, 3], (1, "h2"): [1, 4]}
+    with pytest.raises(InvalidReceipt, match="names partition 2, but queue 'q' has 2"):
+        queue.by_stream([Receipt("q", 2, "h1", 9, 1, 1).encode()])  # not one this queue handed out
 
     out: list[errors.ZmqueueError | None] = [None] * 4
     _outcomes([0, 2], [None, {"code": int(ErrorCode.INVALID_RECEIPT), "message": "stale"}], out)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from zmqueue.errors import ProtocolError
+from zmqueue.errors import InvalidParameter, ProtocolError
 
 AttributeValue = str | int | float | bytes
 
@@ -30,6 +30,15 @@ def column_ref(m: Message) -> tuple[StreamRef, int, int] | None:
     return ref
 
 
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:  # a lone surrogate, say
+        raise InvalidParameter(f"the body is text that cannot be sent as UTF-8 ({exc.reason} at "
+                               f"character {exc.start}); send bytes, or text without it",
+                               field="body") from None
+
+
 @dataclass(frozen=True)
 class OutgoingMessage:
     """One item of ``Queue.send_batch`` (a plain ``bytes`` item is a body)."""
@@ -42,7 +51,7 @@ class OutgoingMessage:
     dedup_id: str | None = None
 
     def to_wire(self) -> list[Any]:
-        body = self.body.encode() if isinstance(self.body, str) else self.body
+        body = _utf8(self.body) if isinstance(self.body, str) else self.body
         return [body, self.attributes or None, self.delay, self.group_id, self.dedup_id]
 
 

@@ -169,7 +169,7 @@ class SendPipeline:
                 f"{queue.name!r} is a FIFO queue: its pipeline keeps one request in flight "
                 f"(max_requests=1, not {max_requests}), so that a retried request lands before "
                 "the later sends of its message groups")
-        if not 1 <= window <= MAX_WINDOW:
+        if type(window) is not int or not 1 <= window <= MAX_WINDOW:
             raise InvalidParameter(f"pipeline window must be 1 to {MAX_WINDOW}, got {window}")
         if not 1 <= max_requests <= MAX_WINDOW:
             raise InvalidParameter(f"pipeline max_requests must be 1 to {MAX_WINDOW}, got {max_requests}")

@@ -27,6 +27,7 @@ from zmqueue.errors import (
     ConfigError,
     DiskFull,
     InvalidParameter,
+    InvalidReceipt,
     NotLeader,
     ProtocolError,
     Unavailable,
@@ -282,6 +283,10 @@ class Queue:
 
     def send_batch(self, items: Iterable[bytes | str | OutgoingMessage]) -> list[str]:
         """Send up to 1000 messages in one request per partition; ids in order."""
+        if isinstance(items, str | bytes | bytearray | memoryview):
+            raise InvalidParameter("send_batch takes a list of messages (bodies or OutgoingMessage), "
+                                   f"got one {type(items).__name__}; for one message use send()",
+                                   field="items")
         items = list(items)
         if not 1 <= len(items) <= MAX_BATCH:
             raise InvalidParameter(f"send_batch takes 1 to {MAX_BATCH} messages, got {len(items)}")
@@ -396,10 +401,12 @@ class Queue:
 
     @staticmethod
     def _check_receive(max_messages: int, wait_time: float) -> None:
-        if not isinstance(max_messages, int) or not 1 <= max_messages <= MAX_BATCH:
-            raise InvalidParameter("max_messages must be 1 to 1000", field="max_messages")
-        if not 0 <= wait_time <= 20:
-            raise InvalidParameter("wait_time must be 0 to 20 seconds", field="wait_time")
+        if type(max_messages) is not int or not 1 <= max_messages <= MAX_BATCH:
+            raise InvalidParameter(f"max_messages must be a whole number from 1 to {MAX_BATCH}, got "
+                                   f"{max_messages!r}", field="max_messages")
+        if type(wait_time) not in (int, float) or not 0 <= wait_time <= 20:
+            raise InvalidParameter(f"wait_time must be 0 to 20 seconds, got {wait_time!r}",
+                                   field="wait_time")
 
     def _targets_now(self) -> list[tuple[int, str]]:
         """Where a receive asks now (routes re-read when old, or while empty)."""
@@ -631,7 +638,8 @@ class Queue:
         receipt. One request per (partition, stream); one outcome per receipt,
         in order (None = changed), as :meth:`delete_batch`."""
         items = list(receipts)
-        timeouts = [timeout] * len(items) if isinstance(timeout, int) else list(timeout)
+        timeouts: list[Any] = (list(timeout) if isinstance(timeout, Sequence) and not isinstance(
+            timeout, str | bytes) else [timeout] * len(items))  # (each checked below)
         if len(timeouts) != len(items):
             raise InvalidParameter(f"{len(timeouts)} timeouts for {len(items)} receipts: give one "
                                    "timeout, or one per receipt", field="visibility_timeout")
@@ -673,6 +681,10 @@ class Queue:
                 rec = Receipt.decode(r)
                 if rec.queue != self.name:
                     raise InvalidParameter(f"receipt {i} belongs to queue {rec.queue!r}, not {self.name!r}")
+                if rec.partition >= self.config.partitions:
+                    raise InvalidReceipt(f"receipt {i} names partition {rec.partition}, but queue "
+                                         f"{self.name!r} has {self.config.partitions}: it is not a "
+                                         "receipt this queue handed out", partition=rec.partition)
                 group = (rec.partition, rec.origin)
                 reader = ReceiptEncoder(self.name, *group)
             groups.setdefault(group, []).append(i)

@@ -63,7 +63,7 @@ SubKey = tuple[int, str]
 class Subscription:
     def __init__(self, queue: Queue, handler: Callable[[Message], None], prefetch: int,
                  visibility_timeout: int | None, auto_delete: bool) -> None:
-        if not 1 <= prefetch <= 1000:
+        if type(prefetch) is not int or not 1 <= prefetch <= 1000:
             raise InvalidParameter("prefetch must be 1 to 1000", field="prefetch")
         self.queue = queue
         self.handler = handler

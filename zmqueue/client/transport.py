@@ -40,6 +40,7 @@ from zmqueue import protocol
 from zmqueue.errors import (
     ClientClosed,
     ConnectionLost,
+    InvalidParameter,
     ProtocolError,
     RequestTimeout,
     ZmqueueError,
@@ -145,8 +146,15 @@ class Connection:
             self._send(command, body, request_id)
 
     def _send(self, command: Command, body: Any, request_id: int) -> None:
+        frame = protocol.encode_request(command, request_id, body)
+        if len(frame) > protocol.MAX_FRAME_BYTES:  # a host would drop the connection, not answer
+            raise InvalidParameter(
+                f"this {command.name} request is {len(frame)} bytes, over the "
+                f"{protocol.MAX_FRAME_BYTES}-byte limit of one request; send fewer or smaller "
+                "messages per call (e.g. split the batch)", field="request", size=len(frame),
+                limit=protocol.MAX_FRAME_BYTES)
         try:
-            self.sock.send(protocol.encode_request(command, request_id, body), zmq.NOBLOCK)
+            self.sock.send(frame, zmq.NOBLOCK)
         except zmq.Again:
             # no pipe to queue in: a refused handshake took it (its event may lag a little)
             if not self.refused and self.monitor.poll(LINK_CHECK_MS):

@@ -21,7 +21,7 @@ from zmqueue.controlplane.assignment import ClusterInfo, Fleet, assign_queue
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.discovery import HostInfo, list_hosts
 from zmqueue.controlplane.placement import Host, place
-from zmqueue.errors import InvalidParameter, QueueAlreadyExists, QueueNotFound, Unavailable
+from zmqueue.errors import ConfigError, InvalidParameter, QueueAlreadyExists, QueueNotFound, Unavailable
 
 log = logging.getLogger(__name__)
 UPDATE_TRIES = 5
@@ -111,11 +111,25 @@ class QueueDirectory:
 
     def _ensure_dlq(self, cfg: QueueConfig) -> None:
         """Create the dead-letter queue ``cfg`` names, if any and missing (same
-        type, at least 14 days' retention; an existing one is kept as it is)."""
-        if cfg.dead_letter_queue is not None:
-            dlq = QueueConfig(cfg.dead_letter_queue, fifo=cfg.fifo,
-                              retention_s=max(cfg.retention_s, 14 * 86400), fsync=cfg.fsync)
-            self._create_one(dlq, exists_ok_any=True)
+        type, at least 14 days' retention; an existing one is kept as it is).
+        A dead-letter queue of the other type is refused (ConfigError): a FIFO
+        queue's dead letters keep their groups, a standard queue's have none."""
+        if cfg.dead_letter_queue is None:
+            return
+        name, kind = cfg.dead_letter_queue, "FIFO" if cfg.fifo else "standard"
+        if name.endswith(".fifo") and not cfg.fifo:
+            raise ConfigError(f"dead-letter queue {name!r} would be a FIFO queue (its name ends in "
+                              f"'.fifo'); the dead-letter queue of standard queue {cfg.name!r} must be "
+                              "a standard queue: name one without '.fifo'", field="dead_letter_queue")
+        key = kv.queue_config_key(name)
+        _, item = self.client.call(lambda c: c.kv.get(key))
+        existing = kv.decode_queue_config(key, item.get("Value")) if item else None
+        if isinstance(existing, QueueConfig) and existing.fifo != cfg.fifo:
+            raise ConfigError(f"queue {name!r} is a {'FIFO' if existing.fifo else 'standard'} queue; "
+                              f"the dead-letter queue of {kind} queue {cfg.name!r} must be a {kind} "
+                              "queue too (as in SQS): name another one", field="dead_letter_queue")
+        dlq = QueueConfig(name, fifo=cfg.fifo, retention_s=max(cfg.retention_s, 14 * 86400), fsync=cfg.fsync)
+        self._create_one(dlq, exists_ok_any=True)
 
     def _create_one(self, cfg: QueueConfig, exists_ok_any: bool = False) -> None:
         key = kv.queue_config_key(cfg.name)

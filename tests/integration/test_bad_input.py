@@ -1,0 +1,89 @@
+"""Bad input from an application gets a specific error at once, and leaves
+nothing behind: settings that are not whole numbers, dead-letter queues of
+the other type, a request over the frame limit, receipts naming a partition
+the queue does not have, wrong argument types (real hosts, real Consul)."""
+
+from __future__ import annotations
+
+import pytest
+
+import zmqueue
+from tests.conftest import QueueCluster
+from zmqueue.protocol import MAX_FRAME_BYTES, Receipt
+
+
+@pytest.mark.parametrize("settings", [{"visibility_timeout": 1.5}, {"partitions": 1.5},
+                                      {"delay": 900.0}, {"max_message_bytes": 2500.5},
+                                      {"max_receive_count": True}])
+def test_a_setting_that_is_not_a_whole_number_is_refused_and_no_queue_is_made(
+        qcluster: QueueCluster, settings: dict[str, object]) -> None:
+    c = qcluster.client
+    name = qcluster.queue_name()
+    with pytest.raises(zmqueue.ConfigError, match="whole number"):
+        c.create_queue(name, **settings)
+    assert name not in c.list_queues()
+
+
+def test_set_attributes_refuses_a_fraction_and_the_queue_keeps_working(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name())
+    with pytest.raises(zmqueue.ConfigError, match=r"visibility_timeout.*whole number"):
+        q.set_attributes(visibility_timeout=1.5)
+    q.send(b"still fine")
+    [m] = q.receive(max_messages=1, wait_time=5)
+    assert m.body == b"still fine"
+
+
+def test_a_dead_letter_queue_of_the_other_type_is_refused(qcluster: QueueCluster) -> None:
+    c = qcluster.client
+    src = qcluster.queue_name("src")
+    with pytest.raises(zmqueue.InvalidParameter, match="must be a standard queue"):
+        c.create_queue(src, dead_letter_queue=qcluster.queue_name("dl") + ".fifo")
+    assert src not in c.list_queues()
+    std = c.create_queue(qcluster.queue_name("std"))
+    fifo = c.create_queue(qcluster.queue_name("ff"), fifo=True)  # (a FIFO queue need not end in .fifo)
+    with pytest.raises(zmqueue.InvalidParameter, match="is a standard queue; the dead-letter queue of FIFO"):
+        c.create_queue(qcluster.queue_name("fsrc") + ".fifo", fifo=True, dead_letter_queue=std.name)
+    with pytest.raises(zmqueue.InvalidParameter, match="is a FIFO queue; the dead-letter queue of standard"):
+        c.create_queue(src, dead_letter_queue=fifo.name)
+    q = c.create_queue(src)
+    with pytest.raises(zmqueue.InvalidParameter, match="is a FIFO queue"):
+        q.set_attributes(dead_letter_queue=fifo.name)
+    assert q.config.dead_letter_queue is None
+    # the .fifo name stays free for the FIFO queue it has to be
+    c.create_queue(qcluster.queue_name("dl") + ".fifo", fifo=True)
+
+
+def test_a_request_over_the_frame_limit_is_refused_before_it_is_sent(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name(), max_message_bytes=1 << 20)
+    big = [b"x" * (1 << 20)] * ((MAX_FRAME_BYTES >> 20) + 1)
+    with pytest.raises(zmqueue.InvalidParameter, match=r"over the \d+-byte limit of one request"):
+        q.send_batch(big)
+    breakers = qcluster.client.guards.breakers
+    assert not [ep for ep, b in breakers.items() if b.failures], "no host was counted as failing"
+    q.send(b"small")
+    assert q.stats()["total"] == 1
+
+
+def test_receipts_and_arguments_of_the_wrong_kind_are_refused_at_once(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name())
+    forged = Receipt(q.name, 5, "fifo", 1, 1, 1).encode()
+    with pytest.raises(zmqueue.InvalidReceipt, match="names partition 5, but queue"):
+        q.delete(forged)  # (was: Unavailable, after the whole request timeout)
+    q.send(b"m")
+    [m] = q.receive(max_messages=1, wait_time=5)
+    for bad in (1.5, None, "3"):
+        with pytest.raises(zmqueue.InvalidParameter, match="visibility timeout"):
+            q.change_visibility(m, bad)
+    for kwargs in ({"wait_time": "1"}, {"wait_time": None}, {"max_messages": True}):
+        with pytest.raises(zmqueue.InvalidParameter):
+            q.receive(**kwargs)
+    with pytest.raises(zmqueue.InvalidParameter, match="list of messages"):
+        q.send_batch("abc")
+    with pytest.raises(zmqueue.InvalidParameter, match="UTF-8"):
+        q.send("\ud800")
+    with pytest.raises(zmqueue.InvalidParameter):
+        q.pipeline(window=None)
+    with pytest.raises(zmqueue.ConfigError, match="invalid queue name"):
+        qcluster.client.create_queue(qcluster.queue_name() + "\n")
+    q.delete(m)
+    assert q.stats()["total"] == 0, "nothing was sent by the refused calls"
