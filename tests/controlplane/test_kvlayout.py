@@ -254,6 +254,26 @@ def test_an_edit_of_a_fixed_setting_is_a_problem_and_the_old_config_is_kept():
     assert fixed_setting_edits(old, recreated) == []
 
 
+def test_a_fixed_setting_edit_after_a_bad_edit_is_still_refused() -> None:
+    """Bad JSON first, then the config with fifo flipped: the queue kept over
+    the bad edit keeps its CreateIndex, so the flip is an edit, refused
+    (it was taken for a queue deleted and created again, and applied)."""
+    from zmqueue.controlplane.kvhealth import fixed_setting_edits, keep_last_good
+
+    key = kv.queue_config_key("orders")
+    old = _config_state(QueueConfig("orders"), created=5, modified=5)
+    bad_item = item(key, b"{oops", index=7)
+    bad_item["CreateIndex"] = 5
+    bad, problems = kv.parse_tree([bad_item])
+    assert [p.key for p in problems] == [key]
+    kept = keep_last_good(old, bad, problems)
+    assert kept.configs["orders"] == old.configs["orders"] and kept.create_index[key] == 5
+    flipped = _config_state(QueueConfig("orders", fifo=True), created=5, modified=9)
+    [problem] = fixed_setting_edits(kept, flipped)
+    assert "fifo False -> True" in problem.reason
+    assert keep_last_good(kept, flipped, [problem]).configs["orders"].fifo is False
+
+
 def test_a_positions_listing_decodes_by_stream_and_skips_what_it_cannot_read():
     from zmqueue.controlplane.kvlayout import POSITIONS_PREFIX, Position, decode_stream_positions
 

@@ -41,11 +41,14 @@ def keep_last_good(prev: kv.ClusterState | None, state: kv.ClusterState,
     configs = dict(state.configs)
     assignments = dict(state.assignments)
     drains = dict(state.drains)
+    created = dict(state.create_index)
     for p in problems:
         parts = p.key[len(kv.PREFIX):].split("/") if p.key.startswith(kv.PREFIX) else []
         match parts:
             case ["queues", q, "config"] if q in prev.configs:
                 configs[q] = prev.configs[q]
+                if p.key in prev.create_index:  # the queue kept is the queue it was: the next good
+                    created[p.key] = prev.create_index[p.key]  # edit is checked as an edit
             case ["queues", q, "partitions", n] if n.isdigit():
                 pid = kv.PartitionId(q, int(n))
                 if pid in prev.assignments:
@@ -54,7 +57,8 @@ def keep_last_good(prev: kv.ClusterState | None, state: kv.ClusterState,
                 drains.setdefault(node, prev.drains[node])
             case _:
                 pass
-    return replace(state, configs=configs, assignments=assignments, drains=drains)
+    return replace(state, configs=configs, assignments=assignments, drains=drains,
+                   create_index=created)
 
 
 def fixed_setting_edits(prev: kv.ClusterState, state: kv.ClusterState) -> list[kv.Malformed]:
