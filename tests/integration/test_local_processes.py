@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import HostFactory, wait_for
+from tests.conftest import HostFactory, all_passing, wait_for
+from tests.helpers import check_statuses
 from zmqueue.errors import StartupError
 from zmqueue.localcluster import HostProcess, LocalCluster
 from zmqueue.localcluster.proc import ManagedProcess
@@ -80,3 +81,28 @@ def test_a_host_that_exits_by_itself_is_told_apart_from_one_the_caller_ended(
     assert not killed.died() and not stopped.died()
     assert crashes.ending() == "had exited: status 2" and "SIGKILL" in killed.ending()
     assert stopped.ending() == "running until stopped"
+
+
+def test_a_second_host_under_a_running_node_id_is_refused_and_a_killed_ones_id_is_free(
+        hosts: HostFactory, tmp_path: Path) -> None:
+    """Two processes under one node id would take each other's sessions and
+    writer locks (a copy started by mistake from an empty directory became the
+    stream's writer from seq 0). The second is refused while the first answers
+    on its health endpoint; once the first is killed, its id starts again."""
+    first = hosts.start("twin")
+    wait_for(lambda: all_passing(check_statuses(hosts.agent, first.node)), 60, "the first host passing")
+    second = HostProcess(first.cluster, first.node, tmp_path / "other-dir", hosts.agent.http_addr,
+                         tmp_path / "logs2")
+    try:
+        second.start()
+        wait_for(lambda: not second.alive(), 60, "the second host to give up")
+        second.stop()
+        assert second.proc.found_exited not in (None, 0)
+        assert "is already running" in second.log_tail() and "own --node" in second.log_tail()
+    finally:
+        second.stop()
+    assert first.alive() and all_passing(check_statuses(hosts.agent, first.node))
+    first.kill9()
+    again = hosts.restart(first)  # at once: its registration still reads passing for a moment
+    wait_for(lambda: all_passing(check_statuses(hosts.agent, again.node)), 60, "the restarted host passing")
+    assert again.alive()

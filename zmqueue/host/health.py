@@ -3,11 +3,16 @@
 
 ``/health`` answers 200 only while the request loop made progress within the
 last few seconds, so a hung host is caught even though this thread runs.
+Every answer names the host's node id in an ``X-Zmqueue-Node`` header: a
+host starting under a node id asks the endpoint registered for it whether
+that host still runs (:func:`node_answers`).
 """
 
 from __future__ import annotations
 
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -15,10 +20,25 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from zmqueue.errors import StartupError
 
+NODE_HEADER = "X-Zmqueue-Node"
+
+
+def node_answers(http_endpoint: str, node: str, timeout_s: float = 1.0) -> bool:
+    """Whether a host with node id ``node`` answers at ``http_endpoint``
+    (``http://host:port``), healthy or not. A refused connection, a timeout
+    (a frozen process) or another node's answer is False."""
+    try:
+        with urllib.request.urlopen(f"{http_endpoint}/health", timeout=timeout_s) as resp:
+            return bool(resp.headers.get(NODE_HEADER) == node)
+    except urllib.error.HTTPError as exc:  # 503: a stalled loop, but a process that runs
+        return bool(exc.headers.get(NODE_HEADER) == node)
+    except (OSError, ValueError):
+        return False
+
 
 class HealthServer:
     def __init__(self, host: str, port: int, healthy: Callable[[], bool],
-                 registry: CollectorRegistry) -> None:
+                 registry: CollectorRegistry, node: str = "") -> None:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -34,6 +54,7 @@ class HealthServer:
 
             def _send(self, code: int, body: bytes, ctype: str) -> None:
                 self.send_response(code)
+                self.send_header(NODE_HEADER, outer.node)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -44,6 +65,7 @@ class HealthServer:
 
         self.healthy = healthy
         self.registry = registry
+        self.node = node
         try:
             self.server = ThreadingHTTPServer((host, port), Handler)
         except OSError as exc:

@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 from zmqueue.config import HostConfig
 from zmqueue.controlplane.advisory import WarningCheck
 from zmqueue.controlplane.consul_client import AgentHome, ConsulClient
-from zmqueue.controlplane.discovery import DISK_CHECK_PREFIX
+from zmqueue.controlplane.discovery import DISK_CHECK_PREFIX, list_hosts
 from zmqueue.controlplane.leadership import Candidacy, Confirmed, Deposed, Elected, Leadership
 from zmqueue.controlplane.managers import ManagerRoles, RolesConfig
 from zmqueue.controlplane.queue_directory import Snapshot
@@ -185,7 +185,7 @@ class Host:
         self.metrics.register(HostCollector(lambda: on_loop(cache.post, lambda: snapshot(
             service, door, dict(zap.counters) if zap else {}, dict(self.dispatcher.counters)))))
         self.loop = RequestLoop(self.sockets, self.dispatcher, self.hooks)
-        self.health = HealthServer(cfg.bind_host, cfg.http_port, self.healthy, self.metrics)
+        self.health = HealthServer(cfg.bind_host, cfg.http_port, self.healthy, self.metrics, cfg.node)
         self.health.start()
         http_url = f"http://{cfg.bind_host}:{self.health.port}/health"
         endpoints = {**self.sockets.endpoints.as_meta(),
@@ -199,6 +199,12 @@ class Host:
         registrar = Registrar(ConsulClient(cfg.consul, cfg.consul_timeout_ms / 1000, agent_local=True),
                               reg, home)
         try:
+            twin = self._running_twin(registrar.client, endpoints["http_endpoint"])
+            if twin is not None:
+                self.close()
+                raise StartupError(
+                    f"node {cfg.node!r} is already running: the host registered under that id "
+                    f"answers at {twin}. Give each host its own --node, or stop the other one first")
             registrar.register()
         except ConsulUnavailable as exc:
             self.close()
@@ -279,6 +285,19 @@ class Host:
         tmp = self.data_dir / "host.json.tmp"
         tmp.write_text(json.dumps(info))
         tmp.replace(self.data_dir / "host.json")
+
+    def _running_twin(self, client: ConsulClient, own_http: str) -> str | None:
+        """The HTTP endpoint of another running host registered under this
+        node id, if any (two processes under one id would take each other's
+        sessions and writer locks). A registration left by a killed or frozen
+        run does not count: its endpoint must answer with this node id."""
+        from zmqueue.host.health import node_answers
+
+        for h in list_hosts(client):
+            http = h.meta.get("http_endpoint")
+            if h.node == self.config.node and http and http != own_http and node_answers(http, h.node):
+                return http
+        return None
 
     def disk_note(self) -> str:
         """What the ``disk:`` advisory check says: empty while the data disk
