@@ -45,6 +45,18 @@ def _check_int_range(value: int, name: str, lo: int, hi: int) -> None:
     _check(ok, name, f"must be a whole number between {lo} and {hi}, got {value!r}")
 
 
+IDENT_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+"""Cluster names, node ids, key names: what may stand in a KV key's path segment."""
+
+
+def validate_ident(value: object, field_name: str) -> str:
+    """``value`` if it is 1-64 of ``[A-Za-z0-9_.-]``, else ConfigError."""
+    if not isinstance(value, str) or IDENT_RE.fullmatch(value) is None:
+        raise ConfigError(f"invalid {field_name}: use 1-64 of [A-Za-z0-9_.-], got {value!r}",
+                          field=field_name)
+    return value
+
+
 def validate_queue_name(name: object) -> str:
     if not isinstance(name, str) or not QUEUE_NAME_RE.fullmatch(name):
         raise ConfigError(
@@ -240,9 +252,8 @@ class HostConfig:
         return self.min_free_disk_mb << 20
 
     def validate(self) -> HostConfig:
-        ident = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-        _check(bool(ident.fullmatch(self.cluster)), "cluster", "use 1-64 of [A-Za-z0-9_.-]")
-        _check(bool(ident.fullmatch(self.node)), "node", "use 1-64 of [A-Za-z0-9_.-]")
+        validate_ident(self.cluster, "cluster")
+        validate_ident(self.node, "node")
         _check(bool(self.data_dir), "data_dir", "must be a directory path")
         check_consul_addresses(self.consul)
         for name in ("client_port", "pub_port", "peer_port", "http_port"):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from zmqueue.cli.common import console, err_console
+from zmqueue.errors import ConfigError
 
 JOB_HELP = {
     "throughput": "messages sent, received, deleted, dead-lettered per queue per minute",
@@ -59,10 +60,19 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
     return {k: v for k, v in pairs if v}
 
 
+def _check_data(dirs: list[str]) -> None:
+    """Each local data directory must exist before Spark starts (it takes seconds)."""
+    for data in dirs:
+        if "://" not in data and not Path(data).is_dir():
+            raise ConfigError(f"no such data directory: {data} (give the hosts' --data-dir, or the "
+                              "directory holding them)", field="data")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from analytics.report import build_report
     from analytics.session import get_session
 
+    _check_data(args.data)
     spark = get_session(args.master)
     rep = build_report(spark, args.data, Path(args.out), _options(args), progress=not args.no_progress)
     bad = len(rep.tables["corruption"])
@@ -76,6 +86,7 @@ def cmd_job(args: argparse.Namespace) -> int:
     from analytics.jobs.common import host_count, load_records, one_replica
     from analytics.session import get_session
 
+    _check_data(args.data)
     spark = get_session(args.master)
     df = load_records(spark, args.data, **_options(args))
     if args.job not in ("replication", "corruption") and host_count(args.data) > 1:

@@ -10,7 +10,7 @@ from typing import NoReturn
 from rich.console import Console
 from rich.table import Table
 
-from zmqueue.config import from_env, parse_consul_addresses
+from zmqueue.config import check_consul_addresses, from_env, parse_consul_addresses
 from zmqueue.controlplane.discovery import HostInfo
 from zmqueue.errors import ConfigError
 
@@ -30,6 +30,7 @@ def consul_addresses(value: str | None) -> tuple[str, ...]:
     addrs = parse_consul_addresses(value) if value else from_env()["consul"]
     if not addrs:
         raise ConfigError("no Consul address given: pass --consul HOST:PORT")
+    check_consul_addresses(addrs)
     return tuple(addrs)
 
 

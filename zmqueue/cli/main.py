@@ -37,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     except ZmqueueError as exc:
         err_console.print(f"zmqueue {args.command}: error: {exc}", markup=False, soft_wrap=True)
         return 1
+    except OSError as exc:  # a path given on the command line: missing, not writable, ...
+        where = f": {exc.filename}" if exc.filename else ""
+        err_console.print(f"zmqueue {args.command}: error: {exc.strerror or exc}{where}", markup=False,
+                          soft_wrap=True)
+        return 1
     except KeyboardInterrupt:
         return 130
 

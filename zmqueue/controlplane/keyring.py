@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from zmqueue.config import validate_ident
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.errors import ConfigError
@@ -20,6 +21,8 @@ GLOBAL = "global"
 
 
 def register_key(client: ConsulClient, scope: str, name: str, public: str, role: str) -> None:
+    validate_ident(scope, "cluster")
+    validate_ident(name, "name")
     rec = kv.KeyRecord(public, role, name)
     raw = kv.encode_key_record(rec)
     bad = kv.decode_key_record("new key", raw)

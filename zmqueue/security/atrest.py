@@ -28,6 +28,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from zmqueue.config import validate_queue_name
 from zmqueue.errors import ConfigError, Unavailable
 
 MAGIC = 0xE5
@@ -36,7 +37,7 @@ OVERHEAD = HEADER + 16
 
 
 def key_path(key_dir: str | Path, queue: str) -> Path:
-    return Path(key_dir) / f"{queue}.key"
+    return Path(key_dir) / f"{validate_queue_name(queue)}.key"
 
 
 def read_keys(path: Path) -> dict[int, bytes]:

@@ -1,0 +1,48 @@
+"""The command line answers a bad argument with one line and exit status 1,
+never a Python traceback: bad Consul addresses, paths that do not exist or
+cannot be written, names that cannot stand in a KV key or a file name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zmqueue.cli.main import main
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["status", "--consul", "garbage"], "'garbage' is not HOST:PORT"),
+    (["status", "--consul", "127.0.0.1"], "'127.0.0.1' is not HOST:PORT"),
+    (["keys", "list", "--consul", "127.0.0.1:http"], "is not HOST:PORT"),
+    (["keys", "revoke", "--name", "k", "--consul", "garbage"], "is not HOST:PORT"),
+    (["keys", "generate", "--out", "/proc/no-such-dir/k"], "No such file or directory: /proc/no-such-dir"),
+    (["usage", "--data", "{tmp}", "--csv", "/nonexistent-dir/x.csv"], "No such file or directory"),
+    (["analytics", "throughput", "--data", "/nonexistent-dir"], "no such data directory: /nonexistent-dir"),
+    (["keys", "data-key", "--queue", "bad/../name", "--key-dir", "{tmp}"], "invalid queue name"),
+    (["keys", "data-key", "--queue", "", "--key-dir", "{tmp}"], "invalid queue name"),
+])
+def test_a_bad_argument_is_one_line_and_status_1(
+        argv: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "usage.jsonl").write_text("")  # (what `usage` reads: found, no records)
+    code = main([a.replace("{tmp}", str(tmp_path)) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert says in err and "Traceback" not in err
+    assert err.startswith(f"zmqueue {argv[0]}: error: ")
+    assert not list(tmp_path.glob("*.key")), "no key file was written"
+
+
+def test_a_key_name_or_cluster_that_cannot_be_a_kv_path_segment_is_refused(tmp_path: Path) -> None:
+    from zmqueue.config import validate_ident
+    from zmqueue.controlplane.keyring import register_key
+    from zmqueue.errors import ConfigError
+
+    for bad in ("bad/name", "", "a" * 65, "x\n", "../up"):
+        with pytest.raises(ConfigError, match="use 1-64 of"):
+            validate_ident(bad, "name")
+        with pytest.raises(ConfigError, match="invalid name"):
+            register_key(None, "global", bad, "pub", "client")  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="invalid cluster"):
+            register_key(None, bad, "k1", "pub", "client")  # type: ignore[arg-type]
+    assert validate_ident("c1-h2.x_y", "node") == "c1-h2.x_y"
