@@ -13,6 +13,7 @@ import zmqueue
 from tests.conftest import HostFactory, wait_for
 from tests.controlplane_integration.conftest import all_passing, assignment, kv_client, lock_holder
 from tests.helpers import check_statuses
+from zmqueue.cli.main import main as cli
 from zmqueue.localcluster import ConsulAgent, HostProcess
 from zmqueue.protocol import Receipt
 
@@ -52,7 +53,8 @@ def test_draining_a_host_moves_its_replicas_away_and_undrain_keeps_placement(
         before = {p: assignment(addr, q.name, p) for p in (0, 1)}
         assert all(a and len(a["replicas"]) == 2 for a in before.values()), before
         victim = before[0]["replicas"][0]  # type: ignore[index]
-        kv_client(addr).kv.put(f"zmqueue/hosts/{victim}/drain", "true")
+        assert cli(["drain", victim, "--consul", addr]) == 0  # (sets zmqueue/hosts/<node>/drain)
+        assert kv_client(addr).kv.get(f"zmqueue/hosts/{victim}/drain")[1]["Value"] == b"true"
 
         def drained() -> bool:
             now = [assignment(addr, q.name, p) for p in (0, 1)]
@@ -73,6 +75,9 @@ def test_draining_a_host_moves_its_replicas_away_and_undrain_keeps_placement(
 
         wait_for(receive_all, 15, "every message received after the drain")
         assert sorted(got) == [b"a", b"b", b"c", b"d"]
+        assert cli(["drain", victim, "--undo", "--consul", addr]) == 0
+        assert kv_client(addr).kv.get(f"zmqueue/hosts/{victim}/drain")[1]["Value"] == b"false"
+        assert drained(), "nothing moves back by itself"
     finally:
         client.close()
 

@@ -1,4 +1,4 @@
-"""``zmqueue host``, ``zmqueue up`` and ``zmqueue status``."""
+"""``zmqueue host``, ``zmqueue up``, ``zmqueue status`` and ``zmqueue drain``."""
 
 from __future__ import annotations
 
@@ -61,6 +61,16 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     add_consul_flag(p)
     p.set_defaults(func=cmd_status)
 
+    p = sub.add_parser("drain", help="move every stream off a host (sets zmqueue/hosts/NODE/drain)",
+                       description="Drain a host: its cluster's manager moves the partitions it "
+                       "holds to other hosts of the cluster as their replacements catch up "
+                       "(docs/OPERATOR_GUIDE.md, Steering). --undo clears the flag; nothing moves "
+                       "back by itself.")
+    p.add_argument("node", help="the host's node id (as in `zmqueue status`)")
+    p.add_argument("--undo", action="store_true", help="undrain: set the flag to false")
+    add_consul_flag(p)
+    p.set_defaults(func=cmd_drain)
+
 
 def cmd_host(args: argparse.Namespace) -> int:
     from zmqueue.host import Host
@@ -112,6 +122,23 @@ def cmd_up(args: argparse.Namespace) -> int:
         with console.status("stopping..."):
             cluster.stop()
     console.print("stopped every process this command started")
+    return 0
+
+
+def cmd_drain(args: argparse.Namespace) -> int:
+    from zmqueue.config import validate_ident
+    from zmqueue.controlplane import kvlayout as kv
+
+    node = validate_ident(args.node, "node")
+    client = ConsulClient(consul_addresses(args.consul), timeout_s=2.0)
+    known = {h.node for h in list_hosts(client)}
+    client.call(lambda c: c.kv.put(kv.drain_key(node), kv.encode_drain(not args.undo)))
+    what = "undrained (nothing moves back by itself)" if args.undo else (
+        "draining: its partitions move to the other hosts of its cluster as they catch up; "
+        f"`zmqueue queue show` lists replicas, `zmqueue drain {node} --undo` ends it")
+    console.print(f"{node}: {what}")
+    if node not in known:
+        console.print(f"note: no host {node!r} is registered in Consul now (the flag is set anyway)")
     return 0
 
 
