@@ -67,6 +67,10 @@ def validate_queue_name(name: object) -> str:
     return name
 
 
+NOT_SETTINGS = frozenset({"extra", "incarnation"})
+"""QueueConfig fields that are not in its JSON."""
+
+
 @dataclass(frozen=True)
 class QueueConfig:
     """A queue's configuration, as stored in Consul KV (JSON).
@@ -109,6 +113,11 @@ class QueueConfig:
     """Bucket size of both limits (default: one second's worth)."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     """Unknown keys found in KV, kept and reported, never fatal."""
+    incarnation: int = 0
+    """Which queue of this name: the ``CreateIndex`` of its config key in
+    Consul (a queue deleted and created again gets a new one), set when a
+    snapshot of KV is read; 0 = not known. Not a setting: never in the
+    config's JSON. Receipts carry it (docs/PROTOCOL.md, Receipt handles)."""
 
     def validate(self) -> QueueConfig:
         validate_queue_name(self.name)
@@ -141,6 +150,7 @@ class QueueConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("extra")
+        d.pop("incarnation")
         return d
 
     @classmethod
@@ -148,7 +158,7 @@ class QueueConfig:
         """Build from a JSON object; unknown keys go to ``extra``; validates."""
         if not isinstance(data, dict):
             raise ConfigError("queue config must be a JSON object", field="config")
-        known = {f.name for f in fields(cls)} - {"extra"}
+        known = {f.name for f in fields(cls)} - NOT_SETTINGS
         kwargs = {k: v for k, v in data.items() if k in known}
         extra = {k: v for k, v in data.items() if k not in known}
         try:
@@ -170,7 +180,7 @@ class QueueConfig:
         settable = set(MUTABLE_SETTINGS.values())
         fixed = sorted(k for k in changes if k not in settable)
         if fixed:
-            known = {f.name for f in fields(QueueConfig)} - {"extra"}
+            known = {f.name for f in fields(QueueConfig)} - NOT_SETTINGS
             unknown = [k for k in fixed if k not in known]
             if unknown:
                 raise ConfigError(f"unknown queue settings {unknown}; settable: {sorted(settable)}",

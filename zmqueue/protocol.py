@@ -258,19 +258,25 @@ def group_partition(group_id: str, partitions: int) -> int:
     return int.from_bytes(digest, "big") % partitions
 
 
-RECEIPT_VERSION = 2
+RECEIPT_VERSION = 3
+"""Receipts carry the queue's incarnation (version 3); version-2 handles,
+without it, are still read."""
+_RECEIPT_V2 = 2
 
 
 @dataclass(frozen=True)
 class Receipt:
-    """A receipt handle: ``base64url(msgpack([2, queue, partition, origin,
-    seq, receive_count, epoch]) + crc32)``.
+    """A receipt handle: ``base64url(msgpack([3, queue, partition, origin,
+    incarnation, seq, receive_count, epoch]) + crc32)`` (version 2: without
+    ``incarnation``).
 
     Opaque to users; the client library reads the queue, partition and
     origin (the replication stream: ``fifo``, or the node that accepted a
     standard message) from it only to route a delete. A handle is stale when
     the message was received again since (its receive count moved on) or is
-    gone.
+    gone. ``incarnation`` tells the queue that handed it out from a queue of
+    the same name created after that one was deleted (the ``CreateIndex`` of
+    its config key in Consul); None in a version-2 handle.
     """
 
     queue: str
@@ -279,23 +285,32 @@ class Receipt:
     seq: int
     receive_count: int
     epoch: int = 0
+    incarnation: int | None = None
 
     def encode(self) -> str:
-        return ReceiptEncoder(self.queue, self.partition, self.origin)(self.seq, self.receive_count,
-                                                                        self.epoch)
+        return ReceiptEncoder(self.queue, self.partition, self.origin, self.incarnation)(
+            self.seq, self.receive_count, self.epoch)
 
     @classmethod
     def decode(cls, text: Any) -> Receipt:
         body = _receipt_body(text)
         try:
-            v, queue, part, origin, seq, rc, epoch = msgpack.unpackb(body, raw=False)
+            fields = msgpack.unpackb(body, raw=False)
         except Exception:
             raise _bad_receipt() from None
-        if v != RECEIPT_VERSION or not isinstance(queue, str) or not isinstance(origin, str) \
-                or not (isinstance(part, int) and isinstance(seq, int) and isinstance(rc, int)
-                        and isinstance(epoch, int)) or min(part, seq, rc, epoch) < 0:
+        inc: Any = None
+        if isinstance(fields, list) and len(fields) == 8 and fields[0] == RECEIPT_VERSION:
+            _, queue, part, origin, inc, seq, rc, epoch = fields
+        elif isinstance(fields, list) and len(fields) == 7 and fields[0] == _RECEIPT_V2:
+            _, queue, part, origin, seq, rc, epoch = fields
+        else:
             raise _bad_receipt()
-        return cls(queue, part, origin, seq, rc, epoch)
+        if not isinstance(queue, str) or not isinstance(origin, str) \
+                or not (isinstance(part, int) and isinstance(seq, int) and isinstance(rc, int)
+                        and isinstance(epoch, int)) or min(part, seq, rc, epoch) < 0 \
+                or not (inc is None or (type(inc) is int and inc >= 0)):
+            raise _bad_receipt()
+        return cls(queue, part, origin, seq, rc, epoch, inc)
 
 
 def _receipt_body(text: Any) -> bytes:
@@ -319,16 +334,17 @@ _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 
 
 class ReceiptEncoder:
-    """``Receipt(queue, partition, origin, seq, rc, epoch).encode()`` for one
-    stream, with the constant part packed once: a receive encodes a receipt
-    per message."""
+    """``Receipt(queue, partition, origin, seq, rc, epoch, incarnation).encode()``
+    for one stream, with the constant part packed once: a receive encodes a
+    receipt per message. Without an incarnation (None): version-2 handles."""
 
     __slots__ = ("_prefix",)
 
-    def __init__(self, queue: str, partition: int, origin: str) -> None:
-        # a 7-element array: its header and the first four elements
-        self._prefix = msgpack.packb([RECEIPT_VERSION, queue, partition, origin, 0, 0, 0],
-                                     use_bin_type=True)[:-3]
+    def __init__(self, queue: str, partition: int, origin: str, incarnation: int | None = None) -> None:
+        # the array's header and every element before (seq, rc, epoch)
+        head = ([_RECEIPT_V2, queue, partition, origin] if incarnation is None
+                else [RECEIPT_VERSION, queue, partition, origin, incarnation])
+        self._prefix = msgpack.packb([*head, 0, 0, 0], use_bin_type=True)[:-3]
 
     def read(self, text: Any) -> tuple[int, int] | None:
         """``(seq, receive_count)`` of a receipt of this encoder's stream, whose

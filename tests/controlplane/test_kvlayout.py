@@ -285,3 +285,25 @@ def test_a_positions_listing_decodes_by_stream_and_skips_what_it_cannot_read():
     assert decode_stream_positions(items) == {("q", 0, "n1"): {"n2": Position(2, 7)},
                                               ("q", 0, "fifo"): {"n1": Position(1, 3)}}
     assert decode_stream_positions(None) == {}
+
+
+def test_a_config_carries_its_keys_create_index_as_the_queues_incarnation() -> None:
+    """A queue deleted and created again with the same settings has the same
+    raw config: the memo must not hand back the earlier queue's incarnation."""
+    memo = kv.DecodeMemo()
+    raw = kv.encode_queue_config(QueueConfig("orders"))
+
+    def listing(created: int) -> list[dict[str, object]]:
+        d = item(kv.queue_config_key("orders"), raw, index=created)
+        d["CreateIndex"] = created
+        return [d]
+
+    first, _ = kv.parse_tree(listing(5), memo)
+    again, _ = kv.parse_tree(listing(5), memo)
+    recreated, _ = kv.parse_tree(listing(9), memo)
+    assert first.configs["orders"].incarnation == 5
+    assert again.configs["orders"] is first.configs["orders"]  # reused while the key is the same
+    assert recreated.configs["orders"].incarnation == 9
+    assert recreated.configs["orders"].same_settings(first.configs["orders"])
+    assert "incarnation" not in recreated.configs["orders"].to_dict()  # not a setting: not in KV
+    assert QueueConfig.from_dict({"name": "orders", "incarnation": 3}).incarnation == 0

@@ -11,6 +11,7 @@ import pytest
 import zmqueue
 from tests.conftest import QueueCluster, wait_for
 from zmqueue import OutgoingMessage
+from zmqueue.protocol import Receipt
 
 
 def test_create_queue_is_idempotent_and_refuses_a_different_config(qcluster: QueueCluster) -> None:
@@ -47,6 +48,64 @@ def test_an_unknown_queue_is_queue_not_found_and_a_deleted_queue_is_gone(qcluste
     trashes = [h.data_dir / "trash" for h in qcluster.factory.hosts]
     wait_for(lambda: not segments() and not any(t.is_dir() and any(t.iterdir()) for t in trashes), 20,
              "the deleted queue's files gone from every host")
+
+
+def test_a_receipt_of_a_deleted_queue_never_deletes_a_message_of_its_successor(
+        qcluster: QueueCluster) -> None:
+    """A queue deleted and created again under its name starts its streams
+    at seq 1 again, so a receipt (or a column-read message) of the old queue
+    names a (seq, receive count) a new message has too. Receipts carry the
+    queue's incarnation (its config key's CreateIndex): the old message is
+    gone, so the delete succeeds as for any gone message, and deletes
+    nothing; a visibility change is refused."""
+    c = qcluster.client
+    name = qcluster.queue_name()
+    q = c.create_queue(name, visibility_timeout=600)
+    q.send(b"old plain")
+    q.send(b"old with attributes", attributes={"k": "v"})  # (received as a list: the host's receipt)
+    olds = q.receive(max_messages=10, wait_time=5)
+    olds += q.receive(max_messages=10, wait_time=1) if len(olds) < 2 else []
+    assert sorted(m.body for m in olds) == [b"old plain", b"old with attributes"]
+    c.delete_queue(name)
+    q2 = c.create_queue(name, visibility_timeout=600)
+    q2.send(b"new plain")
+    q2.send(b"new with attributes", attributes={"k": "v"})
+    news = q2.receive(max_messages=10, wait_time=5)
+    news += q2.receive(max_messages=10, wait_time=1) if len(news) < 2 else []
+    assert sorted(m.body for m in news) == [b"new plain", b"new with attributes"]
+    assert {Receipt.decode(m.receipt).seq for m in olds} == {Receipt.decode(m.receipt).seq for m in news}
+    assert q2.delete_batch([m.receipt for m in olds]) == [None, None]  # gone: succeeds, deletes nothing
+    errors, _ = q2.delete_and_receive(olds, max_messages=10, wait_time=0)  # the column-read one by ref
+    assert errors == [None, None]
+    with pytest.raises(zmqueue.InvalidReceipt, match="earlier queue"):
+        q2.change_visibility(olds[0].receipt, 0)
+    assert q2.stats()["in_flight"] == 2, "the new queue's messages are still there"
+    assert q2.delete_batch(news) == [None, None]
+    assert q2.stats()["total"] == 0
+
+
+def test_a_handle_follows_its_queue_deleted_and_created_again_with_more_partitions(
+        qcluster: QueueCluster) -> None:
+    """A handle re-reads the queue's config with its routes (every 2 s while
+    receiving): opened before the queue was deleted and created again with 3
+    partitions, it drains all 3 (it used to ask partition 0 only)."""
+    c = qcluster.client
+    name = qcluster.queue_name()
+    old = c.create_queue(name)
+    c.delete_queue(name)
+    new = c.create_queue(name, partitions=3)
+    sent = set(new.send_batch([f"m{i}".encode() for i in range(30)]))
+    got: set[str] = set()
+
+    def drained() -> bool:
+        msgs = old.receive(max_messages=10, wait_time=1)
+        got.update(m.id for m in msgs)
+        if msgs:
+            old.delete_batch(msgs)
+        return got == sent
+
+    wait_for(drained, 60, "the old handle to receive every message of the new queue")
+    assert old.config.partitions == 3
 
 
 def test_a_sent_message_is_received_with_its_attributes_and_deleted(qcluster: QueueCluster) -> None:

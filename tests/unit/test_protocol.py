@@ -244,3 +244,23 @@ def test_only_an_older_hosts_refusal_of_plain_bodies_is_taken_for_one() -> None:
     assert not protocol.refused_plain_bodies(InvalidParameter("message 1: body must be bytes", field="body"))
     assert not protocol.refused_plain_bodies(InvalidParameter("bodies must be a list", field="bodies"))
     assert not protocol.refused_plain_bodies(MessageTooLarge("too large", size=2, limit=1))
+
+
+def test_receipts_carry_the_queue_incarnation_and_version_2_handles_are_still_read() -> None:
+    from zmqueue.protocol import Receipt, ReceiptEncoder
+
+    v3 = Receipt("q", 1, "n1", 5, 2, 3, incarnation=77)
+    v2 = Receipt("q", 1, "n1", 5, 2, 3)
+    assert Receipt.decode(v3.encode()) == v3 and Receipt.decode(v2.encode()) == v2
+    assert Receipt.decode(v2.encode()).incarnation is None
+    assert v3.encode() != Receipt("q", 1, "n1", 5, 2, 3, incarnation=78).encode()
+    # a stream's encoder reads the tails of its own incarnation's receipts only: the others
+    # (an earlier queue's, or version 2) are decoded in full, where the incarnation is checked
+    enc = ReceiptEncoder("q", 1, "n1", 77)
+    assert enc(5, 2, 3) == v3.encode()
+    assert enc.read(v3.encode()) == (5, 2)
+    assert enc.read(v2.encode()) is None
+    assert enc.read(Receipt("q", 1, "n1", 5, 2, 3, incarnation=76).encode()) is None
+    assert ReceiptEncoder("q", 1, "n1").read(v2.encode()) == (5, 2)
+    with pytest.raises(errors.InvalidReceipt):
+        Receipt.decode(Receipt("q", 1, "n1", 5, 2, 3, incarnation=-1).encode())

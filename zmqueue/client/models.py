@@ -14,13 +14,15 @@ AttributeValue = str | int | float | bytes
 
 class StreamRef(NamedTuple):
     """What the messages of one received column group share: the stream they
-    came from (partition, origin), the writer's epoch, and the receipt
-    encoder of that stream (``encode(seq, receive_count, epoch)``)."""
+    came from (partition, origin), the writer's epoch, the receipt encoder
+    of that stream (``encode(seq, receive_count, epoch)``) and the queue's
+    incarnation the host named (None: a host that names none)."""
 
     partition: int
     origin: str
     epoch: int
     encode: Callable[[int, int, int], str]
+    incarnation: int | None = None
 
 
 def column_ref(m: Message) -> tuple[StreamRef, int, int] | None:

@@ -87,6 +87,8 @@ class _Carry:
     field: str
     items: list[Any]
     results: list[Any] | None = None
+    incarnation: int | None = None
+    """The queue incarnation the ``dref`` messages were received from."""
 
     @classmethod
     def of(cls, partition: int, origin: str, idxs: list[int], receipts: list[Deletable]) -> _Carry:
@@ -95,7 +97,13 @@ class _Carry:
         refs = delete_refs(origin, receipts)
         if refs is None:
             return cls(partition, origin, idxs, "del", [_text(r) for r in receipts])
-        return cls(partition, origin, idxs, "dref", refs)
+        return cls(partition, origin, idxs, "dref", refs[0], incarnation=refs[1])
+
+    def put(self, request: dict[str, Any]) -> None:
+        """Into a request body: ``del`` or ``dref`` (with ``inc``, when known)."""
+        request[self.field] = self.items
+        if self.incarnation is not None:
+            request["inc"] = self.incarnation
 
 
 def _text(item: Deletable) -> str:
@@ -103,18 +111,27 @@ def _text(item: Deletable) -> str:
     return item if isinstance(item, str) else item.receipt
 
 
-def delete_refs(origin: str, items: Sequence[Deletable]) -> list[Any] | None:
-    """``dref`` for these messages of one stream, if every one was read from a
-    column group (else None: they go as receipt texts)."""
+_NO_INCARNATION: Any = object()
+
+
+def delete_refs(origin: str, items: Sequence[Deletable]) -> tuple[list[Any], int | None] | None:
+    """``dref`` for these messages of one stream and the queue incarnation
+    they were received from, if every one was read from a column group of
+    that incarnation (else None: they go as receipt texts, which carry it)."""
     seqs: list[int] = []
     counts: list[int] = []
+    inc = _NO_INCARNATION
     for m in items:
         ref = column_ref(m) if isinstance(m, Message) else None
         if ref is None:
             return None
+        if ref[0].incarnation != inc:
+            if inc is not _NO_INCARNATION:
+                return None  # (received from a queue deleted since, and from its successor)
+            inc = ref[0].incarnation
         seqs.append(ref[1])
         counts.append(ref[2])
-    return [origin, seqs, counts]
+    return [origin, seqs, counts], (None if inc is _NO_INCARNATION else inc)
 
 
 def _outcomes(idxs: list[int], results: list[Any], out: list[ZmqueueError | None]) -> None:
@@ -144,8 +161,8 @@ class Queue:
         next sweep asks it first, except every SHUFFLE_EVERY-th one."""
         self._sweeps = itertools.count(1)
         self._refreshed_at = 0.0
-        self._streams: dict[tuple[int, str, int], StreamRef] = {}
-        """The StreamRef of each (partition, origin, epoch) received from."""
+        self._streams: dict[tuple[int, str, int, int | None], StreamRef] = {}
+        """The StreamRef of each (partition, origin, epoch, incarnation) received from."""
         self._reader: tuple[ReceiptEncoder | None, tuple[int, str]] = (None, (0, ""))
         """The stream of the last receipt grouped: a receipt whose constant
         part matches it byte for byte needs only its CRC checked."""
@@ -180,8 +197,20 @@ class Queue:
                 reply = self.client.connection(ep).request(Command.GET_QUEUE, {"name": self.name},
                                                            REFRESH_TIMEOUT_MS)
                 self.routes.apply(reply["queue"])
+                self._take_config(reply["queue"])
                 return True
         return False
+
+    def _take_config(self, info: dict[str, Any]) -> None:
+        """The queue's config as a host reads it now: changed by another client or
+        in Consul KV (more partitions, say), or the queue deleted and created
+        again under its name, the handle follows it."""
+        try:
+            cfg = QueueConfig.from_dict(info["config"])
+        except (ConfigError, KeyError, TypeError):
+            return
+        if cfg != self.config:
+            self.config = cfg
 
     def call(self, p: int, command: Command, body: dict[str, Any], targets: Targets,
              origin: str | None = None, extra_timeout_ms: int = 0,
@@ -402,7 +431,7 @@ class Queue:
     @staticmethod
     def _check_receive(max_messages: int, wait_time: float) -> None:
         if type(max_messages) is not int or not 1 <= max_messages <= MAX_BATCH:
-            raise InvalidParameter(f"max_messages must be a whole number from 1 to {MAX_BATCH}, got "
+            raise InvalidParameter(f"max_messages must be 1 to {MAX_BATCH} (a whole number), got "
                                    f"{max_messages!r}", field="max_messages")
         if type(wait_time) not in (int, float) or not 0 <= wait_time <= 20:
             raise InvalidParameter(f"wait_time must be 0 to 20 seconds, got {wait_time!r}",
@@ -492,7 +521,7 @@ class Queue:
                 continue
             ask = {**body, "p": p, "max": max_n - len(out), "wait_ms": 0}
             if k == 0 and carry is not None:
-                ask[carry.field] = carry.items
+                carry.put(ask)
             try:
                 reply = self.client.request(ep, Command.RECEIVE, ask)
             except NotLeader as exc:  # FIFO: the one stream's writer is named; else re-read routes
@@ -600,15 +629,21 @@ class Queue:
         """The messages of a RECEIVE reply or a DELIVER push: lists (``m``),
         then column groups (``ms``, from a host that reads ``cols``)."""
         out = [Message.from_wire(self.name, m) for m in reply["m"]]
-        for group in reply.get("ms") or ():
+        groups = reply.get("ms")
+        if not groups:
+            return out
+        inc = reply.get("inc")  # the queue's incarnation (None from a host that names none)
+        if not (inc is None or (type(inc) is int and inc >= 0)):
+            raise ProtocolError("malformed incarnation in a receive reply")
+        for group in groups:
             if not (isinstance(group, list) and len(group) == 7 and isinstance(group[0], str)
                     and type(group[1]) is int):
                 raise ProtocolError("malformed column group in a receive reply")
-            key = (p, group[0], group[1])
+            key = (p, group[0], group[1], inc)
             stream = self._streams.get(key)
             if stream is None:
                 stream = self._streams[key] = StreamRef(p, group[0], group[1],
-                                                        ReceiptEncoder(self.name, p, group[0]))
+                                                        ReceiptEncoder(self.name, p, group[0], inc), inc)
             out.extend(Message.from_columns(self.name, stream, group))
         return out
 

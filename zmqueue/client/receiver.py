@@ -212,7 +212,7 @@ class ReceivePipeline:
         body = {**self._body, "p": p}
         carry, carried = self._carry(p, endpoint)
         if carry is not None:
-            body[carry.field] = carry.items
+            carry.put(body)
         conn = self._conn(endpoint)
         rid = conn.next_request_id()
         try:

@@ -101,7 +101,8 @@ class Subscription:
             body = frame.body
             if frame.command == Command.DELIVER and isinstance(body, dict):
                 try:  # lists (``m``) and column groups (``ms``), as a receive's reply
-                    msgs = self.queue.messages_of(key[0], {"m": body.get("m") or [], "ms": body.get("ms")})
+                    msgs = self.queue.messages_of(key[0], {"m": body.get("m") or [], "ms": body.get("ms"),
+                                                           "inc": body.get("inc")})
                 except (ProtocolError, TypeError, ValueError) as exc:
                     log.warning("malformed push from %s dropped (its messages come back after "
                                 "their visibility timeout): %s", key[1], exc)
@@ -279,7 +280,9 @@ class Subscription:
                 carried = [handled[i] for i in idxs]
                 refs = delete_refs(origin, carried)
                 if refs is not None:  # read from column groups: by (seq, receive count)
-                    body["dref"], body["q"] = refs, self.queue.name
+                    body["dref"], body["q"] = refs[0], self.queue.name
+                    if refs[1] is not None:
+                        body["inc"] = refs[1]
                 else:
                     body["del"] = [m.receipt for m in carried]
             for _, idxs in groups[1:]:
@@ -292,7 +295,7 @@ class Subscription:
             # retries: the credits go alone (never limited), the deletes as
             # DELETE (retried the same way, else logged: they come back)
             log.warning("subscription to %r: credit with deletes throttled: %s", self.queue.name, exc)
-            for k in ("del", "dref", "q"):
+            for k in ("del", "dref", "q", "inc"):
                 body.pop(k, None)
             try:
                 conn.request(Command.CREDIT, body, self.queue.client.request_timeout_ms)

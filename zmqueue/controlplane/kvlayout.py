@@ -398,11 +398,14 @@ def _partition(text: str) -> int:
     return int(text)
 
 
-Decode = Callable[[Callable[[str, bytes | None], Any], str, bytes | None], Any]
+Decode = Callable[..., Any]
+"""``decode(decoder, key, raw, salt=None)``: ``decoder(key, raw)``, memoized by
+``(key, raw, salt)`` (``salt``: what else the decoder's result depends on)."""
 """How :func:`_apply` calls a value's decoder: ``decode(decoder, key, raw)``."""
 
 
-def _decode_now(decoder: Callable[[str, bytes | None], Any], key: str, raw: bytes | None) -> Any:
+def _decode_now(decoder: Callable[[str, bytes | None], Any], key: str, raw: bytes | None,
+                salt: Any = None) -> Any:
     return decoder(key, raw)
 
 
@@ -419,19 +422,20 @@ class DecodeMemo:
     Decoded values are shared between snapshots and must not be mutated."""
 
     def __init__(self) -> None:
-        self._values: dict[tuple[str, bytes | None], Any] = {}
+        self._values: dict[tuple[str, bytes | None, Any], Any] = {}
         """The values the last listing decoded or reused."""
         self.decoded = 0
         """Values decoded (not reused) by the last listing."""
 
     def start(self) -> Decode:
         """The decode function for one new listing."""
-        last: dict[tuple[str, bytes | None], Any] = self._values
-        now: dict[tuple[str, bytes | None], Any] = {}
+        last: dict[tuple[str, bytes | None, Any], Any] = self._values
+        now: dict[tuple[str, bytes | None, Any], Any] = {}
         self._values, self.decoded = now, 0
 
-        def decode(decoder: Callable[[str, bytes | None], Any], key: str, raw: bytes | None) -> Any:
-            k = (key, raw)
+        def decode(decoder: Callable[[str, bytes | None], Any], key: str, raw: bytes | None,
+                   salt: Any = None) -> Any:
+            k = (key, raw, salt)
             value = last.get(k, _MISSING)
             if value is _MISSING:
                 value = decoder(key, raw)
@@ -442,6 +446,17 @@ class DecodeMemo:
 
 
 _MISSING = object()
+
+
+def _config_decoder(created: Any) -> Callable[[str, bytes | None], QueueConfig | Malformed]:
+    """:func:`decode_queue_config`, with the key's ``CreateIndex`` as the
+    config's ``incarnation`` (which queue of that name it is)."""
+    def decode(key: str, raw: bytes | None) -> QueueConfig | Malformed:
+        value = decode_queue_config(key, raw)
+        if isinstance(value, QueueConfig) and type(created) is int and created > 0:
+            return replace(value, incarnation=created)
+        return value
+    return decode
 
 
 def _apply(
@@ -455,7 +470,8 @@ def _apply(
     held = bool(item.get("Session"))
     match parts:
         case ["queues", q, "config"]:
-            value: Any = decode(decode_queue_config, key, raw)
+            created = item.get("CreateIndex")
+            value: Any = decode(_config_decoder(created), key, raw, created)
             if isinstance(value, QueueConfig):
                 state.configs[q] = value
         case ["queues", q, "partitions", p]:

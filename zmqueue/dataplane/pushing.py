@@ -158,5 +158,7 @@ class Pusher:
         body = {"sub": sub.sub_id, "q": q, "p": sub.part[1], "m": msgs}
         if groups:
             body["ms"] = groups
+            if "inc" in got:
+                body["inc"] = got["inc"]
         self.outbox.put("client", sub.identity, protocol.encode_push(Command.DELIVER, body))
         return True

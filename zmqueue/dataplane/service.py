@@ -76,6 +76,15 @@ def _delete_refs(body: dict[str, Any]) -> tuple[str, list[int], list[int]]:
                            f"1 to {MAX_BATCH}, as a received column group names them", field="dref")
 
 
+def _incarnation(body: dict[str, Any]) -> int | None:
+    """A ``dref``'s ``inc``: the queue incarnation its messages were received
+    from (None: a client that sends none)."""
+    inc = body.get("inc")
+    if inc is None or (type(inc) is int and 0 <= inc < 2**63):
+        return inc
+    raise InvalidParameter("inc must be the queue incarnation a receive reply named (an int)", field="inc")
+
+
 def _results(errors: list[InvalidReceipt | None]) -> list[Any]:
     """Delete outcomes on the wire: nil, or an error map. Deleting a message
     that is already gone succeeds (as in SQS), so a retried delete is
@@ -432,7 +441,10 @@ class QueueService:
                 n += len(group[4])
             lists.extend(msgs)
             n += len(msgs)
-        return {"m": lists, "ms": groups} if groups else {"m": lists}
+        if not groups:
+            return {"m": lists}
+        inc = streams[0].config.incarnation  # (for the receipts the client builds from the groups)
+        return {"m": lists, "ms": groups, "inc": inc} if inc else {"m": lists, "ms": groups}
 
     def _receipts(self, body: dict[str, Any]) -> list[Any]:
         return F.get_list(body, "r", MAX_BATCH, name="receipts")
@@ -464,7 +476,7 @@ class QueueService:
             origin, seqs, counts = _delete_refs(body)
             st = self.writer_stream(part[0], part[1], origin)
             self.in_reach(st, "deleted or received")
-            results = _results(st.delete_refs(seqs, counts, now))
+            results = _results(st.delete_refs(seqs, counts, now, _incarnation(body)))
         reply = self.take(self.readable_streams(part), max_n, vis_s, now, cols)
         reply["dr"] = results
         reply["x"] = self._elsewhere(part, now)
@@ -547,6 +559,7 @@ class QueueService:
         n = F.get_int(body, "n", 0, 1000, name="credit")
         key: StreamKey | None = None
         refs: tuple[list[int], list[int]] | None = None
+        inc: int | None = None
         items: list[Any] = []
         if body.get("dref") is not None:
             part = self.pusher.part_of(sub, req.identity)
@@ -554,7 +567,7 @@ class QueueService:
                 raise InvalidParameter(f"dref: q must name the subscription's queue {part[0]!r}",
                                        field="q")
             origin, seqs, counts = _delete_refs(body)
-            key, refs = (part[0], part[1], origin), (seqs, counts)
+            key, refs, inc = (part[0], part[1], origin), (seqs, counts), _incarnation(body)
         elif body.get("del") is not None:
             items = F.get_list(body, "del", MAX_BATCH, name="del")
             first = Receipt.decode(items[0])
@@ -566,7 +579,8 @@ class QueueService:
             st = self.writer_stream(*key)
         except NotLeader:
             return {"credit": credit}
-        dr = _results(st.delete_refs(*refs, now)) if refs is not None else self._delete_items(st, items, now)
+        dr = (_results(st.delete_refs(*refs, now, inc)) if refs is not None
+              else self._delete_items(st, items, now))
         return self.after_commit(st, req, {"credit": credit, "dr": dr})
 
     def h_unsubscribe(self, req: Request, body: dict[str, Any], now: int) -> Any:

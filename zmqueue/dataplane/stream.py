@@ -110,8 +110,8 @@ class Stream:
                  replicas: tuple[str, ...], cipher: Any = None) -> None:
         self.key = key
         self.queue, self.partition, self.origin = key
-        self._receipt = ReceiptEncoder(*key)
         self.config = config
+        self._receipt = ReceiptEncoder(*key, config.incarnation or None)
         self.store = store
         self.replicas = replicas
         self.joining: tuple[str, ...] = ()
@@ -400,10 +400,29 @@ class Stream:
         return [d.message_id.hex(), body, meta.get("a") or {}, receipt, rc, d.enqueue_ms,
                 meta.get("g"), meta.get("src")]
 
+    def configure(self, config: QueueConfig) -> None:
+        """Take a new config of the queue (set_attributes, a KV edit)."""
+        if config.incarnation != self.config.incarnation:
+            self._receipt = ReceiptEncoder(*self.key, config.incarnation or None)
+        self.config = config
+
     # --- delete / visibility ---------------------------------------------------------
     def _own(self, receipt: Receipt) -> None:
         if (receipt.queue, receipt.partition, receipt.origin) != self.key:
             raise InvalidReceipt("the receipt belongs to another queue or partition")
+
+    def earlier_queue(self, incarnation: int | None) -> bool:
+        """Whether a receipt (or a ``dref``) of queue incarnation ``incarnation``
+        was handed out by an earlier queue of this name, deleted since: the
+        message it names is gone, whatever this queue holds at its seq.
+        None (a version-2 receipt, an older client) or an unknown current
+        incarnation (0): not known to be earlier."""
+        now = self.config.incarnation
+        return incarnation is not None and now != 0 and incarnation != now
+
+    def _gone_with_earlier_queue(self) -> InvalidReceipt:
+        return InvalidReceipt(f"the receipt is of an earlier queue named {self.queue!r} (deleted "
+                              "since): its message is gone", gone=True)
 
     def delete_many(self, items: list[Any], now_ms: int) -> list[InvalidReceipt | None]:
         """Delete by receipt texts; one outcome per item (None: deleted). This
@@ -418,6 +437,9 @@ class Stream:
                 if ref is None:  # another stream's (raises), or this one's packed otherwise
                     rec = Receipt.decode(text)
                     self._own(rec)
+                    if self.earlier_queue(rec.incarnation):
+                        out[i] = self._gone_with_earlier_queue()
+                        continue
                     ref = (rec.seq, rec.receive_count)
                 refs.append(ref)
                 mine.append(i)
@@ -427,13 +449,19 @@ class Stream:
             out[i] = err
         return out
 
-    def delete_refs(self, seqs: list[int], counts: list[int], now_ms: int) -> list[InvalidReceipt | None]:
+    def delete_refs(self, seqs: list[int], counts: list[int], now_ms: int,
+                    incarnation: int | None = None) -> list[InvalidReceipt | None]:
         """:meth:`delete_many` by (seq, receive count) pairs of this stream (RECEIVE
-        ``dref``: the client read them from a column group, not from receipt texts)."""
+        ``dref``: the client read them from a column group, not from receipt
+        texts), received from queue incarnation ``incarnation``."""
+        if self.earlier_queue(incarnation):
+            return [self._gone_with_earlier_queue()] * len(seqs)
         return self.store.delete_columns(seqs, counts, now_ms)
 
     def change_visibility(self, receipt: Receipt, timeout_s: int, now_ms: int) -> int:
         self._own(receipt)
+        if self.earlier_queue(receipt.incarnation):
+            raise self._gone_with_earlier_queue()
         return self.store.change_visibility(receipt.seq, receipt.receive_count, timeout_s * 1000,
                                             now_ms)
 

@@ -97,7 +97,8 @@ class StreamSet:
                     st.follower_pos = {n: q for n, q in st.follower_pos.items() if n in replicas}
                 if st.config is not cfg and st.config != cfg:  # changed (set_attributes, a KV edit)
                     st.store.reconfigure(storage_config(cfg, self.defaults))
-                st.config, st.replicas, st.joining = cfg, replicas, joining
+                st.configure(cfg)
+                st.replicas, st.joining = replicas, joining
         return closed
 
     def open_stream(self, key: StreamKey, cfg: QueueConfig, replicas: tuple[str, ...],
