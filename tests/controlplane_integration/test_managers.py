@@ -146,6 +146,16 @@ def test_bad_json_in_kv_raises_a_warning_check_and_the_queue_keeps_serving(
     q.send(b"still served")  # the last good config is kept
     [m] = q.receive(wait_time=5)
     assert m.body == b"still served"
+    assert q.name in client.list_queues(), "a queue served on its last good config is listed"
+    # a fixed setting changed right after the bad edit is still refused (the config kept
+    # keeps its CreateIndex: it was taken for a queue created again, and turned FIFO)
+    kv.put(key, json.dumps({**json.loads(good), "fifo": True}))
+    agent = kv_client(consul_agent.http_addr).agent  # (the catalog takes a changed output only
+    # with a changed status, or at the agent's check_update_interval: minutes)
+    wait_for(lambda: "fifo False -> True" in agent.checks()[f"kv:zmqueue-{h.node}"]["Output"], 15,
+             "the flip refused")
+    q.send(b"still standard")  # a FIFO queue would refuse a send without a group id
+    assert client.get_queue(q.name).config.fifo is False
     kv.put(key, good)
     kv_warning_cleared(consul_agent, h.node)
     assert all_passing(consul_agent, h.node)

@@ -81,6 +81,8 @@ def test_receipts_and_arguments_of_the_wrong_kind_are_refused_at_once(qcluster: 
         q.send_batch("abc")
     with pytest.raises(zmqueue.InvalidParameter, match="UTF-8"):
         q.send("\ud800")
+    with pytest.raises(zmqueue.InvalidParameter, match="handler"):
+        q.subscribe(None)
     with pytest.raises(zmqueue.InvalidParameter):
         q.pipeline(window=None)
     with pytest.raises(zmqueue.ConfigError, match="invalid queue name"):

@@ -21,6 +21,7 @@ from zmqueue.cli.main import main
     (["analytics", "throughput", "--data", "/nonexistent-dir"], "no such data directory: /nonexistent-dir"),
     (["keys", "data-key", "--queue", "bad/../name", "--key-dir", "{tmp}"], "invalid queue name"),
     (["keys", "data-key", "--queue", "", "--key-dir", "{tmp}"], "invalid queue name"),
+    (["demo", "--hosts", "0"], "needs at least 1 host"),
 ])
 def test_a_bad_argument_is_one_line_and_status_1(
         argv: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -46,3 +47,13 @@ def test_a_key_name_or_cluster_that_cannot_be_a_kv_path_segment_is_refused(tmp_p
         with pytest.raises(ConfigError, match="invalid cluster"):
             register_key(None, bad, "k1", "pub", "client")  # type: ignore[arg-type]
     assert validate_ident("c1-h2.x_y", "node") == "c1-h2.x_y"
+
+
+def test_a_local_cluster_of_no_hosts_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    from zmqueue.errors import ConfigError
+    from zmqueue.localcluster import LocalCluster
+
+    for hosts, clusters in ((0, 1), (3, 0)):
+        with pytest.raises(ConfigError, match="at least 1 cluster of 1 host"):
+            LocalCluster(tmp_path / "lc", hosts=hosts, clusters=clusters)
+    assert not (tmp_path / "lc").exists()

@@ -23,6 +23,7 @@ from rich.table import Table
 
 import zmqueue
 from zmqueue.cli.common import console, hosts_table, interrupt_on_signals
+from zmqueue.errors import ConfigError
 
 if TYPE_CHECKING:
     from zmqueue.localcluster import LocalCluster
@@ -164,6 +165,8 @@ def show_failover(client: zmqueue.Client, cluster: LocalCluster, n: int = 2000) 
 def cmd_demo(args: argparse.Namespace) -> int:
     from zmqueue.localcluster import LocalCluster
 
+    if args.hosts < 1:
+        raise ConfigError(f"the demo needs at least 1 host, got --hosts {args.hosts}", field="hosts")
     work = Path(args.data_dir or tempfile.mkdtemp(prefix="zmqueue-demo-"))
     cluster = LocalCluster(work, hosts=args.hosts)
     interrupt_on_signals()

@@ -795,6 +795,9 @@ class Queue:
         raises, the message becomes visible again after its visibility timeout."""
         from zmqueue.client.subscription import Subscription
 
+        if not callable(handler):
+            raise InvalidParameter(f"subscribe takes a handler to call with each message, got "
+                                   f"{handler!r:.60}", field="handler")
         sub = Subscription(self, handler, prefetch, visibility_timeout, auto_delete).start()
         self.client.track(sub)
         return sub

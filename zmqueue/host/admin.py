@@ -99,7 +99,9 @@ class AdminHandlers:
             from zmqueue.errors import InvalidParameter
 
             raise InvalidParameter("prefix must be a string of at most 80 characters", field="prefix")
-        return {"queues": d.list(prefix)}
+        # as served: a queue whose config is bad in KV runs on with its last good one
+        state = self.cache.last_good(d.snapshot()).state
+        return {"queues": sorted(n for n in state.configs if n.startswith(prefix))}
 
     def _delete(self, d: QueueDirectory, body: dict[str, Any]) -> Any:
         existed = d.delete(F.get_queue(body, "name"))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.discovery import HostInfo, list_hosts
-from zmqueue.errors import StartupError
+from zmqueue.errors import ConfigError, StartupError
 from zmqueue.localcluster.consul_agent import ConsulAgent, has_leader
 from zmqueue.localcluster.proc import ManagedProcess
 
@@ -83,6 +83,9 @@ class LocalCluster:
     def __init__(self, work_dir: Path, hosts: int = 3, clusters: int = 1,
                  consul: str | None = None, host_args: list[str] | None = None,
                  secure: bool = False) -> None:
+        if hosts < 1 or clusters < 1:
+            raise ConfigError(f"a local cluster needs at least 1 cluster of 1 host, got {clusters} "
+                              f"cluster(s) of {hosts} host(s)", field="hosts")
         self.work_dir = Path(work_dir)
         self.n_hosts = hosts
         self.n_clusters = clusters
