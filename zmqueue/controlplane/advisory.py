@@ -51,6 +51,11 @@ class WarningCheck:
         if notes == (self._last or "") and (not notes or now - self._sent_at < REPORT_EVERY_S):
             return False
         try:
+            if notes and self._last and notes != self._last:
+                # new notes on a standing warning: a check whose status stays the same reaches
+                # the catalog (the UI, other agents) only at the agent's check_update_interval
+                # (5 min by default); a check registered anew is synced at once
+                self.client.call(lambda c: c.agent.check.deregister(self.check_id))
             if notes:
                 self._warn(notes)
             elif self._last:
