@@ -219,8 +219,10 @@ def _send_lines(q: zmqueue.Queue, lines: list[bytes], attrs: dict[str, Any] | No
     """Ids of ``lines`` sent one message each: through a pipeline (standard
     queues), or in batches that keep their order (FIFO, or with a group id)."""
     if args.dedup_id is not None:
-        raise zmqueue.InvalidParameter("--dedup-id names one message; with --lines each line is "
-                                       "deduplicated by its content (omit --dedup-id)", field="dedup_id")
+        raise zmqueue.InvalidParameter("--dedup-id names one message; with --lines omit it (a FIFO "
+                                       "queue created with content-based dedup then deduplicates each "
+                                       "line by its content; otherwise lines are not deduplicated)",
+                                       field="dedup_id")
     if q.config.fifo or args.group_id is not None:
         msgs = [zmqueue.OutgoingMessage(ln, attrs, args.delay, args.group_id) for ln in lines]
         return [mid for i in range(0, len(msgs), 1000) for mid in q.send_batch(msgs[i:i + 1000])]

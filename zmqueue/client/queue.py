@@ -721,7 +721,7 @@ class Queue:
                                          f"{self.name!r} has {self.config.partitions}: it is not a "
                                          "receipt this queue handed out", partition=rec.partition)
                 group = (rec.partition, rec.origin)
-                reader = ReceiptEncoder(self.name, *group)
+                reader = ReceiptEncoder(self.name, *group, rec.incarnation)
             groups.setdefault(group, []).append(i)
         self._reader = (reader, group)
         return groups
