@@ -214,6 +214,10 @@ def test_receipts_are_grouped_by_stream_in_order_and_results_land_at_their_index
     queue.config = QueueConfig("q", partitions=2)
     items: list[str | Message] = [a[0], b[0], a[1], text, b[1]]
     assert queue.by_stream(items) == {(0, "h1"): [0, 2, 3], (1, "h2"): [1, 4]}
+    # version-3 receipts (with the queue's incarnation), of two incarnations: grouped by stream
+    # all the same (the host tells an earlier queue's receipt apart)
+    v3 = [Receipt("q", 1, "h2", s, 1, 1, incarnation=i).encode() for s, i in ((3, 7), (4, 7), (5, 6))]
+    assert queue.by_stream(v3) == {(1, "h2"): [0, 1, 2]}
     with pytest.raises(InvalidReceipt, match="names partition 2, but queue 'q' has 2"):
         queue.by_stream([Receipt("q", 2, "h1", 9, 1, 1).encode()])  # not one this queue handed out
 
