@@ -11,6 +11,7 @@ from tests.conftest import HostFactory
 from zmqueue.cli.main import main
 from zmqueue.errors import RequestTimeout
 from zmqueue.localcluster import LocalCluster
+from zmqueue.security.curve import load_secret
 
 
 def test_a_secured_local_cluster_serves_its_registered_client_only(
@@ -29,6 +30,21 @@ def test_a_secured_local_cluster_serves_its_registered_client_only(
             assert main(["receive", "secured-demo", "--wait", "5", "--delete", *secret]) == 0
             out = capsys.readouterr().out
             assert '"body": "from the cli"' in out
+            [ep] = [h.client_endpoint for h in c.hosts()]
+            host_key = c.curve.server_key(ep) if c.curve else None
+            assert host_key is not None
+        # pinned server keys are the only ones used: Consul's cannot stand in for them
+        own_public = load_secret(lc.client_secret_file)[0].decode()  # a key, but not the host's
+        with zmqueue.connect(lc.consul_addr, request_timeout=2, retries=0,
+                             curve_secret_file=str(lc.client_secret_file),
+                             curve_server_keys=own_public) as wrong, \
+                pytest.raises(zmqueue.ZmqueueError, match="CURVE"):
+            wrong.ping()
+        with zmqueue.connect(lc.consul_addr, request_timeout=5,
+                             curve_secret_file=str(lc.client_secret_file),
+                             curve_server_keys={ep: host_key.decode()}) as pinned:
+            assert pinned.curve is not None and pinned.curve.server_key(ep) == host_key
+            pinned.get_queue("secured-demo").send(b"over a pinned key")
         with zmqueue.connect(lc.consul_addr, request_timeout=1, retries=0) as plain, \
                 pytest.raises(RequestTimeout, match="CURVE is on at one end only"):
             plain.ping()

@@ -83,9 +83,9 @@ def connect(consul: str | Sequence[str] | None = None, *, request_timeout: float
                           f"throttle_retries >= 0 (got {retries}, {throttle_retries})", field="connect")
     curve = CurveKeys.from_file(curve_secret_file) if curve_secret_file else None
     if curve is not None and isinstance(curve_server_keys, str):
-        curve.default_server = check_key(curve_server_keys)
+        curve.pin(default=check_key(curve_server_keys))
     elif curve is not None and isinstance(curve_server_keys, dict):
-        curve.learn({ep: check_key(k) for ep, k in curve_server_keys.items()})
+        curve.pin({ep: check_key(k) for ep, k in curve_server_keys.items()})
     client = Client(tuple(addrs), request_timeout, retries)
     client.curve, client.guards, client.throttle_retries = curve, guards or Guards(), throttle_retries
     return client

@@ -88,6 +88,10 @@ class CurveKeys:
     servers: dict[str, bytes] = field(default_factory=dict)
     default_server: bytes | None = None
     """Used for an endpoint with no entry (a cluster sharing one server key)."""
+    pinned: bool = False
+    """The server keys were given (``curve_server_keys``): what Consul
+    publishes is not learnt, so a key registered there cannot stand in for
+    a pinned one."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -95,9 +99,17 @@ class CurveKeys:
         public, secret = load_secret(secret_file)
         return cls(public, secret)
 
-    def learn(self, servers: dict[str, bytes]) -> None:
+    def pin(self, servers: dict[str, bytes] | None = None, default: bytes | None = None) -> None:
+        """Use these server keys only (an endpoint -> key map, and/or one key
+        for every endpoint); :meth:`learn` changes nothing from then on."""
         with self.lock:
-            self.servers.update(servers)
+            self.servers, self.default_server, self.pinned = dict(servers or {}), default, True
+
+    def learn(self, servers: dict[str, bytes]) -> None:
+        """The keys the hosts publish in Consul (ignored when pinned)."""
+        with self.lock:
+            if not self.pinned:
+                self.servers.update(servers)
 
     def server_key(self, endpoint: str) -> bytes | None:
         with self.lock:
