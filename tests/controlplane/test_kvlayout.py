@@ -307,3 +307,12 @@ def test_a_config_carries_its_keys_create_index_as_the_queues_incarnation() -> N
     assert recreated.configs["orders"].same_settings(first.configs["orders"])
     assert "incarnation" not in recreated.configs["orders"].to_dict()  # not a setting: not in KV
     assert QueueConfig.from_dict({"name": "orders", "incarnation": 3}).incarnation == 0
+
+
+def test_the_kv_warning_says_a_bad_policy_denies_instead_of_keeping_a_value() -> None:
+    from zmqueue.controlplane.kvhealth import describe
+
+    config = kv.Malformed(kv.queue_config_key("q"), "not JSON")
+    policy = kv.Malformed(f"{kv.PREFIX}policies/q", "not JSON")
+    assert describe([config]).startswith("bad values in Consul KV (last good value kept): ")
+    assert "a bad policy denies everyone but hosts" in describe([config, policy])

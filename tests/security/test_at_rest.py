@@ -70,3 +70,46 @@ def test_a_cipher_opens_what_older_keys_sealed_and_refuses_tampering(tmp_path: P
     many = new.seal_many([b"one", b"", b"three"], ids, b"b")
     assert many[1] == b"" and len({m[2:14] for m in (many[0], many[2])}) == 2  # fresh nonces
     assert [new.open(m, ids[16 * i:16 * i + 16], b"b") for i, m in enumerate(many)] == [b"one", b"", b"three"]
+
+
+def test_a_host_without_the_queues_key_refuses_receives_and_takes_nothing(
+        hosts: HostFactory, tmp_path: Path) -> None:
+    """Its key file gone (or unreadable), a host used to mark the messages in
+    flight, fail to open them and answer nothing: they came back later with
+    a receive count spent (with a DLQ, moved there unseen). Now the receive
+    is refused naming what to do, nothing is taken, and once the key is back
+    every message arrives on its first receive."""
+    key_dir = tmp_path / "keys"
+    name = f"nokey-{uuid.uuid4().hex[:8]}"
+    atrest.add_key(key_dir, name)
+    h = _start(hosts, key_dir)
+    node = h.node  # (the same across the restarts)
+    with zmqueue.connect(hosts.agent.http_addr, request_timeout=3) as c:
+        q = c.create_queue(name, encrypted=True, visibility_timeout=600)
+        q.send_batch([b"one", b"two", b"three"])
+    h.stop()
+    key_file = atrest.key_path(key_dir, name)
+    saved = key_file.read_bytes()
+    for broken in (None, b"garbage\n"):  # no key file, then one the host cannot read
+        if broken is None:
+            key_file.unlink()
+        else:
+            key_file.write_bytes(broken)
+        h = hosts.restart(h)
+        wait_for(lambda: all_passing(check_statuses(hosts.agent, node)), 20, "host passing")
+        with zmqueue.connect(hosts.agent.http_addr, request_timeout=3) as c:
+            q = c.get_queue(name)
+            with pytest.raises(Unavailable, match="no key for it") as refused:
+                q.receive(max_messages=10, wait_time=0)
+            if broken is not None:
+                assert "fix " in str(refused.value) and "expected" in str(refused.value)
+            stats = q.stats()
+            assert (stats["visible"], stats["in_flight"]) == (3, 0), stats
+        h.stop()
+    key_file.write_bytes(saved)
+    h = hosts.restart(h)
+    wait_for(lambda: all_passing(check_statuses(hosts.agent, node)), 20, "host passing")
+    with zmqueue.connect(hosts.agent.http_addr, request_timeout=5) as c:
+        got = c.get_queue(name).receive(max_messages=10, wait_time=5)
+        assert sorted(m.body for m in got) == [b"one", b"three", b"two"]
+        assert {m.receive_count for m in got} == {1}

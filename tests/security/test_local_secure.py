@@ -9,9 +9,9 @@ import pytest
 import zmqueue
 from tests.conftest import HostFactory
 from zmqueue.cli.main import main
-from zmqueue.errors import RequestTimeout
+from zmqueue.errors import ConnectionLost, RequestTimeout
 from zmqueue.localcluster import LocalCluster
-from zmqueue.security.curve import load_secret
+from zmqueue.security.curve import generate, load_secret
 
 
 def test_a_secured_local_cluster_serves_its_registered_client_only(
@@ -45,6 +45,12 @@ def test_a_secured_local_cluster_serves_its_registered_client_only(
                              curve_server_keys={ep: host_key.decode()}) as pinned:
             assert pinned.curve is not None and pinned.curve.server_key(ep) == host_key
             pinned.get_queue("secured-demo").send(b"over a pinned key")
+        # a key no host accepts: the refusal is what the caller hears after the retries, not
+        # a circuit breaker opened by them (a refused handshake is an answer: the host is alive)
+        _, stranger = generate(tmp_path / "stranger", "stranger")
+        with zmqueue.connect(lc.consul_addr, request_timeout=3, curve_secret_file=str(stranger)) as c3, \
+                pytest.raises(ConnectionLost, match="refused this client's CURVE key"):
+            c3.get_queue("secured-demo").send(b"not admitted")
         with zmqueue.connect(lc.consul_addr, request_timeout=1, retries=0) as plain, \
                 pytest.raises(RequestTimeout, match="CURVE is on at one end only"):
             plain.ping()

@@ -78,13 +78,17 @@ class CircuitBreaker:
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
         """``with breaker.guard(): <one request>``: ``before()``, then a
-        timeout counts as a failure and any answer, even an error reply, as a
-        success (the host is alive)."""
+        timeout counts as a failure and any answer, even an error reply or a
+        refused handshake (a CURVE key it does not accept), as a success
+        (the host is alive)."""
         self.before()
         try:
             yield
-        except RequestTimeout:
-            self.failure()
+        except RequestTimeout as exc:
+            if exc.details.get("refused"):  # its handshake refused this client: the host is alive
+                self.success()
+            else:
+                self.failure()
             raise
         except ZmqueueError:
             self.success()

@@ -513,6 +513,8 @@ class Queue:
         that partition: one round trip where a sweep of R hosts took R."""
         out: list[Message] = []
         stale = False
+        no_key: Unavailable | None = None
+        """A host that holds messages of this encrypted queue but not its key."""
         done: set[int] = set()  # partitions whose other hosts hold nothing visible (reply "x")
         for k, (p, ep) in enumerate(targets):
             if len(out) >= max_n:
@@ -528,8 +530,10 @@ class Queue:
                 named = self.config.fifo and self._follow(p, FIFO_ORIGIN, exc) is not None
                 stale = stale or not named
                 continue
-            except Unavailable:
+            except Unavailable as exc:
                 stale = True
+                if exc.details.get("missing_key"):
+                    no_key = exc
                 continue
             if k == 0 and carry is not None:
                 carry.results = reply.get("dr")  # None from a host that predates "del" / "dref"
@@ -541,6 +545,8 @@ class Queue:
                     done.add(p)
         if stale:
             self.refresh()
+        if no_key is not None and not out:
+            raise no_key  # (not a moment's refusal: the messages wait there for their key)
         return out
 
     def _long_poll(self, targets: list[tuple[int, str]], body: dict[str, Any], wait_ms: int

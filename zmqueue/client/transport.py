@@ -227,7 +227,7 @@ class Connection:
         """The error of a request whose link dropped while it waited."""
         why = self.why or "the connection dropped"
         return ConnectionLost(f"{what} to {self.endpoint} got no reply: {why}", endpoint=self.endpoint,
-                              reason=why)
+                              reason=why, refused=self.refused)
 
     def reply_of(self, data: bytes) -> Frame | None:
         """The reply frame in ``data``; None for a push (handed to ``on_push``)

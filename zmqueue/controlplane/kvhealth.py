@@ -86,7 +86,10 @@ def fixed_setting_edits(prev: kv.ClusterState, state: kv.ClusterState) -> list[k
 
 def describe(problems: list[kv.Malformed]) -> str:
     text = "; ".join(f"{p.key}: {p.reason}" for p in problems)
-    return f"bad values in Consul KV (last good value kept): {text}"[:NOTES_CHARS_MAX]
+    kept = "last good value kept"
+    if any(p.key.startswith(f"{kv.PREFIX}policies/") for p in problems):
+        kept += "; a bad policy denies everyone but hosts until it is fixed"
+    return f"bad values in Consul KV ({kept}): {text}"[:NOTES_CHARS_MAX]
 
 
 class KvProblemReporter:

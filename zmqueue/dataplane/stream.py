@@ -16,6 +16,7 @@ replication carry ciphertext) and opens them where this layer reads them.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
 from collections import OrderedDict, deque
@@ -44,8 +45,10 @@ from zmqueue.dataplane.storage import (
 )
 from zmqueue.dataplane.storage.records import Table
 from zmqueue.dataplane.topology import StreamKey
-from zmqueue.errors import InvalidParameter, InvalidReceipt
+from zmqueue.errors import InvalidParameter, InvalidReceipt, Unavailable
 from zmqueue.protocol import Receipt, ReceiptEncoder, hex_ids
+
+log = logging.getLogger(__name__)
 
 _BYTES_ONLY = {bytes}
 
@@ -386,8 +389,31 @@ class Stream:
                         got.enqueue_ms], [], dead
             delivered = got
         else:
+            if self.cipher is not None:  # (no key at all: refused before any message is taken)
+                self.cipher.check_readable()
             delivered, dead = self.store.receive(max_messages, now_ms, visibility_ms, max_receive_count=mrc)
+            if self.cipher is not None:
+                return None, self._open_delivered(delivered, now_ms), dead
         return None, [self.encode_delivered(d) for d in delivered], dead
+
+    def _open_delivered(self, delivered: list[Delivered], now_ms: int) -> list[list[Any]]:
+        """The messages of an encrypted queue as wire lists; one this host
+        cannot open (sealed with a key id its --key-dir no longer holds) is
+        made visible again, and the receive fails if none could be opened."""
+        out: list[list[Any]] = []
+        error: Unavailable | None = None
+        for d in delivered:
+            try:
+                out.append(self.encode_delivered(d))
+            except Unavailable as exc:
+                error = exc
+                self.store.change_visibility(d.seq, d.receive_count, 0, now_ms)
+        if error is not None:
+            log.warning("%s: %d message(s) left in the queue: %s", "/".join(map(str, self.key)),
+                        len(delivered) - len(out), error)
+            if not out:
+                raise error
+        return out
 
     def encode_delivered(self, d: Delivered) -> list[Any]:
         if not d.attributes and self.cipher is None:  # a plain body: no blob to read

@@ -76,11 +76,26 @@ def add_key(key_dir: str | Path, queue: str) -> int:
 class PayloadCipher:
     """Seals and opens the payloads of one queue."""
 
-    def __init__(self, queue: str, keys: dict[int, bytes], current: int | None) -> None:
+    def __init__(self, queue: str, keys: dict[int, bytes], current: int | None,
+                 problem: str | None = None) -> None:
         self.queue = queue
         self.aeads = {k: AESGCM(v) for k, v in keys.items()}
         self.current = current
         self.prefix = b"zmq-at-rest|" + queue.encode() + b"|"
+        self.problem = problem
+        """Why there is no key (a key file this host cannot read), if known."""
+
+    def _no_key(self) -> Unavailable:
+        why = self.problem or f"put {self.queue}.key in its --key-dir"
+        return Unavailable(f"queue {self.queue!r} is encrypted but this host has no key for it ({why}, "
+                           "then restart the host); its messages stay stored", queue=self.queue,
+                           missing_key=True)
+
+    def check_readable(self) -> None:
+        """Unavailable when this host holds no key at all for the queue: checked
+        before a receive takes messages, which it could not open."""
+        if not self.aeads:
+            raise self._no_key()
 
     def _aad(self, message_id: bytes, part: bytes) -> bytes:
         return self.prefix + message_id + part
@@ -89,8 +104,7 @@ class PayloadCipher:
         if not data:
             return data
         if self.current is None:
-            raise Unavailable(f"queue {self.queue!r} is encrypted but this host has no key for it "
-                              f"(put {self.queue}.key in its --key-dir)", queue=self.queue)
+            raise self._no_key()
         nonce = os.urandom(12)
         ct = self.aeads[self.current].encrypt(nonce, data, self._aad(message_id, part))
         return bytes((MAGIC, self.current)) + nonce + ct
@@ -138,10 +152,14 @@ class KeyDir:
         c = self.cache.get(queue)
         if c is None:
             keys: dict[int, bytes] = {}
+            problem = None
             if self.path is not None and key_path(self.path, queue).exists():
-                keys = read_keys(key_path(self.path, queue))
+                try:
+                    keys = read_keys(key_path(self.path, queue))
+                except (ConfigError, OSError) as exc:  # the stream still opens, and says why
+                    problem = f"fix {key_path(self.path, queue)}: {exc}"
             current = max(keys) if keys else None
-            c = self.cache[queue] = PayloadCipher(queue, keys, current)
+            c = self.cache[queue] = PayloadCipher(queue, keys, current, problem)
         return c
 
     def reload(self) -> None:
