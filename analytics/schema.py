@@ -27,7 +27,7 @@ COLUMNS: list[tuple[str, pa.DataType, str, str]] = [
     ("record_type", pa.string(), "STRING", "MESSAGE, DELETE, VISIBILITY, DLQ_MOVE, PURGE; null if corrupt"),
     ("seq", pa.int64(), "BIGINT", "record sequence number in its stream (queue, partition, origin)"),
     ("target_seq", pa.int64(), "BIGINT", "seq of the message acted on (PURGE: highest seq purged)"),
-    ("epoch", pa.int64(), "BIGINT", "leadership term that wrote the record (0 = not replicated)"),
+    ("epoch", pa.int64(), "BIGINT", "leadership term that wrote it (0: storage engine alone)"),
     ("message_id", pa.string(), "STRING", "32 hex digits, as the client shows it"),
     ("time", TS, "TIMESTAMP", "MESSAGE: enqueue time; others: time of the action (delete, receive...)"),
     ("visible_at", TS, "TIMESTAMP", "MESSAGE: first visible; VISIBILITY: new deadline (null = now)"),

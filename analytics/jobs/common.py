@@ -53,15 +53,25 @@ def good(df: DataFrame) -> DataFrame:
 
 
 def one_replica(df: DataFrame) -> DataFrame:
-    """For each stream, only the log of its most advanced replica (highest seq; ties: host name).
+    """For each stream, only the log of its soundest, most advanced replica
+    (fewest corrupt blocks, then highest seq; ties: host name).
 
     When several replicas' logs are read together, every record appears once
-    per replica; counting jobs run on this view so each is counted once.
+    per replica; counting jobs run on this view so each is counted once. A
+    copy with a corrupt block lacks that block's records, so an intact copy
+    of the same stream is preferred to it.
     """
     from pyspark.sql.window import Window
 
-    per = good(df).groupBy(*STREAM, "host").agg(F.max("seq").alias("top"))
-    w = Window.partitionBy(*STREAM).orderBy(F.col("top").desc(), "host")
+    if "corrupt" in df.columns:
+        per = df.groupBy(*STREAM, "host").agg(
+            F.max(F.when(F.col("corrupt").isNull(), F.col("seq"))).alias("top"),
+            F.count(F.col("corrupt")).alias("bad"))
+        order = [F.col("bad").asc(), F.col("top").desc_nulls_last(), F.col("host")]
+    else:
+        per = df.groupBy(*STREAM, "host").agg(F.max("seq").alias("top"))
+        order = [F.col("top").desc(), F.col("host")]
+    w = Window.partitionBy(*STREAM).orderBy(*order)
     best = per.withColumn("r", F.row_number().over(w)).where(F.col("r") == 1).select(*STREAM, "host")
     return good(df).join(F.broadcast(best), [*STREAM, "host"], "left_semi")
 

@@ -5,7 +5,7 @@ worker that picks up a Spark test pays for a SparkSession and a cluster run.
 It runs ``zmqueue analytics report`` once over three replicas of the host's
 logs (the original; a copy lagging one block; a copy with a corrupt block and
 a torn tail) and checks the report's tables: counts exact (each record once,
-from the most advanced replica), latencies within the client's timing of each
+from the soundest, most advanced replica), latencies within the client's timing of each
 delete, corruption and lag reported. Each check is a helper named for what it
 proves.
 """
@@ -100,7 +100,7 @@ def check_replication_and_corruption(wl: Workload, out: Path, lag_b: int) -> Non
     assert ("replica-b", lag_b) in set(zip(lagging["host"], lagging["lag_records"], strict=True))
     assert set(rep[rep["host"] == wl.node]["lag_records"]) == {0}
     bad = table(out, "corruption")
-    assert set(bad["host"]) == {"replica-c"}
+    assert set(bad["host"]) == {"0-replica-c"}
     assert sorted(r.split(":")[0] for r in bad["reason"]) == ["payload checksum mismatch",
                                                                "truncated payload"]
 
@@ -112,7 +112,8 @@ def make_replicas(wl: Workload, dest: Path) -> int:
     for name in ("a", "b", "c"):
         shutil.copytree(host, dest / name)
     (dest / "b" / "host.json").write_text('{"node": "replica-b"}')
-    (dest / "c" / "host.json").write_text('{"node": "replica-c"}')
+    # (named to sort first: a tie on the highest seq went to it by name, corrupt block and all)
+    (dest / "c" / "host.json").write_text('{"node": "0-replica-c"}')
     seg_b = max((dest / "b").rglob("*.seg"), key=lambda p: p.stat().st_size)
     last = [b.header for b in iter_blocks(seg_b)][-1]  # type: ignore[union-attr]
     os.truncate(seg_b, last.offset)

@@ -22,6 +22,12 @@ from zmqueue.cli.main import main
     (["keys", "data-key", "--queue", "bad/../name", "--key-dir", "{tmp}"], "invalid queue name"),
     (["keys", "data-key", "--queue", "", "--key-dir", "{tmp}"], "invalid queue name"),
     (["demo", "--hosts", "0"], "needs at least 1 host"),
+    (["analytics", "deliveries", "--data", "{tmp}", "--since", "yesterday"], "is not a time"),
+    (["analytics", "deliveries", "--data", "{tmp}", "--since", "2026-11-29T10:00",
+      "--until", "2026-11-29T09:00"], "is not before --until"),
+    (["analytics", "deliveries", "--data", "{tmp}", "--key-dir", "/nonexistent-keys"],
+     "no such key directory"),
+    (["analytics", "deliveries", "--data", "{tmp}", "--rows", "-1"], "--rows must be 0 or more"),
 ])
 def test_a_bad_argument_is_one_line_and_status_1(
         argv: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

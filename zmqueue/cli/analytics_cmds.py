@@ -60,19 +60,39 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
     return {k: v for k, v in pairs if v}
 
 
-def _check_data(dirs: list[str]) -> None:
-    """Each local data directory must exist before Spark starts (it takes seconds)."""
-    for data in dirs:
+def _check_args(args: argparse.Namespace) -> None:
+    """What can be checked before Spark starts (it takes seconds): the local data
+    and key directories exist, the times parse and are in order, --rows >= 0."""
+    from analytics.options import parse_time_ms
+
+    for data in args.data:
         if "://" not in data and not Path(data).is_dir():
             raise ConfigError(f"no such data directory: {data} (give the hosts' --data-dir, or the "
                               "directory holding them)", field="data")
+    if args.key_dir and not Path(args.key_dir).is_dir():
+        raise ConfigError(f"no such key directory: {args.key_dir} (the hosts' --key-dir, holding "
+                          "<queue>.key files)", field="key_dir")
+    times = {}
+    for name in ("since", "until"):
+        value = getattr(args, name)
+        if value:
+            try:
+                times[name] = parse_time_ms(value)
+            except ValueError:
+                raise ConfigError(f"--{name} {value!r} is not a time: give ISO-8601 (2026-11-29T10:00, "
+                                  "2026-11-29T10:00:00Z) or Unix milliseconds", field=name) from None
+    if len(times) == 2 and times["since"] >= times["until"]:
+        raise ConfigError(f"--since {args.since} is not before --until {args.until}: no record "
+                          "could match", field="since")
+    if getattr(args, "rows", 0) < 0:
+        raise ConfigError(f"--rows must be 0 or more, got {args.rows}", field="rows")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from analytics.report import build_report
     from analytics.session import get_session
 
-    _check_data(args.data)
+    _check_args(args)
     spark = get_session(args.master)
     rep = build_report(spark, args.data, Path(args.out), _options(args), progress=not args.no_progress)
     bad = len(rep.tables["corruption"])
@@ -86,7 +106,7 @@ def cmd_job(args: argparse.Namespace) -> int:
     from analytics.jobs.common import host_count, load_records, one_replica
     from analytics.session import get_session
 
-    _check_data(args.data)
+    _check_args(args)
     spark = get_session(args.master)
     df = load_records(spark, args.data, **_options(args))
     if args.job not in ("replication", "corruption") and host_count(args.data) > 1:
