@@ -24,7 +24,7 @@ from analytics.blob import Fields, decode_blobs
 from analytics.layout import ReadUnit
 from analytics.options import DEFAULT_BATCH_ROWS
 from analytics.schema import TS, arrow_schema
-from analytics.sealed import BODY, OVERHEAD, KeyRing, is_sealed
+from analytics.sealed import BODY, FLAG_SEAL_KNOWN, FLAG_SEALED, OVERHEAD, KeyRing, is_sealed
 from analytics.segments import RECORD_TYPES, BadBlock, Block, iter_blocks
 
 
@@ -149,10 +149,19 @@ def block_batch(unit: ReadUnit, block: Block, opts: ReadOptions) -> pa.RecordBat
 
 
 def _first_byte_sealed(table: np.ndarray, heap: bytes, off: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Which MESSAGE payloads (at ``off``, ``size`` long) are sealed: as the
+    record flags say where the writer set FLAG_SEAL_KNOWN, else guessed from
+    the first byte (older logs; a plain body starting with 0xE5 looks sealed)."""
     out: np.ndarray = (table["type"] == 1) & (size >= OVERHEAD)
-    if out.any() and len(heap):
-        first = np.frombuffer(heap, np.uint8)[np.minimum(off, len(heap) - 1)]
-        out &= first == 0xE5
+    if out.any():
+        flags = table["flags"]
+        known = (flags & FLAG_SEAL_KNOWN) != 0
+        said = (flags & FLAG_SEALED) != 0
+        if known.all():
+            out &= said
+        elif len(heap):
+            first = np.frombuffer(heap, np.uint8)[np.minimum(off, len(heap) - 1)]
+            out &= np.where(known, said, first == 0xE5)
     return out
 
 
@@ -173,10 +182,11 @@ def _plain_sizes(table: np.ndarray, heap: bytes) -> np.ndarray:
 def _payloads(table: np.ndarray, heap: bytes, queue: str, keys: KeyRing | None) -> pa.Array:
     is_msg = table["type"] == 1
     offs, lens = table["data_off"].astype(np.int64), table["body_len"].astype(np.int64)
+    flags = table["flags"].tolist()
     out: list[bytes | None] = []
     for i, (o, n, m) in enumerate(zip(offs.tolist(), lens.tolist(), is_msg.tolist(), strict=True)):
         body = heap[o:o + n] if m else None
-        if body is not None and is_sealed(body):
+        if body is not None and is_sealed(body, flags[i]):
             mid = table["message_id"][i].tobytes()
             body = keys.open(queue, body, mid, BODY) if keys is not None else None
         out.append(body)

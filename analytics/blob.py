@@ -94,9 +94,10 @@ def decode_blobs(table: np.ndarray, heap: bytes, cache: dict[bytes, Fields], que
     if len(idx):
         starts = (table["data_off"][idx].astype(np.int64) + table["body_len"][idx]).tolist()
         lens = table["attr_len"][idx].tolist()
-        for i, s, n in zip(idx.tolist(), starts, lens, strict=True):
+        flags = table["flags"][idx].tolist()
+        for i, s, n, fl in zip(idx.tolist(), starts, lens, flags, strict=True):
             blob = heap[s:s + n]
-            if is_sealed(blob):
+            if is_sealed(blob, fl):
                 sealed[i] = True
                 opened = keys.open(queue, blob, table["message_id"][i].tobytes(), ATTRS) if keys else None
                 if opened is None:

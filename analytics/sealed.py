@@ -23,8 +23,22 @@ OVERHEAD = HEADER + 16
 BODY, ATTRS = b"b", b"a"
 
 
-def is_sealed(data: bytes) -> bool:
-    return len(data) >= OVERHEAD and data[0] == MAGIC
+FLAG_SEALED = 0x1
+"""Record flag: the MESSAGE's body and attribute blob are sealed at rest."""
+FLAG_SEAL_KNOWN = 0x2
+"""Record flag: the writer says whether FLAG_SEALED holds (records a host wrote
+since the thirty-fourth session); without it a reader guesses from the
+payload's first byte, which a plain body may share (docs/SEGMENT_FORMAT.md)."""
+
+
+def is_sealed(data: bytes, flags: int = 0) -> bool:
+    """Whether a stored body or blob is sealed: as its record's flags say, when
+    they say; else by its first byte (older logs)."""
+    if len(data) < OVERHEAD:
+        return False
+    if flags & FLAG_SEAL_KNOWN:
+        return bool(flags & FLAG_SEALED)
+    return data[0] == MAGIC
 
 
 class KeyRing:

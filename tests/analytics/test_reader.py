@@ -222,3 +222,27 @@ def test_heap_bounds_are_checked_per_record() -> None:
     header, comp = _payload([(0, 10, 0), (10, 2, 9)], b"h" * 20)
     with pytest.raises(ValueError, match="past the heap"):
         decode_payload(header, comp)
+
+
+def test_record_flags_say_whether_a_payload_is_sealed_and_old_logs_are_guessed(tmp_path: Path) -> None:
+    """A plain body may start with 0xE5 (CJK text in UTF-8 does: 常 is E5 B8 B8), the
+    byte sealed payloads start with. A host's records say whether their queue seals
+    (FLAG_SEAL_KNOWN, FLAG_SEALED); records without the flags (older logs, the engine
+    alone) are still guessed from the first byte."""
+    from zmqueue.dataplane.storage.records import FLAG_SEAL_KNOWN, FLAG_SEALED
+
+    text = "常见问题 这是一个很长的普通消息 不是加密的".encode()
+    assert text[0] == 0xE5 and len(text) >= 30
+    cols = ["encrypted", "payload_size", "payload"]
+    for name, flags, encrypted in (("plain", FLAG_SEAL_KNOWN, False), ("old", 0, True),
+                                   ("sealed", FLAG_SEAL_KNOWN | FLAG_SEALED, True)):
+        host = tmp_path / name / "h1"
+        cfg = StorageConfig(fsync="never", record_flags=flags)
+        store = PartitionStore.open(host / "queues" / name / "0", cfg, now_ms=T0)
+        store.append([NewMessage(uuid.uuid4().bytes, text, b"")], T0)
+        store.commit()
+        store.close()
+        [row] = read_table([tmp_path / name], cols, payload="true").to_pylist()
+        assert row["encrypted"] is encrypted, name
+        if not encrypted:
+            assert row == {"encrypted": False, "payload_size": len(text), "payload": text}

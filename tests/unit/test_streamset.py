@@ -114,3 +114,26 @@ def test_a_directory_that_cannot_be_moved_is_deleted_in_place(tmp_path: Path) ->
     trash.discard(victim)
     assert not victim.exists() and trash.idle(1)
     trash.discard(tmp_path / "never-existed")  # nothing to do, no error
+
+
+def test_a_hosts_stores_flag_every_record_with_whether_the_queue_seals_payloads(tmp_path: Path) -> None:
+    """Readers (Spark) cannot tell a sealed payload from a plain one starting with its
+    magic byte; the host's records say it (docs/SEGMENT_FORMAT.md, record flags)."""
+    from zmqueue.dataplane.storage import NewMessage, PartitionStore, StorageConfig
+    from zmqueue.dataplane.storage.records import FLAG_SEAL_KNOWN, FLAG_SEALED
+    from zmqueue.dataplane.storage.segment import ScannedBlock, scan_segment
+    from zmqueue.dataplane.streamset import storage_config
+
+    for encrypted, want in ((False, FLAG_SEAL_KNOWN), (True, FLAG_SEAL_KNOWN | FLAG_SEALED)):
+        cfg = storage_config(QueueConfig("q", encrypted=encrypted), StorageConfig(fsync="never"))
+        assert cfg.record_flags == want
+        d = tmp_path / str(encrypted)
+        store = PartitionStore.open(d, cfg, now_ms=1000)
+        store.append([NewMessage(b"m" * 16, b"body", b"")], 1000)
+        store.commit()
+        store.delete_many([(1, 0)], 1000)
+        store.commit()
+        store.close()
+        flags = [int(f) for seg in sorted(d.glob("*.seg")) for block in scan_segment(seg, 0)
+                 if isinstance(block, ScannedBlock) for f in block.table["flags"]]
+        assert flags and set(flags) == {want}

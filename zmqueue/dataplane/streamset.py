@@ -18,6 +18,7 @@ from typing import Any
 
 from zmqueue.config import QueueConfig
 from zmqueue.dataplane.storage import PartitionStore, StorageConfig
+from zmqueue.dataplane.storage.records import FLAG_SEAL_KNOWN, FLAG_SEALED
 from zmqueue.dataplane.stream import Stream
 from zmqueue.dataplane.topology import Metadata, PartKey, StreamKey
 from zmqueue.dataplane.trash import Trash
@@ -26,8 +27,9 @@ log = logging.getLogger(__name__)
 
 
 def storage_config(cfg: QueueConfig, defaults: StorageConfig) -> StorageConfig:
+    flags = FLAG_SEAL_KNOWN | (FLAG_SEALED if cfg.encrypted else 0)  # (readers: sealed or not)
     return replace(defaults, fsync=cfg.fsync, retention_ms=cfg.retention_s * 1000,
-                   max_messages=cfg.max_messages, fifo=cfg.fifo)
+                   max_messages=cfg.max_messages, fifo=cfg.fifo, record_flags=flags)
 
 
 class StreamSet:

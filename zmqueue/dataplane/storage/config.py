@@ -35,6 +35,9 @@ class StorageConfig:
     max_bytes: int | None = None  # QueueLimitReached beyond this many body+attribute bytes
     fifo: bool = False
     min_free_bytes: int = 0
+    record_flags: int = 0
+    """OR-ed into the flags of every record committed (``records.FLAG_*``): a
+    host sets FLAG_SEAL_KNOWN, and FLAG_SEALED for an encrypted queue."""
     """Refuse new messages (DiskFull) while the disk holding the partition has
     less free space than this, read with ``statvfs`` at most every 0.1 s, so
     receives, deletes and replicated records keep room to be written and
@@ -54,6 +57,7 @@ class StorageConfig:
                 value=self.fsync,
             )
         _bound("min_free_bytes", self.min_free_bytes, 0, 1 << 50)
+        _bound("record_flags", self.record_flags, 0, 3)
         if self.max_messages is not None:
             _bound("max_messages", self.max_messages, 1, 1 << 62)
         if self.max_bytes is not None:

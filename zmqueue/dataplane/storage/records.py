@@ -24,9 +24,9 @@ Record (88 bytes, one per record, fields unused by a type are zero)::
     off size field
       0   1  type           RecordType
       1   1  rec_version    1
-      2   2  flags          0 (reserved)
+      2   2  flags          FLAG_SEAL_KNOWN | FLAG_SEALED (see there); 0 from the engine alone
       4   4  body_len       u32 (MESSAGE)
-      8   8  epoch          u64, leadership term that wrote it (0 = unreplicated)
+      8   8  epoch          u64, leadership term that wrote it (0: the engine alone)
      16   8  seq            u64, strictly increasing over the whole partition log
      24   8  target_seq     u64, message referenced (DELETE, VISIBILITY, DLQ_MOVE);
                             PURGE: highest seq purged
@@ -56,6 +56,13 @@ from zmqueue.errors import CorruptSegment
 MAGIC = b"ZMQB"
 FORMAT_VERSION = 1
 RECORD_VERSION = 1
+FLAG_SEALED = 0x1
+"""Record flag: the queue seals payloads at rest (a MESSAGE's body and blob
+are sealed unless empty)."""
+FLAG_SEAL_KNOWN = 0x2
+"""Record flag: FLAG_SEALED says whether the queue seals (set on every record
+a host writes since the thirty-fourth session; older records have flags 0,
+and a reader guesses sealing from a payload's first byte)."""
 CODEC_LZ4_BLOCK = 1
 HEADER = struct.Struct("<4sBBHIQQIII")  # without header_crc
 HEADER_BYTES = HEADER.size + 4

@@ -75,7 +75,9 @@ Chunk = tuple[Table, bytes]
 
 
 class Staging:
-    def __init__(self) -> None:
+    def __init__(self, record_flags: int = 0) -> None:
+        self.record_flags = np.uint64(record_flags << 16)
+        """OR-ed into word 0 of every row taken (``flags`` is its bytes 2-3)."""
         self.n = 0  # rows staged
         self.heaps: list[bytes] = []
         self.heap_len = 0
@@ -223,6 +225,9 @@ class Staging:
         contiguous): (payload, record count, first seq, last seq).  Staging is
         left empty; the payload stays valid until the next take_payload()."""
         n, b = self.n, self._b
+        if self.record_flags:
+            word0 = b.w64[:n, 0]
+            word0 |= self.record_flags
         table_end = n * RECORD_BYTES
         end = table_end + self.heap_len
         if end > len(b.raw):

@@ -95,7 +95,7 @@ class PartitionStore:
         self.backlog = Backlog()
         self._next_seq, self._last_written = 1, 0
         self._last_epoch = 0
-        self.staged = Staging()
+        self.staged = Staging(self.config.record_flags)
         self.index = BlockIndex()
         report, segments = recover_directory(self.directory, self._replay_block)
         if restart:
