@@ -21,6 +21,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from zmqueue.errors import StartupError
 
 NODE_HEADER = "X-Zmqueue-Node"
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""Straight to the host: never through a proxy from HTTP(S)_PROXY."""
 
 
 def node_answers(http_endpoint: str, node: str, timeout_s: float = 1.0) -> bool:
@@ -28,7 +30,7 @@ def node_answers(http_endpoint: str, node: str, timeout_s: float = 1.0) -> bool:
     (``http://host:port``), healthy or not. A refused connection, a timeout
     (a frozen process) or another node's answer is False."""
     try:
-        with urllib.request.urlopen(f"{http_endpoint}/health", timeout=timeout_s) as resp:
+        with _DIRECT.open(f"{http_endpoint}/health", timeout=timeout_s) as resp:
             return bool(resp.headers.get(NODE_HEADER) == node)
     except urllib.error.HTTPError as exc:  # 503: a stalled loop, but a process that runs
         return bool(exc.headers.get(NODE_HEADER) == node)

@@ -35,13 +35,13 @@ class StorageConfig:
     max_bytes: int | None = None  # QueueLimitReached beyond this many body+attribute bytes
     fifo: bool = False
     min_free_bytes: int = 0
-    record_flags: int = 0
-    """OR-ed into the flags of every record committed (``records.FLAG_*``): a
-    host sets FLAG_SEAL_KNOWN, and FLAG_SEALED for an encrypted queue."""
     """Refuse new messages (DiskFull) while the disk holding the partition has
     less free space than this, read with ``statvfs`` at most every 0.1 s, so
     receives, deletes and replicated records keep room to be written and
     consumers can drain. 0: only after a write failed for lack of space."""
+    record_flags: int = 0
+    """OR-ed into the flags of every record committed (``records.FLAG_*``): a
+    host sets FLAG_SEAL_KNOWN, and FLAG_SEALED for an encrypted queue."""
 
     def validate(self) -> StorageConfig:
         """Raise :class:`ConfigError` naming the field and its bound; return self."""
