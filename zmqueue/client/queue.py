@@ -111,27 +111,23 @@ def _text(item: Deletable) -> str:
     return item if isinstance(item, str) else item.receipt
 
 
-_NO_INCARNATION: Any = object()
-
-
 def delete_refs(origin: str, items: Sequence[Deletable]) -> tuple[list[Any], int | None] | None:
     """``dref`` for these messages of one stream and the queue incarnation
     they were received from, if every one was read from a column group of
     that incarnation (else None: they go as receipt texts, which carry it)."""
+    first = column_ref(items[0]) if items and isinstance(items[0], Message) else None
+    if first is None:
+        return None
+    inc = first[0].incarnation
     seqs: list[int] = []
     counts: list[int] = []
-    inc = _NO_INCARNATION
     for m in items:
         ref = column_ref(m) if isinstance(m, Message) else None
-        if ref is None:
+        if ref is None or ref[0].incarnation != inc:  # (or of a queue deleted since, and its successor)
             return None
-        if ref[0].incarnation != inc:
-            if inc is not _NO_INCARNATION:
-                return None  # (received from a queue deleted since, and from its successor)
-            inc = ref[0].incarnation
         seqs.append(ref[1])
         counts.append(ref[2])
-    return [origin, seqs, counts], (None if inc is _NO_INCARNATION else inc)
+    return [origin, seqs, counts], inc
 
 
 def _outcomes(idxs: list[int], results: list[Any], out: list[ZmqueueError | None]) -> None:
