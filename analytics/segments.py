@@ -57,7 +57,7 @@ RECORD_DTYPE = np.dtype([
 ])
 assert RECORD_DTYPE.itemsize == RECORD_BYTES
 
-RECORD_TYPES = {1: "MESSAGE", 2: "DELETE", 3: "VISIBILITY", 4: "DLQ_MOVE", 5: "PURGE"}
+RECORD_TYPES = {1: "MESSAGE", 2: "DELETE", 3: "VISIBILITY", 4: "DLQ_MOVE", 5: "PURGE", 6: "EPOCH"}
 
 
 @dataclass(frozen=True)

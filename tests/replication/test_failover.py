@@ -347,3 +347,46 @@ def test_a_new_writer_s_first_records_extend_the_replicas_copies_without_a_resyn
     others = [h.node for h in hs if h.node not in (node, new[0])]
     assert [_resyncs(consul_agent, n) for n in [new[0], *others]] == [0.0, 0.0], \
         "a replica dropped its copy of the stream after the writer changed"
+
+
+def _positions(agent: ConsulAgent, queue: str, origin: str) -> dict[str, tuple[int, int]]:
+    """Each replica's published (epoch of its last record, seq) of a stream."""
+    _, items = consul_for(agent).kv.get(f"zmqueue-positions/{queue}/0/{origin}/", recurse=True)
+    out = {}
+    for it in items or []:
+        pos = json.loads(it["Value"])
+        out[it["Key"].rsplit("/", 1)[1]] = (int(pos["epoch"]), int(pos["seq"]))
+    return out
+
+
+def test_a_new_writer_appends_a_record_of_its_epoch_that_its_replicas_hold_before_any_send(
+        hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
+    """A host that takes over a stream whose log is not empty appends a record
+    of its own epoch (RecordType.EPOCH, no message), and the replicas copy it:
+    positions compare by the epoch of the last record, and without it a log
+    whose last records were of an older term compared as behind a copy
+    holding another writer's later records, though some of its own had been
+    acknowledged since (docs/REPLICATION.md, "Takeover record")."""
+    hs = three_hosts(hosts, consul_agent)
+    q = client.create_queue("term.fifo", fifo=True, replication_factor=3)
+    for i in range(5):
+        q.send(f"{i}".encode(), group_id="g", dedup_id=f"d{i}")
+    node, epoch = wait_for(lambda: writer_of(consul_agent, "term.fifo", "fifo"), 10, "a writer")
+    by_node(hs, node).kill9()
+    new_node, new_epoch = wait_for(
+        lambda: (w := writer_of(consul_agent, "term.fifo", "fifo")) and w[0] != node and w,
+        10, "a new writer")
+    assert new_epoch > epoch
+    survivors = [h.node for h in hs if h.node != node]
+
+    def both_at_the_new_epoch() -> dict[str, tuple[int, int]] | None:
+        pos = _positions(consul_agent, "term.fifo", "fifo")
+        return pos if all(pos.get(n, (0, 0))[0] == new_epoch for n in survivors) else None
+
+    pos = wait_for(both_at_the_new_epoch, 15, f"{survivors} at epoch {new_epoch}, no send made")
+    # the takeover record took the seq after the 5 messages, on the new writer and on the
+    # other survivor alike
+    other = next(n for n in survivors if n != new_node)
+    assert pos[new_node] == pos[other] == (new_epoch, 6), pos
+    # and the messages are all there, in order, for the next consumer
+    assert drain_in_order(q, 5, 20) == [f"{i}".encode() for i in range(5)]

@@ -57,6 +57,7 @@ OPS = st.one_of(
     st.tuples(st.just("release"), st.integers(0, 11)),
     st.tuples(st.just("tick"), st.integers(1, 120)),
     st.tuples(st.just("purge"),),
+    st.tuples(st.just("takeover"),),
 )
 
 
@@ -126,6 +127,11 @@ def test_scalar_paths_leave_what_the_array_paths_leave(ops: list[tuple[Any, ...]
                     with array_paths():
                         wa.purge(now)
                     held, dead_letters = [], []
+                elif op[0] == "takeover":  # a new writer's record of its epoch: no message
+                    for s, paths in ((w, nullcontext()), (wa, array_paths())):
+                        with paths:
+                            s.epoch += 1
+                            assert s.mark_epoch(now) == s.last_seq and s.last_epoch == s.epoch
                 w.commit()
                 with array_paths():
                     wa.commit()
@@ -142,6 +148,7 @@ def test_scalar_paths_leave_what_the_array_paths_leave(ops: list[tuple[Any, ...]
                     r.commit()
                     ra.commit()
                 assert state(r) == state(ra)
+                assert (r.last_seq, r.last_epoch) == (w.last_seq, w.last_epoch)
             # and a restart recovers the same (small blocks replay on the scalar path)
             for s in (r, ra):
                 s.close()

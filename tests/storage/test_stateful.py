@@ -266,13 +266,23 @@ class StoreMachine(RuleBasedStateMachine):
         self.model.clear()
 
     @rule()
+    def takeover(self) -> None:
+        """A new writer's record of its epoch (RecordType.EPOCH): no message,
+        the next seq, the log's last epoch; restarts keep it."""
+        self.store.epoch += 1
+        seq = self.store.mark_epoch(self.now)
+        assert (self.store.last_seq, self.store.last_epoch) == (seq, self.store.epoch)
+
+    @rule()
     def commit(self) -> None:
         self.store.commit()
 
     @rule()
     def restart(self) -> None:
+        before = (self.store.last_seq, self.store.last_epoch)
         self.store.close()
         self.store = PartitionStore.open(self.dir, self.config, now_ms=self.now)
+        assert (self.store.last_seq, self.store.last_epoch) == before
         assert self.store.recovery_report.corrupt_blocks == []
         for m in self.model.values():
             if m.state in ("in_flight", "moving"):

@@ -4,7 +4,8 @@ requests that arrive in between.
 A host elected to write a stream does not serve it at once: the stream is
 RECOVERING while the host asks its peers' positions and fetches the records
 it lacks (catch-up), for at most ``RECOVERY_S``; then it becomes WRITER from
-the last sequence it holds. Sends and receives that arrive meanwhile, or
+the last sequence it holds, and appends a record of its epoch (EPOCH) when
+its log is not empty. Sends and receives that arrive meanwhile, or
 while no writer of the stream is known at all (an election in progress), are
 *held* (for at most ``WRITER_WAIT_MS`` in all) and run again when the writer
 settles, instead of bouncing with NOT_LEADER. See docs/REPLICATION.md
@@ -99,11 +100,31 @@ class Handover:
             # epoch kept from when this host opened the stream empty, then applied
             # records as a replica, made every replica drop its copy)
             st.published_all()
+            self._mark_epoch(st)
             st.follower_pos = {}
             st.follower_seen = {}
             st.writer_since = now
             log.info("writing stream %s at epoch %d from seq %d", key, st.epoch, st.store.last_seq)
             self.rerun(key)
+
+    def _mark_epoch(self, st: Stream) -> None:
+        """Append the takeover record (RecordType.EPOCH) to a log that is not
+        empty, so that this host's position is of its own term before it
+        acknowledges anything: without it, a log whose last records are of an
+        older term compared as behind a copy holding another writer's later
+        records, although some of its own had been acknowledged since (Raft's
+        leader appends a no-op entry of its term for this). Every ack of this
+        term waits for a quorum to hold the record (``PendingAck.seq`` is the
+        store's last seq), as Raft commits older entries only with one of its
+        own term. docs/REPLICATION.md, "Takeover record"."""
+        if not st.store.last_seq or st.store.last_epoch >= st.epoch:
+            return
+        try:
+            st.store.mark_epoch(now_ms())
+        except ZmqueueError as exc:  # a closed store: the stream is going away
+            log.warning("stream %s: no takeover record: %s", st.key, exc)
+            return
+        self.svc.dirty.add(st.key)
 
     def on_deposed(self, key: StreamKey) -> None:
         """The host lost ``key``'s lock: no recovery, held requests answered

@@ -29,7 +29,7 @@ Record (88 bytes, one per record, fields unused by a type are zero)::
       8   8  epoch          u64, leadership term that wrote it (0: the engine alone)
      16   8  seq            u64, strictly increasing over the whole partition log
      24   8  target_seq     u64, message referenced (DELETE, VISIBILITY, DLQ_MOVE);
-                            PURGE: highest seq purged
+                            PURGE: highest seq purged; EPOCH: 0
      32  16  message_id     16 bytes (MESSAGE; copied into VISIBILITY/DELETE/DLQ_MOVE)
      48   8  time_ms        i64, MESSAGE: enqueue time; others: time of the action
      56   8  visible_at_ms  i64, MESSAGE: first visible time; VISIBILITY: new deadline
@@ -78,6 +78,11 @@ class RecordType(IntEnum):
     VISIBILITY = 3
     DLQ_MOVE = 4
     PURGE = 5
+    EPOCH = 6
+    """A writer's first record of its term (no message): written when a host
+    takes over a stream whose log is not empty, so that its log's position,
+    (epoch of the last record, seq), is of its own term before it
+    acknowledges anything (Raft's no-op entry; docs/REPLICATION.md)."""
 
 
 RECORD_DTYPE = np.dtype(
@@ -264,5 +269,5 @@ def _check_table(header: BlockHeader, table: Table, heap_len: int) -> None:
     if int(ends.max()) > heap_len:
         raise CorruptSegment("record data beyond the heap")
     types = table["type"]
-    if int(types.min()) < RecordType.MESSAGE or int(types.max()) > RecordType.PURGE:
+    if int(types.min()) < RecordType.MESSAGE or int(types.max()) > max(RecordType):
         raise CorruptSegment("unknown record type")

@@ -384,10 +384,20 @@ class PartitionStore:
         self._check_open(now_ms)
         count = self._total()
         seq = self._alloc(1)
+        self._last_epoch = self.epoch
         self.staged.stage_ref(RecordType.PURGE, seq, seq - 1, b"", 0, self.epoch, now_ms)
         self.ring.clear()
         self.backlog.reset()
         return count
+
+    def mark_epoch(self, now_ms: int) -> int:
+        """Stage one EPOCH record of the current :attr:`epoch` (a writer taking
+        over: see RecordType.EPOCH); return its seq."""
+        self._check_open(now_ms)
+        seq = self._alloc(1)
+        self._last_epoch = self.epoch
+        self.staged.stage_ref(RecordType.EPOCH, seq, 0, b"", 0, self.epoch, now_ms)
+        return seq
 
     def expire(self, now_ms: int) -> int:
         """Drop messages older than retention_ms; return how many.
