@@ -45,6 +45,9 @@ class Handover:
         """Sends and receives held while a stream's writer is being settled."""
         self.held_due = 0
         """The earliest time (ms) a held request stops waiting."""
+        self.unmarked: set[StreamKey] = set()
+        """Streams written here whose takeover record may have been lost with a
+        failed commit (a full disk): appended again at the next tick."""
 
     # --- recovery of a newly elected writer -----------------------------------------
     def on_elected(self, key: StreamKey, epoch: int) -> None:
@@ -116,7 +119,10 @@ class Handover:
         leader appends a no-op entry of its term for this). Every ack of this
         term waits for a quorum to hold the record (``PendingAck.seq`` is the
         store's last seq), as Raft commits older entries only with one of its
-        own term. docs/REPLICATION.md, "Takeover record"."""
+        own term. A pending ack is released only once the log holds a record
+        of this term (``QueueService._release``), so a takeover record lost
+        with a failed commit (a full disk) is appended again (``unmarked``)
+        before anything is acknowledged. docs/REPLICATION.md, "Takeover record"."""
         if not st.store.last_seq or st.store.last_epoch >= st.epoch:
             return
         try:
@@ -191,5 +197,11 @@ class Handover:
     def tick(self, now: int) -> None:
         if self.recovering:
             self._finish_recovery()
+        if self.unmarked:
+            for key in self.unmarked:
+                st = self.svc.set.streams.get(key)
+                if st is not None and st.role is Role.WRITER:
+                    self._mark_epoch(st)
+            self.unmarked.clear()
         if self.held and now >= self.held_due:
             self.rerun()  # the ones past their deadline get NOT_LEADER

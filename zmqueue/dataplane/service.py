@@ -682,6 +682,8 @@ class QueueService:
                     replicas=len(st.replicas), acknowledged=have, stored=True))
 
     def _release(self, st: Stream) -> None:
+        if st.store.last_epoch < st.epoch and st.store.last_seq:
+            return  # no record of this term yet (its takeover record failed to commit)
         done = st.replicated_seq()
         while st.acks and st.acks[0].seq <= done:
             a = st.acks.popleft()
@@ -706,6 +708,8 @@ class QueueService:
                 log.warning("commit of %s failed: %s", key, exc)
                 for a in acks:
                     a.request.fail(exc)
+                if st.role is Role.WRITER:  # what was staged is gone: the takeover record too
+                    self.handover.unmarked.add(key)
                 continue
             if st.role is Role.WRITER:
                 if len(st.replicas) > 1:  # R=1: nobody to publish to
