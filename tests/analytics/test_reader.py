@@ -246,3 +246,18 @@ def test_record_flags_say_whether_a_payload_is_sealed_and_old_logs_are_guessed(t
         assert row["encrypted"] is encrypted, name
         if not encrypted:
             assert row == {"encrypted": False, "payload_size": len(text), "payload": text}
+
+
+def test_a_takeover_record_reads_as_epoch_with_no_message(tmp_path: Path) -> None:
+    """A writer's record of its epoch (RecordType.EPOCH, docs/SEGMENT_FORMAT.md) is a
+    record type of its own, selectable by name, and carries no message."""
+    host = tmp_path / "h1"
+    write_log(host, blocks=1, per_block=2)
+    store = PartitionStore.open(host / "queues" / "q" / "0", StorageConfig(fsync="never"), now_ms=T0)
+    store.epoch = 7
+    store.mark_epoch(T0 + 5)
+    store.close()
+    t = read_table([tmp_path], ["seq", "record_type", "epoch", "message_id", "payload_size"]).to_pylist()
+    assert [(r["seq"], r["record_type"]) for r in t] == [(1, "MESSAGE"), (2, "MESSAGE"), (3, "EPOCH")]
+    assert (t[2]["epoch"], t[2]["payload_size"]) == (7, 0)
+    assert read_table([tmp_path], ["seq"], types="EPOCH").column("seq").to_pylist() == [3]
