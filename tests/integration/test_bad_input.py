@@ -1,7 +1,8 @@
 """Bad input from an application gets a specific error at once, and leaves
 nothing behind: settings that are not whole numbers, dead-letter queues of
 the other type, a request over the frame limit, receipts naming a partition
-the queue does not have, wrong argument types (real hosts, real Consul)."""
+the queue does not have, wrong argument types, attributes the wire cannot
+carry (real hosts, real Consul)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,27 @@ def test_a_request_over_the_frame_limit_is_refused_before_it_is_sent(qcluster: Q
     assert not [ep for ep, b in breakers.items() if b.failures], "no host was counted as failing"
     q.send(b"small")
     assert q.stats()["total"] == 1
+
+
+@pytest.mark.parametrize(("attributes", "says"), [
+    ({"n": 1 << 64}, "does not fit in 64 bits"),
+    ({"n": -(1 << 63) - 1}, "does not fit in 64 bits"),
+    ({"s": "a\udc80b"}, "cannot be sent as UTF-8"),
+    ({"\udc80": "v"}, "cannot be sent as UTF-8"),
+], ids=["int-too-big", "int-too-small", "value-surrogate", "name-surrogate"])
+def test_an_attribute_the_wire_cannot_carry_is_invalid_parameter_and_nothing_is_stored(
+        qcluster: QueueCluster, attributes: dict[str, object], says: str) -> None:
+    """(It was ProtocolError "cannot encode body" from the transport.) The
+    edges of the 64-bit range are carried."""
+    q = qcluster.client.create_queue(qcluster.queue_name())
+    with pytest.raises(zmqueue.InvalidParameter, match=says):
+        q.send(b"x", attributes=attributes)
+    with pytest.raises(zmqueue.InvalidParameter, match=says):
+        q.send_batch([zmqueue.OutgoingMessage(b"x", attributes), b"y"])  # type: ignore[arg-type]
+    assert q.stats()["total"] == 0
+    q.send(b"edges", attributes={"max": (1 << 64) - 1, "min": -(1 << 63)})
+    [m] = q.receive(wait_time=5)
+    assert m.attributes == {"max": (1 << 64) - 1, "min": -(1 << 63)}
 
 
 def test_receipts_and_arguments_of_the_wrong_kind_are_refused_at_once(qcluster: QueueCluster) -> None:

@@ -206,6 +206,42 @@ def test_change_visibility_batch_releases_extends_and_answers_for_each_receipt(
         q.change_visibility_batch([], 0)
 
 
+@pytest.mark.parametrize("fifo", [False, True], ids=["standard", "fifo"])
+def test_a_long_poll_on_a_queue_deleted_while_it_waits_raises_queue_not_found(
+        qcluster: QueueCluster, fifo: bool) -> None:
+    """As a receive without a wait does, and well before its wait ends (it
+    returned [] after the whole wait)."""
+    c = qcluster.client
+    name = qcluster.queue_name() + (".fifo" if fifo else "")
+    q = c.create_queue(name, fifo=fifo)
+    assert q.receive(wait_time=0) == []
+    out: dict[str, object] = {}
+    polling = threading.Event()
+    long_poll = q._long_poll
+
+    def spy(*args: object) -> object:  # (the real long poll, once it starts)
+        polling.set()
+        return long_poll(*args)
+
+    q._long_poll = spy
+
+    def poll() -> None:
+        t0 = time.monotonic()
+        try:
+            out["got"] = q.receive(wait_time=15)
+        except zmqueue.ZmqueueError as exc:
+            out["got"] = exc
+        out["s"] = time.monotonic() - t0
+
+    waiting = threading.Thread(target=poll, daemon=True)
+    waiting.start()
+    wait_for(polling.is_set, 10, "the long poll started")
+    c.delete_queue(name)
+    waiting.join(20)
+    assert isinstance(out.get("got"), zmqueue.QueueNotFound), out
+    assert float(out["s"]) < 10, out  # type: ignore[arg-type]
+
+
 def test_long_polling_returns_as_soon_as_a_message_arrives_or_empty_after_wait_time(
         qcluster: QueueCluster) -> None:
     q = qcluster.client.create_queue(qcluster.queue_name())

@@ -54,7 +54,32 @@ class OutgoingMessage:
 
     def to_wire(self) -> list[Any]:
         body = _utf8(self.body) if isinstance(self.body, str) else self.body
+        if self.attributes:
+            _check_encodable(self.attributes)
         return [body, self.attributes or None, self.delay, self.group_id, self.dedup_id]
+
+
+INT_MIN, INT_MAX = -(1 << 63), (1 << 64) - 1
+"""The integers an attribute can carry (msgpack: int64 and uint64)."""
+
+
+def _check_encodable(attributes: dict[str, Any]) -> None:
+    """What the wire cannot carry, as InvalidParameter before anything is sent
+    (the transport's encoder said only "cannot encode body"). Names and
+    types are checked by the host, which answers InvalidParameter too."""
+    for name, value in attributes.items():
+        if type(value) is int and not INT_MIN <= value <= INT_MAX:
+            raise InvalidParameter(f"attribute {name!r}: {value} does not fit in 64 bits (attribute "
+                                   f"integers are {INT_MIN} to {INT_MAX}); send it as a str",
+                                   field="attributes")
+        for what, text in (("name", name), ("value", value)):
+            if isinstance(text, str):
+                try:
+                    text.encode()
+                except UnicodeEncodeError as exc:
+                    raise InvalidParameter(f"attribute {what} {text!r:.60} cannot be sent as UTF-8 "
+                                           f"({exc.reason} at character {exc.start})",
+                                           field="attributes") from None
 
 
 @dataclass(frozen=True)

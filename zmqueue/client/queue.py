@@ -30,6 +30,7 @@ from zmqueue.errors import (
     InvalidReceipt,
     NotLeader,
     ProtocolError,
+    QueueNotFound,
     Unavailable,
     ZmqueueError,
     from_wire,
@@ -553,10 +554,14 @@ class Queue:
         Several targets may share a connection (one host writing streams of
         several partitions): requests are matched by request id. Each host's
         circuit breaker is asked first (an open one is skipped, as a refusal)
-        and told the outcome: an answer is a success, silence a failure."""
+        and told the outcome: an answer is a success, silence a failure.
+        A host answering that the queue does not exist (deleted while the
+        poll waited) ends the poll: QueueNotFound, as a receive without a
+        wait raises, not an empty answer after the whole wait."""
         pending: dict[int, tuple[int, str]] = {}
         watch = LinkWatch()
         failed = False
+        gone: QueueNotFound | None = None
         asked: set[str] = set()
         for p, ep in targets:
             if ep not in asked:
@@ -583,14 +588,18 @@ class Queue:
                 # (a dropped link: the host died or restarted; answers that
                 # came first are taken, the others cannot come)
                 for data in conn.recv_queued():
-                    failed |= self._take_reply(conn, data, pending, out)
+                    err = self._take_reply(conn, data, pending, out)
+                    if err is not None:
+                        failed = True
+                        if isinstance(err, QueueNotFound):
+                            gone = err
             for conn in dropped:
                 lost = [rid for rid, (_, ep) in pending.items() if ep == conn.endpoint]
                 for rid in lost:
                     del pending[rid]
                 if lost:
                     silent.add(conn.endpoint)
-            if out and not cancelled:
+            if (out or gone) and not cancelled:
                 cancelled = True
                 for rid, (p, ep) in pending.items():
                     conn = self.client.connection(ep)
@@ -604,28 +613,30 @@ class Queue:
                 breaker.failure()
             else:
                 breaker.success()
+        if gone is not None and not out:
+            raise gone
         return out, failed or bool(silent)
 
     def _take_reply(self, conn: Connection, data: bytes, pending: dict[int, tuple[int, str]],
-                    out: list[Message]) -> bool:
+                    out: list[Message]) -> ZmqueueError | None:
         """A frame read from ``conn``: an awaited reply's messages go to
-        ``out``; True if it was an error reply."""
+        ``out``; the error if it was an error reply."""
         frame = conn.reply_of(data)
         if frame is None:
-            return False
+            return None
         asked = pending.pop(frame.request_id, None) if frame.command == Command.RECEIVE else None
         if asked is None:
-            return False
+            return None
         if frame.is_error:
             err = from_wire(frame.body)
             if isinstance(err, NotLeader):
                 self._follow(asked[0], FIFO_ORIGIN if self.config.fifo else None, err)
-            return True
+            return err
         got = self.messages_of(asked[0], frame.body)
         if got:
             self._lucky = asked
             out.extend(got)
-        return False
+        return None
 
     def messages_of(self, p: int, reply: dict[str, Any]) -> list[Message]:
         """The messages of a RECEIVE reply or a DELIVER push: lists (``m``),

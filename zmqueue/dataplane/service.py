@@ -195,11 +195,20 @@ class QueueService:
             self.handover.rerun()
 
     def _closed(self, key: StreamKey) -> None:
-        st_acks = self.new_acks.pop(key, [])
-        for a in st_acks:
-            a.request.fail(QueueNotFound(f"queue {key[0]!r} was deleted"))
+        """A stream this host no longer keeps: its queue was deleted, or its
+        replica moved to another host (a drain). Pending sends and parked
+        polls hear which: QUEUE_NOT_FOUND, or NOT_LEADER (the client re-reads
+        the routes and goes on; it used to be told the queue was deleted)."""
+        err: ZmqueueError
+        if key[0] in self.meta.configs:
+            err = NotLeader(f"this host no longer keeps queue {key[0]!r} partition {key[1]} (its "
+                            "replica moved); retry", leader=None, endpoint=None)
+        else:
+            err = QueueNotFound(f"queue {key[0]!r} was deleted")
+        for a in self.new_acks.pop(key, []):
+            a.request.fail(err)
         if not self.set.led_streams((key[0], key[1])):
-            self.waiters.fail_partition((key[0], key[1]), QueueNotFound(f"queue {key[0]!r} was deleted"))
+            self.waiters.fail_partition((key[0], key[1]), err)
             self.pusher.drop_partition((key[0], key[1]))
 
     def metadata_unavailable(self) -> None:
