@@ -72,3 +72,44 @@ def test_stage_rebases_only_message_rows_and_reuses_the_buffer() -> None:
     table, _ = s.take()
     assert len(table) == KEEP_ROWS + 1 and int(table["seq"][-1]) == KEEP_ROWS + 1
     assert len(s._buf) == INITIAL_ROWS  # a huge commit does not pin a huge buffer
+
+
+def test_every_record_a_store_writes_carries_its_flags_and_a_replica_keeps_the_writers(tmp_path) -> None:
+    """Single and batched sends, receives (one and many), deletes, dead-letter moves, a purge
+    and a takeover record all carry ``StorageConfig.record_flags``; a replica stores the
+    writer's rows as they came (docs/SEGMENT_FORMAT.md, ``flags``)."""
+    from zmqueue.dataplane.storage import NewMessage, PartitionStore, StorageConfig
+    from zmqueue.dataplane.storage.records import FLAG_SEAL_KNOWN
+
+    now = 1_700_000_000_000
+    w = PartitionStore.open(tmp_path / "w", StorageConfig(fsync="never", record_flags=FLAG_SEAL_KNOWN),
+                            now_ms=now)
+    r = PartitionStore.open(tmp_path / "r", StorageConfig(fsync="never", record_flags=0), now_ms=now)
+    try:
+        w.append([NewMessage(b"\x01" * 16, b"one", b"")], now)
+        w.append_batch([b"a", b"bb", b"ccc", b"dddd"], now)
+        w.append_batch([b"e"] * 3, now, attributes=[b"", b"\x80", b""], delay_ms=[0, 5, 0])
+        [one], _ = w.receive(1, now, 1000)
+        w.delete(one.seq, one.receive_count, now)
+        many, _ = w.receive(3, now, 1000)
+        w.delete_many([(m.seq, m.receive_count) for m in many], now)
+        w.receive(10, now, 0, max_receive_count=1)
+        _, dead = w.receive(10, now + 1, 1000, max_receive_count=1)
+        w.mark_dead_lettered([d.seq for d in dead], now + 1)
+        w.epoch = 2
+        w.mark_epoch(now + 2)
+        w.purge(now + 2)
+        w.commit()
+        chunks = w.read_chunks(1, 1000)
+        types = {int(t) for table, _ in chunks for t in table["type"]}
+        assert types == {int(t) for t in RecordType}, "every record type was written"
+        for table, _ in chunks:
+            assert set(table["flags"].tolist()) == {FLAG_SEAL_KNOWN}
+        for table, heap in chunks:
+            r.apply_chunk(table, heap)
+        r.commit()
+        for table, _ in r.read_chunks(1, 1000):
+            assert set(table["flags"].tolist()) == {FLAG_SEAL_KNOWN}
+    finally:
+        w.close()
+        r.close()

@@ -215,16 +215,17 @@ def message_table(batch: Packed, seq0: int, epoch: int, now_ms: int) -> Table:
 
 
 def fill(
-    buf: RecordBuffer, row: int, batch: Packed, seq0: int, epoch: int, now_ms: int, heap_base: int
+    buf: RecordBuffer, row: int, batch: Packed, seq0: int, epoch: int, now_ms: int, heap_base: int,
+    flags: int = 0,
 ) -> None:
     """Write the MESSAGE records of ``batch`` into rows ``row ..`` of ``buf``,
-    seqs from ``seq0``, ``data_off`` from ``heap_base``."""
+    seqs from ``seq0``, ``data_off`` from ``heap_base``, record ``flags``."""
     n = batch.n
     body_len = batch.body_len
     delay = batch.delay_ms
     if n == 1:  # a single send: one struct write instead of ~10 numpy calls
         blen, alen, group, dly = first_scalars(batch)
-        RECORD_STRUCT.pack_into(buf.mem, row * RECORD_BYTES, RecordType.MESSAGE, RECORD_VERSION, 0,
+        RECORD_STRUCT.pack_into(buf.mem, row * RECORD_BYTES, RecordType.MESSAGE, RECORD_VERSION, flags,
                                 blen, epoch, seq0, 0, batch.message_ids, now_ms, now_ms + dly,
                                 group, 0, alen, heap_base, 0)
         return
@@ -254,6 +255,8 @@ def fill(
                 offs[1:] += np.uint32(heap_base)
     if epoch:
         w64[:, _W64_EPOCH] = epoch
+    if flags:
+        w64[:, 0] |= np.uint64(flags << 16)  # (type, rec_version, flags, body_len: word 0)
     np.add(arange[:n], seq0, out=w64[:, _W64_SEQ])
     buf.ids[row:end] = np.frombuffer(batch.message_ids, _ID16)
     if isinstance(delay, int):
