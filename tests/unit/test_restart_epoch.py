@@ -155,3 +155,40 @@ def test_any_peer_reply_to_a_catch_up_or_positions_request_is_applied_or_refused
         a.close()
         b.close()
         ctx.destroy(linger=0)
+
+
+def test_an_empty_replica_takes_a_published_block_past_seq_1_as_a_gap_not_as_its_first_record(
+        tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+    """Found by test_draining_all_of_a_partitions_hosts_at_once_keeps_its_messages (up to
+    two runs in five) once a new writer publishes a takeover record at once: a replica
+    that had just joined, empty, took that block (seq 61) as its first record, skipped the
+    60 messages before it, and counted as caught up; elected writer later, it had none of
+    them to deliver. A published block past seq 1 is a gap for an empty copy: it catches
+    up from the start (a catch-up reply may still start past seq 1: the writer's first
+    retained record after compaction)."""
+    a = opened("a", tmp_path / "a")
+    b = opened("b", tmp_path / "b")  # a replica that just joined, empty
+    try:
+        wa = a.streams[KEY]
+        wa.store.append_batch([b"m"] * 60, NOW, 1)
+        wa.store.commit()
+        wa.epoch = wa.store.epoch = 2
+        wa.store.mark_epoch(NOW)  # a new writer's takeover record, published at once
+        wa.store.commit()
+        block = {"s": stream_id(KEY), "e": 2, "prev": [1, 60],
+                 "c": replicator(ctx, a).h_catch_up({"s": stream_id(KEY), "from": 61, "prev": [1, 60]})["c"]}
+        rb = replicator(ctx, b)
+        rb.forwarder = cast(Any, Recording())
+        rb.writer_of[KEY] = "a"
+        rb.peer_endpoint = lambda node: "tcp://127.0.0.1:9"
+        rb._on_pub(Command.REPLICATE, block, NOW)
+        wb = b.streams[KEY]
+        assert wb.store.last_seq == 0, "an empty copy took a block from the middle of the log"
+        assert rb.counters["gaps"] == 1
+        [(command, body, done)] = [(c, bd, cb) for c, bd, cb in rb.forwarder.calls]  # type: ignore[attr-defined]
+        assert command == Command.CATCH_UP and body["from"] == 1
+        done(replicator(ctx, a).h_catch_up(body), None)  # the catch-up brings all 61 records
+        assert (wb.store.last_seq, wb.store.last_epoch, wb.store.stats(NOW)["total"]) == (61, 2, 60)
+    finally:
+        a.close()
+        b.close()

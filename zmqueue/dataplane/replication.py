@@ -299,7 +299,7 @@ class Replicator:
                 and prev[1] > 0 and prev[0] != st.store.last_epoch):
             self._resync(st)
             return
-        self.apply(st, decode_chunks(body.get("c")), st.epoch)
+        self.apply(st, decode_chunks(body.get("c")), st.epoch, published=True)
 
     def _heard_last(self, key: StreamKey, epoch: Any, last: Any, now_ms: int) -> None:
         """A writer of term ``epoch`` says its log ends at ``last`` (a
@@ -320,8 +320,18 @@ class Replicator:
         st.epoch = epoch
         return st
 
-    def apply(self, st: Stream, chunks: list[tuple[Table, bytes]], epoch: int) -> bool:
-        """Apply chunks that extend the local log; False on a gap or divergence."""
+    def apply(self, st: Stream, chunks: list[tuple[Table, bytes]], epoch: int,
+              published: bool = False) -> bool:
+        """Apply chunks that extend the local log; False on a gap or divergence.
+
+        ``published``: records the writer published (REPLICATE), not a
+        catch-up reply. An empty copy takes a catch-up that starts past seq 1
+        (the writer's first retained record, after compaction), but not a
+        published block past seq 1: that is a gap, and it catches up from the
+        start. (An empty replica that joined a partition took the block a new
+        writer published right after taking over, its takeover record, as
+        its first record, skipped every message before it, and counted as
+        caught up; elected later, it had none of them.)"""
         now = int(time.time() * 1000)
         for table, heap in chunks:
             small = len(table) <= replay.SMALL_CHUNK  # (a few records: Python scalars are cheaper)
@@ -336,7 +346,7 @@ class Replicator:
                 return False
             if first + len(table) - 1 <= last:
                 continue
-            if first > last + 1 and last:
+            if first > last + 1 and (last or published):
                 self.counters["gaps"] += 1
                 self.catch_up(st, now)
                 return False
