@@ -311,6 +311,24 @@ def test_a_fifo_send_without_dedup_id_retried_after_its_writer_died_is_stored_on
     assert q.receive(max_messages=10, wait_time=1) == [], "nothing was stored twice"
 
 
+Writer = tuple[str, int]
+"""(node, epoch) of a stream's writer."""
+
+
+def _kill_the_fifo_writer(hosts: HostFactory, agent: ConsulAgent, client: zmqueue.Client, name: str,
+                          n: int) -> tuple[list[HostProcess], zmqueue.Queue, Writer, Writer]:
+    """Three hosts, FIFO queue ``name`` (R=3) holding messages "0".."n-1", its
+    writer killed (-9): (hosts, queue, the old writer and epoch, the new)."""
+    hs = three_hosts(hosts, agent)
+    q = client.create_queue(name, fifo=True, replication_factor=3)
+    for i in range(n):
+        q.send(f"{i}".encode(), group_id="g", dedup_id=f"d{i}")
+    old = wait_for(lambda: writer_of(agent, name, "fifo"), 10, "a writer")
+    by_node(hs, old[0]).kill9()
+    new = wait_for(lambda: (w := writer_of(agent, name, "fifo")) and w[0] != old[0] and w, 10, "a new writer")
+    return hs, q, old, new
+
+
 def _resyncs(agent: ConsulAgent, node: str) -> float:
     """The host's count of streams it dropped to resync (its /metrics)."""
     import urllib.request
@@ -334,14 +352,7 @@ def test_a_new_writer_s_first_records_extend_the_replicas_copies_without_a_resyn
     while the new writer stays; when it is drained or dies right after, the
     records of the stream were on no replica any more (seen in
     test_draining_all_of_a_partitions_hosts_at_once_keeps_its_messages)."""
-    hs = three_hosts(hosts, consul_agent)
-    q = client.create_queue("resync.fifo", fifo=True, replication_factor=3)
-    for i in range(10):
-        q.send(f"{i}".encode(), group_id="g", dedup_id=f"d{i}")
-    node, _ = wait_for(lambda: writer_of(consul_agent, "resync.fifo", "fifo"), 10, "a writer")
-    by_node(hs, node).kill9()
-    new = wait_for(lambda: (w := writer_of(consul_agent, "resync.fifo", "fifo")) and w[0] != node and w,
-                   10, "a new writer")
+    hs, q, (node, _), new = _kill_the_fifo_writer(hosts, consul_agent, client, "resync.fifo", 10)
     wait_for(lambda: _try_send(q, b"after", "after"), 15, "a send accepted by the new writer")
     assert drain_in_order(q, 11, 20) == [f"{i}".encode() for i in range(10)] + [b"after"]
     others = [h.node for h in hs if h.node not in (node, new[0])]
@@ -367,15 +378,8 @@ def test_a_new_writer_appends_a_record_of_its_epoch_that_its_replicas_hold_befor
     whose last records were of an older term compared as behind a copy
     holding another writer's later records, though some of its own had been
     acknowledged since (docs/REPLICATION.md, "Takeover record")."""
-    hs = three_hosts(hosts, consul_agent)
-    q = client.create_queue("term.fifo", fifo=True, replication_factor=3)
-    for i in range(5):
-        q.send(f"{i}".encode(), group_id="g", dedup_id=f"d{i}")
-    node, epoch = wait_for(lambda: writer_of(consul_agent, "term.fifo", "fifo"), 10, "a writer")
-    by_node(hs, node).kill9()
-    new_node, new_epoch = wait_for(
-        lambda: (w := writer_of(consul_agent, "term.fifo", "fifo")) and w[0] != node and w,
-        10, "a new writer")
+    hs, q, (node, epoch), (new_node, new_epoch) = _kill_the_fifo_writer(
+        hosts, consul_agent, client, "term.fifo", 5)
     assert new_epoch > epoch
     survivors = [h.node for h in hs if h.node != node]
 
