@@ -131,6 +131,16 @@ def delete_refs(origin: str, items: Sequence[Deletable]) -> tuple[list[Any], int
     return [origin, seqs, counts], inc
 
 
+def ends_receive(err: ZmqueueError) -> bool:
+    """An error a host answers a RECEIVE with that no retry within the
+    receive's wait can change: the queue is gone, or the host holds messages
+    of this encrypted queue but not its key. The sweep and the long poll both
+    raise it when nothing else arrived (a retry until the wait ends answered
+    [] after the whole wait)."""
+    return isinstance(err, QueueNotFound) or (isinstance(err, Unavailable)
+                                              and bool(err.details.get("missing_key")))
+
+
 def _outcomes(idxs: list[int], results: list[Any], out: list[ZmqueueError | None]) -> None:
     """Per-receipt results of a host (nil or an error map) into ``out`` at ``idxs``."""
     if not isinstance(results, list) or len(results) != len(idxs):
@@ -510,8 +520,8 @@ class Queue:
         that partition: one round trip where a sweep of R hosts took R."""
         out: list[Message] = []
         stale = False
-        no_key: Unavailable | None = None
-        """A host that holds messages of this encrypted queue but not its key."""
+        final: Unavailable | None = None
+        """A refusal that ends the receive if nothing else arrives (:func:`ends_receive`)."""
         done: set[int] = set()  # partitions whose other hosts hold nothing visible (reply "x")
         for k, (p, ep) in enumerate(targets):
             if len(out) >= max_n:
@@ -529,8 +539,8 @@ class Queue:
                 continue
             except Unavailable as exc:
                 stale = True
-                if exc.details.get("missing_key"):
-                    no_key = exc
+                if ends_receive(exc):
+                    final = exc
                 continue
             if k == 0 and carry is not None:
                 carry.results = reply.get("dr")  # None from a host that predates "del" / "dref"
@@ -542,8 +552,8 @@ class Queue:
                     done.add(p)
         if stale:
             self.refresh()
-        if no_key is not None and not out:
-            raise no_key  # (not a moment's refusal: the messages wait there for their key)
+        if final is not None and not out:
+            raise final  # (no retry within the wait changes it: the messages wait for their key)
         return out
 
     def _long_poll(self, targets: list[tuple[int, str]], body: dict[str, Any], wait_ms: int
@@ -555,13 +565,12 @@ class Queue:
         several partitions): requests are matched by request id. Each host's
         circuit breaker is asked first (an open one is skipped, as a refusal)
         and told the outcome: an answer is a success, silence a failure.
-        A host answering that the queue does not exist (deleted while the
-        poll waited) ends the poll: QueueNotFound, as a receive without a
-        wait raises, not an empty answer after the whole wait."""
+        An answer that :func:`ends_receive` (the queue deleted while the poll
+        waited, say) ends the poll and is raised if nothing else arrived."""
         pending: dict[int, tuple[int, str]] = {}
         watch = LinkWatch()
         failed = False
-        gone: QueueNotFound | None = None
+        final: ZmqueueError | None = None
         asked: set[str] = set()
         for p, ep in targets:
             if ep not in asked:
@@ -591,15 +600,15 @@ class Queue:
                     err = self._take_reply(conn, data, pending, out)
                     if err is not None:
                         failed = True
-                        if isinstance(err, QueueNotFound):
-                            gone = err
+                        if ends_receive(err):
+                            final = err
             for conn in dropped:
                 lost = [rid for rid, (_, ep) in pending.items() if ep == conn.endpoint]
                 for rid in lost:
                     del pending[rid]
                 if lost:
                     silent.add(conn.endpoint)
-            if (out or gone) and not cancelled:
+            if (out or final) and not cancelled:
                 cancelled = True
                 for rid, (p, ep) in pending.items():
                     conn = self.client.connection(ep)
@@ -613,8 +622,8 @@ class Queue:
                 breaker.failure()
             else:
                 breaker.success()
-        if gone is not None and not out:
-            raise gone
+        if final is not None and not out:
+            raise final
         return out, failed or bool(silent)
 
     def _take_reply(self, conn: Connection, data: bytes, pending: dict[int, tuple[int, str]],
