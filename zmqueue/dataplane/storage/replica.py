@@ -16,6 +16,7 @@ import numpy as np
 
 from zmqueue.dataplane.storage import replay
 from zmqueue.dataplane.storage.records import RECORD_DTYPE, RecordType, Table
+from zmqueue.dataplane.storage.segment import cut_log
 from zmqueue.errors import InvalidParameter
 
 if TYPE_CHECKING:
@@ -143,3 +144,36 @@ def _apply_small(store: PartitionStore, table: Table, heap: bytes) -> int:
     store._last_epoch = recs[-1][replay.F_EPOCH]
     store.epoch = max(store.epoch, max(r[replay.F_EPOCH] for r in recs))
     return len(recs)
+
+
+def truncate_after(store: PartitionStore, keep: int, now_ms: int) -> int:
+    """Drop every record after seq ``keep`` (a copy that diverged from its
+    writer's log keeps what it shares with it); returns how many went.
+
+    What is staged is committed first. The segment holding ``keep + 1`` is
+    cut at that seq's block and later segments are deleted; the rows of that
+    block up to ``keep`` are written again as a block of their own; the ring
+    and the backlog are rebuilt from the log, as after a failed write (the
+    store's term stays: a copy never goes back to an older one)."""
+    store._check_open(now_ms)
+    store.commit()
+    last = store.last_seq
+    keep = max(keep, 0)
+    if keep >= last or not store.index.count:
+        return 0
+    i = store.index.find(keep + 1)
+    first, base, offset = store.index.entry(i)
+    kept: Chunk | None = None
+    if first <= keep:  # keep ends inside this block: its first rows are written again
+        _, table, heap = store.reader.read(base, offset)
+        kept = (table[table["seq"] <= keep], heap)
+    store.log.close(sync=True)
+    store.reader.close()
+    try:
+        cut_log(store.directory, base, offset)
+    finally:  # (a cut that failed leaves the log whole, or shorter: what is left is read back)
+        store._load(now_ms, restart=False)
+    if kept is not None:
+        apply_chunk(store, *kept)
+        store.commit()
+    return last - store.last_seq

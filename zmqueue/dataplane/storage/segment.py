@@ -211,6 +211,24 @@ class SegmentWriter:
         os.close(self.fd)
 
 
+def cut_log(directory: Path, base: int, offset: int) -> None:
+    """Cut a closed log at block ``offset`` of segment ``base``: that file is
+    truncated there (removed if nothing is left before it) and every later
+    segment is deleted, newest first (a crash meanwhile leaves a shorter log,
+    never a hole); the files and the directory are fsynced."""
+    for seg_base, path in reversed(list_segments(directory)):
+        if seg_base > base or (seg_base == base and offset == 0):
+            path.unlink()
+        elif seg_base == base:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, offset)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    fsync_dir(directory)
+
+
 def lock_directory(directory: Path) -> int:
     fd = os.open(directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
     try:

@@ -493,6 +493,10 @@ class PartitionStore:
         """Replica side: stage a writer's records verbatim (see replica.py)."""
         return replica.apply_chunk(self, table, heap)
 
+    def truncate_after(self, keep: int, now_ms: int) -> int:
+        """Replica side: drop the records after seq ``keep`` (see replica.py)."""
+        return replica.truncate_after(self, keep, now_ms)
+
     def reconfigure(self, config: StorageConfig) -> None:
         """Take a queue's changed settings from ``config``: retention and the
         limits from the next expiry pass or append on, the durability policy
