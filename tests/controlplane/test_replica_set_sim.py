@@ -10,8 +10,11 @@ and the positions). A FIFO partition has one stream; a standard one, one
 per origin (here the three first replicas: each prefers its origin as
 writer and is taken over while it is down, then handed back). Hosts die (or
 stop cleanly and deregister), come back, are drained and undrained; an
-operator changes R (1-3); writers append; replicas copy a
-writer's log (a copy cuts a diverged tail, as a resync does); a host that
+operator changes R (1-3); writers append; replicas catch up with a
+writer's log or receive its latest record alone (PUB/SUB: applied when it
+extends the copy, a gap waits for a catch-up); a copy that diverged is cut
+back to what it shares with the writer (``keep_after_divergence``, as a
+resync does) and the rest follows; a host that
 takes over a stream whose log is not empty appends a record of its epoch
 (``RecordType.EPOCH``, no message; ``Handover._mark_epoch``); a record is
 acknowledged once a majority of the partition's replicas hold it and, while
@@ -39,6 +42,7 @@ from zmqueue.controlplane.discovery import HostInfo
 from zmqueue.controlplane.internal_manager import plan_internal
 from zmqueue.controlplane.leadership import Candidacy, may_campaign, preferred_serves
 from zmqueue.controlplane.queue_directory import Snapshot
+from zmqueue.dataplane.replication import keep_after_divergence
 
 NODES = ("a", "b", "c", "d")
 PID = kv.PartitionId("q", 0)
@@ -149,11 +153,38 @@ class World:
         s.logs[s.writer].append((s.epoch, self.next_id))
 
     def replicate(self, node: str) -> None:
-        a = self.assignment
-        for s in self.streams.values():
-            w = s.writer
-            if w is not None and w != node and node in self.alive and node in a.replicas:
-                s.logs[node] = list(s.logs[w])  # catch-up, or a resync of a diverged copy
+        """A catch-up from the writer: it extends a copy that is a prefix of the writer's
+        log; a diverged copy is cut back to what it shares with the writer (``resync``
+        with ``keep``) and the rest follows."""
+        for s in self._copies(node):
+            self._resync(s, node)
+            s.logs[node] += s.logs[s.writer][len(s.logs[node]):]  # type: ignore[index]
+
+    def tail(self, node: str) -> None:
+        """The writer's latest record reaches a replica by PUB/SUB, with ``prev``: applied
+        when it extends the copy; a gap (an empty copy included) waits for a catch-up; a
+        copy whose last record the block or ``prev`` contradicts is wiped (resync)."""
+        for s in self._copies(node):
+            mine, theirs = s.logs[node], s.logs[s.writer]  # type: ignore[index]
+            seq, last = len(theirs), len(mine)  # the block's seq; the copy's last seq
+            if last and seq in (last, last + 1) and theirs[last - 1][0] != mine[-1][0]:
+                self._resync(s, node)  # prev, or the block itself, contradicts it: a catch-up
+            elif seq == last + 1:
+                mine.append(theirs[-1])
+
+    def _copies(self, node: str) -> list[Stream]:
+        return [s for s in self.streams.values() if s.writer is not None and s.writer != node
+                and node in self.alive and node in self.assignment.replicas]
+
+    def _resync(self, s: Stream, node: str) -> None:
+        """The catch-up's ``prev`` check, as the writer answers it (``keep_after_divergence``):
+        cut the copy back until its last record is of the epoch of the writer's at that seq."""
+        mine, theirs = s.logs[node], s.logs[s.writer]  # type: ignore[index]
+        while mine and (len(mine) > len(theirs) or theirs[len(mine) - 1][0] != mine[-1][0]):
+            epoch_at = {seq: r[0] for seq, r in enumerate(theirs, 1)}.get
+            keep = keep_after_divergence(mine[-1][0], len(mine), len(theirs), 1, epoch_at)
+            self.history.append(f"{node} resyncs, keeping {keep} of {len(mine)}")
+            del mine[keep:]
 
     def kill(self, node: str) -> None:
         self.alive.discard(node)
@@ -185,6 +216,8 @@ class World:
             self.send(node)
         elif op == "replicate":
             self.replicate(node)
+        elif op == "tail":
+            self.tail(node)
         elif op == "kill":
             self.kill(node)
         elif op == "restart":
@@ -226,7 +259,7 @@ class World:
             self.publish()
 
 
-OPS = ("send", "send", "send", "replicate", "replicate", "replicate", "kill", "restart", "restart",
+OPS = ("send", "send", "send", "replicate", "replicate", "tail", "tail", "kill", "restart", "restart",
        "drain", "undrain", "round", "round", "campaign", "campaign", "hand_back", "stop", "r")
 
 schedules = st.lists(st.tuples(st.sampled_from(OPS), st.sampled_from(NODES)), min_size=20, max_size=120)
@@ -271,6 +304,26 @@ def test_a_writer_that_took_over_is_not_outranked_by_an_older_writers_copy():
     world = World(fifo=True)
     check(world, TAKEOVER_WITHOUT_RECORD)
     assert set(range(1, 13)) <= world.streams["fifo"].acked  # the schedule acknowledged a's 12
+
+
+RESYNC_WIPED_ACKNOWLEDGED = [("send", "a"), ("tail", "c")] * 5 + [
+    ("send", "a"), ("kill", "a"), ("campaign", "c"), ("restart", "a"), ("tail", "a"),
+    ("kill", "c"), ("campaign", "a")]
+"""Found once replicas in the model could receive the writer's latest block alone
+(the ``tail`` op, thirty-sixth session): a writes 6 records, c holds the first 5
+(acknowledged: a and c are a majority) and b none; a dies, c takes over (its
+takeover record is seq 6, of epoch 2); a comes back with its sixth record, of epoch
+1, hears c's block whose ``prev`` contradicts it and resynced by dropping its whole
+copy; c dies before a fetched it again, and a, elected with an empty copy, lacked
+records 1-5. A diverged copy is now cut back to what it shares with the writer
+(``keep_after_divergence``): a keeps 5 and is elected with them."""
+
+
+def test_a_resync_keeps_the_acknowledged_records_the_copy_shares_with_its_writer():
+    world = World(fifo=True)
+    check(world, RESYNC_WIPED_ACKNOWLEDGED)
+    assert world.streams["fifo"].acked >= {1, 2, 3, 4, 5}
+    assert "a resyncs, keeping 5 of 6" in world.history
 
 
 def test_the_takeover_record_is_of_the_new_writers_epoch_and_only_on_a_log_that_is_not_empty():

@@ -329,8 +329,9 @@ def _kill_the_fifo_writer(hosts: HostFactory, agent: ConsulAgent, client: zmqueu
     return hs, q, old, new
 
 
-def _resyncs(agent: ConsulAgent, node: str) -> float:
-    """The host's count of streams it dropped to resync (its /metrics)."""
+def _resyncs(agent: ConsulAgent, node: str, event: str = "resyncs") -> float:
+    """The host's count of resyncs (a copy that diverged from its writer's log), or
+    of another replication ``event`` (its /metrics)."""
     import urllib.request
 
     from zmqueue.controlplane.consul_client import ConsulClient
@@ -339,7 +340,8 @@ def _resyncs(agent: ConsulAgent, node: str) -> float:
     [info] = [i for i in list_hosts(ConsulClient([agent.http_addr], 5)) if i.node == node]
     with urllib.request.urlopen(info.meta["http_endpoint"] + "/metrics", timeout=5) as r:
         lines = r.read().decode().splitlines()
-    found = [line for line in lines if line.startswith('zmqueue_replication_events_total{event="resyncs"}')]
+    name = f'zmqueue_replication_events_total{{event="{event}"}}'
+    found = [line for line in lines if line.startswith(name)]
     return float(found[0].split()[-1]) if found else 0.0
 
 
@@ -394,3 +396,42 @@ def test_a_new_writer_appends_a_record_of_its_epoch_that_its_replicas_hold_befor
     assert pos[new_node] == pos[other] == (new_epoch, 6), pos
     # and the messages are all there, in order, for the next consumer
     assert drain_in_order(q, 5, 20) == [f"{i}".encode() for i in range(5)]
+
+
+def test_a_former_writer_whose_copy_diverged_keeps_what_it_shares_with_the_new_writer(
+        hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
+    """A FIFO writer stores a send after both of its replicas died (no ack) and
+    is killed; the replicas come back and one takes over (its takeover record
+    takes seq 6). The former writer comes back with that send, of its old term,
+    at seq 6: its copy diverged, and it cuts only that record (the writer
+    answers ``keep: 5``), not the five acknowledged ones before it, which it
+    dropped with the rest until the thirty-sixth session: had the new writer
+    died while it fetched them again, it could have been elected without them
+    (docs/REPLICATION.md, "Gaps, heartbeats, catch-up and resync")."""
+    name = "cut.fifo"
+    hs = three_hosts(hosts, consul_agent)
+    q = client.create_queue(name, fifo=True, replication_factor=3)
+    for i in range(5):
+        q.send(f"{i}".encode(), group_id="g", dedup_id=f"d{i}")
+    node, epoch = wait_for(lambda: writer_of(consul_agent, name, "fifo"), 10, "a writer")
+    old, others = by_node(hs, node), [h for h in hs if h.node != node]
+    for h in others:
+        h.kill9()
+    conn = client.connection(q.routes.part(0).endpoints[node])
+    body = {"q": name, "p": 0, "m": [[b"never acknowledged", None, None, "g", "x"]]}
+    with pytest.raises(zmqueue.ZmqueueError):  # (within 3 s of their last report: stored, no ack)
+        conn.request(Command.SEND, body, 1000, request_id=conn.next_request_id())
+    wait_for(lambda: _positions(consul_agent, name, "fifo").get(node) == (epoch, 6), 10,
+             "the writer's position past the send no replica saw")
+    old.kill9()
+    for h in others:
+        hosts.restart(h)
+    _, new_epoch = wait_for(
+        lambda: (w := writer_of(consul_agent, name, "fifo")) and w[0] != node and w, 30, "a new writer")
+    wait_for(lambda: _try_send(q, b"after", "after"), 15, "a send accepted by the new writer")
+    hosts.restart(old)
+    wait_for(lambda: _positions(consul_agent, name, "fifo").get(node) == (new_epoch, 7), 30,
+             f"{node} holding the new writer's 7 records")
+    assert _resyncs(consul_agent, node) == 1.0
+    assert _resyncs(consul_agent, node, "resync_kept") == 5.0, "the shared records were dropped too"
+    assert drain_in_order(q, 6, 20) == [f"{i}".encode() for i in range(5)] + [b"after"]

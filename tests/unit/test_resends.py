@@ -110,3 +110,21 @@ def test_chunks_noted_later_count_from_the_next_pass_or_the_next_lookup() -> Non
     index.note_later("q", 0, table_of(4, c), now_ms=0)
     index.note_deferred()
     assert len(index) == 3 and index.get("q", 0, request_tag("", 3), 1, 0) == c
+
+
+def test_a_resync_forgets_the_requests_it_cut_from_that_stream_only() -> None:
+    """A copy cut back after seq 5 (a resync) no longer holds the requests past
+    it: a retry of one answered with their ids would be confirmed and stored
+    nowhere, so it is stored again instead."""
+    index = ReplicatedSends()
+    kept, cut, spanning, elsewhere = (tagged_ids(request_tag("", r), n) for r, n in
+                                      ((1, 3), (2, 2), (3, 2), (4, 2)))
+    index.note("q", 0, table_of(1, kept), now_ms=0, origin="a")  # seqs 1-3
+    index.note_later("q", 0, table_of(4, spanning + cut), now_ms=0, origin="a")  # 4-5, 6-7
+    index.note("q", 0, table_of(6, elsewhere), now_ms=0, origin="b")  # another stream's 6-7
+    assert index.forget("q", 0, "a", after_seq=4) == 2
+    assert index.get("q", 0, request_tag("", 1), 3, 0) == kept
+    assert index.get("q", 0, request_tag("", 2), 2, 0) is None
+    assert index.get("q", 0, request_tag("", 3), 2, 0) is None, "half of it was cut"
+    assert index.get("q", 0, request_tag("", 4), 2, 0) == elsewhere
+    assert index.forget("q", 1, "a", after_seq=0) == 0 and index.forget("q", 0, "a", 0) == 1

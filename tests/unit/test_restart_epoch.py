@@ -52,7 +52,7 @@ def replicator(ctx: zmq.Context[zmq.Socket[bytes]], ss: StreamSet) -> Replicator
     pub = ctx.socket(zmq.PUB)
     pub.setsockopt(zmq.LINGER, 0)
     return Replicator(ctx, ss.node, pub, Forwarder(ctx), lambda: ss.streams, lambda n: None,
-                      lambda k: None, lambda k: None)
+                      lambda k: None, lambda k, keep: None)
 
 
 def test_a_restarted_copy_answers_a_catch_up_that_an_empty_replica_applies(
@@ -120,7 +120,7 @@ _num = st.one_of(st.integers(-3, 30), _any)
 @given(reply=st.one_of(
     _any,
     st.fixed_dictionaries({}, optional={"e": _num, "c": st.one_of(st.just([]), _any), "last": _num,
-                                        "resync": _any}),
+                                        "resync": _any, "keep": _num}),
     # well-formed chunks of a real log, with any term claimed for them
     st.fixed_dictionaries({"e": st.integers(-1, 5), "c": st.just("real"),
                            "last": st.integers(0, 20)}),
@@ -143,7 +143,7 @@ def test_any_peer_reply_to_a_catch_up_or_positions_request_is_applied_or_refused
         pub = ctx.socket(zmq.PUB)
         pub.setsockopt(zmq.LINGER, 0)
         rb = Replicator(ctx, "b", pub, cast(Forwarder, fw), lambda: b.streams,
-                        lambda n: "tcp://127.0.0.1:9", lambda k: None, lambda k: None)
+                        lambda n: "tcp://127.0.0.1:9", lambda k: None, lambda k, keep: None)
         rb.catch_up(b.streams[KEY], NOW, source="a")
         rb.report_positions(NOW, set())  # (no writer known: nothing to report)
         callbacks = [cb for _, _, cb in fw.calls] + [rb._on_positions_reply([KEY])]

@@ -20,8 +20,10 @@ reports; docs/OPERATOR_GUIDE.md, "How many queues a host carries").
 
 Fencing: a replica refuses records whose epoch is below the stream's current
 epoch. A replica whose log diverged from the writer's (it holds records of an
-older term that the writer does not have) is told to resync: it drops its
-copy and fetches the writer's log from the start.
+older term that the writer does not have) is told to resync: it cuts its copy
+back to what the writer's log shares with it (``keep``, see
+:func:`keep_after_divergence`) and fetches the rest; with no ``keep`` (a
+writer from before the thirty-sixth session) it drops the whole copy.
 
 Wire bodies (MessagePack). Records travel as chunks ``[table, heap]``: the
 88-byte record rows and the payload heap exactly as in a segment block
@@ -31,7 +33,7 @@ Wire bodies (MessagePack). Records travel as chunks ``[table, heap]``: the
 - PUB ``[HEARTBEAT_TOPIC, HEARTBEAT push {"n": node, "h": [[key, epoch, last seq], ...]}]``
   (a single-stream body ``{"s", "e", "last"}`` from an older host is accepted)
 - peer ``CATCH_UP {"s", "from", "prev": [epoch, seq], "max"}`` ->
-  ``{"e", "c": [chunk...], "last"}`` or ``{"resync": true, "e"}``
+  ``{"e", "c": [chunk...], "last"}`` or ``{"resync": true, "e", "keep": seq}``
 - peer ``POSITION {"s", "node", "e", "seq"}`` -> ``{"e", "last_epoch", "last"}``;
   with ``"ack": false`` (the report after each commit) no reply is sent
 - peer ``POSITIONS {"node", "b": [[key, epoch, seq], ...]}`` ->
@@ -73,6 +75,37 @@ CATCH_UP_MAX = 2000
 PUBLISH_MAX = 2000
 
 
+def keep_after_divergence(prev_epoch: int, prev_seq: int, last_seq: int, first_seq: int,
+                          epoch_at: Callable[[int], int | None]) -> int:
+    """How much of a diverged copy its replica keeps: the copy ends with a
+    record ``(prev_epoch, prev_seq)`` that this writer's log (``first_seq``
+    .. ``last_seq``, ``epoch_at`` reading a record's epoch) does not hold.
+
+    Epochs never decrease along a log, so where the writer's records are of
+    a later term than ``prev_epoch`` the copy's (of ``prev_epoch`` or older)
+    differ: the copy keeps up to the writer's last record of a term no later
+    than ``prev_epoch``, and less than ``prev_seq`` (Kafka's truncation by
+    leader epoch). What it keeps is checked again by the next catch-up's
+    ``prev``, so a copy whose kept part still differs is cut again, each
+    time shorter. 0 (the whole copy goes) when nothing can be compared: the
+    writer's first retained record is already of a later term, or the copy
+    ends below it (compaction removed the writer's older segments)."""
+    lo, hi = first_seq, min(prev_seq - 1, last_seq)
+    if hi < lo:
+        return 0
+    first = epoch_at(lo)
+    if first is None or first > prev_epoch:
+        return 0
+    while lo < hi:  # epoch_at(lo) <= prev_epoch; binary search for the last such seq
+        mid = (lo + hi + 1) // 2
+        e = epoch_at(mid)
+        if e is not None and e <= prev_epoch:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def stream_topic(key: StreamKey) -> bytes:
     return f"{key[0]}/{key[1]}/{key[2]}\x00".encode()
 
@@ -111,7 +144,7 @@ class Replicator:
     def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], node: str, pub: zmq.Socket[bytes],
                  forwarder: Forwarder, streams: Callable[[], dict[StreamKey, Stream]],
                  peer_endpoint: Callable[[str], str | None], mark_dirty: Callable[[StreamKey], None],
-                 on_resync: Callable[[StreamKey], None]) -> None:
+                 on_resync: Callable[[StreamKey, int], None]) -> None:
         self.node = node
         self.pub = pub
         self.forwarder = forwarder
@@ -136,7 +169,7 @@ class Replicator:
         self.resends = ReplicatedSends()
         """What this host stored as a replica, by request (retried sends find it)."""
         self.counters: dict[str, int] = {"gaps": 0, "stale_refused": 0, "resyncs": 0,
-                                         "published": 0, "applied": 0,
+                                         "resync_kept": 0, "published": 0, "applied": 0,
                                          "sends_found_replicated": 0}
 
     # --- topology -------------------------------------------------------------------
@@ -211,8 +244,14 @@ class Replicator:
         prev = body.get("prev") or [0, 0]
         if not isinstance(start, int) or start < 1 or not isinstance(prev, list) or len(prev) != 2:
             raise InvalidParameter("catch-up needs from >= 1 and prev [epoch, seq]")
+        if not all(isinstance(x, int) and x >= 0 for x in prev):
+            raise InvalidParameter("catch-up prev must be [epoch, seq], both >= 0")
         if prev[1] > st.store.last_seq or (prev[1] > 0 and self._epoch_at(st, prev[1]) != prev[0]):
-            return {"resync": True, "e": st.epoch}
+            oldest = st.store.read_records(1, 1)  # (the first retained: compaction)
+            keep = keep_after_divergence(prev[0], prev[1], st.store.last_seq,
+                                         oldest[0].seq if oldest else st.store.last_seq + 1,
+                                         lambda seq: self._epoch_at(st, seq))
+            return {"resync": True, "e": st.epoch, "keep": keep}
         chunks = st.store.read_chunks(start, CATCH_UP_MAX)
         first = int(chunks[0][0]["seq"][0]) if chunks else None
         if prev[1] > 0 and start <= st.store.last_seq and first != start:
@@ -297,7 +336,7 @@ class Replicator:
         prev = body.get("prev")
         if (isinstance(prev, list) and len(prev) == 2 and prev[1] == st.store.last_seq
                 and prev[1] > 0 and prev[0] != st.store.last_epoch):
-            self._resync(st)
+            self.catch_up(st, now_ms)  # diverged: the writer answers how much of our copy it shares
             return
         self.apply(st, decode_chunks(body.get("c")), st.epoch, published=True)
 
@@ -342,7 +381,7 @@ class Replicator:
             first = int(table["seq"][0])  # seqs are contiguous (validated on decode)
             at_last = last - first if last else -1
             if 0 <= at_last < len(table) and int(epochs[at_last]) != st.store.last_epoch:
-                self._resync(st)  # the writer holds another record at our last seq
+                self.catch_up(st, now)  # the writer holds another record at our last seq
                 return False
             if first + len(table) - 1 <= last:
                 continue
@@ -352,18 +391,24 @@ class Replicator:
                 return False
             n = st.store.apply_chunk(table, heap)
             fresh = table[max(0, at_last + 1):]
-            self.resends.note_later(st.queue, st.partition, fresh, now)  # (after the ack: flush)
+            self.resends.note_later(st.queue, st.partition, fresh, now, st.key[2])  # (after the ack)
             if st.config.fifo:
                 st.note_table(fresh, heap)
             self.counters["applied"] += n
         self.mark_dirty(st.key)
         return True
 
-    def _resync(self, st: Stream) -> None:
+    def _resync(self, st: Stream, keep: Any) -> None:
+        """The writer holds another record at our last seq: keep the first
+        ``keep`` records (0, or not a seq below our last: all go), fetch the rest."""
+        if not isinstance(keep, int) or not 0 <= keep < st.store.last_seq:
+            keep = 0
         self.counters["resyncs"] += 1
-        log.warning("stream %s diverged from its writer: dropping the local copy to resync",
-                    stream_id(st.key))
-        self.on_resync(st.key)
+        self.counters["resync_kept"] += keep
+        self.resends.forget(st.queue, st.partition, st.key[2], keep)  # (retries of them: store again)
+        log.warning("stream %s diverged from its writer at seq %d: keeping %d records of %d, "
+                    "fetching the rest", stream_id(st.key), keep + 1, keep, st.store.last_seq)
+        self.on_resync(st.key, keep)
 
     def catch_up(self, st: Stream, now_ms: int, source: str | None = None) -> None:
         """Fetch records after our last seq from ``source`` (default: the writer)."""
@@ -384,7 +429,7 @@ class Replicator:
             if err is not None or cur is None or not isinstance(reply, dict):
                 return
             if reply.get("resync"):
-                self._resync(cur)
+                self._resync(cur, reply.get("keep"))
                 return
             e = reply.get("e")
             # a new writer (RECOVERING) fetches its peers' records of older terms

@@ -15,6 +15,12 @@ noted as one run, extended when a catch-up delivers them in pieces); a retry
 that finds fewer is stored again, which is the at-least-once fallback.
 Bounded: ``max_entries`` requests and ``max_ids`` ids in all, each for at
 most ``ttl_ms`` (a client retries for its request timeout, seconds).
+
+A resync that cuts records from a copy (they diverged from the writer's log)
+forgets the requests noted from them (:meth:`ReplicatedSends.forget`): until
+the thirty-sixth session a retry of such a send (never acknowledged: its
+writer does not hold it) was answered with the ids of records that no longer
+existed anywhere, a confirmed send stored nowhere.
 """
 
 from __future__ import annotations
@@ -61,34 +67,36 @@ class ReplicatedSends:
         self.max_entries = max_entries
         self.max_ids = max_ids
         self.ttl_ms = ttl_ms
-        self._items: OrderedDict[Key, tuple[int, int, bytes]] = OrderedDict()
-        """key -> (noted at ms, seq of its last message, ids joined)."""
+        self._items: OrderedDict[Key, tuple[int, int, bytes, str]] = OrderedDict()
+        """key -> (noted at ms, seq of its last message, ids joined, the origin of the
+        stream that holds them)."""
         self._ids = 0
         self.hits = 0
-        self._later: list[tuple[str, int, Table, int]] = []
+        self._later: list[tuple[str, int, Table, int, str]] = []
         """Applied chunks not noted yet (:meth:`note_later`)."""
 
-    def note_later(self, queue: str, p: int, table: Table, now_ms: int) -> None:
+    def note_later(self, queue: str, p: int, table: Table, now_ms: int, origin: str = "") -> None:
         """:meth:`note`, deferred until :meth:`note_deferred` or the next
         :meth:`get`: a replica notes a chunk after its loop pass has committed
         it and reported its position, so the noting is not on the path of a
         synchronous ack. ``table`` must not change meanwhile (a decoded chunk)."""
-        self._later.append((queue, p, table, now_ms))
+        self._later.append((queue, p, table, now_ms, origin))
 
     def note_deferred(self) -> None:
         """Note the chunks :meth:`note_later` kept (once per loop pass)."""
         if self._later:
             later, self._later = self._later, []
-            for queue, p, table, now_ms in later:
-                self.note(queue, p, table, now_ms)
+            for queue, p, table, now_ms, origin in later:
+                self.note(queue, p, table, now_ms, origin)
 
-    def note(self, queue: str, p: int, table: Table, now_ms: int) -> None:
-        """Note the MESSAGE records of an applied chunk, one run per tag."""
+    def note(self, queue: str, p: int, table: Table, now_ms: int, origin: str = "") -> None:
+        """Note the MESSAGE records of an applied chunk (of the stream of
+        ``origin`` in partition ``p``), one run per tag."""
         if len(table) == 1:
             row = table[0]
             if int(row["type"]) == RecordType.MESSAGE:
                 mid = bytes(row["message_id"])
-                self._put((queue, p, mid[:TAG_BYTES]), int(row["seq"]), mid, now_ms)
+                self._put((queue, p, mid[:TAG_BYTES]), int(row["seq"]), mid, now_ms, origin)
             return
         msgs = table[table["type"] == RecordType.MESSAGE]
         if not len(msgs):
@@ -99,15 +107,16 @@ class ReplicatedSends:
         seqs = msgs["seq"]
         for a, b in itertools.pairwise(starts):
             self._put((queue, p, raw[a * ID_BYTES:a * ID_BYTES + TAG_BYTES]), int(seqs[b - 1]),
-                      raw[a * ID_BYTES:b * ID_BYTES], now_ms, first_seq=int(seqs[a]))
+                      raw[a * ID_BYTES:b * ID_BYTES], now_ms, origin, first_seq=int(seqs[a]))
 
-    def _put(self, key: Key, last_seq: int, ids: bytes, now_ms: int, first_seq: int = 0) -> None:
+    def _put(self, key: Key, last_seq: int, ids: bytes, now_ms: int, origin: str,
+             first_seq: int = 0) -> None:
         old = self._items.pop(key, None)
         if old is not None:
             self._ids -= len(old[2]) // ID_BYTES
             if old[1] + 1 == (first_seq or last_seq):  # the same request, delivered in pieces
                 ids = old[2] + ids
-        self._items[key] = (now_ms, last_seq, ids)
+        self._items[key] = (now_ms, last_seq, ids, origin)
         self._ids += len(ids) // ID_BYTES
         while self._items:
             first = next(iter(self._items.values()))
@@ -117,7 +126,7 @@ class ReplicatedSends:
             self._ids -= len(self._items.popitem(last=False)[1][2]) // ID_BYTES
 
     def note_recent(self, queue: str, p: int, store: PartitionStoreProtocol, now_ms: int,
-                    last: int = RECENT_RECORDS) -> None:
+                    origin: str = "", last: int = RECENT_RECORDS) -> None:
         """Note the messages a stream opened from disk stored within the TTL
         (among its last ``last`` records): a host restarted soon after it
         died still answers a retry of what it, or a writer it replicated,
@@ -131,8 +140,21 @@ class ReplicatedSends:
             for table, _ in chunks:
                 recent = table[table["time_ms"] >= horizon]  # (a request's records share their time)
                 if len(recent):
-                    self.note(queue, p, recent, now_ms)
+                    self.note(queue, p, recent, now_ms, origin)
             seq = int(chunks[-1][0]["seq"][-1]) + 1
+
+    def forget(self, queue: str, p: int, origin: str, after_seq: int) -> int:
+        """Forget the requests noted from the stream of ``origin`` whose last
+        message is past ``after_seq``: a resync cut them from this host's copy
+        (they were never acknowledged: its writer does not hold them), and a
+        retry answered with their ids would be a send confirmed but stored
+        nowhere. Returns how many requests were forgotten."""
+        self.note_deferred()
+        gone = [k for k, v in self._items.items()
+                if k[0] == queue and k[1] == p and v[3] == origin and v[1] > after_seq]
+        for k in gone:
+            self._ids -= len(self._items.pop(k)[2]) // ID_BYTES
+        return len(gone)
 
     def get(self, queue: str, p: int, tag: bytes, count: int, now_ms: int) -> bytes | None:
         """The ids (16 bytes each, joined) the request tagged ``tag`` was

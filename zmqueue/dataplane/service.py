@@ -148,7 +148,7 @@ class QueueService:
     def _note_recent_sends(self, st: Stream, now: int) -> None:
         """A replicated stream opened from disk: its recent sends can answer retries."""
         if len(st.replicas) > 1 and st.store.last_seq:
-            self.replicator.resends.note_recent(st.queue, st.partition, st.store, now)
+            self.replicator.resends.note_recent(st.queue, st.partition, st.store, now, st.key[2])
 
     def meta_peer_endpoint(self, node: str) -> str | None:
         return self.meta.peer_endpoint(node)
@@ -258,11 +258,19 @@ class QueueService:
     def positions(self) -> dict[StreamKey, tuple[int, int]]:
         return {k: (st.store.last_epoch, st.store.last_seq) for k, st in self.set.streams.items()}
 
-    def _resync(self, key: StreamKey) -> None:
+    def _resync(self, key: StreamKey, keep: int) -> None:
         st = self.set.streams.get(key)
         if st is None or st.role is not Role.REPLICA:
             return
-        self.set.wipe(key, now_ms())
+        try:
+            if keep:
+                self.set.truncate(key, keep, now_ms())
+            else:
+                self.set.wipe(key, now_ms())
+        except (OSError, ZmqueueError) as exc:  # (a full or failing disk: not the loop's end)
+            log.error("stream %s: could not cut its diverged copy after seq %d (%s); it catches "
+                      "up from where it ends and is cut again when the writer answers",
+                      "/".join(map(str, key)), keep, exc)
         fresh = self.set.streams.get(key)
         if fresh is not None:
             self.replicator.catch_up(fresh, now_ms())

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from zmqueue.config import QueueConfig
-from zmqueue.dataplane.storage import PartitionStore, StorageConfig
+from zmqueue.dataplane.storage import PartitionStore, PartitionStoreProtocol, StorageConfig
 from zmqueue.dataplane.storage.records import FLAG_SEAL_KNOWN, FLAG_SEALED
 from zmqueue.dataplane.stream import Stream
 from zmqueue.dataplane.topology import Metadata, PartKey, StreamKey
@@ -107,6 +107,10 @@ class StreamSet:
                     now_ms: int) -> Stream:
         store = PartitionStore.open(self.path(key), storage_config(cfg, self.defaults), now_ms=now_ms)
         log.info("opened stream %s: %s", "/".join(map(str, key)), store.recovery_report)
+        return self._add(key, cfg, store, replicas, now_ms)
+
+    def _add(self, key: StreamKey, cfg: QueueConfig, store: PartitionStoreProtocol,
+             replicas: tuple[str, ...], now_ms: int) -> Stream:
         st = Stream(key, cfg, store, replicas, self.cipher_for(cfg) if self.cipher_for else None)
         st.local = self.node
         self.streams[key] = st
@@ -118,12 +122,8 @@ class StreamSet:
         return st
 
     def close_stream(self, key: StreamKey, remove: bool) -> None:
-        st = self.streams.pop(key)
-        self.version += 1
+        st = self._drop(key)
         part = (key[0], key[1])
-        self._by_part[part].pop(key)
-        if not self._by_part[part]:
-            del self._by_part[part]
         st.store.close()
         if remove:
             self.trash.discard(self.path(key))
@@ -133,6 +133,15 @@ class StreamSet:
                 del self._on_disk[part]
             log.info("queue %s deleted: removed stream %s/%s", key[0], key[1], key[2])
 
+    def _drop(self, key: StreamKey) -> Stream:
+        st = self.streams.pop(key)
+        self.version += 1
+        part = (key[0], key[1])
+        self._by_part[part].pop(key)
+        if not self._by_part[part]:
+            del self._by_part[part]
+        return st
+
     def wipe(self, key: StreamKey, now_ms: int) -> None:
         """Drop a diverged copy and start it empty (it then catches up)."""
         st = self.streams[key]
@@ -140,6 +149,21 @@ class StreamSet:
         self.trash.discard(self.path(key))
         fresh = self.open_stream(key, st.config, st.replicas, now_ms)
         fresh.epoch, fresh.joining = st.epoch, st.joining
+
+    def truncate(self, key: StreamKey, keep: int, now_ms: int) -> None:
+        """Cut a diverged copy back to its first ``keep`` records; the stream
+        starts again around its store (what it keeps beside its log, such as
+        a FIFO queue's deduplication window, is rebuilt from what is left).
+        The store reads its log back once (a recovery scan)."""
+        st = self.streams[key]
+        try:
+            cut = st.store.truncate_after(keep, now_ms)
+            log.warning("stream %s: cut %d records after seq %d that its writer does not hold",
+                        "/".join(map(str, key)), cut, keep)
+        finally:  # (a cut that failed rebuilt the store from what is on disk: so does the stream)
+            self._drop(key)
+            fresh = self._add(key, st.config, st.store, st.replicas, now_ms)
+            fresh.epoch, fresh.joining = st.epoch, st.joining
 
     def partition_streams(self, part: PartKey) -> list[Stream]:
         by_key = self._by_part.get(part)
