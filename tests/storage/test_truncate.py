@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +22,20 @@ from zmqueue.dataplane.storage.segment import list_segments
 NOW = 1_000_000
 CONFIG = StorageConfig(ring_slots=40, arena_bytes=4096, segment_bytes_max=4096, fsync="never")
 """Backlogs past 40 messages or 4 KiB, and a segment file per ~4 KiB of blocks."""
+FIFO = replace(CONFIG, fifo=True)
 
 
-def writer_log(d: Path, ops: list[tuple[Any, ...]]) -> PartitionStore:
+def writer_log(d: Path, ops: list[tuple[Any, ...]], config: StorageConfig = CONFIG) -> PartitionStore:
     """A writer's log from sends, receives, deletes and takeovers, a block per op
     (bodies of random bytes: LZ4 cannot shrink them, so the files roll)."""
-    w = PartitionStore.open(d / "writer", CONFIG, now_ms=NOW)
+    w = PartitionStore.open(d / "writer", config, now_ms=NOW)
     now, ids, held = NOW, 0, []
     for op in ops:
         if op[0] == "send":
             _, n, size = op
             mids = b"".join((ids + i).to_bytes(16, "big") for i in range(n))
-            w.append_batch([random.Random(ids + i).randbytes(size) for i in range(n)], now, message_ids=mids)
+            w.append_batch([random.Random(ids + i).randbytes(size) for i in range(n)], now, message_ids=mids,
+                           group_hashes=[(ids + i) % 3 + 1 for i in range(n)])
             ids += n
         elif op[0] == "recv":
             got, _ = w.receive(op[1], now, 30)
@@ -48,9 +51,10 @@ def writer_log(d: Path, ops: list[tuple[Any, ...]]) -> PartitionStore:
     return w
 
 
-def replica(path: Path, chunks: list[tuple[Any, bytes]], upto: int) -> PartitionStore:
+def replica(path: Path, chunks: list[tuple[Any, bytes]], upto: int,
+            config: StorageConfig = CONFIG) -> PartitionStore:
     """A replica that applied the writer's blocks (one commit each) up to seq ``upto``."""
-    r = PartitionStore.open(path, CONFIG, now_ms=NOW)
+    r = PartitionStore.open(path, config, now_ms=NOW)
     for table, heap in chunks:
         rows = table[table["seq"] <= upto]
         if len(rows):
@@ -73,17 +77,21 @@ OPS = st.one_of(
 
 @settings(max_examples=80, deadline=None)
 @example(ops=[("send", 10, 200)] * 6 + [("recv", 5), ("delete", 3), ("takeover",), ("send", 3, 10)],
-         cut=0.5)
-@example(ops=[("send", 1, 10)] * 3, cut=0.0)
-@given(ops=st.lists(OPS, min_size=1, max_size=30), cut=st.floats(0, 1))
+         cut=0.5, fifo=False)
+@example(ops=[("send", 10, 200)] * 6 + [("recv", 5), ("delete", 3), ("takeover",), ("send", 3, 10)],
+         cut=0.5, fifo=True)
+@example(ops=[("send", 1, 10)] * 3, cut=0.0, fifo=False)
+@given(ops=st.lists(OPS, min_size=1, max_size=30), cut=st.floats(0, 1), fifo=st.booleans())
 def test_a_copy_cut_after_keep_is_the_copy_that_applied_only_that_far(
-        ops: list[tuple[Any, ...]], cut: float) -> None:
+        ops: list[tuple[Any, ...]], cut: float, fifo: bool) -> None:
+    config = FIFO if fifo else CONFIG  # (a FIFO store keeps its groups' order beside the ring)
     with tempfile.TemporaryDirectory() as d:
         base = Path(d)
-        w = writer_log(base, ops)
+        w = writer_log(base, ops, config)
         chunks = w.read_chunks(1, 1 << 20)
         keep = int(cut * w.last_seq)
-        full, ref = replica(base / "full", chunks, w.last_seq), replica(base / "ref", chunks, keep)
+        full = replica(base / "full", chunks, w.last_seq, config)
+        ref = replica(base / "ref", chunks, keep, config)
         try:
             gone = full.truncate_after(keep, NOW + 10_000)
             assert gone == w.last_seq - keep
@@ -93,8 +101,8 @@ def test_a_copy_cut_after_keep_is_the_copy_that_applied_only_that_far(
             assert all(b <= keep + 1 for b, _ in list_segments(base / "full"))
             full.close()
             ref.close()
-            full = PartitionStore.open(base / "full", CONFIG, now_ms=NOW + 20_000)
-            ref = PartitionStore.open(base / "ref", CONFIG, now_ms=NOW + 20_000)
+            full = PartitionStore.open(base / "full", config, now_ms=NOW + 20_000)
+            ref = PartitionStore.open(base / "ref", config, now_ms=NOW + 20_000)
             assert full.recovery_report.corrupt_blocks == []
             assert everything(full) == everything(ref) and state(full) == state(ref)
             # and it takes the writer's records after keep again, as a catch-up brings them
