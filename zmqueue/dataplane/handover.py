@@ -41,6 +41,9 @@ class Handover:
         self.svc = svc
         self.recovering: dict[StreamKey, tuple[float, set[str]]] = {}
         """Per stream in recovery: its deadline and the peers not heard from yet."""
+        self.ahead: dict[StreamKey, dict[str, tuple[int, int]]] = {}
+        """Per stream in recovery: the peers whose answered position, (epoch of
+        the last record, seq), was ahead of this host's copy, not fetched from yet."""
         self.held: dict[StreamKey, list[Request]] = {}
         """Sends and receives held while a stream's writer is being settled."""
         self.held_due = 0
@@ -59,6 +62,7 @@ class Handover:
         st.lease_until = time.monotonic() + 1.0
         peers = {n for n in st.replicas if n != svc.node and n in svc.meta.passing()}
         self.recovering[key] = (time.monotonic() + RECOVERY_S, set(peers))
+        self.ahead[key] = {}
         for n in peers:
             self._ask_position(st, n)
 
@@ -78,12 +82,42 @@ class Handover:
                 rec[1].discard(node)
             if cur is None or err is not None or not isinstance(reply, dict):
                 return
-            last = reply.get("last")
+            last, last_epoch = reply.get("last"), reply.get("last_epoch")
             if cur.role is Role.RECOVERING and isinstance(last, int) and last > cur.store.last_seq:
-                log.info("new writer of %s fetches %d records from %s", key, last - cur.store.last_seq, node)
-                svc.replicator.catch_up(cur, now_ms(), source=node)
+                if isinstance(last_epoch, int) and key in self.ahead:
+                    self.ahead[key][node] = (last_epoch, last)
+                self._fetch(cur, node, last)
 
         svc.forwarder.request(endpoint, Command.POSITION, body, done, now_ms(), timeout_ms=1000)
+
+    def _fetch(self, st: Stream, node: str, last: int) -> None:
+        """Catch up from ``node`` (one catch-up per stream at a time: a peer
+        that answered meanwhile is fetched from after it, see ``ahead``)."""
+        if st.key in self.svc.replicator.catching_up:
+            return
+        self.ahead.get(st.key, {}).pop(node, None)
+        log.info("new writer of %s fetches %d records from %s", st.key, last - st.store.last_seq, node)
+        self.svc.replicator.catch_up(st, now_ms(), source=node)
+
+    def _next_ahead(self, st: Stream) -> bool:
+        """Fetch from the peer furthest ahead of this host's copy that is not
+        fetched from yet; whether there was one. A peer that answered while
+        the catch-up from another was in flight was skipped until the
+        thirty-sixth session: with R = 5, a new writer that fetched from a
+        peer less far along than another became writer without records a
+        majority held (three of five need not include the first peer)."""
+        ahead = self.ahead.get(st.key)
+        mine = (st.store.last_epoch, st.store.last_seq)
+        while ahead:
+            node = max(ahead, key=ahead.__getitem__)
+            if ahead[node] <= mine:
+                ahead.clear()
+                return False
+            self._fetch(st, node, ahead[node][1])
+            if st.key in self.svc.replicator.catching_up:
+                return True
+            ahead.pop(node, None)  # (no endpoint known for it: the next one)
+        return False
 
     def _finish_recovery(self) -> None:
         svc = self.svc
@@ -92,10 +126,13 @@ class Handover:
             st = svc.set.streams.get(key)
             if st is None or st.role is not Role.RECOVERING:
                 self.recovering.pop(key, None)
+                self.ahead.pop(key, None)
                 continue
-            if now < deadline and (pending or key in svc.replicator.catching_up):
+            if now < deadline and (key in svc.replicator.catching_up or self._next_ahead(st)
+                                   or pending):
                 continue
             self.recovering.pop(key)
+            self.ahead.pop(key, None)
             st.role = Role.WRITER
             svc.touch((key[0], key[1]))  # its parked polls and subscribers may be served now
             st.store.epoch = st.epoch
@@ -136,6 +173,7 @@ class Handover:
         """The host lost ``key``'s lock: no recovery, held requests answered
         (NOT_LEADER, or redirected)."""
         self.recovering.pop(key, None)
+        self.ahead.pop(key, None)
         self.rerun(key)
 
     # --- held requests -----------------------------------------------------------------
