@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from tests.unit.test_restart_epoch import KEY, NOW, Recording, opened, replicator
 from zmqueue.dataplane.replication import keep_after_divergence, stream_id
 from zmqueue.dataplane.resends import request_tag, tagged_ids
+from zmqueue.dataplane.stream import Role
 from zmqueue.dataplane.streamset import StreamSet
 from zmqueue.protocol import Command
 
@@ -143,8 +144,37 @@ def test_a_former_writer_s_copy_is_cut_after_what_it_shares_and_catches_up(
 
 def resync(ss: StreamSet, rep: Any, key: Any, keep: int) -> None:
     """What the host does on a resync (``QueueService._resync``)."""
+    if ss.streams[key].role is not Role.REPLICA:
+        return
     if keep:
         ss.truncate(key, keep, NOW)
     else:
         ss.wipe(key, NOW)
     rep.catch_up(ss.streams[key], NOW)
+
+
+def test_a_new_writer_told_to_resync_by_a_peer_keeps_its_log_and_its_noted_sends(
+        tmp_path: Path) -> None:
+    """A host RECOVERING (just elected) that asks a peer holding another term's
+    tail is answered ``resync``: only a replica's copy is cut, so its log, its
+    counters and the sends it noted stay as they are."""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    a = opened("a", tmp_path / "a")
+    try:
+        wa = a.streams[KEY]
+        wa.store.append_batch([b"m"], NOW, 1, message_ids=tagged_ids(CUT, 1))
+        wa.store.commit()
+        ra = replicator(ctx, a)
+        ra.forwarder = cast(Any, Recording())
+        ra.peer_endpoint = lambda node: "tcp://127.0.0.1:9"
+        ra.on_resync = lambda key, keep: resync(a, ra, key, keep)
+        ra.resends.note("q.fifo", 0, wa.store.read_chunks(1, 10)[0][0], NOW, "fifo")
+        wa.role = Role.RECOVERING
+        ra.catch_up(wa, NOW, source="b")
+        [(_, _, done)] = ra.forwarder.calls  # type: ignore[attr-defined]
+        done({"resync": True, "e": 2, "keep": 0}, None)
+        assert a.streams[KEY] is wa and wa.store.last_seq == 1
+        assert ra.counters["resyncs"] == 0 and ra.resends.get("q.fifo", 0, CUT, 1, NOW) is not None
+    finally:
+        a.close()
+        ctx.destroy(linger=0)

@@ -400,7 +400,11 @@ class Replicator:
 
     def _resync(self, st: Stream, keep: Any) -> None:
         """The writer holds another record at our last seq: keep the first
-        ``keep`` records (0, or not a seq below our last: all go), fetch the rest."""
+        ``keep`` records (0, or not a seq below our last: all go), fetch the rest.
+        Only a REPLICA copy is cut (a new writer, RECOVERING, that asked a peer
+        holding another term's tail keeps its log and what it noted of it)."""
+        if st.role is not Role.REPLICA:
+            return
         if not isinstance(keep, int) or not 0 <= keep < st.store.last_seq:
             keep = 0
         self.counters["resyncs"] += 1
