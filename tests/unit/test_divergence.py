@@ -144,13 +144,9 @@ def test_a_former_writer_s_copy_is_cut_after_what_it_shares_and_catches_up(
 
 def resync(ss: StreamSet, rep: Any, key: Any, keep: int) -> None:
     """What the host does on a resync (``QueueService._resync``)."""
-    if ss.streams[key].role is not Role.REPLICA:
-        return
-    if keep:
-        ss.truncate(key, keep, NOW)
-    else:
-        ss.wipe(key, NOW)
-    rep.catch_up(ss.streams[key], NOW)
+    fresh = ss.resync(key, keep, NOW)
+    if fresh is not None:
+        rep.catch_up(fresh, NOW)
 
 
 def test_a_new_writer_told_to_resync_by_a_peer_keeps_its_log_and_its_noted_sends(

@@ -259,19 +259,13 @@ class QueueService:
         return {k: (st.store.last_epoch, st.store.last_seq) for k, st in self.set.streams.items()}
 
     def _resync(self, key: StreamKey, keep: int) -> None:
-        st = self.set.streams.get(key)
-        if st is None or st.role is not Role.REPLICA:
-            return
         try:
-            if keep:
-                self.set.truncate(key, keep, now_ms())
-            else:
-                self.set.wipe(key, now_ms())
+            fresh = self.set.resync(key, keep, now_ms())
         except (OSError, ZmqueueError) as exc:  # (a full or failing disk: not the loop's end)
             log.error("stream %s: could not cut its diverged copy after seq %d (%s); it catches "
                       "up from where it ends and is cut again when the writer answers",
                       "/".join(map(str, key)), keep, exc)
-        fresh = self.set.streams.get(key)
+            fresh = self.set.streams.get(key)
         if fresh is not None:
             self.replicator.catch_up(fresh, now_ms())
 

@@ -19,7 +19,7 @@ from typing import Any
 from zmqueue.config import QueueConfig
 from zmqueue.dataplane.storage import PartitionStore, PartitionStoreProtocol, StorageConfig
 from zmqueue.dataplane.storage.records import FLAG_SEAL_KNOWN, FLAG_SEALED
-from zmqueue.dataplane.stream import Stream
+from zmqueue.dataplane.stream import Role, Stream
 from zmqueue.dataplane.topology import Metadata, PartKey, StreamKey
 from zmqueue.dataplane.trash import Trash
 
@@ -141,6 +141,19 @@ class StreamSet:
         if not self._by_part[part]:
             del self._by_part[part]
         return st
+
+    def resync(self, key: StreamKey, keep: int, now_ms: int) -> Stream | None:
+        """A replica copy that diverged from its writer's log keeps its first
+        ``keep`` records (0: none); returns the stream to catch up, or None
+        when this host holds no REPLICA copy of ``key`` (only those are cut)."""
+        st = self.streams.get(key)
+        if st is None or st.role is not Role.REPLICA:
+            return None
+        if keep:
+            self.truncate(key, keep, now_ms)
+        else:
+            self.wipe(key, now_ms)
+        return self.streams.get(key)
 
     def wipe(self, key: StreamKey, now_ms: int) -> None:
         """Drop a diverged copy and start it empty (it then catches up)."""
