@@ -2,24 +2,27 @@
 
 Crash policy (also in docs/SEGMENT_FORMAT.md): files are scanned oldest first.
 At the first block that fails any check (short or bad header, header or
-payload CRC32C mismatch, LZ4 error, seqs not increasing, block past EOF) the
+payload CRC32C mismatch, LZ4 error, seqs not increasing, block past EOF;
+or a file whose first seq does not follow the file before it) the
 file is truncated at that block's offset and every later segment file is
-deleted: the log is a single ordered stream, so nothing after a hole can be
-replayed.  A torn tail after a crash is the common case; a bad block in the
-middle of a file (bit rot) is handled the same way and listed in
-``corrupt_blocks``.  Empty files are removed.  Nothing here raises on garbage.
+deleted (those first, newest first, then the cut, all fsynced: a crash
+meanwhile leaves a shorter log, never one with a hole; ``segment.cut_log``,
+which a replica's cut after divergence uses too): the log is a single
+ordered stream, so nothing after a hole can be replayed.  A torn tail
+after a crash is the common case; a bad block in the middle of a file (bit
+rot) is handled the same way and listed in ``corrupt_blocks``.  Empty files
+are removed.  Nothing here raises on garbage.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from zmqueue.dataplane.storage.records import HEADER_BYTES
-from zmqueue.dataplane.storage.segment import ScannedBlock, list_segments, scan_segment
+from zmqueue.dataplane.storage.segment import ScannedBlock, cut_log, list_segments, scan_segment
 from zmqueue.errors import CorruptSegment
 
 
@@ -61,15 +64,24 @@ def recover_directory(directory: Path, on_block: OnBlock) -> tuple[RecoveryRepor
     last_seq = 0
     for i, (base, path) in enumerate(files):
         report.segments_scanned += 1
-        info, bad = _scan_one(base, path, last_seq, on_block, report)
+        info: SegmentInfo | None = None
+        cut_at: int | None = 0
+        if segments and base != last_seq + 1:  # a file is missing: nothing after it is replayed
+            reason = f"segment starts at seq {base}, the log before it ends at {last_seq}"
+            report.corrupt_blocks.append(CorruptBlock(str(path), 0, reason))
+            report.truncated_bytes += path.stat().st_size
+        else:
+            info, cut_at = _scan_one(base, path, last_seq, on_block, report)
         if info is not None:
             segments.append(info)
             last_seq = info.last_seq
-        if bad:
+        if cut_at is not None:
+            if cut_at == 0:
+                report.removed_segments.append(path.name)
             for _, later in files[i + 1 :]:
                 report.truncated_bytes += later.stat().st_size
                 report.removed_segments.append(later.name)
-                later.unlink()
+            cut_log(directory, base, cut_at)  # (later files first: a crash meanwhile leaves no hole)
             break
     report.duration_ms = (time.perf_counter() - started) * 1000
     return report, segments
@@ -77,8 +89,10 @@ def recover_directory(directory: Path, on_block: OnBlock) -> tuple[RecoveryRepor
 
 def _scan_one(
     base: int, path: Path, after_seq: int, on_block: OnBlock, report: RecoveryReport
-) -> tuple[SegmentInfo | None, bool]:
-    """Scan one file; return (its info or None if removed, whether it was cut)."""
+) -> tuple[SegmentInfo | None, int | None]:
+    """Scan one file; return (its info, None if nothing good is left in it;
+    the offset to cut the log at, None if the file is whole). An empty file
+    is removed here."""
     good_end, last = 0, after_seq
     cut = False
     for item in scan_segment(path, after_seq + 1):
@@ -99,11 +113,9 @@ def _scan_one(
     size = path.stat().st_size
     if good_end < size:
         report.truncated_bytes += size - good_end
-    if good_end == 0:
+    if good_end == 0 and not cut:
         report.removed_segments.append(path.name)
         path.unlink()
-        return None, cut
-    if good_end < size:
-        os.truncate(path, good_end)
+        return None, None
     report.bytes += good_end
-    return SegmentInfo(base, good_end, last), cut
+    return (SegmentInfo(base, good_end, last) if good_end else None), (good_end if cut else None)
