@@ -163,7 +163,7 @@ class World:
     def tail(self, node: str) -> None:
         """The writer's latest record reaches a replica by PUB/SUB, with ``prev``: applied
         when it extends the copy; a gap (an empty copy included) waits for a catch-up; a
-        copy whose last record the block or ``prev`` contradicts is wiped (resync)."""
+        copy whose last record the block or ``prev`` contradicts is cut back (resync)."""
         for s in self._copies(node):
             mine, theirs = s.logs[node], s.logs[s.writer]  # type: ignore[index]
             seq, last = len(theirs), len(mine)  # the block's seq; the copy's last seq
