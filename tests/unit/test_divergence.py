@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 import zmq
 from hypothesis import given
 from hypothesis import strategies as st
@@ -24,6 +25,7 @@ from zmqueue.dataplane.replication import keep_after_divergence, stream_id
 from zmqueue.dataplane.resends import request_tag, tagged_ids
 from zmqueue.dataplane.stream import Role
 from zmqueue.dataplane.streamset import StreamSet
+from zmqueue.errors import NotLeader
 from zmqueue.protocol import Command
 
 CUT = request_tag("", 99)
@@ -101,6 +103,7 @@ def test_a_former_writer_s_copy_is_cut_after_what_it_shares_and_catches_up(
         wb.store.append_batch([b"unacknowledged"], NOW, 1, message_ids=tagged_ids(CUT, 1))
         wb.store.commit()  # b's last commit as writer
         wa.epoch = wa.store.epoch = 2
+        wa.role = Role.WRITER
         wa.store.mark_epoch(NOW)  # a took over: seq 6 of term 2
         wa.store.append_batch([b"after"], NOW, 2)
         wa.store.commit()
@@ -173,4 +176,43 @@ def test_a_new_writer_told_to_resync_by_a_peer_keeps_its_log_and_its_noted_sends
         assert ra.counters["resyncs"] == 0 and ra.resends.get("q.fifo", 0, CUT, 1, NOW) is not None
     finally:
         a.close()
+        ctx.destroy(linger=0)
+
+
+def test_only_the_writer_tells_a_copy_to_cut_and_only_in_the_copy_s_term_or_later(
+        tmp_path: Path) -> None:
+    """A replica whose catch-up goes to a host that does not write the stream (a
+    former writer back as a replica, named by a writer_of not updated yet), or
+    whose answer is of an older term, keeps its copy: only the current writer's
+    log says what the copy lacks. Before, such a host's resync answer cut (or
+    wiped) records of a newer term that the host did not have."""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    a, b = opened("a", tmp_path / "a"), opened("b", tmp_path / "b")
+    try:
+        wa, wb = a.streams[KEY], b.streams[KEY]
+        wa.store.append_batch([b"m"] * 3, NOW, 1)  # the former writer: term 1 only
+        wa.store.commit()
+        wb.store.append_batch([b"m"] * 3, NOW, 1)  # b: the same, then 2 records of term 2
+        wb.store.append_batch([b"n"] * 2, NOW, 2)
+        wb.store.commit()
+        wb.epoch = 2
+        ra = replicator(ctx, a)
+        rb = replicator(ctx, b)
+        rb.forwarder = cast(Any, Recording())
+        rb.peer_endpoint = lambda node: "tcp://127.0.0.1:9"
+        rb.on_resync = lambda key, keep: resync(b, rb, key, keep)
+        rb.catch_up(wb, NOW, source="a")
+        [(_, body, done)] = rb.forwarder.calls  # type: ignore[attr-defined]
+        assert body["prev"] == [2, 5]
+        with pytest.raises(NotLeader):  # a, a replica, holds no (2, 5): it orders nothing
+            ra.h_catch_up(body)
+        done(None, NotLeader("not the writer"))
+        # a writer of term 1 (deposed, not told yet) answers resync: older than b's term 2
+        wa.role, wa.epoch = Role.WRITER, 1
+        assert ra.h_catch_up(body)["resync"]
+        done(ra.h_catch_up(body), None)
+        assert b.streams[KEY] is wb and wb.store.last_seq == 5 and rb.counters["resyncs"] == 0
+    finally:
+        a.close()
+        b.close()
         ctx.destroy(linger=0)

@@ -59,7 +59,7 @@ from zmqueue.dataplane.storage.records import Table
 from zmqueue.dataplane.storage.replica import validate
 from zmqueue.dataplane.stream import Role, Stream
 from zmqueue.dataplane.topology import StreamKey
-from zmqueue.errors import InvalidParameter, ProtocolError, StaleEpoch, ZmqueueError
+from zmqueue.errors import InvalidParameter, NotLeader, ProtocolError, StaleEpoch, ZmqueueError
 from zmqueue.protocol import Command
 
 log = logging.getLogger(__name__)
@@ -247,6 +247,11 @@ class Replicator:
         if not all(isinstance(x, int) and x >= 0 for x in prev):
             raise InvalidParameter("catch-up prev must be [epoch, seq], both >= 0")
         if prev[1] > st.store.last_seq or (prev[1] > 0 and self._epoch_at(st, prev[1]) != prev[0]):
+            if st.role is not Role.WRITER:
+                # only the writer's log says what a copy must cut: a host behind the asker
+                # (a former writer back as a replica, named by a stale writer_of) must not
+                raise NotLeader(f"stream {stream_id(st.key)}: this host does not write it and does "
+                                "not hold the asker's last record", leader=None)
             oldest = st.store.read_records(1, 1)  # (the first retained: compaction)
             keep = keep_after_divergence(prev[0], prev[1], st.store.last_seq,
                                          oldest[0].seq if oldest else st.store.last_seq + 1,
@@ -432,12 +437,13 @@ class Replicator:
             cur = self.streams().get(key)
             if err is not None or cur is None or not isinstance(reply, dict):
                 return
+            e = reply.get("e")
+            # a new writer (RECOVERING) fetches its peers' records of older terms; a replica
+            # takes nothing, no records and no order to cut, from a term older than its own
+            if not isinstance(e, int) or (e < cur.epoch and cur.role is not Role.RECOVERING):
+                return
             if reply.get("resync"):
                 self._resync(cur, reply.get("keep"))
-                return
-            e = reply.get("e")
-            # a new writer (RECOVERING) fetches its peers' records of older terms
-            if not isinstance(e, int) or (e < cur.epoch and cur.role is not Role.RECOVERING):
                 return
             cur.epoch = max(cur.epoch, e) if cur.role is Role.REPLICA else cur.epoch
             ok = self.apply(cur, decode_chunks(reply.get("c") or []), e)
