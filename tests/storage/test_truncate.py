@@ -142,3 +142,20 @@ def test_a_cut_to_nothing_leaves_an_empty_copy_that_starts_again_at_seq_1(tmp_pa
     finally:
         w.close()
         r.close()
+
+
+def test_first_seq_is_the_first_record_left_after_compaction(tmp_path: Path) -> None:
+    """What a writer compares a diverged copy from (``keep_after_divergence``)."""
+    w = writer_log(tmp_path, [("send", 8, 300)] * 4 + [("recv", 20), ("delete", 20)])
+    try:
+        assert w.first_seq == 1
+        assert w.compact() > 0  # whole segments of deleted messages go
+        assert w.first_seq == w.read_records(1, 1)[0].seq > 1
+        assert w.first_seq == list_segments(tmp_path / "writer")[0][0]
+    finally:
+        w.close()
+    empty = PartitionStore.open(tmp_path / "empty", CONFIG, now_ms=NOW)
+    try:
+        assert empty.first_seq == 1
+    finally:
+        empty.close()

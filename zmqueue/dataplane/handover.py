@@ -113,10 +113,9 @@ class Handover:
             if ahead[node] <= mine:
                 ahead.clear()
                 return False
-            self._fetch(st, node, ahead[node][1])
+            self._fetch(st, node, ahead[node][1])  # (takes it out of ``ahead``)
             if st.key in self.svc.replicator.catching_up:
-                return True
-            ahead.pop(node, None)  # (no endpoint known for it: the next one)
+                return True  # (else no endpoint is known for it: the next one)
         return False
 
     def _finish_recovery(self) -> None:

@@ -252,9 +252,7 @@ class Replicator:
                 # (a former writer back as a replica, named by a stale writer_of) must not
                 raise NotLeader(f"stream {stream_id(st.key)}: this host does not write it and does "
                                 "not hold the asker's last record", leader=None)
-            oldest = st.store.read_records(1, 1)  # (the first retained: compaction)
-            keep = keep_after_divergence(prev[0], prev[1], st.store.last_seq,
-                                         oldest[0].seq if oldest else st.store.last_seq + 1,
+            keep = keep_after_divergence(prev[0], prev[1], st.store.last_seq, st.store.first_seq,
                                          lambda seq: self._epoch_at(st, seq))
             return {"resync": True, "e": st.epoch, "keep": keep}
         chunks = st.store.read_chunks(start, CATCH_UP_MAX)

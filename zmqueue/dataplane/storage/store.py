@@ -481,6 +481,12 @@ class PartitionStore:
         return self._next_seq - 1
 
     @property
+    def first_seq(self) -> int:
+        """The first committed seq still in the log (compaction removes the
+        oldest segments); ``last_seq + 1`` when nothing is committed."""
+        return self.index.entry(0)[0] if self.index.count else self._last_written + 1
+
+    @property
     def last_epoch(self) -> int:
         """Epoch of the last record (committed or staged); 0 when empty."""
         return self._last_epoch
