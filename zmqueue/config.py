@@ -256,6 +256,12 @@ class HostConfig:
     records still get written, so consumers can drain (like RabbitMQ's
     ``disk_free_limit``). 0: refuse only after a write failed for lack of space."""
 
+    segment_roll_ms: int = 3_600_000
+    """A stream's active segment rolls once its first record is this old (or
+    the queue's retention, if shorter, but at least a minute), so compaction
+    removes consumed and expired messages from disk: at the next write, or
+    on an idle stream by a record of its writer (docs/SEGMENT_FORMAT.md, "Files")."""
+
     @property
     def min_free_bytes(self) -> int:
         """``min_free_disk_mb`` in bytes: the storage engine's and the ``disk:`` check's reserve."""
@@ -275,6 +281,7 @@ class HostConfig:
         _check_int_range(self.consul_timeout_ms, "consul_timeout_ms", 100, 60000)
         _check_int_range(self.usage_flush_interval_ms, "usage_flush_interval_ms", 100, 3_600_000)
         _check_int_range(self.min_free_disk_mb, "min_free_disk_mb", 0, 1 << 30)
+        _check_int_range(self.segment_roll_ms, "segment_roll_ms", 1000, 1 << 62)
         if self.key_dir is not None:
             _check(os.path.realpath(self.key_dir) != os.path.realpath(self.data_dir), "key_dir",
                    "must not be the data directory (keys are never stored beside the data)")

@@ -40,6 +40,7 @@ class StoreMachine(RuleBasedStateMachine):
             ring_slots=4,
             arena_bytes=4096,
             segment_bytes_max=4096,
+            segment_roll_ms=1000,  # files roll by age too (every few rules), and are compacted
             fsync="never",
             retention_ms=RETENTION_MS,
             fifo=self.fifo,

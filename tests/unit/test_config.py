@@ -49,6 +49,9 @@ def test_a_host_config_refuses_bad_consul_addresses_and_ttls() -> None:
     with pytest.raises(ConfigError, match="min_free_disk_mb"):
         HostConfig("c", "n", "/d", min_free_disk_mb=-1).validate()
     assert HostConfig("c", "n", "/d").validate().min_free_disk_mb == 64
+    with pytest.raises(ConfigError, match="segment_roll_ms"):
+        HostConfig("c", "n", "/d", segment_roll_ms=999).validate()
+    assert HostConfig("c", "n", "/d").validate().segment_roll_ms == 3_600_000
 
 
 def test_consul_addresses_come_from_the_environment_in_one_place() -> None:

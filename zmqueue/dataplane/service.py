@@ -674,6 +674,22 @@ class QueueService:
             if st.store.expire(now):
                 self.dirty.add(key)
             st.store.compact(discard=self.set.trash.discard)
+            if st.role is Role.WRITER and st.store.last_epoch >= st.epoch:
+                self._roll_idle(st, now)
+
+    def _roll_idle(self, st: Stream, now: int) -> None:
+        """An idle stream's active segment, old and holding no live message,
+        is closed by a record of the writer's term (a lone EPOCH record starts
+        a new segment on every copy, docs/SEGMENT_FORMAT.md "Files"), so the
+        next compaction removes it and the bodies it holds."""
+        try:
+            if not st.store.roll_due(now):
+                return
+            st.store.mark_epoch(now)
+        except (OSError, ZmqueueError) as exc:  # a closed store, an unreadable block: not now
+            log.debug("stream %s: no roll of its idle segment: %s", st.key, exc)
+            return
+        self.dirty.add(st.key)
 
     def _expire_acks(self) -> None:
         if not self.acking:

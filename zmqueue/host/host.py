@@ -175,7 +175,8 @@ class Host:
         cache = MetadataCache(cfg.consul, cfg.consul_timeout_ms / 1000, self._apply_snapshot,
                               self._metadata_unavailable)
         service = QueueService(cfg.node, self.data_dir, Forwarder(self._ctx), self.sockets.pub,
-                               cache.refresh, StorageConfig(min_free_bytes=cfg.min_free_bytes))
+                               cache.refresh, StorageConfig(min_free_bytes=cfg.min_free_bytes,
+                                                             segment_roll_ms=cfg.segment_roll_ms))
         door = self.security.wire(self.dispatcher, service)
         service.register(self.dispatcher)
         AdminHandlers(cache).register(self.dispatcher)

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from zmqueue.errors import ConfigError
 
 MIB = 1024 * 1024
+MIN_ROLL_MS = 60_000
+"""The shortest age at which a segment rolls, however short the retention
+(a queue keeping messages for a second does not start a file a second)."""
 FSYNC_POLICIES = ("always", "interval", "never")
 
 
@@ -28,6 +31,12 @@ class StorageConfig:
     ring_slots: int = 65536  # messages held in memory (the hot window)
     arena_bytes: int = 32 * MIB  # payload bytes held in memory
     segment_bytes_max: int = 64 * MIB  # roll to a new segment file past this size
+    segment_roll_ms: int = 3_600_000
+    """Roll to a new segment at the first block written once the active
+    segment's first record is this old (Kafka's ``segment.ms``), or the
+    retention if that is shorter (but not under :data:`MIN_ROLL_MS`): only a
+    closed segment is ever compacted, so without it a slow stream kept its
+    consumed and expired messages on disk until 64 MiB had been written."""
     fsync: str = "interval"
     fsync_interval_ms: int = 50
     retention_ms: int = 4 * 24 * 3600 * 1000  # 4 days
@@ -43,11 +52,17 @@ class StorageConfig:
     """OR-ed into the flags of every record committed (``records.FLAG_*``): a
     host sets FLAG_SEAL_KNOWN, and FLAG_SEALED for an encrypted queue."""
 
+    @property
+    def roll_after_ms(self) -> int:
+        """The age of its first record at which the active segment rolls."""
+        return min(self.segment_roll_ms, max(self.retention_ms, MIN_ROLL_MS))
+
     def validate(self) -> StorageConfig:
         """Raise :class:`ConfigError` naming the field and its bound; return self."""
         _bound("ring_slots", self.ring_slots, 2, 1 << 26)
         _bound("arena_bytes", self.arena_bytes, 4096, 1 << 40)
         _bound("segment_bytes_max", self.segment_bytes_max, 4096, 1 << 40)
+        _bound("segment_roll_ms", self.segment_roll_ms, 1000, 1 << 62)
         _bound("fsync_interval_ms", self.fsync_interval_ms, 1, 3_600_000)
         _bound("retention_ms", self.retention_ms, 1000, 1 << 62)
         if self.fsync not in FSYNC_POLICIES:

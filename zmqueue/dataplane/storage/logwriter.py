@@ -106,17 +106,20 @@ class LogWriter:
             self.writer = SegmentWriter(directory / segment_name(last.base), last.base)
         self._dirty = False
         self._flusher = _flusher_for(config)
+        self._roll_after_ms = config.roll_after_ms
 
     def set_policy(self, config: StorageConfig) -> None:
-        """Switch the durability policy (``fsync``) for the blocks written from
-        now on. Moving to ``always`` syncs what is written already, so every
-        block acknowledged after the switch is on disk with what came before."""
+        """Switch the durability policy (``fsync``) and the roll age (it
+        follows the retention) for the blocks written from now on. Moving to
+        ``always`` syncs what is written already, so every block acknowledged
+        after the switch is on disk with what came before."""
         with self.lock:
             if config.fsync == "always" and self.config.fsync != "always" and self.writer is not None:
                 self.writer.sync()
                 self._dirty = False
             self.config = config
             self._flusher = _flusher_for(config)
+            self._roll_after_ms = config.roll_after_ms
             if self._dirty and self._flusher is not None:  # written under "never": synced soon now
                 self._flusher.mark(self)
 
@@ -124,15 +127,21 @@ class LogWriter:
     def path(self) -> Path:
         return self.writer.path if self.writer else self.directory
 
-    def append_block(self, head: bytes, payload: bytes, first_seq: int, last_seq: int) -> None:
+    def append_block(
+        self, head: bytes, payload: bytes, first_seq: int, last_seq: int, now_ms: int, roll: bool = False
+    ) -> None:
         """Write one block, header and compressed payload (rolling first if
-        needed); raises OSError untouched."""
+        ``roll``, if the active segment would grow past ``segment_bytes_max``
+        or if it is as old as ``roll_after_ms`` at ``now_ms``); raises OSError
+        untouched."""
         with self.lock:
             writer = self.writer
-            if writer is None or (
-                writer.size > 0 and writer.size + len(head) + len(payload) > self.config.segment_bytes_max
-            ):
-                writer = self._roll(first_seq)
+            if writer is None or (writer.size > 0 and (
+                roll
+                or writer.size + len(head) + len(payload) > self.config.segment_bytes_max
+                or now_ms - self.segments[-1].first_ms >= self._roll_after_ms
+            )):
+                writer = self._roll(first_seq, now_ms)
             offset = writer.write_block(head, payload)
             if self.config.fsync == "always":
                 writer.sync()
@@ -144,7 +153,7 @@ class LogWriter:
             self.segments[-1].size = writer.size
             self.segments[-1].last_seq = last_seq
 
-    def _roll(self, first_seq: int) -> SegmentWriter:
+    def _roll(self, first_seq: int, now_ms: int) -> SegmentWriter:
         old = self.writer
         if old is not None:
             if self.config.fsync != "never":
@@ -153,7 +162,7 @@ class LogWriter:
             self.writer = None
         writer = SegmentWriter(self.directory / segment_name(first_seq), first_seq)
         self.writer = writer
-        self.segments.append(SegmentInfo(first_seq, 0, first_seq - 1))
+        self.segments.append(SegmentInfo(first_seq, 0, first_seq - 1, now_ms))
         if self.config.fsync != "never":
             fsync_dir(self.directory)
         return writer

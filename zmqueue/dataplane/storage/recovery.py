@@ -50,6 +50,9 @@ class SegmentInfo:
     base: int
     size: int
     last_seq: int
+    first_ms: int = 0
+    """``time_ms`` of its first record, or when the writer started it: its
+    age, for rolling by age (``StorageConfig.segment_roll_ms``)."""
 
 
 OnBlock = Callable[[int, ScannedBlock], None]
@@ -93,7 +96,7 @@ def _scan_one(
     """Scan one file; return (its info, None if nothing good is left in it;
     the offset to cut the log at, None if the file is whole). An empty file
     is removed here."""
-    good_end, last = 0, after_seq
+    good_end, last, first_ms = 0, after_seq, 0
     cut = False
     for item in scan_segment(path, after_seq + 1):
         if isinstance(item, CorruptSegment):
@@ -105,6 +108,8 @@ def _scan_one(
             report.corrupt_blocks.append(CorruptBlock(str(path), 0, reason))
             cut = True
             break
+        if good_end == 0:
+            first_ms = int(item.table["time_ms"][0])
         on_block(base, item)
         report.blocks += 1
         report.records += item.header.record_count
@@ -118,4 +123,4 @@ def _scan_one(
         path.unlink()
         return None, None
     report.bytes += good_end
-    return (SegmentInfo(base, good_end, last) if good_end else None), (good_end if cut else None)
+    return (SegmentInfo(base, good_end, last, first_ms) if good_end else None), (good_end if cut else None)

@@ -76,6 +76,7 @@ class PartitionStore:
         self._space_short = False
         self._reserve = FreeSpace(directory, config.min_free_bytes) if config.min_free_bytes else None
         self._closed = False
+        self._lone_epoch_base = 0
         self.epoch = 0
         self.recovery_report = self._load(now_ms, restart=True)
 
@@ -216,10 +217,11 @@ class PartitionStore:
         """
         if not self.staged.n:
             return self._last_written
+        roll = self.staged.n == 1 and self.staged.lone_epoch()
         payload, count, first, last = self.staged.take_payload()
         head, comp = encode_payload(payload, count, first, last)
         try:
-            self.log.append_block(head, comp, first, last)
+            self.log.append_block(head, comp, first, last, self._now, roll)
         except OSError as exc:
             self._rollback(exc)
         self._last_written = last
@@ -435,6 +437,28 @@ class PartitionStore:
         if floor is None:
             floor = self._next_seq if self.backlog.cursor is None else self.backlog.cursor
         return self.log.remove_segments_below(floor, max_files, self.reader.forget, discard)
+
+    def roll_due(self, now_ms: int) -> bool:
+        """Whether this idle stream's writer should roll its active segment
+        with a record of its own (:meth:`mark_epoch`: a lone EPOCH record
+        starts a new segment on every copy): the segment is as old as
+        ``roll_after_ms``, no message is live, nothing is staged, and the
+        segment holds more than such a record, so compaction can then remove
+        it with the bodies it still holds (an idle stream otherwise kept its
+        consumed messages on disk in its active segment for good)."""
+        if self.staged.n or self.ring.live or self.backlog.cursor is not None or not self.log.segments:
+            return False
+        seg = self.log.segments[-1]
+        if seg.size == 0 or now_ms - seg.first_ms < self.config.roll_after_ms:
+            return False
+        if seg.last_seq == seg.base:  # one record: the last roll's own, or a lone message
+            if self._lone_epoch_base == seg.base:
+                return False
+            _, table, _ = self.reader.read(seg.base, 0)
+            if int(table["type"][0]) == RecordType.EPOCH:
+                self._lone_epoch_base = seg.base  # (asked every second while idle: read once)
+                return False
+        return True
 
     def next_wakeup_ms(self, now_ms: int) -> int | None:
         """Earliest future time a ring message becomes visible, None if none."""
