@@ -185,8 +185,10 @@ def encode_leader(rec: LeaderRecord) -> bytes:
     return _dump({**rec.extra, "node": rec.node, "endpoint": rec.endpoint, "epoch": rec.epoch})
 
 
-def encode_position(pos: Position) -> bytes:
-    return _dump({"epoch": pos.epoch, "seq": pos.seq})
+def encode_position(pos: Position, seen: int = 0) -> bytes:
+    """``seen``: Consul's index of the stream lock's release the host saw
+    before taking this position (0: none; see ``leadership.confirmed_majority``)."""
+    return _dump({"epoch": pos.epoch, "seq": pos.seq, **({"seen": seen} if seen else {})})
 
 
 def encode_manager(rec: ManagerRecord) -> bytes:
@@ -291,6 +293,23 @@ def decode_stream_positions(items: Iterable[Mapping[str, Any]] | None
         pos = decode_position(key, it.get("Value"))
         if isinstance(pos, Position):
             out.setdefault((parts[0], int(parts[1]), parts[2]), {})[parts[3]] = pos
+    return out
+
+
+def decode_stream_seen(items: Iterable[Mapping[str, Any]] | None
+                       ) -> dict[tuple[str, int, str], dict[str, int]]:
+    """The ``seen`` of every stream position in a listing under
+    :data:`POSITIONS_PREFIX`, as :func:`decode_stream_positions` keys them (0
+    when absent: a host of an earlier version, or no release seen)."""
+    out: dict[tuple[str, int, str], dict[str, int]] = {}
+    for it in items or []:
+        key = str(it.get("Key", ""))
+        parts = key[len(POSITIONS_PREFIX):].split("/") if key.startswith(POSITIONS_PREFIX) else []
+        if len(parts) != 4 or not parts[1].isdigit() or not all(parts):
+            continue
+        seen = _guard(key, it.get("Value"), lambda d: d.get("seen", 0))
+        if isinstance(seen, int) and not isinstance(seen, bool) and seen >= 0:
+            out.setdefault((parts[0], int(parts[1]), parts[2]), {})[parts[3]] = seen
     return out
 
 

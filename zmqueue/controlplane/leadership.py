@@ -31,7 +31,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,13 +40,17 @@ import consul
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.consul_client import AgentHome, ConsulClient, create_session
 from zmqueue.controlplane.discovery import list_hosts
-from zmqueue.controlplane.election import voters_hold
+from zmqueue.controlplane.election import majority, voters_hold
 from zmqueue.errors import ConsulUnavailable
 
 log = logging.getLogger(__name__)
 
 StreamKey = tuple[str, int, str]
 """(queue, partition, origin); origin is ``fifo`` for a FIFO partition."""
+
+Holder = tuple[str | None, int, int]
+"""A stream lock as read: (session holding it or None, LockIndex, ModifyIndex).
+A free lock's ModifyIndex is Consul's index of its release (0: never held)."""
 
 CYCLE_S = 0.25
 """Cycle period while something is in motion: a candidate lock is free, this
@@ -77,6 +81,9 @@ class Candidacy:
     joining: tuple[str, ...] = ()
     """Replicas that joined and have not caught up yet (not voters:
     ``kvlayout.PartitionAssignment.joining``)."""
+    sync: bool = True
+    """Synchronous replication: a majority of the voters held every
+    acknowledged record (the rule of :func:`confirmed_majority` applies)."""
 
 
 @dataclass(frozen=True)
@@ -122,8 +129,36 @@ def preferred_serves(cand: Candidacy, passing: set[str]) -> bool:
             and cand.preferred not in cand.joining)
 
 
+def confirmed_majority(me: str, cand: Candidacy, passing: Collection[str], mine: kv.Position,
+                       positions: Mapping[str, kv.Position], confirmed: Collection[str]) -> bool:
+    """After a writer's lock was released, whether ``me`` heard from enough
+    voters to know it holds every acknowledged record, as a Raft candidate
+    needs a majority's votes.
+
+    A position published before the release may lack what its host
+    acknowledged since (positions go out every 0.5 s), and a host that died
+    meanwhile never publishes again: with two of three voters killed right
+    after an acknowledgement, the survivor saw their old positions, held as
+    much, and was elected without the record. So only positions published
+    since the release count (``confirmed``: their hosts saw the lock free
+    before publishing, see :meth:`Leadership._publish_positions`): they and
+    ``me`` must be a majority of the voters, and none that is down may be
+    ahead of ``me`` (a new writer fetches from the live ones ahead before it
+    writes). Each acknowledged record is on a majority of the voters, so one
+    of them is among any such majority, with the record in its position. A
+    stream stays without a writer while a majority of its voters is down,
+    as a RabbitMQ quorum queue or a NATS R=3 stream does."""
+    voters = kv.voters_of(cand.replicas, cand.joining)
+    if not voters:
+        return True  # every replica joining: nobody acknowledged (voters_hold's rule decides)
+    heard = [n for n in voters if n == me or n in confirmed]
+    if len(heard) < majority(len(voters)):
+        return False
+    return all(positions.get(n, kv.ZERO) <= mine for n in heard if n != me and n not in passing)
+
+
 def may_campaign(me: str, cand: Candidacy, passing: set[str], mine: kv.Position,
-                 positions: Mapping[str, kv.Position]) -> bool:
+                 positions: Mapping[str, kv.Position], confirmed: Collection[str] | None = None) -> bool:
     """Whether ``me`` may try to take a free stream lock.
 
     The preferred writer may whenever it holds what a majority of the
@@ -142,7 +177,14 @@ def may_campaign(me: str, cand: Candidacy, passing: set[str], mine: kv.Position,
     compares logs: a copy whose last record is of a later term is ahead of
     a longer copy of an earlier one (a former writer's unacknowledged tail
     must not win over records a later writer had acknowledged).
+
+    ``confirmed``: after a writer's lock was released, the replicas whose
+    positions were published since (None: the lock was never held, or the
+    stream is asynchronous); see :func:`confirmed_majority`.
     """
+    if (confirmed is not None and cand.sync
+            and not confirmed_majority(me, cand, passing, mine, positions, confirmed)):
+        return False
     held = {n: mine if n == me else positions.get(n, kv.ZERO) for n in cand.replicas}
     needed = voters_hold(held, cand.replicas, cand.joining)
     if cand.preferred == me:
@@ -177,13 +219,17 @@ class Leadership(threading.Thread):
         self.held: dict[StreamKey, int] = {}
         self._renewed_at = 0.0
         self._published_at = 0.0
-        self._published: dict[StreamKey, tuple[int, int]] = {}
+        self._published: dict[StreamKey, tuple[int, int, int]] = {}
+        """(epoch, seq, seen) of every stream position this host published."""
+        self._seen: dict[StreamKey, int] = {}
+        """Per stream, the release of its lock this host last saw (the lock's
+        ModifyIndex while free), published with its position."""
         self._busy_until = 0.0
         self._seen_holders: dict[StreamKey, int] = {}
         self._holders_at: str | None = None
         """X-Consul-Index of the last full read of ``leaders/`` (None: read it
         in full next cycle), and what that read found:"""
-        self._holders_seen: dict[StreamKey, tuple[str | None, int]] = {}
+        self._holders_seen: dict[StreamKey, Holder] = {}
         self.full_reads = 0
         """Full reads of ``leaders/`` so far (the steady state makes none)."""
         self._wake = threading.Event()
@@ -264,18 +310,20 @@ class Leadership(threading.Thread):
             cands, positions = self._cands, self._positions
         sent_at = time.monotonic()
         holders = self._holders()
-        mine = {s for s, (h, _) in holders.items() if h == sid}
+        mine = {s for s, (h, _, _) in holders.items() if h == sid}
         # Health and peers' positions matter only when a candidate lock is free
         # or this host holds a stream it may have to hand back: in the steady
         # state a cycle is one read (these reads cost the request loop GIL time,
         # which showed in its latency tail).
-        free = [s for s in cands if holders.get(s, (None, 0))[0] is None]
+        free = [s for s in cands if holders.get(s, (None, 0, 0))[0] is None]
+        for s in free:  # published with this host's position: it is taken after the release
+            self._seen[s] = holders[s][2] if s in holders and holders[s][1] else 0
         borrowed = [s for s in mine if s in cands and cands[s].preferred not in (None, self.node)]
         passing = self._passing_now() if free or borrowed else set()
         # peers' positions decide a hand-back and every free stream (even its
         # healthy origin takes it only if it holds what a majority holds)
         decide_by_position = bool(borrowed or free)
-        state = self._positions_of_others() if decide_by_position else {}
+        state, seen = self._positions_of_others() if decide_by_position else ({}, {})
         for s in list(self.held):
             if s not in mine:
                 log.warning("lost the writer lock of %s", s)
@@ -292,16 +340,18 @@ class Leadership(threading.Thread):
                     return True  # the session is gone (all deposed): a new one next cycle
         self.post(Confirmed(frozenset(mine), sent_at))
         for s in free:
+            released = self._seen[s]
+            confirmed = {n for n, i in seen.get(s, {}).items() if i >= released} if released else None
             if may_campaign(self.node, cands[s], passing, kv.Position(*positions.get(s, (0, 0))),
-                            state.get(s, {})) and not self._acquire(s, sid):
+                            state.get(s, {}), confirmed) and not self._acquire(s, sid):
                 return True  # the session is gone: a new one campaigns next cycle
-        self._publish_positions(positions)
-        epochs = {s: e for s, (_, e) in holders.items()}
+        self._publish_positions(positions, urgent=bool(free))
+        epochs = {s: e for s, (_, e, _) in holders.items()}
         moved, self._seen_holders = epochs != self._seen_holders, epochs
         return bool(free or borrowed or moved)
 
-    def _holders(self) -> dict[StreamKey, tuple[str | None, int]]:
-        """Every lock's (session, LockIndex), as of a consistent read sent now.
+    def _holders(self) -> dict[StreamKey, Holder]:
+        """Every lock's (session, LockIndex, ModifyIndex), as of a consistent read sent now.
 
         A full read of ``leaders/`` grows with the streams (4 ms and 2 ms of
         this process's CPU at 600 locks, twice a second, in a thread that
@@ -319,11 +369,12 @@ class Leadership(threading.Thread):
                 return self._holders_seen
         idx, items = self.client.call(lambda c: c.kv.get(LEADERS_PREFIX, recurse=True,
                                                         consistency="consistent"))
-        holders: dict[StreamKey, tuple[str | None, int]] = {}
+        holders: dict[StreamKey, Holder] = {}
         for it in items or []:
             s = parse_lock_key(str(it.get("Key", "")))
             if s is not None:
-                holders[s] = (it.get("Session"), int(it.get("LockIndex") or 0))
+                holders[s] = (it.get("Session"), int(it.get("LockIndex") or 0),
+                              int(it.get("ModifyIndex") or 0))
         self._holders_at, self._holders_seen = idx, holders
         self.full_reads += 1
         return holders
@@ -334,9 +385,12 @@ class Leadership(threading.Thread):
         going critical)."""
         return {h.node for h in list_hosts(self.client) if h.passing}
 
-    def _positions_of_others(self) -> dict[StreamKey, dict[str, kv.Position]]:
+    def _positions_of_others(self) -> tuple[dict[StreamKey, dict[str, kv.Position]],
+                                            dict[StreamKey, dict[str, int]]]:
+        """Every host's published positions, and the lock release each was
+        published after (``seen``: 0 when none)."""
         _, items = self.client.call(lambda c: c.kv.get(kv.POSITIONS_PREFIX, recurse=True))
-        return kv.decode_stream_positions(items)
+        return kv.decode_stream_positions(items), kv.decode_stream_seen(items)
 
     def _should_hand_back(self, s: StreamKey, cand: Candidacy, passing: set[str],
                           positions: dict[StreamKey, tuple[int, int]],
@@ -388,19 +442,30 @@ class Leadership(threading.Thread):
             log.info("released the writer lock of %s", s)
             self.post(Deposed(s))
 
-    def _publish_positions(self, positions: dict[StreamKey, tuple[int, int]]) -> None:
+    def _publish_positions(self, positions: dict[StreamKey, tuple[int, int]], urgent: bool = False) -> None:
+        """Publish the positions that changed, at most every POSITIONS_EVERY_S;
+        with ``urgent`` (a lock is free), those of streams whose lock was
+        released since they were published go out at once: a candidate
+        counts only positions published after the release
+        (:func:`confirmed_majority`)."""
         now = time.monotonic()
-        if now - self._published_at < POSITIONS_EVERY_S:
+        due = now - self._published_at >= POSITIONS_EVERY_S
+        if not due and not urgent:
             return
-        changed = {s: p for s, p in positions.items() if self._published.get(s) != p}
+        current = {s: (*p, self._seen.get(s, 0)) for s, p in positions.items()}
+        changed = {s: p for s, p in current.items() if self._published.get(s) != p
+                   and (due or p[2] != (self._published.get(s) or (0, 0, 0))[2])}
+        if not changed:
+            return
         ops = [{"KV": {"Verb": "set", "Key": kv.stream_position_key(
             kv.PartitionId(s[0], s[1]), s[2], self.node),
-            "Value": base64.b64encode(kv.encode_position(kv.Position(*p))).decode()}}
-            for s, p in changed.items()]
+            "Value": base64.b64encode(kv.encode_position(kv.Position(e, q), seen)).decode()}}
+            for s, (e, q, seen) in changed.items()]
         for i in range(0, len(ops), 64):  # Consul caps a transaction at 64 operations
             self._txn(ops[i:i + 64])
         self._published.update(changed)
-        self._published_at = now
+        if due:
+            self._published_at = now
 
     def _txn(self, ops: list[dict[str, Any]]) -> None:
         self.client.call(lambda c: c.txn.put(ops))

@@ -250,9 +250,11 @@ class QueueService:
                     self.touch((key[0], key[1]))
                 st.lease_until = max(st.lease_until, at + LEASE_S)
 
-    def candidacies(self) -> dict[StreamKey, tuple[tuple[str, ...], str | None, tuple[str, ...]]]:
-        """Per stream: its replicas, its preferred writer, its joining replicas."""
-        return {k: (st.replicas, None if k[2] == FIFO_ORIGIN else k[2], st.joining)
+    def candidacies(self) -> dict[StreamKey, tuple[tuple[str, ...], str | None, tuple[str, ...], bool]]:
+        """Per stream: its replicas, its preferred writer, its joining replicas,
+        whether its replication is synchronous."""
+        return {k: (st.replicas, None if k[2] == FIFO_ORIGIN else k[2], st.joining,
+                    st.config.sync_replication)
                 for k, st in self.set.streams.items()}
 
     def positions(self) -> dict[StreamKey, tuple[int, int]]:

@@ -100,7 +100,8 @@ class HostHooks:
             svc = self.service
             if svc.set.version != self.cands_version:  # (hundreds of streams: not every time)
                 self.cands_version = svc.set.version
-                self.cands = {k: Candidacy(r, pref, j) for k, (r, pref, j) in svc.candidacies().items()}
+                self.cands = {k: Candidacy(r, pref, j, sync)
+                              for k, (r, pref, j, sync) in svc.candidacies().items()}
             self.leadership.update(self.cands, svc.positions())
         return wake
 
