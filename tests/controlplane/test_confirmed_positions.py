@@ -1,12 +1,13 @@
 """After a writer's lock is released, a candidate counts only positions
-published since (``leadership.confirmed_majority``): with them and its own,
-a majority of the voters, none of those that are down ahead of it. And the
+published since (``leadership.heard_enough``): with them and its own, enough
+voters to meet every ack quorum (2 of 3), none of those that are down ahead
+of it. And the
 ``seen`` a position is published with round-trips through Consul KV's value."""
 
 from __future__ import annotations
 
 from zmqueue.controlplane import kvlayout as kv
-from zmqueue.controlplane.leadership import Candidacy, confirmed_majority, may_campaign
+from zmqueue.controlplane.leadership import Candidacy, heard_enough, may_campaign
 
 P = kv.Position
 FIFO = Candidacy(("a", "b", "c"), None)
@@ -21,15 +22,28 @@ def test_a_lone_survivor_does_not_campaign_on_positions_published_before_the_rel
 
 def test_one_confirmed_peer_makes_a_majority_of_three() -> None:
     assert may_campaign("c", FIFO, {"b", "c"}, P(1, 4), {"a": P(1, 0), "b": P(1, 4)}, confirmed={"b"})
-    assert confirmed_majority("c", FIFO, {"b", "c"}, P(1, 4), {"b": P(1, 4)}, {"b"})
+    assert heard_enough("c", FIFO, {"b", "c"}, P(1, 4), {"b": P(1, 4)}, {"b"})
+
+
+def test_what_must_be_heard_meets_every_ack_quorum() -> None:
+    """An ack needs a majority of the voters: of two, both, so the survivor
+    holds every acknowledged record and may lead alone; of five, three, so
+    three must be heard."""
+    two = Candidacy(("a", "b"), None)
+    assert heard_enough("a", two, {"a"}, P(1, 4), {"b": P(1, 3)}, set())
+    five = Candidacy(("a", "b", "c", "d", "e"), None)
+    assert not heard_enough("a", five, {"a", "b"}, P(1, 4), {}, {"b"})
+    assert heard_enough("a", five, {"a", "b", "c"}, P(1, 4), {}, {"b", "c"})
+    four = Candidacy(("a", "b", "c", "d"), None)  # an ack needs 3 of 4: any 2 meet each such 3
+    assert heard_enough("a", four, {"a", "b"}, P(1, 4), {}, {"b"})
 
 
 def test_a_confirmed_peer_that_is_down_and_ahead_holds_the_candidate_back() -> None:
     """It published after the release, then died: it may hold an acknowledged
     record nobody alive has. A live peer ahead is fetched from instead."""
     ahead = {"a": P(1, 0), "b": P(1, 5)}
-    assert not confirmed_majority("c", FIFO, {"c"}, P(1, 4), ahead, {"b"})
-    assert confirmed_majority("c", FIFO, {"b", "c"}, P(1, 4), ahead, {"b"})
+    assert not heard_enough("c", FIFO, {"c"}, P(1, 4), ahead, {"b"})
+    assert heard_enough("c", FIFO, {"b", "c"}, P(1, 4), ahead, {"b"})
 
 
 def test_joining_replicas_are_no_voters_and_an_asynchronous_stream_is_exempt() -> None:

@@ -354,7 +354,7 @@ copy; c dies before a fetched it again, and a, elected with an empty copy, lacke
 records 1-5. A diverged copy is now cut back to what it shares with the writer
 (``keep_after_divergence``): a keeps 5 and is elected with them. (Since the
 thirty-seventh session b publishes its position before each election: a candidate
-needs a majority of voters' positions published since the lock's release.)"""
+needs enough voters' positions published since the lock's release.)"""
 
 
 def test_a_resync_keeps_the_acknowledged_records_the_copy_shares_with_its_writer():
@@ -371,7 +371,7 @@ both die before either published a position holding it. c, the survivor, saw
 positions that held nothing, held as much, and was elected without the record
 (the ~0.5 s staleness of published positions, a gap documented until the
 thirty-seventh session). Now a candidate counts only positions published since
-the lock's release, which must be a majority of the voters with itself, as a
+the lock's release, which with itself must meet every ack quorum (2 of 3), as a
 Raft candidate needs a majority's votes: c waits until a or b is back."""
 
 

@@ -187,7 +187,7 @@ def encode_leader(rec: LeaderRecord) -> bytes:
 
 def encode_position(pos: Position, seen: int = 0) -> bytes:
     """``seen``: Consul's index of the stream lock's release the host saw
-    before taking this position (0: none; see ``leadership.confirmed_majority``)."""
+    before taking this position (0: none; see ``leadership.heard_enough``)."""
     return _dump({"epoch": pos.epoch, "seq": pos.seq, **({"seen": seen} if seen else {})})
 
 

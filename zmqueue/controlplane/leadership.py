@@ -83,7 +83,7 @@ class Candidacy:
     ``kvlayout.PartitionAssignment.joining``)."""
     sync: bool = True
     """Synchronous replication: a majority of the voters held every
-    acknowledged record (the rule of :func:`confirmed_majority` applies)."""
+    acknowledged record (the rule of :func:`heard_enough` applies)."""
 
 
 @dataclass(frozen=True)
@@ -129,8 +129,8 @@ def preferred_serves(cand: Candidacy, passing: set[str]) -> bool:
             and cand.preferred not in cand.joining)
 
 
-def confirmed_majority(me: str, cand: Candidacy, passing: Collection[str], mine: kv.Position,
-                       positions: Mapping[str, kv.Position], confirmed: Collection[str]) -> bool:
+def heard_enough(me: str, cand: Candidacy, passing: Collection[str], mine: kv.Position,
+                 positions: Mapping[str, kv.Position], confirmed: Collection[str]) -> bool:
     """After a writer's lock was released, whether ``me`` heard from enough
     voters to know it holds every acknowledged record, as a Raft candidate
     needs a majority's votes.
@@ -141,18 +141,20 @@ def confirmed_majority(me: str, cand: Candidacy, passing: Collection[str], mine:
     after an acknowledgement, the survivor saw their old positions, held as
     much, and was elected without the record. So only positions published
     since the release count (``confirmed``: their hosts saw the lock free
-    before publishing, see :meth:`Leadership._publish_positions`): they and
-    ``me`` must be a majority of the voters, and none that is down may be
-    ahead of ``me`` (a new writer fetches from the live ones ahead before it
-    writes). Each acknowledged record is on a majority of the voters, so one
-    of them is among any such majority, with the record in its position. A
-    stream stays without a writer while a majority of its voters is down,
-    as a RabbitMQ quorum queue or a NATS R=3 stream does."""
+    before publishing, see :meth:`Leadership._publish_positions`): with
+    ``me`` they must be enough voters to meet every ack quorum (a majority of
+    the voters holds each acknowledged record, so with n voters and quorum
+    q, n - q + 1 of them: 2 of 3, 1 of 2, 2 of 4, 3 of 5), and none that is
+    down may be ahead of ``me`` (a new writer fetches from the live ones
+    ahead before it writes). One of them then holds each acknowledged
+    record, in its position. A stream of three voters stays without a
+    writer while two are down, as a RabbitMQ quorum queue or a NATS R=3
+    stream does."""
     voters = kv.voters_of(cand.replicas, cand.joining)
     if not voters:
         return True  # every replica joining: nobody acknowledged (voters_hold's rule decides)
     heard = [n for n in voters if n == me or n in confirmed]
-    if len(heard) < majority(len(voters)):
+    if len(heard) < len(voters) - majority(len(voters)) + 1:
         return False
     return all(positions.get(n, kv.ZERO) <= mine for n in heard if n != me and n not in passing)
 
@@ -180,10 +182,10 @@ def may_campaign(me: str, cand: Candidacy, passing: set[str], mine: kv.Position,
 
     ``confirmed``: after a writer's lock was released, the replicas whose
     positions were published since (None: the lock was never held, or the
-    stream is asynchronous); see :func:`confirmed_majority`.
+    stream is asynchronous); see :func:`heard_enough`.
     """
     if (confirmed is not None and cand.sync
-            and not confirmed_majority(me, cand, passing, mine, positions, confirmed)):
+            and not heard_enough(me, cand, passing, mine, positions, confirmed)):
         return False
     held = {n: mine if n == me else positions.get(n, kv.ZERO) for n in cand.replicas}
     needed = voters_hold(held, cand.replicas, cand.joining)
@@ -447,7 +449,7 @@ class Leadership(threading.Thread):
         with ``urgent`` (a lock is free), those of streams whose lock was
         released since they were published go out at once: a candidate
         counts only positions published after the release
-        (:func:`confirmed_majority`)."""
+        (:func:`heard_enough`)."""
         now = time.monotonic()
         due = now - self._published_at >= POSITIONS_EVERY_S
         if not due and not urgent:
