@@ -1,6 +1,6 @@
 """Consumed messages leave the disk of every copy of a stream, also when the
 stream goes idle: its writer rolls the old active segment with a record of
-its own (a lone EPOCH record starts a new segment on every copy) and
+its own (a block with an EPOCH record starts a new segment on every copy) and
 compaction removes the rest. Before the thirty-seventh session a stream
 that had written less than a segment (64 MiB) kept every body it had
 stored, consumed or not, in its active segment for good."""

@@ -681,7 +681,7 @@ class QueueService:
 
     def _roll_idle(self, st: Stream, now: int) -> None:
         """An idle stream's active segment, old and holding no live message,
-        is closed by a record of the writer's term (a lone EPOCH record starts
+        is closed by a record of the writer's term (a block with an EPOCH record starts
         a new segment on every copy, docs/SEGMENT_FORMAT.md "Files"), so the
         next compaction removes it and the bodies it holds."""
         try:

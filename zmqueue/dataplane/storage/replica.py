@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 Chunk = tuple[Table, bytes]
 
 _MESSAGE = int(RecordType.MESSAGE)
+_EPOCH = int(RecordType.EPOCH)
 _KNOWN_TYPE = np.zeros(256, dtype=bool)
 _KNOWN_TYPE[[int(t) for t in RecordType]] = True
 """Lookup table: record type byte -> known (cheaper than np.isin per chunk)."""
@@ -117,6 +118,8 @@ def apply_chunk(store: PartitionStore, table: Table, heap: bytes) -> int:
     else:
         replay.apply_block(store.ring, store.backlog, rows, np.frombuffer(heap, np.uint8))
         store.staged.stage(rows, heap if (types == _MESSAGE).any() else b"")
+        if (types == _EPOCH).any():
+            store.roll_next = True
     store._next_seq = int(rows["seq"][-1]) + 1
     store._last_epoch = int(rows["epoch"][-1])
     store.epoch = max(store.epoch, int(rows["epoch"].max()))
@@ -137,6 +140,8 @@ def _apply_small(store: PartitionStore, table: Table, heap: bytes) -> int:
     if last and first != last + 1:
         raise InvalidParameter(f"replicated records start at {first}, expected {last + 1}")
     store._check_open(max(r[replay.F_TIME] for r in recs))
+    if recs[0][replay.F_TYPE] == _EPOCH or recs[-1][replay.F_TYPE] == _EPOCH:
+        store.roll_next = True  # (the writer's takeover or roll record: a new segment, as there)
     replay.apply_records(store.ring, store.backlog, table, recs, heap)
     has_message = any(r[replay.F_TYPE] == _MESSAGE for r in recs)
     store.staged.stage(table, heap if has_message else b"")

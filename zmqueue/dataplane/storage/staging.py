@@ -111,11 +111,6 @@ class Staging:
     def __len__(self) -> int:
         return self.n
 
-    def lone_epoch(self) -> bool:
-        """Whether what is staged is one EPOCH record alone (a block that
-        starts a new segment: a takeover, or a roll of an idle stream)."""
-        return self.n == 1 and self._b.mem[0] == RecordType.EPOCH  # (the first byte of a row: its type)
-
     def stage(self, table: Table, heap: bytes) -> None:
         """Add records; MESSAGE ``data_off`` are relative to ``heap``, rebased here."""
         k = len(table)

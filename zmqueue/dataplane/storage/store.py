@@ -96,6 +96,9 @@ class PartitionStore:
         self.backlog = Backlog()
         self._next_seq, self._last_written = 1, 0
         self._last_epoch = 0
+        self.roll_next = False
+        """The next block starts a new segment: it holds an EPOCH record (a
+        takeover, or the roll of an idle stream: :meth:`roll_due`)."""
         self.staged = Staging(self.config.record_flags)
         self.index = BlockIndex()
         report, segments = recover_directory(self.directory, self._replay_block)
@@ -217,13 +220,15 @@ class PartitionStore:
         """
         if not self.staged.n:
             return self._last_written
-        roll = self.staged.n == 1 and self.staged.lone_epoch()
+        roll = self.roll_next
         payload, count, first, last = self.staged.take_payload()
         head, comp = encode_payload(payload, count, first, last)
         try:
             self.log.append_block(head, comp, first, last, self._now, roll)
         except OSError as exc:
             self._rollback(exc)
+        if roll:
+            self.roll_next = False
         self._last_written = last
         if self.backlog.cursor is not None and self.ring.live < self.ring.slots:
             self._page_in(self._now, needed=False)  # (a full ring pages nothing in)
@@ -399,6 +404,7 @@ class PartitionStore:
         seq = self._alloc(1)
         self._last_epoch = self.epoch
         self.staged.stage_ref(RecordType.EPOCH, seq, 0, b"", 0, self.epoch, now_ms)
+        self.roll_next = True
         return seq
 
     def expire(self, now_ms: int) -> int:
@@ -440,8 +446,8 @@ class PartitionStore:
 
     def roll_due(self, now_ms: int) -> bool:
         """Whether this idle stream's writer should roll its active segment
-        with a record of its own (:meth:`mark_epoch`: a lone EPOCH record
-        starts a new segment on every copy): the segment is as old as
+        with a record of its own (:meth:`mark_epoch`: a block holding an
+        EPOCH record starts a new segment on every copy): the segment is as old as
         ``roll_after_ms``, no message is live, nothing is staged, and the
         segment holds more than such a record, so compaction can then remove
         it with the bodies it still holds (an idle stream otherwise kept its
