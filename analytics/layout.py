@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from analytics.segments import block_offsets
+from analytics.segments import block_offsets, file_size
 
 MAX_DEPTH = 3
 DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
@@ -70,18 +69,27 @@ def find_host_dirs(paths: Iterable[str | Path]) -> list[Path]:
     return sorted(found)
 
 
+def _listing(directory: Path) -> list[Path]:
+    """A directory's entries, sorted; none when it is gone (a running host deleted
+    a queue, or moved a stream's copy to its trash, while the job listed it)."""
+    try:
+        return sorted(directory.iterdir())
+    except FileNotFoundError:
+        return []
+
+
 def segment_files(host_dir: Path) -> Iterable[tuple[str, int, str, Path]]:
     """(queue, partition, origin, path) of every segment file of a host, in seq order per stream."""
     qroot = host_dir / "queues"
-    for qdir in sorted(qroot.iterdir()):
+    for qdir in _listing(qroot):
         if not qdir.is_dir():
             continue
-        for pdir in sorted(qdir.iterdir()):
+        for pdir in _listing(qdir):
             if not (pdir.is_dir() and pdir.name.isdigit()):
                 continue
             for seg in sorted(pdir.glob("*.seg")):
                 yield qdir.name, int(pdir.name), "", seg
-            for odir in sorted(pdir.iterdir()):
+            for odir in _listing(pdir):
                 if odir.is_dir():
                     for seg in sorted(odir.glob("*.seg")):
                         yield qdir.name, int(pdir.name), odir.name, seg
@@ -103,7 +111,7 @@ def plan_units(paths: Iterable[str | Path], split_bytes: int = DEFAULT_SPLIT_BYT
 def _split(host: str, queue: str, part: int, origin: str, seg: Path, split_bytes: int) -> list[ReadUnit]:
     """The file as ``ceil(size / split_bytes)`` block ranges of about equal size (a range
     starts on the first block at or past its share), or whole when it fits."""
-    size = os.path.getsize(seg)
+    size = file_size(seg)
     parts = -(-size // split_bytes)
     if parts <= 1:
         return [ReadUnit(host, queue, part, origin, str(seg))]

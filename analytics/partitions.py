@@ -22,11 +22,10 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
-import os
 from collections.abc import Sequence
 
 from analytics.layout import ReadUnit
-from analytics.segments import block_offsets
+from analytics.segments import block_offsets, file_size
 
 
 def partition_count(total_bytes: int, split_bytes: int, min_partitions: int) -> int:
@@ -38,7 +37,7 @@ def partition_count(total_bytes: int, split_bytes: int, min_partitions: int) -> 
 
 
 def unit_bytes(unit: ReadUnit) -> int:
-    end = unit.end if unit.end is not None else os.path.getsize(unit.path)
+    end = unit.end if unit.end is not None else file_size(unit.path)
     return max(0, end - unit.start)
 
 

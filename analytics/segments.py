@@ -174,9 +174,28 @@ def decode_payload(header: BlockHeader, comp: bytes) -> Block:
     return Block(header, table, heap)
 
 
+GONE = ("segment file removed while the job ran (a running host's compaction removes a file "
+        "once every message in it is consumed or expired, and a deleted queue's files go): its "
+        "records were not read; run the job again to read the log as it is now")
+"""The reason of the row for a file that was listed but is gone when read."""
+
+
+def file_size(path: Path | str) -> int:
+    """The file's size; 0 when it is gone (removed since it was listed)."""
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:
+        return 0
+
+
 def iter_blocks(path: Path | str, start: int = 0, end: int | None = None) -> Iterator[Block | BadBlock]:
-    """Blocks of one segment file whose header starts in ``[start, end)``."""
-    fd = os.open(path, os.O_RDONLY)
+    """Blocks of one segment file whose header starts in ``[start, end)``; a file
+    that is gone yields one :data:`GONE` bad block."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        yield BadBlock(start, GONE, fatal=True)
+        return
     try:
         size = os.fstat(fd).st_size
         stop = size if end is None else min(end, size)
@@ -199,9 +218,13 @@ def iter_blocks(path: Path | str, start: int = 0, end: int | None = None) -> Ite
 
 
 def block_offsets(path: Path | str) -> list[int]:
-    """Offsets of the blocks reachable through sound headers (for splitting a file)."""
+    """Offsets of the blocks reachable through sound headers (for splitting a file);
+    none when the file is gone."""
     out: list[int] = []
-    fd = os.open(path, os.O_RDONLY)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return out
     try:
         size = os.fstat(fd).st_size
         offset = 0

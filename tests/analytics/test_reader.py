@@ -10,14 +10,20 @@ from pathlib import Path
 import msgpack
 import pytest
 
+from analytics.batches import read_unit
 from analytics.blob import decode_blob
-from analytics.layout import find_host_dirs, plan_units
-from analytics.reader import read_table
+from analytics.layout import find_host_dirs, plan_units, segment_files
+from analytics.options import parse_options
+from analytics.reader import read_options, read_table
 from analytics.segments import (
+    GONE,
     HEADER_BYTES,
     RECORD_DTYPE,
+    BadBlock,
     BlockHeader,
+    block_offsets,
     decode_payload,
+    file_size,
     iter_blocks,
     lz4_decompress,
 )
@@ -261,3 +267,34 @@ def test_a_takeover_record_reads_as_epoch_with_no_message(tmp_path: Path) -> Non
     assert [(r["seq"], r["record_type"]) for r in t] == [(1, "MESSAGE"), (2, "MESSAGE"), (3, "EPOCH")]
     assert (t[2]["epoch"], t[2]["payload_size"]) == (7, 0)
     assert read_table([tmp_path], ["seq"], types="EPOCH").column("seq").to_pylist() == [3]
+
+
+
+def test_a_segment_compacted_away_while_the_job_runs_is_one_corrupt_row_not_a_failed_job(
+        tmp_path: Path) -> None:
+    """A running host's compaction (segments roll by age since the thirty-seventh
+    session, so it removes files often) can remove a file between the job's
+    listing and its read: the other files are read, and the gone one is one row
+    saying so (the corruption job lists it), instead of a FileNotFoundError."""
+    host = tmp_path / "h1"
+    (host / "queues").mkdir(parents=True)
+    (host / "host.json").write_text(json.dumps({"node": "node-a", "cluster": "c", "pid": 1}))
+    config = StorageConfig(fsync="never", segment_bytes_max=4096)
+    store = PartitionStore.open(host / "queues" / "q" / "0", config, now_ms=T0)
+    for i in range(12):  # random bodies: each block ~1 KiB, files roll every few blocks
+        store.append([NewMessage(uuid.uuid4().bytes, os.urandom(1000))], T0 + i)
+        store.commit()
+    store.close()
+    units = plan_units([tmp_path])
+    assert len(units) >= 3
+    gone = units[1].path
+    lost = {int(s) for b in iter_blocks(gone) if not isinstance(b, BadBlock) for s in b.table["seq"]}
+    os.unlink(gone)
+    assert block_offsets(gone) == [] and file_size(gone) == 0
+    rows = [r for u in units for b in read_unit(u, read_options(parse_options({"paths": str(tmp_path)})))
+            for r in b.to_pylist()]
+    assert [(r["segment"], r["corrupt"]) for r in rows if r["corrupt"]] == [(os.path.basename(gone), GONE)]
+    assert [r["seq"] for r in rows if not r["corrupt"]] == sorted(set(range(1, 13)) - lost)
+    assert lost
+    assert [seg for *_, seg in segment_files(host)] == [Path(u.path) for u in units if u.path != gone]
+    assert list(segment_files(tmp_path / "no-such-host")) == []  # (a directory gone meanwhile)
