@@ -69,6 +69,8 @@ OUTAGE_GRACE_S = 60.0
 long: no other host can acquire a lock from a Consul that is down, so
 availability wins over waiting. A definite loss (session gone, lock held by
 another session) deposes at once. See docs/REPLICATION.md."""
+WAIT_NOTE_S = 5.0
+"""A stream waiting this long for its voters' positions after a release is logged once."""
 OUTAGE_NOTE_S = 10.0
 """During an outage, a log line every this many seconds (the first one at once)."""
 
@@ -235,6 +237,8 @@ class Leadership(threading.Thread):
         self.full_reads = 0
         """Full reads of ``leaders/`` so far (the steady state makes none)."""
         self._wake = threading.Event()
+        self._waiting: dict[StreamKey, tuple[tuple[int, float], bool]] = {}
+        """Streams waiting for their voters (:meth:`_note_waiting`): ((release, since), said)."""
 
     # --- inputs from the request loop (thread safe) -------------------------
     def update(self, cands: dict[StreamKey, Candidacy],
@@ -344,13 +348,40 @@ class Leadership(threading.Thread):
         for s in free:
             released = self._seen[s]
             confirmed = {n for n, i in seen.get(s, {}).items() if i >= released} if released else None
-            if may_campaign(self.node, cands[s], passing, kv.Position(*positions.get(s, (0, 0))),
-                            state.get(s, {}), confirmed) and not self._acquire(s, sid):
+            mine_pos = kv.Position(*positions.get(s, (0, 0)))
+            if confirmed is not None:
+                self._note_waiting(s, cands[s], passing, mine_pos, state.get(s, {}), confirmed, released)
+            if may_campaign(self.node, cands[s], passing, mine_pos, state.get(s, {}),
+                            confirmed) and not self._acquire(s, sid):
                 return True  # the session is gone: a new one campaigns next cycle
         self._publish_positions(positions, urgent=bool(free))
         epochs = {s: e for s, (_, e, _) in holders.items()}
         moved, self._seen_holders = epochs != self._seen_holders, epochs
         return bool(free or borrowed or moved)
+
+    def _note_waiting(self, s: StreamKey, cand: Candidacy, passing: set[str], mine: kv.Position,
+                      positions: Mapping[str, kv.Position], confirmed: set[str], released: int) -> None:
+        """Say once, WAIT_NOTE_S into a release, that a stream waits for its voters
+        (:func:`heard_enough`); a failover's first cycles always wait a moment."""
+        if not cand.sync or heard_enough(self.node, cand, passing, mine, positions, confirmed):
+            self._waiting.pop(s, None)
+            return
+        since, noted = self._waiting.get(s, (None, False))
+        now = time.monotonic()
+        if since is None or since[0] != released:
+            self._waiting[s] = ((released, now), False)
+            return
+        if not noted and now - since[1] >= WAIT_NOTE_S:
+            self._waiting[s] = (since, True)
+            voters = kv.voters_of(cand.replicas, cand.joining)
+            heard = sorted(n for n in voters if n == self.node or n in confirmed)
+            down = sorted(n for n in voters if n not in passing)
+            log.warning("stream %s has had no writer for %.0f s: of its voters %s, %s published a position "
+                        "since its writer's lock was released and %s are down; it waits for %d of %d, enough "
+                        "to hold every acknowledged record, so bring a down host back (or, if its disk is "
+                        "gone for good, see OPERATOR_GUIDE 'When a cluster loses quorum')",
+                        "/".join(map(str, s)), now - since[1], list(voters), heard, down,
+                        len(voters) - majority(len(voters)) + 1, len(voters))
 
     def _holders(self) -> dict[StreamKey, Holder]:
         """Every lock's (session, LockIndex, ModifyIndex), as of a consistent read sent now.
