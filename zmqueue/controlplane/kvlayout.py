@@ -31,7 +31,7 @@ JSON fields are kept in ``extra`` and written back unchanged.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, TypeVar
 
@@ -279,20 +279,26 @@ def decode_position(key: str, raw: bytes | None) -> Position | Malformed:
     return _guard(key, raw, lambda d: Position(_int(d, "epoch"), _int(d, "seq")))
 
 
-def decode_stream_positions(items: Iterable[Mapping[str, Any]] | None
-                            ) -> dict[tuple[str, int, str], dict[str, Position]]:
-    """A listing under :data:`POSITIONS_PREFIX` (``kv.get(..., recurse=True)``
-    items) as (queue, partition, origin) -> node -> position; keys of another
-    shape and malformed values are skipped."""
-    out: dict[tuple[str, int, str], dict[str, Position]] = {}
+def _stream_positions(items: Iterable[Mapping[str, Any]] | None
+                      ) -> Iterator[tuple[tuple[str, int, str], str, str, bytes | None]]:
+    """(stream, node, key, raw value) of each well-shaped key of a listing under
+    :data:`POSITIONS_PREFIX` (``kv.get(..., recurse=True)`` items)."""
     for it in items or []:
         key = str(it.get("Key", ""))
         parts = key[len(POSITIONS_PREFIX):].split("/") if key.startswith(POSITIONS_PREFIX) else []
-        if len(parts) != 4 or not parts[1].isdigit() or not all(parts):
-            continue
-        pos = decode_position(key, it.get("Value"))
+        if len(parts) == 4 and parts[1].isdigit() and all(parts):
+            yield (parts[0], int(parts[1]), parts[2]), parts[3], key, it.get("Value")
+
+
+def decode_stream_positions(items: Iterable[Mapping[str, Any]] | None
+                            ) -> dict[tuple[str, int, str], dict[str, Position]]:
+    """A listing under :data:`POSITIONS_PREFIX` as (queue, partition, origin) ->
+    node -> position; keys of another shape and malformed values are skipped."""
+    out: dict[tuple[str, int, str], dict[str, Position]] = {}
+    for stream, node, key, raw in _stream_positions(items):
+        pos = decode_position(key, raw)
         if isinstance(pos, Position):
-            out.setdefault((parts[0], int(parts[1]), parts[2]), {})[parts[3]] = pos
+            out.setdefault(stream, {})[node] = pos
     return out
 
 
@@ -302,14 +308,10 @@ def decode_stream_seen(items: Iterable[Mapping[str, Any]] | None
     :data:`POSITIONS_PREFIX`, as :func:`decode_stream_positions` keys them (0
     when absent: a host of an earlier version, or no release seen)."""
     out: dict[tuple[str, int, str], dict[str, int]] = {}
-    for it in items or []:
-        key = str(it.get("Key", ""))
-        parts = key[len(POSITIONS_PREFIX):].split("/") if key.startswith(POSITIONS_PREFIX) else []
-        if len(parts) != 4 or not parts[1].isdigit() or not all(parts):
-            continue
-        seen = _guard(key, it.get("Value"), lambda d: d.get("seen", 0))
+    for stream, node, key, raw in _stream_positions(items):
+        seen = _guard(key, raw, lambda d: d.get("seen", 0))
         if isinstance(seen, int) and not isinstance(seen, bool) and seen >= 0:
-            out.setdefault((parts[0], int(parts[1]), parts[2]), {})[parts[3]] = seen
+            out.setdefault(stream, {})[node] = seen
     return out
 
 
