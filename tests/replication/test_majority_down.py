@@ -13,13 +13,14 @@ candidate they must meet every ack quorum (2 of 3 voters)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
 
 import zmqueue
 from tests.conftest import HostFactory, all_passing, wait_for
-from tests.helpers import check_statuses
+from tests.helpers import check_statuses, consul_for
 from tests.replication.test_failover import by_node, drain_in_order, three_hosts, writer_of
 from zmqueue.localcluster import ConsulAgent
 
@@ -61,3 +62,38 @@ def test_the_survivor_of_two_kills_right_after_an_ack_waits_and_the_record_survi
     assert elected[0] == other.node, "the voter holding the record leads"
     got = drain_in_order(q, 6, 30)
     assert got == [f"m{i}".encode() for i in range(5)] + [b"acked"], "nothing acknowledged lost"
+
+
+def _positions(agent: ConsulAgent, queue: str) -> dict[str, int]:
+    _, items = consul_for(agent).kv.get(f"zmqueue-positions/{queue}/0/fifo/", recurse=True)
+    return {it["Key"].rsplit("/", 1)[1]: int(json.loads(it["Value"])["seq"]) for it in items or []}
+
+
+def test_an_operator_who_lost_two_disks_for_good_sets_the_replicas_by_hand_and_the_survivor_leads(
+        hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client) -> None:
+    """OPERATOR_GUIDE, "When a cluster loses quorum": with two of three hosts gone
+    for good the stream waits; the operator sets the partition's replicas to the
+    survivor in Consul KV, and it is elected and serves what it holds."""
+    name = "lost.fifo"
+    hs = three_hosts(hosts, consul_agent)
+    q = client.create_queue(name, fifo=True, replication_factor=3, sync_replication=True)
+    for i in range(5):
+        q.send(f"m{i}".encode(), group_id="g", dedup_id=f"d{i}")
+    wait_for(lambda: len(p := _positions(consul_agent, name)) == 3 and min(p.values()) >= 5, 15,
+             "every copy holding the five")
+    node, _ = wait_for(lambda: writer_of(consul_agent, name, "fifo"), 10, "a writer")
+    writer = by_node(hs, node)
+    other, survivor = [h for h in hs if h is not writer]
+    writer.kill9()
+    other.kill9()  # both gone for good
+    wait_for(lambda: writer_of(consul_agent, name, "fifo") is None, 15, "the dead writer's lock released")
+    kv = consul_for(consul_agent)
+    key = f"zmqueue/queues/{name}/partitions/0"
+    _, item = kv.kv.get(key)
+    a = json.loads(item["Value"])
+    kv.kv.put(key, json.dumps({**a, "replicas": [survivor.node], "joining": [],
+                               "version": a["version"] + 1}))
+    wait_for(lambda: (w := writer_of(consul_agent, name, "fifo")) and w[0] == survivor.node, 30,
+             "the survivor elected once it is the only voter")
+    q.send(b"after", group_id="g", dedup_id="after")  # a set of one takes sends on its one copy
+    assert drain_in_order(q, 6, 30) == [f"m{i}".encode() for i in range(5)] + [b"after"]
