@@ -87,6 +87,11 @@ def test_an_operator_who_lost_two_disks_for_good_sets_the_replicas_by_hand_and_t
     writer.kill9()
     other.kill9()  # both gone for good
     wait_for(lambda: writer_of(consul_agent, name, "fifo") is None, 15, "the dead writer's lock released")
+    # the managers count a failing host as healthy for a 3 s grace (and would take it back
+    # into the set meanwhile); the survivor, the only host left, holds the manager roles
+    wait_for(lambda: any("hosts counted as failed" in ln and writer.node in ln and other.node in ln
+                         for ln in survivor.log_tail(100_000).splitlines()), 30,
+             "the managers counting both as failed")
     kv = consul_for(consul_agent)
     key = f"zmqueue/queues/{name}/partitions/0"
     _, item = kv.kv.get(key)
