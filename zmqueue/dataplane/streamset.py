@@ -99,6 +99,8 @@ class StreamSet:
                     st.follower_pos = {n: q for n, q in st.follower_pos.items() if n in replicas}
                 if st.config is not cfg and st.config != cfg:  # changed (set_attributes, a KV edit)
                     st.store.reconfigure(storage_config(cfg, self.defaults))
+                    if st.config.sync_replication != cfg.sync_replication:
+                        self.version += 1  # (the election's candidacy carries it)
                 st.configure(cfg)
                 st.replicas, st.joining = replicas, joining
         return closed
