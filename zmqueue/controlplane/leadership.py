@@ -131,6 +131,12 @@ def preferred_serves(cand: Candidacy, passing: set[str]) -> bool:
             and cand.preferred not in cand.joining)
 
 
+def heard_needed(voters: int) -> int:
+    """How many voters must be heard to meet every ack quorum (a majority of
+    them): n - floor(n/2), so 2 of 3, 1 of 2, 2 of 4, 3 of 5."""
+    return voters - majority(voters) + 1
+
+
 def heard_enough(me: str, cand: Candidacy, passing: Collection[str], mine: kv.Position,
                  positions: Mapping[str, kv.Position], confirmed: Collection[str]) -> bool:
     """After a writer's lock was released, whether ``me`` heard from enough
@@ -156,7 +162,7 @@ def heard_enough(me: str, cand: Candidacy, passing: Collection[str], mine: kv.Po
     if not voters:
         return True  # every replica joining: nobody acknowledged (voters_hold's rule decides)
     heard = [n for n in voters if n == me or n in confirmed]
-    if len(heard) < len(voters) - majority(len(voters)) + 1:
+    if len(heard) < heard_needed(len(voters)):
         return False
     return all(positions.get(n, kv.ZERO) <= mine for n in heard if n != me and n not in passing)
 
@@ -237,8 +243,8 @@ class Leadership(threading.Thread):
         self.full_reads = 0
         """Full reads of ``leaders/`` so far (the steady state makes none)."""
         self._wake = threading.Event()
-        self._waiting: dict[StreamKey, tuple[tuple[int, float], bool]] = {}
-        """Streams waiting for their voters (:meth:`_note_waiting`): ((release, since), said)."""
+        self._waiting: dict[StreamKey, tuple[int, float, bool]] = {}
+        """Free streams waiting for their voters (:meth:`_note_waiting`): (release, since, said)."""
 
     # --- inputs from the request loop (thread safe) -------------------------
     def update(self, cands: dict[StreamKey, Candidacy],
@@ -354,6 +360,8 @@ class Leadership(threading.Thread):
             if may_campaign(self.node, cands[s], passing, mine_pos, state.get(s, {}),
                             confirmed) and not self._acquire(s, sid):
                 return True  # the session is gone: a new one campaigns next cycle
+        for s in [s for s in self._waiting if s not in free]:  # (taken meanwhile: no longer waiting)
+            del self._waiting[s]
         self._publish_positions(positions, urgent=bool(free))
         epochs = {s: e for s, (_, e, _) in holders.items()}
         moved, self._seen_holders = epochs != self._seen_holders, epochs
@@ -366,13 +374,13 @@ class Leadership(threading.Thread):
         if not cand.sync or heard_enough(self.node, cand, passing, mine, positions, confirmed):
             self._waiting.pop(s, None)
             return
-        since, noted = self._waiting.get(s, (None, False))
         now = time.monotonic()
-        if since is None or since[0] != released:
-            self._waiting[s] = ((released, now), False)
+        at, since, said = self._waiting.get(s, (-1, now, False))
+        if at != released:
+            self._waiting[s] = (released, now, False)
             return
-        if not noted and now - since[1] >= WAIT_NOTE_S:
-            self._waiting[s] = (since, True)
+        if not said and now - since >= WAIT_NOTE_S:
+            self._waiting[s] = (released, since, True)
             voters = kv.voters_of(cand.replicas, cand.joining)
             heard = sorted(n for n in voters if n == self.node or n in confirmed)
             down = sorted(n for n in voters if n not in passing)
@@ -380,8 +388,8 @@ class Leadership(threading.Thread):
                         "since its writer's lock was released and %s are down; it waits for %d of %d, enough "
                         "to hold every acknowledged record, so bring a down host back (or, if its disk is "
                         "gone for good, see OPERATOR_GUIDE 'When a cluster loses quorum')",
-                        "/".join(map(str, s)), now - since[1], list(voters), heard, down,
-                        len(voters) - majority(len(voters)) + 1, len(voters))
+                        "/".join(map(str, s)), now - since, list(voters), heard, down,
+                        heard_needed(len(voters)), len(voters))
 
     def _holders(self) -> dict[StreamKey, Holder]:
         """Every lock's (session, LockIndex, ModifyIndex), as of a consistent read sent now.
