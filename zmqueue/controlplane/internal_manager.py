@@ -45,13 +45,30 @@ for, given the cluster's healthy, non-draining hosts.
   drain) never elects a replica that joined empty while the replicas with
   the records are down. Each round drops the joiners that caught up.
 
+- a change of the *voters* (a replica removed, or a joining one
+  promoted) goes through a joint set first, as Raft's joint consensus does
+  (``changed``): the removed voters stay in ``replicas`` as ``leaving``
+  ones, and ``previous`` holds the voters before the change. Meanwhile a
+  sync ack needs a majority of the new voters and of the previous ones, and
+  so does an election. Each stream's writer confirms the change once a
+  majority of the new voters holds every record it held when it saw the
+  change (``Stream.confirmation``, published with its position); once every
+  stream of the partition is confirmed, the next round drops the leaving
+  replicas (``confirmed``). The positions this module reads are up to
+  ~0.5 s old, so a host may hold records acknowledged after its last
+  publication; without the joint step a change decided on them could leave
+  an acknowledged record on fewer than a majority of the new voters (an R=1
+  partition drained right after a send moved to an empty host). No other
+  change is made to a partition while one is in flight.
+
 Each change is a new version of the assignment, written by the caller with
 check-and-set under the manager lock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import replace
 
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.election import voters_hold
@@ -61,6 +78,10 @@ from zmqueue.controlplane.queue_directory import Snapshot
 
 StreamPositions = Mapping[str, Mapping[str, kv.Position]]
 """A partition's positions: stream origin -> node -> position."""
+StreamConfirmations = Mapping[str, Mapping[str, int]]
+"""A partition's confirmations: stream origin -> node -> the assignment
+version whose change of the voters that node confirmed as the stream's writer."""
+FIFO_ORIGIN = "fifo"
 
 
 def _moves(snap: Snapshot, cluster: str, healthy: dict[str, bool]) -> list[Move]:
@@ -69,7 +90,7 @@ def _moves(snap: Snapshot, cluster: str, healthy: dict[str, bool]) -> list[Move]
     if not any(h.eligible for h in hosts):
         return []
     current = {pid: a.replicas for pid, a in state.assignments.items()
-               if a.cluster == cluster and pid.queue in state.configs}
+               if a.cluster == cluster and pid.queue in state.configs and not a.previous}
     replication = {q: cfg.replication_factor for q, cfg in state.configs.items()}
     failed = {h.node for h in hosts if not h.healthy and not h.draining}
     moves = []
@@ -171,16 +192,60 @@ def caught_up(joining: tuple[str, ...], replicas: tuple[str, ...], pos: StreamPo
     return tuple(n for n in joining if not all(n in k for k in keepers))
 
 
+def changed(old: kv.PartitionAssignment, cluster: str, replicas: tuple[str, ...],
+            joining: tuple[str, ...]) -> kv.PartitionAssignment:
+    """The next version of ``old`` (no change in flight) with ``replicas``
+    and ``joining``; a change of the voters as a joint set (module doc)."""
+    new = moved(old, cluster, replicas, joining)
+    if not old.voters or set(new.voters) == set(old.voters):
+        return new
+    leaving = tuple(n for n in old.voters if n not in replicas)
+    return replace(new, replicas=(*new.replicas, *leaving), leaving=leaving, previous=old.voters)
+
+
+def stream_origins(a: kv.PartitionAssignment, fifo: bool, held: Collection[str]) -> list[str]:
+    """The streams of a partition whose writers confirm a change: a FIFO
+    partition's one; a standard one's per replica, and any other stream
+    with a writer (``held``: the origins whose writer lock is held)."""
+    if fifo:
+        return [FIFO_ORIGIN]
+    return list(dict.fromkeys([*a.replicas, *held]))
+
+
+def confirmed(a: kv.PartitionAssignment, origins: Collection[str],
+              confirmations: StreamConfirmations | None) -> bool:
+    """Every stream of ``origins`` has a writer that confirmed ``a``'s change
+    (None: the confirmations could not be read)."""
+    if confirmations is None:
+        return False
+    return all(max(confirmations.get(o, {}).values(), default=0) >= a.version for o in origins)
+
+
 def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],
-                  positions: Callable[[kv.PartitionId], StreamPositions | None] = lambda pid: None
+                  positions: Callable[[kv.PartitionId], StreamPositions | None] = lambda pid: None,
+                  confirmations: Callable[[kv.PartitionId], StreamConfirmations | None] = lambda pid: None
                   ) -> list[AssignmentWrite]:
     """``positions``: asked only for the partitions a change would take
     replicas from or add replicas to, and those with joining replicas (None:
     not known, every current voter counts as needed and every new replica
-    joins)."""
+    joins). ``confirmations``: asked for the partitions with a change in
+    flight (None: not known, the change stays in flight)."""
     state = snap.state
     writes = []
-    changed = set()
+    changed_pids = set()
+    for pid, a in sorted(state.assignments.items()):
+        if a.cluster != cluster or not a.previous or pid.queue not in state.configs:
+            continue
+        changed_pids.add(pid)
+        held = [o for (p, o) in state.stream_leaders if p == pid]
+        if confirmed(a, stream_origins(a, state.configs[pid.queue].fifo, held), confirmations(pid)):
+            key = kv.partition_key(pid)
+            done = kv.PartitionAssignment(a.cluster, a.target, a.version + 1, a.extra,
+                                          tuple(n for n in a.joining if n not in a.leaving))
+            writes.append(AssignmentWrite(
+                key, done, state.modify_index.get(key, 0),
+                f"change confirmed by every stream's writer: voters now {list(done.voters)}"
+                + (f", {list(a.leaving)} left" if a.leaving else "")))
     for mv in _moves(snap, cluster, healthy):
         old = state.assignments[mv.partition]
         pos = positions(mv.partition)
@@ -196,19 +261,23 @@ def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],
         reason = (f"replicas {list(old.replicas)} -> {list(mv.replicas)} "
                   f"(removed {list(mv.remove)}, added {list(mv.add)}"
                   + (f", joining {[n for n in joining if n in mv.replicas]})" if joining else ")"))
-        writes.append(AssignmentWrite(key, moved(old, cluster, mv.replicas, joining),
-                                      state.modify_index.get(key, 0), reason))
-        changed.add(mv.partition)
+        new = changed(old, cluster, mv.replicas, joining)
+        if new.previous:
+            reason += f"; confirming: voters {list(new.voters)}, before {list(new.previous)}"
+        writes.append(AssignmentWrite(key, new, state.modify_index.get(key, 0), reason))
+        changed_pids.add(mv.partition)
     for pid, a in sorted(state.assignments.items()):
-        if a.cluster != cluster or not a.joining or pid in changed or pid.queue not in state.configs:
+        if a.cluster != cluster or not a.joining or pid in changed_pids or pid.queue not in state.configs:
             continue
         pos = positions(pid)
         sync = state.configs[pid.queue].sync_replication
         still = caught_up(a.joining, a.replicas, pos, sync) if pos is None or has_records(pos) else ()
         if still != a.joining:
             key = kv.partition_key(pid)
+            new = changed(a, cluster, a.replicas, still)
             writes.append(AssignmentWrite(
-                key, moved(a, cluster, a.replicas, still), state.modify_index.get(key, 0),
-                f"{[n for n in a.joining if n not in still]} caught up: voters now "
-                f"{[n for n in a.replicas if n not in still]}"))
+                key, new, state.modify_index.get(key, 0),
+                f"{[n for n in a.joining if n not in still]} caught up: voters "
+                f"{[n for n in a.replicas if n not in still]}"
+                + (f" once confirmed (before {list(new.previous)})" if new.previous else "")))
     return writes

@@ -4,7 +4,8 @@ Every key lives under :data:`PREFIX` (``zmqueue/``); docs/CONSUL_KV.md is the
 reference (value schemas, writers, readers, what an operator may edit)::
 
     zmqueue/queues/<queue>/config                QueueConfig JSON
-    zmqueue/queues/<queue>/partitions/<p>        {"cluster", "replicas", "version"}
+    zmqueue/queues/<queue>/partitions/<p>        {"cluster", "replicas", "version", "joining",
+                                                  "leaving", "previous"}
     zmqueue/leaders/<queue>/<p>/<origin>         stream writer lock; {"node", "endpoint", "epoch"}
     zmqueue/leaders/<queue>/<p>, positions/<queue>/<p>/<node>   per-partition forms
                                                  (the pure election model; still decoded)
@@ -12,7 +13,7 @@ reference (value schemas, writers, readers, what an operator may edit)::
     zmqueue/managers/cluster/<cluster>           lock; {"node", "since_ms"}
     zmqueue/hosts/<node>/drain                   true | false
 
-    zmqueue-positions/<queue>/<p>/<origin>/<node> {"epoch", "seq"}
+    zmqueue-positions/<queue>/<p>/<origin>/<node> {"epoch", "seq", "seen", "confirmed"}
 
 Replicas' positions change with every write, so they live beside the tree
 (:data:`POSITIONS_PREFIX`), not in it: the hosts and managers watch
@@ -92,10 +93,27 @@ class PartitionAssignment:
     election counts what a majority of the voters hold, so a replica that
     joined empty never takes over from replicas that are only down. The
     internal manager clears them once they hold what the voters hold."""
+    leaving: tuple[str, ...] = ()
+    """While a change of the voters is confirmed (``previous`` set): the
+    replicas of ``previous`` that the change removes. They keep their copies
+    and count in ``previous``'s majority, but are not voters of the new set;
+    the manager drops them once the change is confirmed."""
+    previous: tuple[str, ...] = ()
+    """The voters before a change of the voters, until every stream's writer
+    has confirmed that a majority of the new voters holds every record it may
+    have acknowledged under them (joint consensus: meanwhile a sync ack and
+    an election need a majority of both). A subset of ``replicas``; empty
+    when no change is in flight."""
 
     @property
     def voters(self) -> tuple[str, ...]:
-        return voters_of(self.replicas, self.joining)
+        """The voters of this set (of the new set while a change is in flight)."""
+        return voters_of(self.replicas, (*self.joining, *self.leaving))
+
+    @property
+    def target(self) -> tuple[str, ...]:
+        """The replicas once a change in flight is confirmed (``leaving`` dropped)."""
+        return tuple(n for n in self.replicas if n not in self.leaving)
 
 
 def voters_of(replicas: Iterable[str], joining: Iterable[str]) -> tuple[str, ...]:
@@ -178,17 +196,23 @@ def encode_queue_config(cfg: QueueConfig) -> bytes:
 
 def encode_assignment(a: PartitionAssignment) -> bytes:
     return _dump({**a.extra, "cluster": a.cluster, "replicas": list(a.replicas),
-                  "version": a.version, **({"joining": list(a.joining)} if a.joining else {})})
+                  "version": a.version, **({"joining": list(a.joining)} if a.joining else {}),
+                  **({"leaving": list(a.leaving)} if a.leaving else {}),
+                  **({"previous": list(a.previous)} if a.previous else {})})
 
 
 def encode_leader(rec: LeaderRecord) -> bytes:
     return _dump({**rec.extra, "node": rec.node, "endpoint": rec.endpoint, "epoch": rec.epoch})
 
 
-def encode_position(pos: Position, seen: int = 0) -> bytes:
+def encode_position(pos: Position, seen: int = 0, confirmed: int = 0) -> bytes:
     """``seen``: Consul's index of the stream lock's release the host saw
-    before taking this position (0: none; see ``leadership.heard_enough``)."""
-    return _dump({"epoch": pos.epoch, "seq": pos.seq, **({"seen": seen} if seen else {})})
+    before taking this position (0: none; see ``leadership.heard_enough``).
+    ``confirmed``: written by the stream's writer, the highest partition
+    assignment version whose change of the voters it has confirmed (0: none;
+    see ``PartitionAssignment.previous``)."""
+    return _dump({"epoch": pos.epoch, "seq": pos.seq, **({"seen": seen} if seen else {}),
+                  **({"confirmed": confirmed} if confirmed else {})})
 
 
 def encode_manager(rec: ManagerRecord) -> bytes:
@@ -257,12 +281,19 @@ def _build_assignment(d: dict[str, Any]) -> PartitionAssignment:
         raise _Bad("'replicas' must be a list of node ids")
     if len(set(replicas)) != len(replicas):
         raise _Bad("'replicas' has duplicates")
-    joining = d.get("joining", [])
-    if not isinstance(joining, list) or not all(isinstance(r, str) and r in replicas for r in joining):
-        raise _Bad("'joining' must be a list of node ids among 'replicas'")
+    subsets = {}
+    for name in ("joining", "leaving", "previous"):
+        sub = d.get(name, [])
+        if not isinstance(sub, list) or not all(isinstance(r, str) and r in replicas for r in sub):
+            raise _Bad(f"'{name}' must be a list of node ids among 'replicas'")
+        subsets[name] = tuple(dict.fromkeys(sub))
+    if not set(subsets["leaving"]) <= set(subsets["previous"]):
+        raise _Bad("'leaving' must be a list of node ids among 'previous'")
+    if set(subsets["leaving"]) & set(subsets["joining"]):
+        raise _Bad("a replica cannot be both 'joining' and 'leaving'")
     return PartitionAssignment(_str(d, "cluster"), tuple(replicas), _int(d, "version"),
-                               _extra(d, {"cluster", "replicas", "version", "joining"}),
-                               tuple(dict.fromkeys(joining)))
+                               _extra(d, {"cluster", "replicas", "version", *subsets}),
+                               subsets["joining"], subsets["leaving"], subsets["previous"])
 
 
 def decode_assignment(key: str, raw: bytes | None) -> PartitionAssignment | Malformed:
@@ -307,11 +338,24 @@ def decode_stream_seen(items: Iterable[Mapping[str, Any]] | None
     """The ``seen`` of every stream position in a listing under
     :data:`POSITIONS_PREFIX`, as :func:`decode_stream_positions` keys them (0
     when absent: a host of an earlier version, or no release seen)."""
+    return _stream_ints(items, "seen")
+
+
+def decode_stream_confirmed(items: Iterable[Mapping[str, Any]] | None
+                            ) -> dict[tuple[str, int, str], dict[str, int]]:
+    """The ``confirmed`` of every stream position in a listing under
+    :data:`POSITIONS_PREFIX` (0 when absent: not a writer, nothing confirmed,
+    or a host of an earlier version)."""
+    return _stream_ints(items, "confirmed")
+
+
+def _stream_ints(items: Iterable[Mapping[str, Any]] | None, name: str
+                 ) -> dict[tuple[str, int, str], dict[str, int]]:
     out: dict[tuple[str, int, str], dict[str, int]] = {}
     for stream, node, key, raw in _stream_positions(items):
-        seen = _guard(key, raw, lambda d: d.get("seen", 0))
-        if isinstance(seen, int) and not isinstance(seen, bool) and seen >= 0:
-            out.setdefault(stream, {})[node] = seen
+        value = _guard(key, raw, lambda d: d.get(name, 0))
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            out.setdefault(stream, {})[node] = value
     return out
 
 

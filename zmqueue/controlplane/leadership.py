@@ -86,6 +86,22 @@ class Candidacy:
     sync: bool = True
     """Synchronous replication: a majority of the voters held every
     acknowledged record (the rule of :func:`heard_enough` applies)."""
+    leaving: tuple[str, ...] = ()
+    previous: tuple[str, ...] = ()
+    """A change of the voters in flight (``kvlayout.PartitionAssignment``):
+    the replicas it removes, and the voters before it. Until it is
+    confirmed, the election needs what it needs of the new voters and of the
+    previous ones alike (joint consensus)."""
+
+    @property
+    def voters(self) -> tuple[str, ...]:
+        """The voters (of the new set while a change is in flight)."""
+        return kv.voters_of(self.replicas, (*self.joining, *self.leaving))
+
+    def voter_sets(self) -> list[tuple[str, ...]]:
+        """Every set of voters whose majority held each acknowledged record:
+        the voters, and while a change is in flight the previous ones too."""
+        return [self.voters, self.previous] if self.previous else [self.voters]
 
 
 @dataclass(frozen=True)
@@ -128,7 +144,7 @@ def preferred_serves(cand: Candidacy, passing: set[str]) -> bool:
     taken over by a replica for good (it used to wait for a host that would
     never take it, and its messages were not delivered)."""
     return (cand.preferred is not None and cand.preferred in passing and cand.preferred in cand.replicas
-            and cand.preferred not in cand.joining)
+            and cand.preferred not in cand.joining and cand.preferred not in cand.leaving)
 
 
 def heard_needed(voters: int) -> int:
@@ -157,14 +173,17 @@ def heard_enough(me: str, cand: Candidacy, passing: Collection[str], mine: kv.Po
     ahead before it writes). One of them then holds each acknowledged
     record, in its position. A stream of three voters stays without a
     writer while two are down, as a RabbitMQ quorum queue or a NATS R=3
-    stream does."""
-    voters = kv.voters_of(cand.replicas, cand.joining)
-    if not voters:
-        return True  # every replica joining: nobody acknowledged (voters_hold's rule decides)
-    heard = [n for n in voters if n == me or n in confirmed]
-    if len(heard) < heard_needed(len(voters)):
-        return False
-    return all(positions.get(n, kv.ZERO) <= mine for n in heard if n != me and n not in passing)
+    stream does. While a change of the voters is in flight, this holds of
+    the new voters and of the previous ones alike."""
+    for voters in cand.voter_sets():
+        if not voters:
+            continue  # every replica joining: nobody acknowledged (voters_hold's rule decides)
+        heard = [n for n in voters if n == me or n in confirmed]
+        if len(heard) < heard_needed(len(voters)):
+            return False
+        if any(positions.get(n, kv.ZERO) > mine for n in heard if n != me and n not in passing):
+            return False
+    return True
 
 
 def may_campaign(me: str, cand: Candidacy, passing: set[str], mine: kv.Position,
@@ -196,7 +215,8 @@ def may_campaign(me: str, cand: Candidacy, passing: set[str], mine: kv.Position,
             and not heard_enough(me, cand, passing, mine, positions, confirmed)):
         return False
     held = {n: mine if n == me else positions.get(n, kv.ZERO) for n in cand.replicas}
-    needed = voters_hold(held, cand.replicas, cand.joining)
+    needed = max(voters_hold(held, voters, ()) if voters else voters_hold(held, cand.replicas, cand.replicas)
+                 for voters in cand.voter_sets())
     if cand.preferred == me:
         return mine >= needed
     pref = cand.preferred
@@ -225,12 +245,16 @@ class Leadership(threading.Thread):
         self._lock = threading.Lock()
         self._cands: dict[StreamKey, Candidacy] = {}
         self._positions: dict[StreamKey, tuple[int, int]] = {}
+        self._confirmed: dict[StreamKey, int] = {}
+        """Per stream this host writes: the assignment version whose change of
+        the voters it has confirmed (``Stream.confirmation``), published with
+        its position for the internal manager."""
         self.session: str | None = None
         self.held: dict[StreamKey, int] = {}
         self._renewed_at = 0.0
         self._published_at = 0.0
-        self._published: dict[StreamKey, tuple[int, int, int]] = {}
-        """(epoch, seq, seen) of every stream position this host published."""
+        self._published: dict[StreamKey, tuple[int, int, int, int]] = {}
+        """(epoch, seq, seen, confirmed) of every stream position this host published."""
         self._seen: dict[StreamKey, int] = {}
         """Per stream, the release of its lock this host last saw (the lock's
         ModifyIndex while free), published with its position."""
@@ -248,10 +272,12 @@ class Leadership(threading.Thread):
 
     # --- inputs from the request loop (thread safe) -------------------------
     def update(self, cands: dict[StreamKey, Candidacy],
-               positions: dict[StreamKey, tuple[int, int]]) -> None:
+               positions: dict[StreamKey, tuple[int, int]],
+               confirmed: Mapping[StreamKey, int] | None = None) -> None:
         with self._lock:
             changed = cands != self._cands
             self._cands, self._positions = dict(cands), dict(positions)
+            self._confirmed = dict(confirmed or {})
         if changed:  # a new or moved stream: campaign now, not a cycle later
             self._busy_until = time.monotonic() + BUSY_FOR_S
             self._wake.set()
@@ -319,7 +345,7 @@ class Leadership(threading.Thread):
         """One round; True when something is in motion (see CYCLE_S)."""
         sid = self._ensure_session()
         with self._lock:
-            cands, positions = self._cands, self._positions
+            cands, positions, confirmations = self._cands, self._positions, self._confirmed
         sent_at = time.monotonic()
         holders = self._holders()
         mine = {s for s, (h, _, _) in holders.items() if h == sid}
@@ -362,7 +388,7 @@ class Leadership(threading.Thread):
                 return True  # the session is gone: a new one campaigns next cycle
         for s in [s for s in self._waiting if s not in free]:  # (taken meanwhile: no longer waiting)
             del self._waiting[s]
-        self._publish_positions(positions, urgent=bool(free))
+        self._publish_positions(positions, urgent=bool(free), confirmed=confirmations)
         epochs = {s: e for s, (_, e, _) in holders.items()}
         moved, self._seen_holders = epochs != self._seen_holders, epochs
         return bool(free or borrowed or moved)
@@ -381,7 +407,7 @@ class Leadership(threading.Thread):
             return
         if not said and now - since >= WAIT_NOTE_S:
             self._waiting[s] = (released, since, True)
-            voters = kv.voters_of(cand.replicas, cand.joining)
+            voters = cand.voters
             heard = sorted(n for n in voters if n == self.node or n in confirmed)
             down = sorted(n for n in voters if n not in passing)
             log.warning("stream %s has had no writer for %.0f s: of its voters %s, %s published a position "
@@ -483,7 +509,8 @@ class Leadership(threading.Thread):
             log.info("released the writer lock of %s", s)
             self.post(Deposed(s))
 
-    def _publish_positions(self, positions: dict[StreamKey, tuple[int, int]], urgent: bool = False) -> None:
+    def _publish_positions(self, positions: dict[StreamKey, tuple[int, int]], urgent: bool = False,
+                           confirmed: Mapping[StreamKey, int] | None = None) -> None:
         """Publish the positions that changed, at most every POSITIONS_EVERY_S;
         with ``urgent`` (a lock is free), those of streams whose lock was
         released since they were published go out at once: a candidate
@@ -493,15 +520,16 @@ class Leadership(threading.Thread):
         due = now - self._published_at >= POSITIONS_EVERY_S
         if not due and not urgent:
             return
-        current = {s: (*p, self._seen.get(s, 0)) for s, p in positions.items()}
+        confirmed = confirmed or {}
+        current = {s: (*p, self._seen.get(s, 0), confirmed.get(s, 0)) for s, p in positions.items()}
         changed = {s: p for s, p in current.items() if self._published.get(s) != p
-                   and (due or p[2] != (self._published.get(s) or (0, 0, 0))[2])}
+                   and (due or p[2] != (self._published.get(s) or (0, 0, 0, 0))[2])}
         if not changed:
             return
         ops = [{"KV": {"Verb": "set", "Key": kv.stream_position_key(
             kv.PartitionId(s[0], s[1]), s[2], self.node),
-            "Value": base64.b64encode(kv.encode_position(kv.Position(e, q), seen)).decode()}}
-            for s, (e, q, seen) in changed.items()]
+            "Value": base64.b64encode(kv.encode_position(kv.Position(e, q), seen, conf)).decode()}}
+            for s, (e, q, seen, conf) in changed.items()]
         for i in range(0, len(ops), 64):  # Consul caps a transaction at 64 operations
             self._txn(ops[i:i + 64])
         self._published.update(changed)

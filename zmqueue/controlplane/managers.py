@@ -33,7 +33,12 @@ from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.consul_client import AgentHome, ConsulClient
 from zmqueue.controlplane.external_manager import plan_external
 from zmqueue.controlplane.fleetview import AssignmentWrite, HealthGrace
-from zmqueue.controlplane.internal_manager import StreamPositions, has_records, plan_internal
+from zmqueue.controlplane.internal_manager import (
+    StreamConfirmations,
+    StreamPositions,
+    has_records,
+    plan_internal,
+)
 from zmqueue.controlplane.queue_directory import Snapshot
 from zmqueue.controlplane.roles import Session, try_acquire
 from zmqueue.controlplane.snapshot_feed import SnapshotFeed
@@ -83,6 +88,8 @@ class ManagerRoles(threading.Thread):
         """Partitions found holding records while their cluster is short of
         quorum (read once per such episode: records do not go away)."""
         self._failed: set[str] = set()
+        self._listings: dict[kv.PartitionId, list[dict[str, Any]]] = {}
+        """Positions listings read this round (one read per partition)."""
 
     def run(self) -> None:
         failures = 0
@@ -115,6 +122,7 @@ class ManagerRoles(threading.Thread):
         # (the watch already kept the last good value of each malformed key)
         self._seq, snap = self.feed.next(self._seq, FEED_TIMEOUT_S)
         self._snap = snap
+        self._listings.clear()
         self._set_held({role for role, key in self.locks.items() if snap.sessions.get(key) == sid})
         healthy = self.grace.view(snap, time.monotonic())
         self._log_failed(snap, healthy)
@@ -123,7 +131,8 @@ class ManagerRoles(threading.Thread):
             self._report(notes)
             self._write(writes, self.locks["external"], sid)
         if "cluster" in self.held:
-            self._write(plan_internal(snap, self.cfg.cluster, healthy, self._positions),
+            self._write(plan_internal(snap, self.cfg.cluster, healthy, self._positions,
+                                      self._confirmations),
                         self.locks["cluster"], sid)
 
     def _holding(self, pids: list[kv.PartitionId]) -> frozenset[kv.PartitionId]:
@@ -140,17 +149,36 @@ class ManagerRoles(threading.Thread):
                     self._holds.add(pid)
         return frozenset(pid for pid in pids if pid in self._holds)
 
+    def _listing(self, pid: kv.PartitionId) -> list[dict[str, Any]] | None:
+        """``zmqueue-positions/<queue>/<p>/`` as listed once this round; None if
+        Consul did not answer."""
+        if pid not in self._listings:
+            prefix = f"{kv.POSITIONS_PREFIX}{pid.queue}/{pid.partition}/"
+            try:
+                _, items = self.client.call(lambda c: c.kv.get(prefix, recurse=True))
+            except (ConsulUnavailable, consul.ConsulException) as exc:
+                log.info("positions of %s/%d not read (%s): every replica counts as needed, "
+                         "a change in flight stays so", pid.queue, pid.partition, exc)
+                return None
+            self._listings[pid] = list(items or [])
+        return self._listings[pid]
+
     def _positions(self, pid: kv.PartitionId) -> StreamPositions | None:
         """Every stream position of ``pid`` in ``zmqueue-positions/``
         (origin -> node -> position); None if Consul did not answer."""
-        prefix = f"{kv.POSITIONS_PREFIX}{pid.queue}/{pid.partition}/"
-        try:
-            _, items = self.client.call(lambda c: c.kv.get(prefix, recurse=True))
-        except (ConsulUnavailable, consul.ConsulException) as exc:
-            log.info("positions of %s/%d not read (%s): every replica counts as needed",
-                     pid.queue, pid.partition, exc)
+        items = self._listing(pid)
+        if items is None:
             return None
         return {origin: by_node for (q, p, origin), by_node in kv.decode_stream_positions(items).items()
+                if (q, p) == (pid.queue, pid.partition)}
+
+    def _confirmations(self, pid: kv.PartitionId) -> StreamConfirmations | None:
+        """Every stream's writers' confirmations of ``pid`` (origin -> node ->
+        version); None if Consul did not answer."""
+        items = self._listing(pid)
+        if items is None:
+            return None
+        return {origin: by_node for (q, p, origin), by_node in kv.decode_stream_confirmed(items).items()
                 if (q, p) == (pid.queue, pid.partition)}
 
     def _set_held(self, held: set[str]) -> None:

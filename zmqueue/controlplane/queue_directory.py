@@ -60,6 +60,9 @@ class Snapshot:
             writers = writers_of.get(p, {})
             parts.append({"partition": p, "cluster": a.cluster if a else None,
                           "replicas": replicas, "joining": list(a.joining) if a else [],
+                          # a change of the voters being confirmed (docs/REPLICATION.md)
+                          "leaving": list(a.leaving) if a else [],
+                          "previous_voters": list(a.previous) if a else [],
                           "writers": writers,
                           "endpoints": {n: ep for n in replicas if (ep := self.endpoint_of(n))},
                           # replicas whose host is not passing (critical, or gone from the catalog)

@@ -250,15 +250,26 @@ class QueueService:
                     self.touch((key[0], key[1]))
                 st.lease_until = max(st.lease_until, at + LEASE_S)
 
-    def candidacies(self) -> dict[StreamKey, tuple[tuple[str, ...], str | None, tuple[str, ...], bool]]:
+    def candidacies(self) -> dict[StreamKey, tuple[tuple[str, ...], str | None, tuple[str, ...], bool,
+                                                   tuple[str, ...], tuple[str, ...]]]:
         """Per stream: its replicas, its preferred writer, its joining replicas,
-        whether its replication is synchronous."""
+        whether its replication is synchronous, and a change of the voters in
+        flight (its leaving replicas and its previous voters)."""
         return {k: (st.replicas, None if k[2] == FIFO_ORIGIN else k[2], st.joining,
-                    st.config.sync_replication)
+                    st.config.sync_replication, st.leaving, st.previous)
                 for k, st in self.set.streams.items()}
 
     def positions(self) -> dict[StreamKey, tuple[int, int]]:
         return {k: (st.store.last_epoch, st.store.last_seq) for k, st in self.set.streams.items()}
+
+    def confirmations(self) -> dict[StreamKey, int]:
+        """Per stream this host writes, the assignment version whose change of
+        the voters it has confirmed (``Stream.confirmation``), when any."""
+        out = {}
+        for k, st in self.set.streams.items():
+            if st.role is Role.WRITER and (st.previous or st.confirmed):
+                out[k] = st.confirmation()
+        return out
 
     def _resync(self, key: StreamKey, keep: int) -> None:
         try:

@@ -120,6 +120,18 @@ class Stream:
         self.joining: tuple[str, ...] = ()
         """Replicas not caught up yet: not voters in the writer election, and
         a sync ack also needs a majority of the voters (``replicated_seq``)."""
+        self.leaving: tuple[str, ...] = ()
+        self.previous: tuple[str, ...] = ()
+        """A change of the voters in flight (``kvlayout.PartitionAssignment``):
+        the replicas it removes (no voters), and the voters before it, a
+        majority of whom a sync ack also needs until the change is confirmed."""
+        self.version = 0
+        """The partition assignment's version."""
+        self._confirm: tuple[int, int] | None = None
+        """(version, seq): the change this writer confirms once a majority of
+        the new voters holds ``seq`` (its last record when it saw the change)."""
+        self.confirmed = 0
+        """The last version whose change this writer confirmed (``confirmation``)."""
         self.local = ""
         """This host's node id (set by the stream set)."""
         self.role = Role.REPLICA
@@ -178,8 +190,10 @@ class Stream:
         positions = sorted([self.store.last_seq, *self.follower_pos.values()], reverse=True)
         need = self.quorum()
         done = positions[need - 1] if len(positions) >= need else 0
-        if self.joining and need > 1:
-            done = min(done, self._held_by_voters())
+        if need > 1 and (self.joining or self.leaving):
+            done = min(done, self._held_by(self.voters()))
+        if need > 1 and self.previous:
+            done = min(done, self._held_by(self.previous))
         return done
 
     def out_of_reach(self, passing: Callable[[], Collection[str]], now: float) -> list[str]:
@@ -203,9 +217,8 @@ class Stream:
             return []
         if len(self.replicas) - len(gone) < self.quorum():
             return gone
-        if self.joining:
-            voters = self.voters()
-            if sum(1 for n in voters if n not in gone) < len(voters) // 2 + 1:
+        for voters in ([*self.voters()], [*self.previous]):
+            if voters and sum(1 for n in voters if n not in gone) < len(voters) // 2 + 1:
                 return gone
         return []
 
@@ -214,17 +227,40 @@ class Stream:
         and while replicas join, a majority of the others too."""
         joining = (f", and a majority of the replicas that are not joining {list(self.joining)} "
                    "(still catching up)") if self.joining else ""
+        if self.previous:
+            joining += (f", and a majority of {list(self.previous)} (the voters before a change of the "
+                        "replica set that is being confirmed)")
         return f"{self.quorum()} of {len(self.replicas)}{joining}"
 
     def voters(self) -> list[str]:
-        """The replicas that are not joining (all of them if every one is)."""
-        return [n for n in self.replicas if n not in self.joining] or list(self.replicas)
+        """The replicas that are neither joining nor leaving (all of them if every one is)."""
+        return ([n for n in self.replicas if n not in self.joining and n not in self.leaving]
+                or list(self.replicas))
 
-    def _held_by_voters(self) -> int:
-        voters = self.voters()
+    def _held_by(self, nodes: Collection[str]) -> int:
+        """The highest seq a majority of ``nodes`` holds (this writer included)."""
         held = sorted([self.store.last_seq if n == self.local else self.follower_pos.get(n, 0)
-                       for n in voters], reverse=True)
-        return held[len(voters) // 2]
+                       for n in nodes], reverse=True)
+        return held[len(held) // 2]
+
+    def confirmation(self) -> int:
+        """The last partition assignment version whose change of the voters
+        this writer confirmed: a majority of the new voters holds every
+        record it held when it saw the change, so every record acknowledged
+        before it took effect (later ones need that majority anyway). The
+        internal manager ends the change once each stream's writer confirmed
+        it (``kvlayout.PartitionAssignment.previous``). 0 off a writer."""
+        if self.role is not Role.WRITER:
+            self._confirm, self.confirmed = None, 0
+            return 0
+        if not self.previous or self.confirmed >= self.version:
+            return self.confirmed
+        if self._confirm is None or self._confirm[0] != self.version:
+            self._confirm = (self.version, self.store.last_seq)
+        version, seq = self._confirm
+        if self._held_by(self.voters()) >= seq:
+            self.confirmed = version
+        return self.confirmed
 
     # --- dedup ----------------------------------------------------------------
     def rebuild_dedup(self) -> None:

@@ -20,7 +20,7 @@ from zmqueue.config import QueueConfig
 from zmqueue.dataplane.storage import PartitionStore, PartitionStoreProtocol, StorageConfig
 from zmqueue.dataplane.storage.records import FLAG_SEAL_KNOWN, FLAG_SEALED
 from zmqueue.dataplane.stream import Role, Stream
-from zmqueue.dataplane.topology import Metadata, PartKey, StreamKey
+from zmqueue.dataplane.topology import Metadata, PartitionInfo, PartKey, StreamKey
 from zmqueue.dataplane.trash import Trash
 
 log = logging.getLogger(__name__)
@@ -74,26 +74,27 @@ class StreamSet:
     def reconcile(self, meta: Metadata, now_ms: int) -> list[StreamKey]:
         """Open what ``meta`` assigns here, close what it no longer does;
         returns the keys closed."""
-        want: dict[StreamKey, tuple[QueueConfig, tuple[str, ...], tuple[str, ...]]] = {}
+        want: dict[StreamKey, tuple[QueueConfig, PartitionInfo]] = {}
         for part, info in meta.partitions.items():
             cfg = meta.configs.get(part[0])
             if cfg is None or self.node not in info.replicas:
                 continue
             origins = set(meta.origins(part)) | self._local_origins(part)
             for origin in origins:
-                want[(part[0], part[1], origin)] = (cfg, info.replicas, info.joining)
+                want[(part[0], part[1], origin)] = (cfg, info)
         closed = []
         for key in list(self.streams):
             if key not in want:
                 self.close_stream(key, remove=key[0] not in meta.configs)
                 closed.append(key)
-        for key, (cfg, replicas, joining) in want.items():
+        for key, (cfg, info) in want.items():
+            replicas = info.replicas
             st = self.streams.get(key)
             if st is None:
                 st = self.open_stream(key, cfg, replicas, now_ms)
-                st.joining = joining
             else:
-                if st.replicas != replicas or st.joining != joining:
+                if (st.replicas, st.joining, st.leaving, st.previous) != (
+                        replicas, info.joining, info.leaving, info.previous):
                     self.version += 1
                     # (a host that left the set no longer counts toward acks)
                     st.follower_pos = {n: q for n, q in st.follower_pos.items() if n in replicas}
@@ -102,7 +103,9 @@ class StreamSet:
                     if st.config.sync_replication != cfg.sync_replication:
                         self.version += 1  # (the election's candidacy carries it)
                 st.configure(cfg)
-                st.replicas, st.joining = replicas, joining
+            st.replicas = replicas
+            st.joining, st.leaving, st.previous, st.version = (info.joining, info.leaving,
+                                                               info.previous, info.version)
         return closed
 
     def open_stream(self, key: StreamKey, cfg: QueueConfig, replicas: tuple[str, ...],
@@ -163,7 +166,9 @@ class StreamSet:
         self.close_stream(key, remove=False)
         self.trash.discard(self.path(key))
         fresh = self.open_stream(key, st.config, st.replicas, now_ms)
-        fresh.epoch, fresh.joining = st.epoch, st.joining
+        fresh.epoch = st.epoch
+        fresh.joining, fresh.leaving, fresh.previous, fresh.version = (st.joining, st.leaving,
+                                                                       st.previous, st.version)
 
     def truncate(self, key: StreamKey, keep: int, now_ms: int) -> None:
         """Cut a diverged copy back to its first ``keep`` records; the stream
@@ -178,7 +183,9 @@ class StreamSet:
         finally:  # (a cut that failed rebuilt the store from what is on disk: so does the stream)
             self._drop(key)
             fresh = self._add(key, st.config, st.store, st.replicas, now_ms)
-            fresh.epoch, fresh.joining = st.epoch, st.joining
+            fresh.epoch = st.epoch
+            fresh.joining, fresh.leaving, fresh.previous, fresh.version = (st.joining, st.leaving,
+                                                                           st.previous, st.version)
 
     def partition_streams(self, part: PartKey) -> list[Stream]:
         by_key = self._by_part.get(part)

@@ -28,6 +28,11 @@ class PartitionInfo:
     """origin -> node holding that stream's writer lock."""
     joining: tuple[str, ...] = ()
     """Replicas not caught up yet (``kvlayout.PartitionAssignment.joining``)."""
+    leaving: tuple[str, ...] = ()
+    previous: tuple[str, ...] = ()
+    """A change of the voters in flight (``kvlayout.PartitionAssignment``)."""
+    version: int = 0
+    """The assignment's version (a writer confirms a change by it)."""
 
 
 @dataclass(frozen=True)

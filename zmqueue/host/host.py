@@ -100,9 +100,9 @@ class HostHooks:
             svc = self.service
             if svc.set.version != self.cands_version:  # (hundreds of streams: not every time)
                 self.cands_version = svc.set.version
-                self.cands = {k: Candidacy(r, pref, j, sync)
-                              for k, (r, pref, j, sync) in svc.candidacies().items()}
-            self.leadership.update(self.cands, svc.positions())
+                self.cands = {k: Candidacy(r, pref, j, sync, leaving, previous)
+                              for k, (r, pref, j, sync, leaving, previous) in svc.candidacies().items()}
+            self.leadership.update(self.cands, svc.positions(), svc.confirmations())
         return wake
 
     def wake_sockets(self) -> list[Wakeable]:

@@ -39,7 +39,7 @@ def to_metadata(snap: Snapshot) -> Metadata:
         writers.setdefault((pid.queue, pid.partition), {})[origin] = rec.node
     parts = {(pid.queue, pid.partition): PartitionInfo(tuple(a.replicas),
                                                         writers.get((pid.queue, pid.partition), {}),
-                                                        a.joining)
+                                                        a.joining, a.leaving, a.previous, a.version)
              for pid, a in snap.state.assignments.items()}
     return Metadata(dict(snap.state.configs), parts, peers)
 
