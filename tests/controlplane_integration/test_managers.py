@@ -344,8 +344,9 @@ def test_draining_the_host_of_a_single_replica_queue_moves_its_messages(
         client.close()
 
 
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
 def test_draining_the_host_of_a_single_replica_queue_while_it_takes_sends_loses_none(
-        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+        hosts: HostFactory, consul_agent: ConsulAgent, sync: bool) -> None:
     """As above, but the host is drained while sends flow, without waiting
     for its position in Consul: the positions a manager reads are up to
     0.5 s old, so it used to find a partition without records (or a
@@ -354,13 +355,15 @@ def test_draining_the_host_of_a_single_replica_queue_while_it_takes_sends_loses_
     were lost. Now the change goes through a joint set (the new host a
     voter, the drained one leaving, a sync ack needs both) that the writer
     confirms once the new host holds what it held when it saw the change;
-    only then does the drained host leave. Every acknowledged message
-    arrives."""
+    only then does the drained host leave. An asynchronous queue's ack is
+    its writer's alone, so a writer that is leaving takes no more writes
+    (NOT_LEADER, retried) and confirms once the new host holds its whole
+    log. Every acknowledged message arrives."""
     addr = consul_agent.http_addr
     start_cluster(hosts, consul_agent, 2)
     client = zmqueue.connect(addr, request_timeout=5)
     try:
-        q = client.create_queue(f"quick-{hosts.uid}", visibility_timeout=600)
+        q = client.create_queue(f"quick-{hosts.uid}", visibility_timeout=600, sync_replication=sync)
         [old] = wait_for(lambda: (assignment(addr, q.name) or {}).get("replicas"), 10, "an assignment")
         acked: set[str] = set(q.send_batch([b"first"] * 20))
         kv_client(addr).kv.put(f"zmqueue/hosts/{old}/drain", "true")

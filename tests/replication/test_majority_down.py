@@ -96,8 +96,8 @@ def test_an_operator_who_lost_two_disks_for_good_sets_the_replicas_by_hand_and_t
     key = f"zmqueue/queues/{name}/partitions/0"
     _, item = kv.kv.get(key)
     a = json.loads(item["Value"])
-    kv.kv.put(key, json.dumps({**a, "replicas": [survivor.node], "joining": [],
-                               "version": a["version"] + 1}))
+    kv.kv.put(key, json.dumps({**a, "replicas": [survivor.node], "joining": [], "leaving": [],
+                               "previous": [], "version": a["version"] + 1}))
     wait_for(lambda: (w := writer_of(consul_agent, name, "fifo")) and w[0] == survivor.node, 30,
              "the survivor elected once it is the only voter")
     q.send(b"after", group_id="g", dedup_id="after")  # a set of one takes sends on its one copy

@@ -156,3 +156,28 @@ def test_a_writer_acks_by_both_majorities_and_confirms_once_the_new_voters_hold_
     assert st.replicated_seq() == 15 and st.confirmation() == 4
     st.role = Role.REPLICA
     assert st.confirmation() == 0
+
+
+def test_a_leaving_writer_of_an_async_stream_takes_no_more_writes_and_confirms_its_whole_log(
+        tmp_path: Path) -> None:
+    ss = StreamSet("a", tmp_path, StorageConfig(fsync="never"))
+    try:
+        cfg = QueueConfig(name="q.fifo", fifo=True, replication_factor=1, sync_replication=False)
+        ss.reconcile(Metadata({"q.fifo": cfg}, {("q.fifo", 0): PartitionInfo(("a",), version=2)}), NOW)
+        st = ss.streams[KEY]
+        st.role, st.lease_until = Role.WRITER, float("inf")
+        st.store.append_batch([b"m"] * 10, NOW)
+        st.store.commit()
+        assert st.writable and st.replicated_seq() == 10  # async: the writer's own commit
+        joint = PartitionInfo(("b", "a"), leaving=("a",), previous=("a",), version=3)  # a drained
+        ss.reconcile(Metadata({"q.fifo": cfg}, {("q.fifo", 0): joint}), NOW)
+        assert st.handing_over and not st.writable  # sends go to the new writer once it takes over
+        st.follower_pos = {"b": 9}
+        assert st.confirmation() == 0  # b lacks the last record a acknowledged alone
+        st.follower_pos = {"b": 10}
+        assert st.confirmation() == 3
+        sync = QueueConfig(name="q.fifo", fifo=True, replication_factor=1, sync_replication=True)
+        ss.reconcile(Metadata({"q.fifo": sync}, {("q.fifo", 0): joint}), NOW)
+        assert not st.handing_over and st.writable  # a sync ack needs b anyway: a keeps writing
+    finally:
+        ss.close()

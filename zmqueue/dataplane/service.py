@@ -337,6 +337,12 @@ class QueueService:
     def writer_stream(self, queue: str, p: int, origin: str) -> Stream:
         st = self.set.streams.get((queue, p, origin))
         if st is None or not st.writable:
+            if st is not None and st.handing_over and st.role is Role.WRITER:
+                to = self.redirect_to(queue, p, origin)
+                raise NotLeader(f"{queue!r} partition {p} ({origin}) is being handed over: this host "
+                                "is leaving its replica set (drained or replaced) and takes no more "
+                                f"writes; retry {'on ' + to if to else 'in a moment'}",
+                                leader=to, endpoint=self.meta.client_endpoint(to))
             raise self.not_writer(queue, p, origin)
         return st
 

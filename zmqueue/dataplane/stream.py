@@ -132,6 +132,10 @@ class Stream:
         the new voters holds ``seq`` (its last record when it saw the change)."""
         self.confirmed = 0
         """The last version whose change this writer confirmed (``confirmation``)."""
+        self.handing_over = False
+        """This host is leaving the set of an asynchronous stream: as its writer
+        it takes no more writes, so that the new voters hold everything it
+        acknowledged (alone) before it hands the stream over."""
         self.local = ""
         """This host's node id (set by the stream set)."""
         self.role = Role.REPLICA
@@ -174,7 +178,7 @@ class Stream:
     # --- role ---------------------------------------------------------------
     @property
     def writable(self) -> bool:
-        return self.role is Role.WRITER and time.monotonic() < self.lease_until
+        return self.role is Role.WRITER and time.monotonic() < self.lease_until and not self.handing_over
 
     def quorum(self) -> int:
         r = max(1, len(self.replicas))
@@ -258,6 +262,8 @@ class Stream:
         if self._confirm is None or self._confirm[0] != self.version:
             self._confirm = (self.version, self.store.last_seq)
         version, seq = self._confirm
+        if self.handing_over:  # (an async ack is this writer's alone: all of it)
+            seq = self.store.last_seq
         if self._held_by(self.voters()) >= seq:
             self.confirmed = version
         return self.confirmed

@@ -106,6 +106,7 @@ class StreamSet:
             st.replicas = replicas
             st.joining, st.leaving, st.previous, st.version = (info.joining, info.leaving,
                                                                info.previous, info.version)
+            st.handing_over = self.node in info.leaving and not cfg.sync_replication
         return closed
 
     def open_stream(self, key: StreamKey, cfg: QueueConfig, replicas: tuple[str, ...],
