@@ -240,14 +240,15 @@ class World:
         s.writer, s.released = None, self.index
 
     def settle_acks(self) -> None:
-        """A writer acknowledges by its view: a majority of the replicas, of the
-        voters, and while a change is in flight, of the previous voters."""
+        """A writer acknowledges by its view: a majority of the replicas (the
+        leaving ones aside), of the voters, and while a change is in flight,
+        of the previous voters."""
         for s in self.streams.values():
             if s.writer is None:
                 continue
             mine = {i for _, i in s.logs[s.writer]}
             a = self.views[s.writer]
-            for group in (a.replicas, a.voters, a.previous):
+            for group in (a.target, a.voters, a.previous):
                 if not group:
                     continue
                 held: dict[int, int] = {}

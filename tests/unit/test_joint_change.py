@@ -181,3 +181,19 @@ def test_a_leaving_writer_of_an_async_stream_takes_no_more_writes_and_confirms_i
         assert not st.handing_over and st.writable  # a sync ack needs b anyway: a keeps writing
     finally:
         ss.close()
+
+
+def test_a_dead_leaving_replica_and_a_joiner_far_behind_do_not_hold_up_sends(streams: StreamSet) -> None:
+    """c died and d replaces it: the quorum counts the set without c (2 of a,
+    b, d), so a and b acknowledge while d catches up, as before the change."""
+    placed(streams, PartitionInfo(("a", "b", "d", "c"), joining=("d",), leaving=("c",),
+                                  previous=("a", "b", "c"), version=4))
+    st = streams.streams[KEY]
+    st.role = Role.WRITER
+    st.store.append_batch([b"m"] * 10, NOW)
+    st.store.commit()
+    st.follower_pos = {"b": 10}
+    assert st.quorum() == 2 and st.replicated_seq() == 10
+    st.writer_since, st.follower_seen = 0.0, {"b": 100.0}  # c and d silent; d passing in Consul
+    assert st.out_of_reach(lambda: {"a", "b", "d"}, now=100.0) == []  # c is gone: still in reach
+    assert st.needs().startswith("2 of 3")

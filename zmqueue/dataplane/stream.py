@@ -181,22 +181,24 @@ class Stream:
         return self.role is Role.WRITER and time.monotonic() < self.lease_until and not self.handing_over
 
     def quorum(self) -> int:
-        r = max(1, len(self.replicas))
+        r = max(1, len(self.replicas) - len(self.leaving))
         return r // 2 + 1 if self.config.sync_replication else 1
 
     def replicated_seq(self) -> int:
         """Highest seq held by a quorum of replicas (this writer included);
         while some replicas are joining, also by a majority of the voters
         (the others), so that the writer election, which counts only voters,
-        finds every acknowledged record."""
-        if not self.follower_pos:  # R=1, or no replica has reported yet
-            return self.store.last_seq if self.quorum() <= 1 else 0
-        positions = sorted([self.store.last_seq, *self.follower_pos.values()], reverse=True)
+        finds every acknowledged record; while a change of the voters is in
+        flight, by a majority of the voters before it too. Leaving replicas
+        count only there."""
         need = self.quorum()
-        done = positions[need - 1] if len(positions) >= need else 0
-        if need > 1 and (self.joining or self.leaving):
+        if need <= 1 or not self.follower_pos:  # async, R=1, or no replica has reported yet
+            return self.store.last_seq if need <= 1 else 0
+        members = [n for n in self.replicas if n not in self.leaving] if self.leaving else self.replicas
+        done = self._held_by(members, need)
+        if self.joining or self.leaving:
             done = min(done, self._held_by(self.voters()))
-        if need > 1 and self.previous:
+        if self.previous:
             done = min(done, self._held_by(self.previous))
         return done
 
@@ -219,7 +221,7 @@ class Stream:
         gone = [n for n in silent if n not in up]
         if not gone:
             return []
-        if len(self.replicas) - len(gone) < self.quorum():
+        if sum(1 for n in self.replicas if n not in self.leaving and n not in gone) < self.quorum():
             return gone
         for voters in ([*self.voters()], [*self.previous]):
             if voters and sum(1 for n in voters if n not in gone) < len(voters) // 2 + 1:
@@ -234,18 +236,20 @@ class Stream:
         if self.previous:
             joining += (f", and a majority of {list(self.previous)} (the voters before a change of the "
                         "replica set that is being confirmed)")
-        return f"{self.quorum()} of {len(self.replicas)}{joining}"
+        return f"{self.quorum()} of {len(self.replicas) - len(self.leaving)}{joining}"
 
     def voters(self) -> list[str]:
         """The replicas that are neither joining nor leaving (all of them if every one is)."""
         return ([n for n in self.replicas if n not in self.joining and n not in self.leaving]
                 or list(self.replicas))
 
-    def _held_by(self, nodes: Collection[str]) -> int:
-        """The highest seq a majority of ``nodes`` holds (this writer included)."""
+    def _held_by(self, nodes: Collection[str], need: int | None = None) -> int:
+        """The highest seq ``need`` of ``nodes`` hold (default: a majority; this
+        writer included)."""
         held = sorted([self.store.last_seq if n == self.local else self.follower_pos.get(n, 0)
                        for n in nodes], reverse=True)
-        return held[len(held) // 2]
+        k = len(held) // 2 + 1 if need is None else need
+        return held[k - 1] if 0 < k <= len(held) else 0
 
     def confirmation(self) -> int:
         """The last partition assignment version whose change of the voters
