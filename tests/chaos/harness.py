@@ -25,7 +25,9 @@ import zmqueue
 from zmqueue.client.queue import Deletable
 from zmqueue.localcluster import ConsulAgent, HostProcess
 
-FAULTS = ("kill_writer", "kill_follower", "kill_random", "kill_two", "freeze_writer")
+FAULTS = ("kill_writer", "kill_follower", "kill_random", "kill_two", "freeze_writer", "drain_writer")
+"""``drain_writer``: an operator drains the writer's host (KV), which stays up; with a
+spare host (``hosts_per_cluster=4``) the manager moves the partition's replica off it."""
 
 
 @dataclass(frozen=True)
@@ -342,7 +344,7 @@ class ChaosRun:
         if self.send_target is not None:
             cand_w = [h for h in cand_w if h.node == self.send_target] or cand_w
         cand_f = [h for h in alive if h.node in replicas and h.node not in writers] or alive
-        if kind in ("kill_writer", "freeze_writer"):
+        if kind in ("kill_writer", "freeze_writer", "drain_writer"):
             return [self.rng.choice(cand_w)]
         if kind == "kill_follower":
             return [self.rng.choice(cand_f)]
@@ -357,7 +359,10 @@ class ChaosRun:
         victims = self.pick(kind)
         for n, h in enumerate(victims):
             at = time.monotonic()
-            if kind == "freeze_writer":
+            if kind == "drain_writer":
+                self.report.faults.append((at, "drain", h.node))
+                self.kv().kv.put(f"zmqueue/hosts/{h.node}/drain", "true")
+            elif kind == "freeze_writer":
                 self.report.faults.append((at, "freeze", h.node))
                 h.freeze()
                 self.stop.wait(self.s.freeze_s)
@@ -432,7 +437,7 @@ def check(r: Report) -> None:
         r.problems.append(f"a send took {r.max_send_s:.1f} s: it waited out the {s.request_timeout_s} s "
                           "request timeout although its host was killed (its connection dropped) or "
                           "frozen (its heartbeats stopped)")
-    if r.lost and s.sync:
+    if r.lost and (s.sync or s.fault == "drain_writer"):  # (a drain hands an async stream over)
         r.problems.append(f"{len(r.lost)} acknowledged sends lost: {r.lost[:10]}")
     ids_of: dict[int, set[str]] = defaultdict(set)
     for mid, num, _ in r.deliveries:
