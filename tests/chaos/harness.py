@@ -89,6 +89,8 @@ class Report:
     pipeline_retried: int = 0
     max_send_s: float = 0.0
     """The longest a send took to be acknowledged, retries included."""
+    last_ack_s: float = 0.0
+    """When the last send was acknowledged (from the start)."""
 
     def summary(self) -> dict[str, Any]:
         s = self.scenario
@@ -105,7 +107,8 @@ class Report:
                 "resubscribed": self.resubscribed, "producer": s.producer,
                 "pipeline_retried": self.pipeline_retried, "max_send_s": round(self.max_send_s, 2),
                 "request_timeout_s": s.request_timeout_s,
-                "problems": self.problems, "elapsed_s": round(self.elapsed_s, 1)}
+                "problems": self.problems, "elapsed_s": round(self.elapsed_s, 1),
+                "last_ack_s": round(self.last_ack_s, 1)}
 
 
 class ChaosRun:
@@ -409,13 +412,31 @@ class ChaosRun:
             limit = started + self.s.time_limit_s
             while time.monotonic() < limit and not self._drained():
                 time.sleep(0.2)
+            self.wait_moved_off(limit)
             self.stop.set()
             for t in threads:
                 t.join(timeout=15)
         self.report.elapsed_s = time.monotonic() - started
         self.report.final_writers = self.writers()
+        self.report.last_ack_s = self.last_ack - started if self.last_ack else 0.0
         check(self.report)
         return self.report
+
+    def wait_moved_off(self, limit: float) -> None:
+        """After a drain: poll (until ``limit``) for the drained hosts to be out of
+        the partition's replica set, the change confirmed (no ``previous``);
+        a problem if they are not."""
+        drained = {node for _, what, node in self.report.faults if what == "drain"}
+        if not drained:
+            return
+        while time.monotonic() < limit:
+            _, item = self.kv().kv.get(f"zmqueue/queues/{self.queue_name}/partitions/0")
+            a = json.loads(item["Value"]) if item else {}
+            if a and not drained & set(a["replicas"]) and not a.get("previous"):
+                return
+            time.sleep(0.2)
+        self.report.problems.append(f"the drained hosts {sorted(drained)} were still replicas "
+                                    f"after {self.s.time_limit_s} s")
 
     def _drained(self) -> bool:
         if not self.producer_done.is_set():

@@ -44,9 +44,9 @@ CI_SCENARIOS = [
              producer="pipeline", request_timeout_s=30),
     # a spare host: the replica set changes under traffic, through a joint set the writers confirm
     Scenario("fifo-sync-drain-writer-spare", fifo=True, sync=True, fault="drain_writer", seed=115,
-             hosts_per_cluster=4, messages=1000, request_timeout_s=30),
+             hosts_per_cluster=4, messages=3000, request_timeout_s=30),
     Scenario("std-async-drain-writer-spare", fifo=False, sync=False, fault="drain_writer", seed=116,
-             hosts_per_cluster=4, messages=1000),
+             hosts_per_cluster=4, messages=3000),
     Scenario("fifo-sync-kill-writer-spare", fifo=True, sync=True, fault="kill_writer", seed=117,
              hosts_per_cluster=4, restart=False, messages=1000),
 ]
