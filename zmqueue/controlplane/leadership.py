@@ -407,15 +407,16 @@ class Leadership(threading.Thread):
             return
         if not said and now - since >= WAIT_NOTE_S:
             self._waiting[s] = (released, since, True)
-            voters = cand.voters
+            voters = sorted(set().union(*cand.voter_sets()))
             heard = sorted(n for n in voters if n == self.node or n in confirmed)
             down = sorted(n for n in voters if n not in passing)
+            needs = " and ".join(f"{heard_needed(len(v))} of {list(v)}" for v in cand.voter_sets() if v)
             log.warning("stream %s has had no writer for %.0f s: of its voters %s, %s published a position "
-                        "since its writer's lock was released and %s are down; it waits for %d of %d, enough "
+                        "since its writer's lock was released and %s are down; it waits for %s%s, enough "
                         "to hold every acknowledged record, so bring a down host back (or, if its disk is "
                         "gone for good, see OPERATOR_GUIDE 'When a cluster loses quorum')",
-                        "/".join(map(str, s)), now - since, list(voters), heard, down,
-                        heard_needed(len(voters)), len(voters))
+                        "/".join(map(str, s)), now - since, voters, heard, down, needs,
+                        " (a change of the replica set is being confirmed)" if cand.previous else "")
 
     def _holders(self) -> dict[StreamKey, Holder]:
         """Every lock's (session, LockIndex, ModifyIndex), as of a consistent read sent now.
