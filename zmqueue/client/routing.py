@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-FIFO_ORIGIN = "fifo"
+from zmqueue.protocol import FIFO_ORIGIN as FIFO_ORIGIN
 
 
 @dataclass

@@ -75,13 +75,13 @@ from zmqueue.controlplane.election import voters_hold
 from zmqueue.controlplane.fleetview import AssignmentWrite, members, moved
 from zmqueue.controlplane.placement import Move, plan_moves
 from zmqueue.controlplane.queue_directory import Snapshot
+from zmqueue.protocol import FIFO_ORIGIN
 
 StreamPositions = Mapping[str, Mapping[str, kv.Position]]
 """A partition's positions: stream origin -> node -> position."""
 StreamConfirmations = Mapping[str, Mapping[str, int]]
 """A partition's confirmations: stream origin -> node -> the assignment
 version whose change of the voters that node confirmed as the stream's writer."""
-FIFO_ORIGIN = "fifo"
 
 
 def _moves(snap: Snapshot, cluster: str, healthy: dict[str, bool]) -> list[Move]:

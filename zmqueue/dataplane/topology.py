@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from zmqueue.config import QueueConfig
+from zmqueue.protocol import FIFO_ORIGIN as FIFO_ORIGIN
 
 PartKey = tuple[str, int]
 StreamKey = tuple[str, int, str]
-FIFO_ORIGIN = "fifo"
 
 
 @dataclass(frozen=True)
