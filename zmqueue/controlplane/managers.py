@@ -120,8 +120,10 @@ class ManagerRoles(threading.Thread):
             if prev is None or key not in prev.sessions:
                 try_acquire(self.client, key, sid, self.cfg.node)
         # (the watch already kept the last good value of each malformed key)
-        self._seq, snap = self.feed.next(self._seq, FEED_TIMEOUT_S)
-        self._snap = snap
+        self._seq, got = self.feed.next(self._seq, FEED_TIMEOUT_S, self.stopped)
+        if got is None:
+            return  # stopping
+        self._snap = snap = got
         self._listings.clear()
         self._set_held({role for role, key in self.locks.items() if snap.sessions.get(key) == sid})
         healthy = self.grace.view(snap, time.monotonic())
@@ -220,5 +222,6 @@ class ManagerRoles(threading.Thread):
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the thread; it destroys the session, which frees its locks."""
         self.stopped.set()
+        self.feed.interrupt()
         if self.is_alive():
             self.join(timeout_s)

@@ -32,19 +32,31 @@ class SnapshotFeed:
             self._seq += 1
             self._cond.notify_all()
 
+    def interrupt(self) -> None:
+        """Wake the readers waiting in :meth:`next`, so that one whose
+        ``until`` is set returns (a host's manager roles stopping did not until
+        the watch's next snapshot, up to 2 s into every host's stop)."""
+        with self._cond:
+            self._cond.notify_all()
+
     def fail(self, reason: str) -> None:
         with self._cond:
             self._failure = reason
             self._seq += 1
             self._cond.notify_all()
 
-    def next(self, after: int, timeout_s: float) -> tuple[int, Snapshot]:
+    def next(self, after: int, timeout_s: float,
+             until: threading.Event | None = None) -> tuple[int, Snapshot | None]:
         """The first snapshot published after number ``after`` (0: any), and
-        its number. Raises ConsulUnavailable if the watch failed since, or
-        published nothing within ``timeout_s``."""
+        its number; ``(after, None)`` when ``until`` is set meanwhile (a
+        reader that stops: see :meth:`interrupt`). Raises ConsulUnavailable
+        if the watch failed since, or published nothing within ``timeout_s``."""
         with self._cond:
-            if not self._cond.wait_for(lambda: self._seq > after, timeout_s):
+            if not self._cond.wait_for(lambda: self._seq > after or (until is not None and until.is_set()),
+                                       timeout_s):
                 raise ConsulUnavailable(f"no metadata from the watch for {timeout_s:.0f} s")
+            if self._seq <= after:
+                return after, None
             if self._failure is not None or self._snap is None:
                 raise ConsulUnavailable(f"metadata watch failed: {self._failure}")
             return self._seq, self._snap
