@@ -240,8 +240,7 @@ def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],
         held = [o for (p, o) in state.stream_leaders if p == pid]
         if confirmed(a, stream_origins(a, state.configs[pid.queue].fifo, held), confirmations(pid)):
             key = kv.partition_key(pid)
-            done = kv.PartitionAssignment(a.cluster, a.target, a.version + 1, a.extra,
-                                          tuple(n for n in a.joining if n not in a.leaving))
+            done = moved(a, a.cluster, a.target, a.joining)
             writes.append(AssignmentWrite(
                 key, done, state.modify_index.get(key, 0),
                 f"change confirmed by every stream's writer: voters now {list(done.voters)}"

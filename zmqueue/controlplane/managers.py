@@ -24,8 +24,9 @@ import base64
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import consul
 
@@ -45,6 +46,7 @@ from zmqueue.controlplane.snapshot_feed import SnapshotFeed
 from zmqueue.errors import ConsulUnavailable
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 FEED_TIMEOUT_S = 10.0
 """A round waits this long for the watch's next snapshot (it publishes one at
@@ -168,19 +170,21 @@ class ManagerRoles(threading.Thread):
     def _positions(self, pid: kv.PartitionId) -> StreamPositions | None:
         """Every stream position of ``pid`` in ``zmqueue-positions/``
         (origin -> node -> position); None if Consul did not answer."""
-        items = self._listing(pid)
-        if items is None:
-            return None
-        return {origin: by_node for (q, p, origin), by_node in kv.decode_stream_positions(items).items()
-                if (q, p) == (pid.queue, pid.partition)}
+        return self._of_partition(pid, kv.decode_stream_positions)
 
     def _confirmations(self, pid: kv.PartitionId) -> StreamConfirmations | None:
         """Every stream's writers' confirmations of ``pid`` (origin -> node ->
         version); None if Consul did not answer."""
+        return self._of_partition(pid, kv.decode_stream_confirmed)
+
+    def _of_partition(self, pid: kv.PartitionId,
+                      decode: Callable[[list[dict[str, Any]]], Mapping[tuple[str, int, str], T]]
+                      ) -> dict[str, T] | None:
+        """``decode`` of the partition's positions listing, by stream origin."""
         items = self._listing(pid)
         if items is None:
             return None
-        return {origin: by_node for (q, p, origin), by_node in kv.decode_stream_confirmed(items).items()
+        return {origin: v for (q, p, origin), v in decode(items).items()
                 if (q, p) == (pid.queue, pid.partition)}
 
     def _set_held(self, held: set[str]) -> None:

@@ -26,6 +26,14 @@ from zmqueue.dataplane.trash import Trash
 log = logging.getLogger(__name__)
 
 
+def _carry(fresh: Stream, st: Stream) -> None:
+    """What a stream started again around its store (a wipe, a cut) keeps of
+    the one it replaces: its term and where it stands in its replica set."""
+    fresh.epoch = st.epoch
+    fresh.joining, fresh.leaving, fresh.previous = st.joining, st.leaving, st.previous
+    fresh.version, fresh.handing_over = st.version, st.handing_over
+
+
 def storage_config(cfg: QueueConfig, defaults: StorageConfig) -> StorageConfig:
     flags = FLAG_SEAL_KNOWN | (FLAG_SEALED if cfg.encrypted else 0)  # (readers: sealed or not)
     return replace(defaults, fsync=cfg.fsync, retention_ms=cfg.retention_s * 1000,
@@ -167,9 +175,7 @@ class StreamSet:
         self.close_stream(key, remove=False)
         self.trash.discard(self.path(key))
         fresh = self.open_stream(key, st.config, st.replicas, now_ms)
-        fresh.epoch = st.epoch
-        fresh.joining, fresh.leaving, fresh.previous, fresh.version = (st.joining, st.leaving,
-                                                                       st.previous, st.version)
+        _carry(fresh, st)
 
     def truncate(self, key: StreamKey, keep: int, now_ms: int) -> None:
         """Cut a diverged copy back to its first ``keep`` records; the stream
@@ -184,9 +190,7 @@ class StreamSet:
         finally:  # (a cut that failed rebuilt the store from what is on disk: so does the stream)
             self._drop(key)
             fresh = self._add(key, st.config, st.store, st.replicas, now_ms)
-            fresh.epoch = st.epoch
-            fresh.joining, fresh.leaving, fresh.previous, fresh.version = (st.joining, st.leaving,
-                                                                           st.previous, st.version)
+            _carry(fresh, st)
 
     def partition_streams(self, part: PartKey) -> list[Stream]:
         by_key = self._by_part.get(part)
