@@ -6,6 +6,7 @@ real leadership thread, in process."""
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import time
@@ -24,6 +25,7 @@ from zmqueue.controlplane.leadership import (
     Elected,
     Event,
     Leadership,
+    Opened,
     lock_key,
 )
 from zmqueue.localcluster import ConsulAgent
@@ -110,3 +112,51 @@ def test_steady_cycles_confirm_leases_without_reading_every_lock(tmp_path: Path)
             lead.stop()
             lead.join(10)
         assert not lead.is_alive()
+
+
+def test_a_stream_asked_to_open_is_marked_in_consul_before_it_hears_so(consul_agent: ConsulAgent) -> None:
+    """A writer acknowledges a stream's first records only once its position
+    in Consul is marked opened: the thread answers an ``opening`` stream with
+    Opened after Consul has the mark, publishes no mark unasked, keeps the
+    mark in later publications, and marks again a stream that left and came
+    back (its key may have been removed meanwhile)."""
+    node = f"lead-{uuid.uuid4().hex[:8]}"
+    asked, quiet = (f"q-{node}", 0, node), (f"q-{node}", 1, node)
+    events: queue.Queue[Event] = queue.Queue()
+    c = kv_client(consul_agent.http_addr)
+    lead = Leadership((consul_agent.http_addr,), 2.0, node, [], {"node": node}, events.put)
+    cands = {s: Candidacy((node,), node) for s in (asked, quiet)}
+    lead.update(cands, {asked: (0, 0), quiet: (0, 0)})
+
+    def value(s: tuple[str, int, str]) -> dict[str, int] | None:
+        _, item = c.kv.get(f"zmqueue-positions/{s[0]}/{s[1]}/{s[2]}/{node}")
+        return None if item is None else json.loads(item["Value"])
+
+    answers: list[Opened] = []
+
+    def opened(n: int) -> bool:
+        while not events.empty():
+            ev = events.get_nowait()
+            if isinstance(ev, Opened):
+                assert ev.stream == asked, ev
+                assert (value(asked) or {}).get("opened") == 1, "Opened before the mark was in Consul"
+                answers.append(ev)
+        return len(answers) >= n
+
+    lead.start()
+    try:
+        wait_for(lambda: value(quiet) is not None, 15, "the positions published")
+        lead.update(cands, {asked: (0, 0), quiet: (0, 0)}, opening={asked})
+        wait_for(lambda: opened(1), 10, "Opened for the stream asked")
+        assert value(quiet) == {"epoch": 0, "seq": 0}
+        lead.update(cands, {asked: (1, 5), quiet: (0, 0)})  # (published within POSITIONS_EVERY_S)
+        wait_for(lambda: value(asked) == {"epoch": 1, "seq": 5, "opened": 1}, 10, "the mark kept")
+        lead.update({quiet: cands[quiet]}, {quiet: (0, 0)})  # the stream leaves this host
+        wait_for(lambda: asked not in lead._opened, 10, "the mark forgotten with the stream")
+        c.kv.delete(f"zmqueue-positions/{asked[0]}/{asked[1]}/{asked[2]}/{node}")
+        lead.update(cands, {asked: (0, 0), quiet: (0, 0)}, opening={asked})  # and comes back
+        wait_for(lambda: opened(2), 10, "Opened again, with the mark written again")
+    finally:
+        lead.stop()
+        lead.join(10)
+    assert not lead.is_alive()

@@ -344,6 +344,39 @@ def test_draining_the_host_of_a_single_replica_queue_moves_its_messages(
         client.close()
 
 
+def test_a_cluster_drained_right_after_its_first_acknowledged_sends_keeps_the_partition(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    """Two clusters of one host each; a new single-replica queue takes its
+    first sends and its host is drained at once, before it has published a
+    position: its cluster has lost quorum. The external manager moves only
+    partitions without records, and it judges that by the positions in
+    Consul, which are up to 0.5 s old, so it used to move this one to the
+    other cluster's empty host and the acknowledged messages were left
+    behind. Now a writer acknowledges a stream's first records only once its
+    position in Consul says the stream is opened for writes, so the manager
+    sees records and the partition stays: every acknowledged message
+    arrives, from the drained host."""
+    addr = consul_agent.http_addr
+    first = hosts.start("n1")
+    second = hosts.start("m1", cluster="c2")
+    for h in (first, second):
+        wait_for(lambda: all_passing(consul_agent, h.node), 60, f"{h.node} passing")  # noqa: B023
+    client = zmqueue.connect(addr, request_timeout=5)
+    try:
+        q = client.create_queue(f"fresh-{hosts.uid}", visibility_timeout=600)
+        [node] = wait_for(lambda: (assignment(addr, q.name) or {}).get("replicas"), 10, "an assignment")
+        home = cluster_of(addr, q.name)
+        ids = set(q.send_batch([f"m{i}".encode() for i in range(20)]))
+        kv_client(addr).kv.put(f"zmqueue/hosts/{node}/drain", "true")
+        wait_for(lambda: any("lost quorum" in h.log_tail(20000) for h in (first, second))
+                 or cluster_of(addr, q.name) != home, 20, "the external manager's decision on the drain")
+        assert cluster_of(addr, q.name) == home, "the partition moved, leaving its messages behind"
+        _drain_all(q, ids, 30, delete=False)
+        assert cluster_of(addr, q.name) == home
+    finally:
+        client.close()
+
+
 @pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
 def test_draining_the_host_of_a_single_replica_queue_while_it_takes_sends_loses_none(
         hosts: HostFactory, consul_agent: ConsulAgent, sync: bool) -> None:

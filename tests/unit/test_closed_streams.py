@@ -36,7 +36,7 @@ def service(configs: dict[str, QueueConfig]) -> tuple[Any, Req, Req]:
     waiters.park(("q", 0), cast(Any, poll), 1, None, 10**12)
     svc = SimpleNamespace(meta=SimpleNamespace(configs=configs), waiters=waiters, pusher=Pusher(),
                           new_acks={KEY: [PendingAck(0, cast(Any, send), None)]},
-                          set=SimpleNamespace(led_streams=lambda part: []))
+                          set=SimpleNamespace(led_streams=lambda part: []), opened={KEY}, opening={KEY})
     return svc, poll, send
 
 
@@ -50,5 +50,6 @@ def test_requests_waiting_on_a_closed_stream_hear_whether_the_queue_is_gone(
     QueueService._closed(svc, KEY)
     assert [type(e) for e in poll.failed] == [expected] and [type(e) for e in send.failed] == [expected]
     assert svc.waiters.total == 0 and KEY not in svc.new_acks
+    assert KEY not in svc.opened | svc.opening  # (a later stream of that key is marked again)
     if expected is NotLeader:
         assert "moved" in str(poll.failed[0]) and "retry" in str(poll.failed[0])

@@ -59,6 +59,14 @@ def test_a_writer_confirmation_is_published_beside_its_position() -> None:
     assert kv.decode_stream_positions(items)[("q", 0, "fifo")]["a"] == P(2, 40)
 
 
+def test_an_opened_mark_is_published_beside_a_position_and_only_when_set() -> None:
+    items = [{"Key": f"{kv.POSITIONS_PREFIX}q/0/a/a", "Value": kv.encode_position(P(1, 0), opened=True)},
+             {"Key": f"{kv.POSITIONS_PREFIX}q/0/a/b", "Value": kv.encode_position(P(1, 0))}]
+    assert b'"opened"' not in items[1]["Value"]
+    assert kv.decode_stream_opened(items) == {("q", 0, "a"): {"a": 1, "b": 0}}
+    assert kv.decode_stream_positions(items)[("q", 0, "a")] == {"a": P(1, 0), "b": P(1, 0)}
+
+
 # --- the manager ------------------------------------------------------------------------
 def test_a_change_of_the_voters_is_joint_and_a_change_of_joiners_is_not() -> None:
     old = kv.PartitionAssignment("c1", ("a", "b", "c"), 3)

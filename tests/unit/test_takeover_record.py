@@ -110,11 +110,33 @@ def test_no_ack_is_released_before_the_log_holds_a_record_of_this_term(streams: 
     st.acks.append(PendingAck(st.store.last_seq, cast(Request, req), "ok"))
     release = QueueService._release
     st.replicas = ("h1",)  # R=1: the writer's own copy is the quorum
-    release(cast(QueueService, None), st)
+    svc = cast(QueueService, SimpleNamespace(opened={KEY}, opening=set()))  # (its mark is in Consul)
+    release(svc, st)
     assert replies == [], "acknowledged on records of an older term only"
     handover = Handover(cast(QueueService, Svc(streams)))
     handover.unmarked.add(KEY)
     handover.tick(NOW)
     assert (st.store.last_seq, st.store.last_epoch, handover.unmarked) == (3, 3, set())
-    release(cast(QueueService, None), st)
+    release(svc, st)
     assert replies == ["ok"]
+
+
+def test_no_ack_is_released_before_the_stream_is_opened_in_consul(streams: StreamSet) -> None:
+    """A stream's first acknowledgements wait until this host's position of
+    it in Consul is marked opened (the leadership thread's Opened): until
+    then the stream is asked for, once, and nothing is answered."""
+    st = streams.streams[KEY]
+    older_term_messages(st, 1, epoch=1)  # (a first send of this writer's term)
+    st.role, st.epoch, st.replicas = Role.WRITER, 1, ("h1",)
+    replies: list[Any] = []
+    st.acks.append(PendingAck(st.store.last_seq, cast(Request, SimpleNamespace(
+        reply=replies.append, committed=False)), "ok"))
+    svc = SimpleNamespace(opened=set(), opening=set(), opening_asked=False, set=streams)
+    svc._release = lambda s: QueueService._release(cast(QueueService, svc), s)
+    QueueService._release(cast(QueueService, svc), st)
+    assert (replies, svc.opening, svc.opening_asked) == ([], {KEY}, True)
+    svc.opening_asked = False
+    QueueService._release(cast(QueueService, svc), st)
+    assert (replies, svc.opening_asked) == ([], False), "asked again"
+    QueueService.on_opened(cast(QueueService, svc), KEY)
+    assert (replies, svc.opened, svc.opening) == (["ok"], {KEY}, set())

@@ -13,7 +13,7 @@ reference (value schemas, writers, readers, what an operator may edit)::
     zmqueue/managers/cluster/<cluster>           lock; {"node", "since_ms"}
     zmqueue/hosts/<node>/drain                   true | false
 
-    zmqueue-positions/<queue>/<p>/<origin>/<node> {"epoch", "seq", "seen", "confirmed"}
+    zmqueue-positions/<queue>/<p>/<origin>/<node> {"epoch", "seq", "seen", "confirmed", "opened"}
 
 Replicas' positions change with every write, so they live beside the tree
 (:data:`POSITIONS_PREFIX`), not in it: the hosts and managers watch
@@ -205,14 +205,17 @@ def encode_leader(rec: LeaderRecord) -> bytes:
     return _dump({**rec.extra, "node": rec.node, "endpoint": rec.endpoint, "epoch": rec.epoch})
 
 
-def encode_position(pos: Position, seen: int = 0, confirmed: int = 0) -> bytes:
+def encode_position(pos: Position, seen: int = 0, confirmed: int = 0, opened: bool = False) -> bytes:
     """``seen``: Consul's index of the stream lock's release the host saw
     before taking this position (0: none; see ``leadership.heard_enough``).
     ``confirmed``: written by the stream's writer, the highest partition
     assignment version whose change of the voters it has confirmed (0: none;
-    see ``PartitionAssignment.previous``)."""
+    see ``PartitionAssignment.previous``). ``opened``: the host has written
+    the stream and may have acknowledged records of it that no position
+    shows yet (a writer acknowledges a stream's first records only once this
+    is in Consul; see :func:`decode_stream_opened`)."""
     return _dump({"epoch": pos.epoch, "seq": pos.seq, **({"seen": seen} if seen else {}),
-                  **({"confirmed": confirmed} if confirmed else {})})
+                  **({"confirmed": confirmed} if confirmed else {}), **({"opened": 1} if opened else {})})
 
 
 def encode_manager(rec: ManagerRecord) -> bytes:
@@ -347,6 +350,19 @@ def decode_stream_confirmed(items: Iterable[Mapping[str, Any]] | None
     :data:`POSITIONS_PREFIX` (0 when absent: not a writer, nothing confirmed,
     or a host of an earlier version)."""
     return _stream_ints(items, "confirmed")
+
+
+def decode_stream_opened(items: Iterable[Mapping[str, Any]] | None
+                         ) -> dict[tuple[str, int, str], dict[str, int]]:
+    """The ``opened`` mark of every stream position in a listing under
+    :data:`POSITIONS_PREFIX` (1: the host has written the stream; 0 when
+    absent). A stream whose positions are all at seq 0 may still hold
+    acknowledged records when one is marked: positions go out about twice a
+    second, but a writer acknowledges a stream's first records only once its
+    mark is in Consul, so a manager that reads no record and no mark knows
+    the stream holds nothing acknowledged (hosts of earlier versions write no
+    mark)."""
+    return _stream_ints(items, "opened")
 
 
 def _stream_ints(items: Iterable[Mapping[str, Any]] | None, name: str

@@ -124,7 +124,15 @@ class Confirmed:
     at: float
 
 
-Event = Elected | Deposed | Confirmed
+@dataclass(frozen=True)
+class Opened:
+    """This host's position of ``stream``, marked opened (or past seq 0), is
+    in Consul: its writer may acknowledge the stream's first records."""
+
+    stream: StreamKey
+
+
+Event = Elected | Deposed | Confirmed | Opened
 
 
 def lock_key(s: StreamKey) -> str:
@@ -253,8 +261,14 @@ class Leadership(threading.Thread):
         self.held: dict[StreamKey, int] = {}
         self._renewed_at = 0.0
         self._published_at = 0.0
-        self._published: dict[StreamKey, tuple[int, int, int, int]] = {}
-        """(epoch, seq, seen, confirmed) of every stream position this host published."""
+        self._published: dict[StreamKey, tuple[int, int, int, int, bool]] = {}
+        """(epoch, seq, seen, confirmed, opened) of every stream position this host published."""
+        self._opening: frozenset[StreamKey] = frozenset()
+        """Streams whose writer here holds acknowledgements of their first
+        records until its position, marked opened, is in Consul."""
+        self._opened: set[StreamKey] = set()
+        """Streams whose position this host published past seq 0 or marked
+        opened (the mark stays in every later publication)."""
         self._seen: dict[StreamKey, int] = {}
         """Per stream, the release of its lock this host last saw (the lock's
         ModifyIndex while free), published with its position."""
@@ -273,13 +287,22 @@ class Leadership(threading.Thread):
     # --- inputs from the request loop (thread safe) -------------------------
     def update(self, cands: dict[StreamKey, Candidacy],
                positions: dict[StreamKey, tuple[int, int]],
-               confirmed: Mapping[StreamKey, int] | None = None) -> None:
+               confirmed: Mapping[StreamKey, int] | None = None,
+               opening: Collection[StreamKey] = ()) -> None:
+        """``opening``: streams written here whose first records wait for
+        their opened mark in Consul (:class:`Opened` answers each)."""
         with self._lock:
             changed = cands != self._cands
             self._cands, self._positions = dict(cands), dict(positions)
             self._confirmed = dict(confirmed or {})
+            self._opening = frozenset(opening)
+            done = [s for s in self._opening if s in self._opened]
+            asked = len(done) < len(self._opening)
+        for s in done:  # (marked before: the data plane's stream started again)
+            self.post(Opened(s))
         if changed:  # a new or moved stream: campaign now, not a cycle later
             self._busy_until = time.monotonic() + BUSY_FOR_S
+        if changed or asked:
             self._wake.set()
 
     # --- the thread ----------------------------------------------------------
@@ -346,6 +369,10 @@ class Leadership(threading.Thread):
         sid = self._ensure_session()
         with self._lock:
             cands, positions, confirmations = self._cands, self._positions, self._confirmed
+            opening = self._opening
+            for s in [s for s in self._opened if s not in cands]:  # (a later stream of that key
+                self._opened.discard(s)                             # publishes its own mark)
+                self._published.pop(s, None)
         sent_at = time.monotonic()
         holders = self._holders()
         mine = {s for s, (h, _, _) in holders.items() if h == sid}
@@ -388,7 +415,7 @@ class Leadership(threading.Thread):
                 return True  # the session is gone: a new one campaigns next cycle
         for s in [s for s in self._waiting if s not in free]:  # (taken meanwhile: no longer waiting)
             del self._waiting[s]
-        self._publish_positions(positions, urgent=bool(free), confirmed=confirmations)
+        self._publish_positions(positions, urgent=bool(free), confirmed=confirmations, opening=opening)
         epochs = {s: e for s, (_, e, _) in holders.items()}
         moved, self._seen_holders = epochs != self._seen_holders, epochs
         return bool(free or borrowed or moved)
@@ -511,31 +538,41 @@ class Leadership(threading.Thread):
             self.post(Deposed(s))
 
     def _publish_positions(self, positions: dict[StreamKey, tuple[int, int]], urgent: bool = False,
-                           confirmed: Mapping[StreamKey, int] | None = None) -> None:
+                           confirmed: Mapping[StreamKey, int] | None = None,
+                           opening: Collection[StreamKey] = ()) -> None:
         """Publish the positions that changed, at most every POSITIONS_EVERY_S;
         with ``urgent`` (a lock is free), those of streams whose lock was
         released since they were published go out at once: a candidate
         counts only positions published after the release
-        (:func:`heard_enough`)."""
+        (:func:`heard_enough`). Streams in ``opening`` and not opened yet go
+        out at once, marked opened, and each is answered with :class:`Opened`
+        once Consul has it."""
         now = time.monotonic()
         due = now - self._published_at >= POSITIONS_EVERY_S
-        if not due and not urgent:
+        asked = {s for s in opening if s not in self._opened and s in positions}
+        if not due and not urgent and not asked:
             return
         confirmed = confirmed or {}
-        current = {s: (*p, self._seen.get(s, 0), confirmed.get(s, 0)) for s, p in positions.items()}
+        current = {s: (*p, self._seen.get(s, 0), confirmed.get(s, 0), s in self._opened or s in asked)
+                   for s, p in positions.items()}
         changed = {s: p for s, p in current.items() if self._published.get(s) != p
-                   and (due or p[2] != (self._published.get(s) or (0, 0, 0, 0))[2])}
+                   and (due or s in asked or p[2] != (self._published.get(s) or (0, 0, 0, 0, False))[2])}
         if not changed:
             return
         ops = [{"KV": {"Verb": "set", "Key": kv.stream_position_key(
             kv.PartitionId(s[0], s[1]), s[2], self.node),
-            "Value": base64.b64encode(kv.encode_position(kv.Position(e, q), seen, conf)).decode()}}
-            for s, (e, q, seen, conf) in changed.items()]
+            "Value": base64.b64encode(kv.encode_position(kv.Position(e, q), seen, conf, mark)).decode()}}
+            for s, (e, q, seen, conf, mark) in changed.items()]
         for i in range(0, len(ops), 64):  # Consul caps a transaction at 64 operations
             self._txn(ops[i:i + 64])
         self._published.update(changed)
         if due:
             self._published_at = now
+        for s, (_, q, _, _, mark) in changed.items():
+            if (q or mark) and s not in self._opened:
+                self._opened.add(s)
+                if s in opening:
+                    self.post(Opened(s))
 
     def _txn(self, ops: list[dict[str, Any]]) -> None:
         self.client.call(lambda c: c.txn.put(ops))

@@ -141,15 +141,18 @@ class ManagerRoles(threading.Thread):
 
     def _holding(self, pids: list[kv.PartitionId]) -> frozenset[kv.PartitionId]:
         """Which of ``pids`` hold records: a stream of theirs reported a
-        position past 0 (``zmqueue-positions/<queue>/<p>/``). A partition
-        whose positions cannot be read counts as holding: it stays."""
+        position past 0 or is marked opened (``zmqueue-positions/<queue>/<p>/``;
+        positions are up to 0.5 s old, but a writer acknowledges a stream's
+        first records only once its mark is there). A partition whose
+        positions cannot be read counts as holding: it stays."""
         if not pids:
             self._holds.clear()
             return frozenset()
         for pid in pids:
             if pid not in self._holds:
-                pos = self._positions(pid)
-                if pos is None or has_records(pos):
+                pos, opened = self._positions(pid), self._of_partition(pid, kv.decode_stream_opened)
+                if (pos is None or opened is None or has_records(pos)
+                        or any(v for by_node in opened.values() for v in by_node.values())):
                     self._holds.add(pid)
         return frozenset(pid for pid in pids if pid in self._holds)
 

@@ -131,6 +131,18 @@ class QueueService:
         self.acking: dict[StreamKey, Stream] = {}
         """Streams with sends waiting for their replicas (``st.acks``): the
         per-iteration timeout check looks at these, not at every stream."""
+        self.opened: set[StreamKey] = set()
+        """Streams whose position from this host is in Consul past seq 0 or
+        marked opened (the leadership thread's ``Opened``): their writer may
+        acknowledge. Until then a stream's first acknowledgements wait
+        (``opening``), so that no manager reading positions up to 0.5 s old
+        takes a stream with acknowledged records for an empty one and moves
+        its partition to empty replicas (docs/REPLICATION.md, "A stream's
+        first records")."""
+        self.opening: set[StreamKey] = set()
+        """Streams whose acknowledgements wait for their opened mark."""
+        self.opening_asked = False
+        """``opening`` gained a stream since the leadership thread last heard."""
         self.waiters = Waiters()
         self.pusher = Pusher()
         self.watches = (self.waiters.watch, self.pusher.watch)
@@ -207,6 +219,8 @@ class QueueService:
             err = QueueNotFound(f"queue {key[0]!r} was deleted")
         for a in self.new_acks.pop(key, []):
             a.request.fail(err)
+        self.opened.discard(key)
+        self.opening.discard(key)
         if not self.set.led_streams((key[0], key[1])):
             self.waiters.fail_partition((key[0], key[1]), err)
             self.pusher.drop_partition((key[0], key[1]))
@@ -240,6 +254,15 @@ class QueueService:
         subscribers are looked at in the next pass."""
         for watch in self.watches:
             watch.touch(part)
+
+    def on_opened(self, key: StreamKey) -> None:
+        """This host's position of ``key`` in Consul says the stream holds
+        records (or may): its writer releases what waited for that."""
+        self.opened.add(key)
+        self.opening.discard(key)
+        st = self.set.streams.get(key)
+        if st is not None and st.role is Role.WRITER:
+            self._release(st)
 
     def on_confirmed(self, streams: frozenset[StreamKey], at: float) -> None:
         mono = time.monotonic()
@@ -719,6 +742,15 @@ class QueueService:
                 del self.acking[key]
             while st.acks and st.acks[0].at < limit:
                 a = st.acks.popleft()
+                if key not in self.opened:
+                    a.request.fail(Unavailable(
+                        f"queue {st.queue!r} partition {st.partition}: this host could not record "
+                        f"in Consul within {ACK_TIMEOUT_S:.0f} s that the stream holds records (its "
+                        f"first acknowledgement waits for that, so that no manager moves the "
+                        f"partition away as empty). Check the host's Consul agent (zmqueue status) "
+                        f"and retry, with the same dedup id on a FIFO queue; the write is stored "
+                        f"here and may still be delivered", stored=True))
+                    continue
                 have = 1 + sum(1 for v in st.follower_pos.values() if v >= a.seq)
                 a.request.fail(Unavailable(
                     f"only {have} of {len(st.replicas)} replicas acknowledged within "
@@ -730,6 +762,11 @@ class QueueService:
     def _release(self, st: Stream) -> None:
         if st.store.last_epoch < st.epoch and st.store.last_seq:
             return  # no record of this term yet (its takeover record failed to commit)
+        if st.key not in self.opened:
+            if st.acks and st.key not in self.opening:  # (the stream's first acknowledgements)
+                self.opening.add(st.key)
+                self.opening_asked = True
+            return
         done = st.replicated_seq()
         while st.acks and st.acks[0].seq <= done:
             a = st.acks.popleft()

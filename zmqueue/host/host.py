@@ -27,7 +27,7 @@ from zmqueue.config import HostConfig
 from zmqueue.controlplane.advisory import WarningCheck
 from zmqueue.controlplane.consul_client import AgentHome, ConsulClient
 from zmqueue.controlplane.discovery import DISK_CHECK_PREFIX, list_hosts
-from zmqueue.controlplane.leadership import Candidacy, Confirmed, Deposed, Elected, Leadership
+from zmqueue.controlplane.leadership import Candidacy, Confirmed, Deposed, Elected, Leadership, Opened
 from zmqueue.controlplane.managers import ManagerRoles, RolesConfig
 from zmqueue.controlplane.queue_directory import Snapshot
 from zmqueue.controlplane.registry import Heartbeat, Registrar, Registration
@@ -94,16 +94,21 @@ class HostHooks:
         wake = self.service.tick(now_ms, ready)
         if self.security is not None:
             self.security.tick(now_ms)
-        mono = time.monotonic()
-        if self.leadership is not None and mono >= self.next_update:
-            self.next_update = mono + 0.1
-            svc = self.service
-            if svc.set.version != self.cands_version:  # (hundreds of streams: not every time)
-                self.cands_version = svc.set.version
-                self.cands = {k: Candidacy(r, pref, j, sync, leaving, previous)
-                              for k, (r, pref, j, sync, leaving, previous) in svc.candidacies().items()}
-            self.leadership.update(self.cands, svc.positions(), svc.confirmations())
+        if time.monotonic() >= self.next_update:
+            self._tell_leadership()
         return wake
+
+    def _tell_leadership(self) -> None:
+        if self.leadership is None:
+            return
+        self.next_update = time.monotonic() + 0.1
+        svc = self.service
+        svc.opening_asked = False
+        if svc.set.version != self.cands_version:  # (hundreds of streams: not every time)
+            self.cands_version = svc.set.version
+            self.cands = {k: Candidacy(r, pref, j, sync, leaving, previous)
+                          for k, (r, pref, j, sync, leaving, previous) in svc.candidacies().items()}
+        self.leadership.update(self.cands, svc.positions(), svc.confirmations(), svc.opening)
 
     def wake_sockets(self) -> list[Wakeable]:
         svc = self.service
@@ -113,6 +118,8 @@ class HostHooks:
         busy = bool(self.service.dirty)
         started = time.monotonic()
         self.service.flush()
+        if self.service.opening_asked:  # a stream's first acknowledgements wait for its mark
+            self._tell_leadership()
         door = self.security.door if self.security is not None else None
         if busy and door is not None:
             door.commit.observe("flush", time.monotonic() - started)
@@ -267,13 +274,15 @@ class Host:
         self.security.on_snapshot(snap)
         self.hooks.service.apply_metadata(to_metadata(snap), int(time.time() * 1000), forward)
 
-    def _on_leadership(self, ev: Elected | Deposed | Confirmed) -> None:
+    def _on_leadership(self, ev: Elected | Deposed | Confirmed | Opened) -> None:
         assert self.hooks is not None
         svc = self.hooks.service
         if isinstance(ev, Elected):
             svc.on_elected(ev.stream, ev.epoch)
         elif isinstance(ev, Deposed):
             svc.on_deposed(ev.stream)
+        elif isinstance(ev, Opened):
+            svc.on_opened(ev.stream)
         else:
             svc.on_confirmed(ev.streams, ev.at)
 
