@@ -289,90 +289,93 @@ Machine: {machine}; 1-minute load average {load} during the runs (shared).
 READING = """\
 **Reading the summary.** Every peer row (W1-W5b, W1p, W5p, W5-half) and the
 raw pyzmq ceiling come from the one invocation above, on the tree of commit
-{commit}, the thirty-first session's final code. Since bb1f731 (the
-twenty-eighth session's, the invocation before this one, the same kind of
-machine) the request path changed only where replication needs it: a
-restarted stream keeps its term, a sync SEND, DELETE or RECEIVE with deletes
-first checks that its quorum is in reach (a look at the replicas' last
-report times), and the sync ack counts the current voters; `python -m
-benchmarks.cpu_budget` put the CPU per message of every workload within 3% of
-bb1f731's (see "CPU per message, process by process"). zmqueue's own rates
-here against bb1f731's invocation: W3 125.6 k -> 131.3 k msg/s (1,024 B
-99.8 k -> 94.4 k), W1 2.38 k -> 2.54 k, W1p 82.7 k -> 84.6 k, W5 834 -> 820,
-W5b 43.5 k -> 42.6 k, W5p 34.6 k -> 35.0 k, the W2 send p99 1.03 -> 0.94 ms;
-the ratios moved with the peers as much (NATS R=3's W5b 10.8 k -> 11.9 k,
-so W5b 4.03x -> 3.57x). Raw pyzmq's batched round trip ran 844-909 k
-payloads/s here (bb1f731's invocation 709-769 k), so W3 against it reads
-15.5% (1,024 B 16.5%): the ceiling moves with the machine's state as much as
-zmqueue does. Earlier invocations are in this file's history: read them by
-their peer ratios, since the machine under them changed (an AMD EPYC host
-before 29dc9f9, an Intel Xeon since, where raw pyzmq's ceiling is 2x).
+{commit}, the thirty-ninth session's code. The invocation before it (5f6d98c,
+the thirty-first session's) ran on an Intel Xeon host; this one ran on an
+AMD EPYC host (the machine under this file changes between sessions), where
+every system is faster: Redis's W1 6.45 k -> 11.1 k msg/s, its W3 86.4 k
+-> 130.1 k, NATS R=3's W5b 11.9 k -> 15.8 k, raw pyzmq's batched round
+trip 847 k -> 1,062 k payloads/s. zmqueue's own rates moved about as much:
+W3 131.3 k -> 188.9 k msg/s (1,024 B 94.4 k -> 160.9 k), W1 2.54 k ->
+3.42 k, W1p 84.6 k -> 134.1 k, W5 820 -> 1,085, W5b 42.6 k -> 63.2 k, W5p
+35.0 k -> 51.7 k, the W2 send p99 0.94 -> 0.60 ms. So read the ratios, which
+held: W3 against Redis 1.52x -> 1.45x (1,024 B 1.35x -> 1.54x), W5b against
+NATS R=3 3.57x -> 3.99x, W1 against Redis 0.39x -> 0.31x, W3 against raw
+pyzmq 15.5% -> 17.8%. Since 5f6d98c the request path changed where
+replication needs it (the thirty-second to thirty-ninth sessions: a
+candidate counts positions published after a release, replica-set changes
+go through a joint set, a leaving async writer hands its stream over, a
+stream's first acknowledgements wait for its opened mark in Consul; each
+session compared its tree with its start, alternated, within noise: "Where
+the time goes"). Earlier invocations are in this file's history: read them
+by their peer ratios.
 
-**New rows: one message per request beside raw pyzmq's own.** The
-ceiling now also reports what its raw DEALER/ROUTER does with one payload
-per request (an echo server answering a small ack, nothing else on the
-machine), one at a time and 100 in flight, and the summary sets W1, W1p and
-W2 beside it. One at a time the raw pair makes 9.15 k round trips/s (p50
-0.14 ms, p99 0.28 ms): W1's target, 2x Redis's 6.45 k = 12.9 k msg/s, is
-1.41x that, before any queue work and although each W1 message also takes
-a consumer's receive on the same 2 CPUs, so no design with a ZeroMQ round
-trip per confirmed send reaches it on this machine; W2's target (Redis's
-p99, 0.34 ms) is 1.22x the raw pair's idle p99. With 100 in flight the raw
-pair makes 83.7 k payloads/s and zmqueue's W1p 84.6 k (101%), because the
-pipeline coalesces the sends made meanwhile into one request; W1p's target
-is 2.05x the raw pair.
+**One message per request beside raw pyzmq's own.** The ceiling also
+reports what its raw DEALER/ROUTER does with one payload per request (an
+echo server answering a small ack, nothing else on the machine), one at a
+time and 100 in flight, and the summary sets W1, W1p and W2 beside it. One
+at a time the raw pair makes 12.4 k round trips/s (p50 0.10 ms, p99 0.20
+ms): W1's target, 2x Redis's 11.1 k = 22.3 k msg/s, is 1.79x that, before
+any queue work and although each W1 message also takes a consumer's receive
+on the same 2 CPUs, so no design with a ZeroMQ round trip per confirmed send
+reaches it on this machine; W2's target (Redis's p99, 0.21 ms) is 1.06x the
+raw pair's idle p99. With 100 in flight the raw pair makes 120.4 k
+payloads/s and zmqueue's W1p 134.1 k (111%), because the pipeline coalesces
+the sends made meanwhile into one request; W1p's target is 2.11x the raw
+pair.
 
 Per-run ratios of this invocation (100 B unless marked; zmqueue vs the peer, e2e msg/s):
 
 | row | run 1 | run 2 | run 3 |
 |---|---:|---:|---:|
-| W1 vs Redis | 0.35x (2.6 k vs 7.4 k) | 0.39x (2.5 k vs 6.5 k) | 0.38x (2.4 k vs 6.4 k) |
-| W1 vs raw pyzmq, one at a time | 28% (raw 9.2 k) | 28% (raw 9.0 k) | 27% (raw 9.2 k) |
-| W1p vs Redis | 0.96x (70.6 k vs 73.2 k) | 0.99x (84.6 k vs 85.5 k) | 1.00x (86.0 k vs 86.4 k) |
-| W1p vs NATS | 4.35x | 4.57x | 4.47x |
-| W1p vs raw pyzmq, 100 in flight | 84% (raw 83.7 k) | 95% (raw 88.6 k) | 132% (raw 65.3 k) |
-| W3 vs Redis | 1.52x (131.3 k vs 86.4 k) | 1.47x (126.2 k vs 85.7 k) | 1.57x (136.9 k vs 87.4 k) |
-| W3 vs Redis, 1,024 B | 1.35x (94.4 k vs 69.8 k) | 1.36x (94.2 k vs 69.2 k) | 1.39x (96.9 k vs 69.8 k) |
-| W3 vs raw pyzmq | 15.5% | 14.9% | 15.1% |
-| W5 vs NATS R=3 | 0.75x | 0.71x | 0.89x |
-| W5p vs NATS R=3 | 2.92x (35.8 k vs 12.3 k) | 2.90x (34.6 k vs 12.0 k) | 3.11x (35.0 k vs 11.2 k) |
-| W5p vs NATS R=3, 1,024 B | 3.27x | 2.80x | 3.29x |
-| W5b vs NATS R=3 | 3.55x | 3.67x | 3.57x |
+| W1 vs Redis | 0.33x (3.4 k vs 10.4 k) | 0.30x (3.4 k vs 11.1 k) | 0.29x (3.5 k vs 11.9 k) |
+| W1 vs raw pyzmq, one at a time | 27% (raw 12.6 k) | 33% (raw 10.2 k) | 28% (raw 12.4 k) |
+| W1p vs Redis | 1.06x (134.1 k vs 126.9 k) | 0.98x (134.0 k vs 137.3 k) | 1.07x (135.4 k vs 126.7 k) |
+| W1p vs NATS | 4.75x | 4.60x | 4.62x |
+| W1p vs raw pyzmq, 100 in flight | 111% (raw 121.4 k) | 119% (raw 112.7 k) | 112% (raw 120.4 k) |
+| W3 vs Redis | 1.42x (193.5 k vs 136.1 k) | 1.40x (182.6 k vs 130.1 k) | 1.61x (188.9 k vs 117.0 k) |
+| W3 vs Redis, 1,024 B | 1.50x (166.2 k vs 110.5 k) | 1.55x (160.9 k vs 103.5 k) | 1.31x (136.7 k vs 104.5 k) |
+| W3 vs raw pyzmq | 18.2% | 16.8% | 18.2% |
+| W5 vs NATS R=3 | 0.82x | 0.90x | 0.79x |
+| W5p vs NATS R=3 | 2.75x (46.1 k vs 16.8 k) | 2.79x (54.3 k vs 19.4 k) | 2.90x (51.7 k vs 17.8 k) |
+| W5p vs NATS R=3, 1,024 B | 3.50x | 4.11x | 3.31x |
+| W5b vs NATS R=3 | 3.99x | 4.49x | 3.57x |
 
 docs/perf/peers.md holds this invocation's JSON lines; earlier ones are in
 that page's history.
 
-- **Where zmqueue stands.** W3 is ahead of Redis (1.52x; 1,024 B 1.35x)
-  and 6.7x NATS; W5b is 3.6x NATS R=3. One message per request is where it
-  is behind: Redis answers one XADD in ~0.14 ms (p50), zmqueue one
-  confirmed send in ~0.33 ms, so W1 and W2 stay behind Redis and W2 behind
-  NATS (0.75 ms p99 against 0.94 ms); the single-send latency tail was
+- **Where zmqueue stands.** W3 is ahead of Redis (1.45x; 1,024 B 1.54x)
+  and 6.3x NATS; W5b is 4.0x NATS R=3. One message per request is where it
+  is behind: Redis answers one XADD in ~0.08 ms (p50), zmqueue one
+  confirmed send in ~0.27 ms, so W1 and W2 stay behind Redis and W2 behind
+  NATS (0.50 ms p99 against 0.60 ms); the single-send latency tail was
   probed four ways on an otherwise idle host (see "Where the time goes"),
   and none changed it. Thread by thread ("CPU per request" there, `python
   -m benchmarks.percall`): of a single send's ~0.35 ms round trip on an
-  idle machine, ~0.07-0.1 ms are wake-ups between this VM's CPUs and ~0.12
-  ms the host loop's Python beyond a raw pyzmq echo server's; one at a
-  time, a message costs two host requests (its SEND, and the RECEIVE that
-  takes it and carries the previous one's delete), and since a302b45 the
-  SEND no longer waits for the RECEIVE when both are queued.
-- **Pipelined single sends.** With 100 sends in flight zmqueue moves 33x
-  its W1 (84.6 k msg/s) and 43x its W5 with R=3 sync (35.0 k): level with
-  Redis (0.99x; 1,024 B 1.04x) and with raw pyzmq's 100 single payloads in
-  flight (101%), 4.6x NATS at R=1 and 2.93x NATS R=3 (1,024 B 3.26x). The
-  pipeline sends the first of a burst at once, the sends made until its
+  idle machine (the Intel host), ~0.07-0.1 ms are wake-ups between this
+  VM's CPUs and ~0.12 ms the host loop's Python beyond a raw pyzmq echo
+  server's; one at a time, a message costs two host requests (its SEND,
+  and the RECEIVE that takes it and carries the previous one's delete), and
+  since a302b45 the SEND no longer waits for the RECEIVE when both are
+  queued.
+- **Pipelined single sends.** With 100 sends in flight zmqueue moves 39x
+  its W1 (134.1 k msg/s) and 48x its W5 with R=3 sync (51.7 k): level with
+  Redis (1.06x; 1,024 B 1.20x) and above raw pyzmq's 100 single payloads
+  in flight (111%), 4.6x NATS at R=1 and 2.90x NATS R=3 (1,024 B 3.50x).
+  The pipeline sends the first of a burst at once, the sends made until its
   reply is read together, and at `flush` the rest at once beside them, so
   a burst of 100 costs the host about two requests; Redis answers a
   pipelined XADD in a few us of C. See "Pipelined sends, one request per
   partition" and "Flush sends what waits at once" in "Where the time goes".
 - **Targets met:**
   - no losses or duplicates in any run of any system;
-  - the R=3 send p99 at half rate (< 10 ms: 3.29 ms, paced at 403 msg/s);
-  - W5 at 1.5x NATS R=3 with batches (W5b 3.57x; 1,024 B 3.82x) and with
-    pipelined single sends (W5p 2.93x; 1,024 B 3.26x);
-  - FIFO failover (replication.md, rerun in the tenth session, with
-    requests held while a new writer recovers and the loop woken at once by
-    posted work: p50 1.57 s, max 1.63 s over 20 kills; ninth session 1.62 s
-    / 1.67 s);
+  - the R=3 send p99 at half rate (< 10 ms: 2.21 ms, paced at 537 msg/s);
+  - W5 at 1.5x NATS R=3 with batches (W5b 3.99x; 1,024 B 4.31x) and with
+    pipelined single sends (W5p 2.90x; 1,024 B 3.50x);
+  - FIFO failover (replication.md: in the thirty-seventh session, with
+    the election counting only positions published after a release, p50
+    1.12 s and max 1.82 s over 3 runs of 20 kills, against 1.06 s / 1.27 s
+    for the tree before in the same alternated invocation; tenth session
+    1.57 s / 1.63 s, ninth 1.62 s / 1.67 s);
   - CURVE cost (6.6%);
   - R=3 sync throughput at 50% of R=1 (replication.md, tenth session:
     61.3% with 16 producers, median of the rounds' ratios 60.8%; with one
@@ -381,15 +384,15 @@ that page's history.
   - queues.md (nineteenth session, 5 runs): send_batch at 25% of raw
     pyzmq (32.9%), and the single-send p99 at 3x raw (1.84x).
 - **Targets missed:**
-  - 2x the best peer in W1 (one at a time, 0.39x Redis, where the target
-    is 1.41x what raw pyzmq does one at a time; or pipelined, 0.99x; 1,024
-    B 1.04x) and W3 (1.52x Redis; 1,024 B 1.35x);
-  - W2 p99 at or below the best peer's (0.94 ms against Redis's 0.34 ms,
-    which is 1.22x raw pyzmq's idle p99);
-  - W3 end to end at 25% of the raw pyzmq batched round trip (15.5%; 1,024 B
-    16.5%; 20.9% in 11565f9's invocation, on the AMD machine, where the
-    ceiling was half);
-  - W5 at 1.5x NATS R=3 with one send at a time (0.75x; 1,024 B 0.81x):
+  - 2x the best peer in W1 (one at a time, 0.31x Redis, where the target
+    is 1.79x what raw pyzmq does one at a time; or pipelined, 1.06x; 1,024
+    B 1.20x) and W3 (1.45x Redis; 1,024 B 1.54x);
+  - W2 p99 at or below the best peer's (0.60 ms against Redis's 0.21 ms,
+    which is 1.06x raw pyzmq's idle p99);
+  - W3 end to end at 25% of the raw pyzmq batched round trip (17.8%; 1,024 B
+    19.8%; 15.5% in 5f6d98c's invocation on the Intel host, 20.9% in
+    11565f9's on an earlier AMD one);
+  - W5 at 1.5x NATS R=3 with one send at a time (0.86x; 1,024 B 0.91x):
     each send waits a whole replicated round trip across four processes
     on 2 CPUs.
 

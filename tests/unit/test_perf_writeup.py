@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.peers import prose
+import pytest
+
+from benchmarks.peers import prose, writeup
 from benchmarks.peers.writeup import ANALYSIS_HEADING, NO_ANALYSIS, kept_analysis
 
 
@@ -61,3 +63,20 @@ def test_single_send_rows_set_w1_and_w1p_beside_the_raw_single_payload_ceiling()
     assert single_ceiling_rows({}, ceil, 100) == []
     labels = [r[0] for r in summary_rows(g, ceil, [100])]
     assert rows[0][0] in labels and rows[1][0] in labels  # the summary table has them
+
+
+def test_the_failover_row_reads_the_latest_alternated_run_before_the_first_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "perf").mkdir()
+    page = tmp_path / "perf" / "replication.md"
+    first = "| kills | 20 | ≥ 20 |\n| failover p50 | 1.57 s | ≤ 3 s |\n| failover max | 1.63 s | ≤ 10 s |\n"
+    page.write_text(first)
+    monkeypatch.setattr(writeup, "DOCS", tmp_path)
+    [row] = writeup.replication_rows()
+    assert row[1] == "p50 1.57 s, max 1.63 s" and row[-1] == "met"
+    page.write_text(first + "\n| latest failover | B | A |\n|---|---:|---:|\n"
+                    "| latest kills | 3 runs of 20 | 3 runs of 20 |\n"
+                    "| latest failover p50 | 3.5 s | 1.0 s |\n| latest failover max | 4.0 s | 1.2 s |\n")
+    [row] = writeup.replication_rows()
+    assert row[1] == "p50 3.5 s (median of runs), max 4.0 s" and row[3] == "+2.50 s"
+    assert "3 runs of 20 kills" in row[0] and row[-1] == "**missed**"
