@@ -81,9 +81,10 @@ class HostFactory:
         return f"{name}-{self.uid}"
 
     def start(self, node: str, cluster: str = "c1", extra_args: list[str] | None = None,
-              data_dir: Path | None = None) -> HostProcess:
+              data_dir: Path | None = None, consul: str | None = None) -> HostProcess:
+        """``consul``: the address the host uses (default: the agent's)."""
         hp = HostProcess(self.cluster_name(cluster), f"{node}-{self.uid}",
-                         data_dir or self.base / "data" / node, self.agent.http_addr,
+                         data_dir or self.base / "data" / node, consul or self.agent.http_addr,
                          self.base / "logs", extra_args)
         self.hosts.append(hp.start())
         return hp

@@ -97,3 +97,23 @@ def test_a_sync_write_is_out_of_reach_only_when_silent_and_not_passing_replicas_
         st.config = cfg
         st.replicas = ("a",) if cfg.replication_factor == 1 else ("a", "b", "c")
         assert st.out_of_reach(lambda: {"a"}, 200.0) == []
+
+
+def test_an_async_write_needs_a_majority_while_consul_does_not_confirm_the_writer(
+        streams: StreamSet) -> None:
+    """An asynchronous stream's writer acknowledges alone while Consul
+    confirms its lock; once its lease was extended through an outage (this
+    host alone may be cut off, another elected), a majority must hold the
+    write, and replicas that follow a newer writer report nothing here."""
+    cfg = QueueConfig(name="q.fifo", fifo=True, replication_factor=3, sync_replication=False)
+    streams.reconcile(Metadata({"q.fifo": cfg}, {("q.fifo", 0): PartitionInfo(("a", "b", "c"), {})}), NOW)
+    st = streams.streams[KEY]
+    st.store.append_batch([b"m"] * 10, NOW)
+    st.store.commit()
+    assert st.replicated_seq() == 10  # async: its own copy
+    st.unconfirmed = True
+    assert st.replicated_seq() == 0 and st.quorum() == 2  # nobody reported: no ack
+    st.follower_pos = {"b": 7}
+    assert st.replicated_seq() == 7
+    st.unconfirmed = False
+    assert st.replicated_seq() == 10

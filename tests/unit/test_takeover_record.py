@@ -140,3 +140,13 @@ def test_no_ack_is_released_before_the_stream_is_opened_in_consul(streams: Strea
     assert (replies, svc.opening_asked) == ([], False), "asked again"
     QueueService.on_opened(cast(QueueService, svc), KEY)
     assert (replies, svc.opened, svc.opening) == (["ok"], {KEY}, set())
+
+
+def test_a_lease_extended_through_a_consul_outage_marks_the_writer_unconfirmed(streams: StreamSet) -> None:
+    st = streams.streams[KEY]
+    st.role = Role.WRITER
+    svc = SimpleNamespace(set=streams, touch=lambda part: None)
+    QueueService.on_confirmed(cast(QueueService, svc), frozenset({KEY}), time.monotonic(), by_consul=False)
+    assert st.unconfirmed and st.writable
+    QueueService.on_confirmed(cast(QueueService, svc), frozenset({KEY}), time.monotonic())
+    assert not st.unconfirmed

@@ -118,10 +118,17 @@ class Deposed:
 @dataclass(frozen=True)
 class Confirmed:
     """These streams' locks were held by this host's session at ``at``
-    (time.monotonic() when the confirming read was sent)."""
+    (time.monotonic() when the confirming read was sent). ``by_consul``
+    False: Consul did not answer, and the host keeps its streams through
+    the outage grace; another host may have been elected meanwhile (this
+    host alone may be cut off from Consul), so until Consul confirms again
+    every write of these streams, an asynchronous one too, is acknowledged
+    only once a majority of the replicas holds it (replicas that follow a
+    newer writer report nothing to this one)."""
 
     streams: frozenset[StreamKey]
     at: float
+    by_consul: bool = True
 
 
 @dataclass(frozen=True)
@@ -332,8 +339,11 @@ class Leadership(threading.Thread):
                 self._renewed_at = 0.0
                 self._holders_at = None
                 if self.held and now - outage_since < OUTAGE_GRACE_S:
-                    # nobody can take a lock while Consul is down: keep serving
-                    self.post(Confirmed(frozenset(self.held), now))
+                    # nobody can take a lock while Consul is down for every
+                    # host: keep serving, and if only this one is cut off, a
+                    # replica that follows a newer writer no longer counts
+                    # towards this one's acks (``Confirmed.by_consul``)
+                    self.post(Confirmed(frozenset(self.held), now, by_consul=False))
             except consul.ConsulException as exc:
                 log.warning("leadership cycle: %s", exc)
             steady = time.monotonic() >= self._busy_until

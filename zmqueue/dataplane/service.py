@@ -264,7 +264,11 @@ class QueueService:
         if st is not None and st.role is Role.WRITER:
             self._release(st)
 
-    def on_confirmed(self, streams: frozenset[StreamKey], at: float) -> None:
+    def on_confirmed(self, streams: frozenset[StreamKey], at: float, by_consul: bool = True) -> None:
+        """The leadership thread confirmed these streams' locks at ``at``;
+        ``by_consul`` False: through a Consul outage, unconfirmed, so their
+        writes need a majority of the replicas until Consul confirms again
+        (``Stream.unconfirmed``, ``leadership.Confirmed``)."""
         mono = time.monotonic()
         for key in streams:
             st = self.set.streams.get(key)
@@ -272,6 +276,16 @@ class QueueService:
                 if st.lease_until <= mono:  # writing again: its parked polls may be served
                     self.touch((key[0], key[1]))
                 st.lease_until = max(st.lease_until, at + LEASE_S)
+                if st.unconfirmed == by_consul:
+                    st.unconfirmed = not by_consul
+                    if by_consul:
+                        log.info("stream %s: Consul confirms its writer again; asynchronous writes "
+                                 "are acknowledged by this host alone again", "/".join(map(str, key)))
+                    elif not st.config.sync_replication:
+                        log.warning("stream %s: Consul unreachable; until it confirms this host as the "
+                                    "writer again, asynchronous writes are acknowledged once a majority "
+                                    "of the replicas holds them (another host may have been elected)",
+                                    "/".join(map(str, key)))
 
     def candidacies(self) -> dict[StreamKey, tuple[tuple[str, ...], str | None, tuple[str, ...], bool,
                                                    tuple[str, ...], tuple[str, ...]]]:
@@ -752,9 +766,12 @@ class QueueService:
                         f"here and may still be delivered", stored=True))
                     continue
                 have = 1 + sum(1 for v in st.follower_pos.values() if v >= a.seq)
+                why = ("synchronous replication needs" if st.config.sync_replication else
+                       "this host cannot reach Consul (another host may write the stream now), so "
+                       "until Consul confirms it as the writer again an asynchronous write needs")
                 a.request.fail(Unavailable(
                     f"only {have} of {len(st.replicas)} replicas acknowledged within "
-                    f"{ACK_TIMEOUT_S:.0f} s; synchronous replication needs {st.needs()} (the "
+                    f"{ACK_TIMEOUT_S:.0f} s; {why} {st.needs()} (the "
                     f"others are down or behind: retry once they are back, with the same dedup "
                     f"id on a FIFO queue; the write is stored here and may still be delivered)",
                     replicas=len(st.replicas), acknowledged=have, stored=True))

@@ -145,6 +145,11 @@ class Stream:
         records of term 3 answered catch-ups as term 0 before, and a replica
         fetching them refused the records as newer than their sender's term)."""
         self.lease_until = 0.0
+        self.unconfirmed = False
+        """The writer's lease was last extended through a Consul outage
+        (``leadership.Confirmed.by_consul``): another host may have been
+        elected meanwhile, so an asynchronous write too is acknowledged only
+        once a majority of the replicas holds it (``quorum``)."""
         self.dedup = DedupWindow()
         self.acks: deque[PendingAck] = deque()
         self.follower_pos: dict[str, int] = {}
@@ -182,7 +187,7 @@ class Stream:
 
     def quorum(self) -> int:
         r = max(1, len(self.replicas) - len(self.leaving))
-        return r // 2 + 1 if self.config.sync_replication else 1
+        return r // 2 + 1 if self.config.sync_replication or self.unconfirmed else 1
 
     def replicated_seq(self) -> int:
         """Highest seq held by a quorum of replicas (this writer included);

@@ -284,7 +284,7 @@ class Host:
         elif isinstance(ev, Opened):
             svc.on_opened(ev.stream)
         else:
-            svc.on_confirmed(ev.streams, ev.at)
+            svc.on_confirmed(ev.streams, ev.at, ev.by_consul)
 
     def _metadata_unavailable(self) -> None:
         assert self.hooks is not None
