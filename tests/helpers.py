@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
 from typing import Any
 
 import consul
@@ -27,3 +30,61 @@ def check_statuses(agent: ConsulAgent, node: str) -> dict[str, str]:
     if entry is None:
         return {}
     return {c["CheckID"]: c["Status"] for c in entry["Checks"] if c.get("ServiceID")}
+
+
+class Cuttable:
+    """A TCP forwarder on 127.0.0.1 to ``target``. ``cut()`` closes every
+    connection and closes new ones at once; ``heal()`` forwards again."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.addr = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.conns: set[socket.socket] = set()
+        self.lock = threading.Lock()
+        self.forwarding = True
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            if not self.forwarding:
+                conn.close()
+                continue
+            try:
+                up = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                conn.close()
+                continue
+            with self.lock:
+                self.conns |= {conn, up}
+            for a, b in ((conn, up), (up, conn)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, a: socket.socket, b: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := a.recv(65536):
+                b.sendall(data)
+        for s in (a, b):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        self.forwarding = False
+        with self.lock:
+            conns, self.conns = self.conns, set()
+        for s in conns:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def heal(self) -> None:
+        self.forwarding = True
+
+    def close(self) -> None:
+        self.listener.close()
+        self.cut()

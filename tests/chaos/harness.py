@@ -22,12 +22,18 @@ from typing import Any
 import consul
 
 import zmqueue
+from tests.helpers import Cuttable
 from zmqueue.client.queue import Deletable
 from zmqueue.localcluster import ConsulAgent, HostProcess
 
-FAULTS = ("kill_writer", "kill_follower", "kill_random", "kill_two", "freeze_writer", "drain_writer")
+FAULTS = ("kill_writer", "kill_follower", "kill_random", "kill_two", "freeze_writer", "drain_writer",
+          "cut_consul_writer")
 """``drain_writer``: an operator drains the writer's host (KV), which stays up; with a
-spare host (``hosts_per_cluster=4``) the manager moves the partition's replica off it."""
+spare host (``hosts_per_cluster=4``) the manager moves the partition's replica off it.
+``cut_consul_writer``: the writer's host alone loses Consul for ``freeze_s`` (every host
+reaches Consul through a TCP forwarder, ``tests.helpers.Cuttable``); its lock is released
+and another host elected while it still serves: nothing it acknowledged may be lost, in
+async mode too."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,8 @@ class ChaosRun:
         self.lock = threading.Lock()
         self.send_target: str | None = None
         """The node a pipelined producer sends to (its writer is the one killed)."""
+        self.forwarders: dict[str, Cuttable] = {}
+        """Per node, its way to Consul (``cut_consul_writer`` scenarios only)."""
 
     # --- cluster ------------------------------------------------------------
     def start_hosts(self) -> None:
@@ -134,8 +142,12 @@ class ChaosRun:
         for c in range(self.s.clusters):
             for h in range(self.s.hosts_per_cluster):
                 node = f"x{uid}-c{c}h{h}"
+                consul_addr = self.agent.http_addr
+                if self.s.fault == "cut_consul_writer":
+                    self.forwarders[node] = Cuttable(consul_addr)
+                    consul_addr = self.forwarders[node].addr
                 hp = HostProcess(f"chaos{uid}-c{c}", node, self.work / "data" / node,
-                                 self.agent.http_addr, self.work / "logs")
+                                 consul_addr, self.work / "logs")
                 self.hosts.append(hp.start())
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -166,6 +178,8 @@ class ChaosRun:
         killed by a fault) is a problem of the run: a host must never crash."""
         for h in self.hosts:
             h.stop()
+        for f in self.forwarders.values():
+            f.close()
         for h in self.hosts:
             if h.died():
                 tail = h.log_tail(600).strip().splitlines()[-3:]
@@ -347,7 +361,7 @@ class ChaosRun:
         if self.send_target is not None:
             cand_w = [h for h in cand_w if h.node == self.send_target] or cand_w
         cand_f = [h for h in alive if h.node in replicas and h.node not in writers] or alive
-        if kind in ("kill_writer", "freeze_writer", "drain_writer"):
+        if kind in ("kill_writer", "freeze_writer", "drain_writer", "cut_consul_writer"):
             return [self.rng.choice(cand_w)]
         if kind == "kill_follower":
             return [self.rng.choice(cand_f)]
@@ -365,6 +379,12 @@ class ChaosRun:
             if kind == "drain_writer":
                 self.report.faults.append((at, "drain", h.node))
                 self.kv().kv.put(f"zmqueue/hosts/{h.node}/drain", "true")
+            elif kind == "cut_consul_writer":
+                self.report.faults.append((at, "cut", h.node))
+                self.forwarders[h.node].cut()
+                self.stop.wait(self.s.freeze_s)
+                self.forwarders[h.node].heal()
+                self.report.faults.append((time.monotonic(), "heal", h.node))
             elif kind == "freeze_writer":
                 self.report.faults.append((at, "freeze", h.node))
                 h.freeze()
@@ -458,7 +478,8 @@ def check(r: Report) -> None:
         r.problems.append(f"a send took {r.max_send_s:.1f} s: it waited out the {s.request_timeout_s} s "
                           "request timeout although its host was killed (its connection dropped) or "
                           "frozen (its heartbeats stopped)")
-    if r.lost and (s.sync or s.fault == "drain_writer"):  # (a drain hands an async stream over)
+    if r.lost and (s.sync or s.fault in ("drain_writer", "cut_consul_writer")):
+        # (a drain hands an async stream over; a writer cut off from Consul needs a majority)
         r.problems.append(f"{len(r.lost)} acknowledged sends lost: {r.lost[:10]}")
     ids_of: dict[int, set[str]] = defaultdict(set)
     for mid, num, _ in r.deliveries:

@@ -11,8 +11,6 @@ Consul that the test cuts."""
 from __future__ import annotations
 
 import contextlib
-import socket
-import threading
 import time
 from collections.abc import Iterator
 
@@ -21,67 +19,10 @@ import pytest
 import zmqueue
 from tests.conftest import HostFactory, wait_for
 from tests.controlplane_integration.conftest import all_passing, lock_holder
+from tests.helpers import Cuttable
 from zmqueue.controlplane.leadership import lock_key
 from zmqueue.localcluster import ConsulAgent
 from zmqueue.protocol import FIFO_ORIGIN
-
-
-class Cuttable:
-    """A TCP forwarder on 127.0.0.1 to ``target``. ``cut()`` closes every
-    connection and closes new ones at once; ``heal()`` forwards again."""
-
-    def __init__(self, target: str) -> None:
-        host, port = target.rsplit(":", 1)
-        self.target = (host, int(port))
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.addr = f"127.0.0.1:{self.listener.getsockname()[1]}"
-        self.conns: set[socket.socket] = set()
-        self.lock = threading.Lock()
-        self.forwarding = True
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return  # closed
-            if not self.forwarding:
-                conn.close()
-                continue
-            try:
-                up = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                conn.close()
-                continue
-            with self.lock:
-                self.conns |= {conn, up}
-            for a, b in ((conn, up), (up, conn)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, a: socket.socket, b: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := a.recv(65536):
-                b.sendall(data)
-        for s in (a, b):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-
-    def cut(self) -> None:
-        self.forwarding = False
-        with self.lock:
-            conns, self.conns = self.conns, set()
-        for s in conns:
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
-
-    def heal(self) -> None:
-        self.forwarding = True
-
-    def close(self) -> None:
-        self.listener.close()
-        self.cut()
 
 
 @pytest.fixture
