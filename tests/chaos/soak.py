@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
             fault = FAULTS[i % len(FAULTS)]
             s = Scenario(f"soak-{fault}", fifo=bool(i % 2), sync=(i % 4) < 2 or fault == "kill_two",
                          fault=fault, seed=seed, messages=args.messages, time_limit_s=180,
-                         clusters=2 if i % 7 == 6 else 1, consumer=("pull", "pipeline", "push")[i % 3],
+                         clusters=2 if i % 5 == 4 else 1, consumer=("pull", "pipeline", "push")[i % 3],
                          producer="pipeline" if i % 4 == 2 else "single")  # i % 4 == 2: standard
             run = ChaosRun(s, agent, work / f"run-{seed}")
             try:
