@@ -36,7 +36,8 @@ def service(configs: dict[str, QueueConfig]) -> tuple[Any, Req, Req]:
     waiters.park(("q", 0), cast(Any, poll), 1, None, 10**12)
     svc = SimpleNamespace(meta=SimpleNamespace(configs=configs), waiters=waiters, pusher=Pusher(),
                           new_acks={KEY: [PendingAck(0, cast(Any, send), None)]},
-                          set=SimpleNamespace(led_streams=lambda part: []), opened={KEY}, opening={KEY})
+                          set=SimpleNamespace(led_streams=lambda part: []), opened={KEY}, opening={KEY},
+                          marked_replies={})
     return svc, poll, send
 
 

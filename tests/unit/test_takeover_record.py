@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 
 from zmqueue.config import QueueConfig
-from zmqueue.dataplane.dispatch import Request
+from zmqueue.dataplane.dispatch import DEFERRED, Request
 from zmqueue.dataplane.handover import Handover
 from zmqueue.dataplane.service import QueueService
 from zmqueue.dataplane.storage import PartitionStore, RecordType, StorageConfig
@@ -131,7 +131,7 @@ def test_no_ack_is_released_before_the_stream_is_opened_in_consul(streams: Strea
     replies: list[Any] = []
     st.acks.append(PendingAck(st.store.last_seq, cast(Request, SimpleNamespace(
         reply=replies.append, committed=False)), "ok"))
-    svc = SimpleNamespace(opened=set(), opening=set(), opening_asked=False, set=streams)
+    svc = SimpleNamespace(opened=set(), opening=set(), opening_asked=False, set=streams, marked_replies={})
     svc._release = lambda s: QueueService._release(cast(QueueService, svc), s)
     QueueService._release(cast(QueueService, svc), st)
     assert (replies, svc.opening, svc.opening_asked) == ([], {KEY}, True)
@@ -150,3 +150,30 @@ def test_a_lease_extended_through_a_consul_outage_marks_the_writer_unconfirmed(s
     assert st.unconfirmed and st.writable
     QueueService.on_confirmed(cast(QueueService, svc), frozenset({KEY}), time.monotonic())
     assert not st.unconfirmed
+
+
+def test_a_retried_send_found_in_a_copy_is_answered_once_the_stream_is_opened(streams: StreamSet) -> None:
+    """A retry answered from this host's copy of a dead writer's stream
+    acknowledges the send: like a writer's first acks, it waits until this
+    host's position of that stream is in Consul (Opened), or fails after the
+    ack timeout saying the send is stored."""
+    svc = SimpleNamespace(opened=set(), opening=set(), opening_asked=False, set=streams, marked_replies={})
+    service = cast(QueueService, svc)
+    replies: list[Any] = []
+    failed: list[Exception] = []
+
+    def request() -> Request:
+        return cast(Request, SimpleNamespace(reply=replies.append, fail=failed.append, committed=False))
+
+    first = request()
+    assert QueueService._answer_when_opened(service, first, KEY, "found") is DEFERRED
+    assert (svc.opening, svc.opening_asked, replies) == ({KEY}, True, [])
+    QueueService.on_opened(service, KEY)
+    assert replies == ["found"] and first.committed and not svc.marked_replies
+    assert QueueService._answer_when_opened(service, request(), KEY, "again") == "again"  # opened
+    other = ("q.fifo", 0, "gone")  # a stream this host does not keep: as before, at once
+    assert QueueService._answer_when_opened(service, request(), other, "kept") == "kept"
+    svc.opened.clear()
+    assert QueueService._answer_when_opened(service, request(), KEY, "late") is DEFERRED
+    QueueService._expire_marked(service, time.monotonic() + 1)  # past its deadline
+    assert len(failed) == 1 and "stored here" in str(failed[0]) and not svc.marked_replies

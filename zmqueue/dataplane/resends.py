@@ -167,5 +167,10 @@ class ReplicatedSends:
         self.hits += 1
         return item[2]
 
+    def origin(self, queue: str, p: int, tag: bytes) -> str:
+        """The origin of the stream that holds the request tagged ``tag`` ("" if unknown)."""
+        item = self._items.get((queue, p, tag))
+        return item[3] if item is not None else ""
+
     def __len__(self) -> int:
         return len(self._items)

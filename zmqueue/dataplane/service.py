@@ -143,6 +143,9 @@ class QueueService:
         """Streams whose acknowledgements wait for their opened mark."""
         self.opening_asked = False
         """``opening`` gained a stream since the leadership thread last heard."""
+        self.marked_replies: dict[StreamKey, list[tuple[Request, Any, float]]] = {}
+        """Retried sends found in this host's copy of a stream not opened here
+        yet: answered once it is (``_answer_when_opened``)."""
         self.waiters = Waiters()
         self.pusher = Pusher()
         self.watches = (self.waiters.watch, self.pusher.watch)
@@ -219,6 +222,8 @@ class QueueService:
             err = QueueNotFound(f"queue {key[0]!r} was deleted")
         for a in self.new_acks.pop(key, []):
             a.request.fail(err)
+        for req, _, _ in self.marked_replies.pop(key, []):
+            req.fail(err)
         self.opened.discard(key)
         self.opening.discard(key)
         if not self.set.led_streams((key[0], key[1])):
@@ -257,12 +262,30 @@ class QueueService:
 
     def on_opened(self, key: StreamKey) -> None:
         """This host's position of ``key`` in Consul says the stream holds
-        records (or may): its writer releases what waited for that."""
+        records (or may): its writer releases what waited for that, and the
+        retried sends found in its copy are answered."""
         self.opened.add(key)
         self.opening.discard(key)
+        for req, result, _ in self.marked_replies.pop(key, []):
+            req.committed = True  # (applied and committed here before it was found)
+            req.reply(result)
         st = self.set.streams.get(key)
         if st is not None and st.role is Role.WRITER:
             self._release(st)
+
+    def _answer_when_opened(self, req: Request, key: StreamKey, result: Any) -> Any:
+        """``result`` for a retried send found in this host's copy of stream
+        ``key`` (its writer died before replying): at once if the stream is
+        opened here, else once this host's position of it is in Consul (this
+        answer acknowledges the send, and no manager may take the partition
+        for an empty one meanwhile: REPLICATION, "A stream's first records")."""
+        if key in self.opened or key not in self.set.streams:
+            return result
+        if key not in self.opening:
+            self.opening.add(key)
+            self.opening_asked = True
+        self.marked_replies.setdefault(key, []).append((req, result, time.monotonic()))
+        return DEFERRED
 
     def on_confirmed(self, streams: frozenset[StreamKey], at: float, by_consul: bool = True) -> None:
         """The leadership thread confirmed these streams' locks at ``at``;
@@ -434,7 +457,9 @@ class QueueService:
                 # records are in this host's copy of that writer's stream,
                 # which the stream's next writer recovers like any record
                 self.replicator.counters["sends_found_replicated"] += 1
-                return {"ib": stored} if plain else {"ids": hex_ids(stored)}
+                origin = self.replicator.resends.origin(part[0], part[1], tag or b"")
+                return self._answer_when_opened(req, (part[0], part[1], origin),
+                                                {"ib": stored} if plain else {"ids": hex_ids(stored)})
         key = (part[0], part[1], FIFO_ORIGIN if self.meta.configs[part[0]].fifo else self.node)
         if self.handover.hold(req, [key], now):
             return DEFERRED
@@ -748,6 +773,8 @@ class QueueService:
         self.dirty.add(st.key)
 
     def _expire_acks(self) -> None:
+        if self.marked_replies:
+            self._expire_marked(time.monotonic() - ACK_TIMEOUT_S)
         if not self.acking:
             return
         limit = time.monotonic() - ACK_TIMEOUT_S
@@ -775,6 +802,18 @@ class QueueService:
                     f"others are down or behind: retry once they are back, with the same dedup "
                     f"id on a FIFO queue; the write is stored here and may still be delivered)",
                     replicas=len(st.replicas), acknowledged=have, stored=True))
+
+    def _expire_marked(self, limit: float) -> None:
+        for key, waiting in list(self.marked_replies.items()):
+            while waiting and waiting[0][2] < limit:
+                req, _, _ = waiting.pop(0)
+                req.fail(Unavailable(
+                    f"queue {key[0]!r} partition {key[1]}: this send is stored here (a copy of a "
+                    f"writer that failed before replying), but this host could not record in "
+                    f"Consul within {ACK_TIMEOUT_S:.0f} s that the stream holds records. Check the "
+                    f"host's Consul agent (zmqueue status) and retry with the same request", stored=True))
+            if not waiting:
+                del self.marked_replies[key]
 
     def _release(self, st: Stream) -> None:
         if st.store.last_epoch < st.epoch and st.store.last_seq:
