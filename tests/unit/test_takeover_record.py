@@ -121,6 +121,14 @@ def test_no_ack_is_released_before_the_log_holds_a_record_of_this_term(streams: 
     assert replies == ["ok"]
 
 
+def marking_service(streams: StreamSet) -> Any:
+    """The parts of a QueueService that a stream's opened mark involves."""
+    svc = SimpleNamespace(opened=set(), opening=set(), opening_asked=False, set=streams, marked_replies={},
+                          _not_opened=QueueService._not_opened)
+    svc._ask_open = lambda key: QueueService._ask_open(cast(QueueService, svc), key)
+    return svc
+
+
 def test_no_ack_is_released_before_the_stream_is_opened_in_consul(streams: StreamSet) -> None:
     """A stream's first acknowledgements wait until this host's position of
     it in Consul is marked opened (the leadership thread's Opened): until
@@ -131,7 +139,7 @@ def test_no_ack_is_released_before_the_stream_is_opened_in_consul(streams: Strea
     replies: list[Any] = []
     st.acks.append(PendingAck(st.store.last_seq, cast(Request, SimpleNamespace(
         reply=replies.append, committed=False)), "ok"))
-    svc = SimpleNamespace(opened=set(), opening=set(), opening_asked=False, set=streams, marked_replies={})
+    svc = marking_service(streams)
     svc._release = lambda s: QueueService._release(cast(QueueService, svc), s)
     QueueService._release(cast(QueueService, svc), st)
     assert (replies, svc.opening, svc.opening_asked) == ([], {KEY}, True)
@@ -157,7 +165,7 @@ def test_a_retried_send_found_in_a_copy_is_answered_once_the_stream_is_opened(st
     acknowledges the send: like a writer's first acks, it waits until this
     host's position of that stream is in Consul (Opened), or fails after the
     ack timeout saying the send is stored."""
-    svc = SimpleNamespace(opened=set(), opening=set(), opening_asked=False, set=streams, marked_replies={})
+    svc = marking_service(streams)
     service = cast(QueueService, svc)
     replies: list[Any] = []
     failed: list[Exception] = []

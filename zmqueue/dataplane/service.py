@@ -281,11 +281,25 @@ class QueueService:
         for an empty one meanwhile: REPLICATION, "A stream's first records")."""
         if key in self.opened or key not in self.set.streams:
             return result
+        self._ask_open(key)
+        self.marked_replies.setdefault(key, []).append((req, result, time.monotonic()))
+        return DEFERRED
+
+    def _ask_open(self, key: StreamKey) -> None:
+        """Have the leadership thread mark this host's position of ``key``
+        opened (answered by ``on_opened``)."""
         if key not in self.opening:
             self.opening.add(key)
             self.opening_asked = True
-        self.marked_replies.setdefault(key, []).append((req, result, time.monotonic()))
-        return DEFERRED
+
+    @staticmethod
+    def _not_opened(queue: str, p: int, what: str) -> Unavailable:
+        return Unavailable(
+            f"queue {queue!r} partition {p}: {what}, but this host could not record in Consul within "
+            f"{ACK_TIMEOUT_S:.0f} s that the stream holds records (an acknowledgement waits for that, "
+            f"so that no manager moves the partition away as empty). Check the host's Consul agent "
+            f"(zmqueue status) and retry, with the same dedup id on a FIFO queue; the write may still "
+            f"be delivered", stored=True)
 
     def on_confirmed(self, streams: frozenset[StreamKey], at: float, by_consul: bool = True) -> None:
         """The leadership thread confirmed these streams' locks at ``at``;
@@ -784,13 +798,7 @@ class QueueService:
             while st.acks and st.acks[0].at < limit:
                 a = st.acks.popleft()
                 if key not in self.opened:
-                    a.request.fail(Unavailable(
-                        f"queue {st.queue!r} partition {st.partition}: this host could not record "
-                        f"in Consul within {ACK_TIMEOUT_S:.0f} s that the stream holds records (its "
-                        f"first acknowledgement waits for that, so that no manager moves the "
-                        f"partition away as empty). Check the host's Consul agent (zmqueue status) "
-                        f"and retry, with the same dedup id on a FIFO queue; the write is stored "
-                        f"here and may still be delivered", stored=True))
+                    a.request.fail(self._not_opened(st.queue, st.partition, "the write is stored here"))
                     continue
                 have = 1 + sum(1 for v in st.follower_pos.values() if v >= a.seq)
                 why = ("synchronous replication needs" if st.config.sync_replication else
@@ -807,11 +815,8 @@ class QueueService:
         for key, waiting in list(self.marked_replies.items()):
             while waiting and waiting[0][2] < limit:
                 req, _, _ = waiting.pop(0)
-                req.fail(Unavailable(
-                    f"queue {key[0]!r} partition {key[1]}: this send is stored here (a copy of a "
-                    f"writer that failed before replying), but this host could not record in "
-                    f"Consul within {ACK_TIMEOUT_S:.0f} s that the stream holds records. Check the "
-                    f"host's Consul agent (zmqueue status) and retry with the same request", stored=True))
+                req.fail(self._not_opened(key[0], key[1], "this send is stored here (in a copy of a "
+                                          "writer that failed before replying)"))
             if not waiting:
                 del self.marked_replies[key]
 
@@ -819,9 +824,8 @@ class QueueService:
         if st.store.last_epoch < st.epoch and st.store.last_seq:
             return  # no record of this term yet (its takeover record failed to commit)
         if st.key not in self.opened:
-            if st.acks and st.key not in self.opening:  # (the stream's first acknowledgements)
-                self.opening.add(st.key)
-                self.opening_asked = True
+            if st.acks:  # (the stream's first acknowledgements)
+                self._ask_open(st.key)
             return
         done = st.replicated_seq()
         while st.acks and st.acks[0].seq <= done:
