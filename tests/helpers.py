@@ -57,6 +57,7 @@ class Cuttable:
                 continue
             try:
                 up = socket.create_connection(self.target, timeout=5)
+                up.settimeout(None)  # (the 5 s was for the connect: Consul's blocking queries idle)
             except OSError:
                 conn.close()
                 continue
@@ -72,6 +73,9 @@ class Cuttable:
         for s in (a, b):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
+        with self.lock:  # (each direction's reader closes its socket: none is left open)
+            self.conns.discard(a)
+        a.close()
 
     def cut(self) -> None:
         self.forwarding = False

@@ -57,11 +57,11 @@ VERSION = 1
 HEADER = struct.Struct(">2sBBB3xQ")
 HEADER_SIZE = HEADER.size  # 16
 MAX_FRAME_BYTES = 64 * 1024 * 1024
+"""Largest frame a host decodes; sockets also set ZMQ_MAXMSGSIZE to this."""
 FIFO_ORIGIN = "fifo"
 """The origin of a FIFO partition's one replication stream (a standard
 partition's streams are named by the node that accepts their sends): in
 receipts, stream keys and Consul keys."""
-"""Largest frame a host decodes; sockets also set ZMQ_MAXMSGSIZE to this."""
 
 
 class Command(IntEnum):

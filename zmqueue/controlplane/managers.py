@@ -149,12 +149,16 @@ class ManagerRoles(threading.Thread):
             self._holds.clear()
             return frozenset()
         for pid in pids:
-            if pid not in self._holds:
-                pos, opened = self._positions(pid), self._of_partition(pid, kv.decode_stream_opened)
-                if (pos is None or opened is None or has_records(pos)
-                        or any(v for by_node in opened.values() for v in by_node.values())):
-                    self._holds.add(pid)
+            if pid not in self._holds and self._holds_records(pid):
+                self._holds.add(pid)
         return frozenset(pid for pid in pids if pid in self._holds)
+
+    def _holds_records(self, pid: kv.PartitionId) -> bool:
+        pos = self._positions(pid)
+        if pos is None or has_records(pos):
+            return True
+        opened = self._of_partition(pid, kv.decode_stream_opened)
+        return opened is None or any(v for by_node in opened.values() for v in by_node.values())
 
     def _listing(self, pid: kv.PartitionId) -> list[dict[str, Any]] | None:
         """``zmqueue-positions/<queue>/<p>/`` as listed once this round; None if
