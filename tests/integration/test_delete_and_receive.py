@@ -275,3 +275,19 @@ def test_a_credit_deleting_by_reference_must_name_the_subscriptions_queue(qclust
             conn.request(Command.CREDIT, {"sub": sub, "n": 1, "dref": ["h", [1], [1]], "q": "another"})
     finally:
         conn.request(Command.UNSUBSCRIBE, {"sub": sub})
+
+
+def test_a_credit_for_a_subscription_the_host_dropped_says_to_subscribe_again(
+        qcluster: QueueCluster) -> None:
+    """(It said only "no subscription N on this connection", which a client's
+    log showed after a drain moved the partition away.)"""
+    q = qcluster.client.create_queue(qcluster.queue_name("dar-push-gone"))
+    conn = qcluster.client.connection(q.routes.for_receive(0)[0])
+    sub = conn.request(Command.SUBSCRIBE, {"q": q.name, "p": 0, "prefetch": 1, "cols": True})["sub"]
+    assert conn.request(Command.CREDIT, {"sub": sub, "n": 0})["credit"] == 1
+    conn.request(Command.UNSUBSCRIBE, {"sub": sub})
+    with pytest.raises(zmqueue.InvalidParameter,
+                       match=rf"no subscription {sub} on this connection: .*dropped it .*subscribe again"):
+        conn.request(Command.CREDIT, {"sub": sub, "n": 0})
+    q.send(b"still served")
+    assert [m.body for m in q.receive(max_messages=1, wait_time=5)] == [b"still served"]

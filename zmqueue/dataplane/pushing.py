@@ -93,7 +93,10 @@ class Pusher:
     def _get(self, sub_id: int, identity: bytes) -> Subscriber:
         sub = self.subs.get(sub_id)
         if sub is None or sub.identity != identity:
-            raise InvalidParameter(f"no subscription {sub_id} on this connection", field="subscription")
+            raise InvalidParameter(
+                f"no subscription {sub_id} on this connection: it was never made here, or this host "
+                f"dropped it (it no longer writes the partition, or heard no CREDIT for "
+                f"{IDLE_EXPIRY_S:.0f} s); subscribe again", field="subscription")
         return sub
 
     def add_credit(self, sub_id: int, identity: bytes, n: int) -> int:
