@@ -10,6 +10,7 @@ seed is printed with the report.
 
 from __future__ import annotations
 
+import bisect
 import json
 import random
 import threading
@@ -25,6 +26,9 @@ import zmqueue
 from tests.helpers import Cuttable
 from zmqueue.client.queue import Deletable
 from zmqueue.localcluster import ConsulAgent, HostProcess
+
+STALL_WINDOW_S = 20.0
+"""How long after a fault ``Report.stalls`` looks for the producer's longest stall."""
 
 FAULTS = ("kill_writer", "kill_follower", "kill_random", "kill_two", "freeze_writer", "drain_writer",
           "cut_consul_writer")
@@ -78,7 +82,8 @@ class Report:
     deleted_at: dict[str, float] = field(default_factory=dict)
     send_errors: int = 0
     faults: list[tuple[float, str, str]] = field(default_factory=list)
-    first_send_after_fault: list[float] = field(default_factory=list)
+    ack_times: list[float] = field(default_factory=list)
+    """When each send was acknowledged (monotonic), in order."""
     problems: list[str] = field(default_factory=list)
     duplicates: int = 0
     stored_twice: int = 0
@@ -98,6 +103,29 @@ class Report:
     last_ack_s: float = 0.0
     """When the last send was acknowledged (from the start)."""
 
+    def stalls(self) -> list[float]:
+        """Per fault (a kill, freeze, cut or drain): the longest time within
+        ``STALL_WINDOW_S`` after it that no send was acknowledged, counted from
+        the fault itself, i.e. how long the producer stood still however the
+        fault ended (a frozen or cut-off writer counts from the freeze or cut,
+        not from its end); faults after the last acknowledgement are skipped."""
+        out = []
+        acks = self.ack_times
+        for at, what, _ in self.faults:
+            if what not in ("kill", "freeze", "cut", "drain"):
+                continue
+            i = bisect.bisect_right(acks, at)
+            if i == len(acks):
+                continue
+            prev, longest = at, 0.0
+            for a in acks[i:]:
+                if prev > at + STALL_WINDOW_S:
+                    break
+                longest = max(longest, a - prev)
+                prev = a
+            out.append(longest)
+        return out
+
     def summary(self) -> dict[str, Any]:
         s = self.scenario
         return {"scenario": s.name, "seed": s.seed, "fifo": s.fifo, "sync": s.sync, "fault": s.fault,
@@ -105,7 +133,7 @@ class Report:
                 "lost": len(self.lost), "duplicates": self.duplicates, "stored_twice": self.stored_twice,
                 "redelivered_after_unacked_delete": self.redelivered_undeleted,
                 "send_errors": self.send_errors, "faults": [f[1] + ":" + f[2] for f in self.faults],
-                "failover_s": [round(x, 2) for x in self.first_send_after_fault],
+                "failover_s": [round(x, 2) for x in self.stalls()],
                 "undeleted": len({d[0] for d in self.deliveries} - set(self.deleted_at)),
                 "delete_outcome_unknown": len(self.delete_unknown),
                 "delete_errors": self.delete_errors[:5],
@@ -205,6 +233,7 @@ class ChaosRun:
                     with self.lock:
                         self.report.acked[i] = mid
                         self.last_ack = time.monotonic()
+                        self.report.ack_times.append(self.last_ack)
                         self.report.max_send_s = max(self.report.max_send_s, self.last_ack - started)
                     break
                 time.sleep(0.01)
@@ -226,6 +255,7 @@ class ChaosRun:
                 if p.id is not None:
                     self.report.acked[i] = p.id
                     self.last_ack = time.monotonic()
+                    self.report.ack_times.append(self.last_ack)
                     self.report.max_send_s = max(self.report.max_send_s, p.done_at - p.sent_at)
                 else:
                     self.report.send_errors += 1
@@ -394,7 +424,7 @@ class ChaosRun:
                 self.report.faults.append((at, "kill", h.node))
                 h.kill9()
                 self.dead.append(h)
-            self.watch_failover(at)
+            self.wait_acked_after(at)
             if n + 1 < len(victims):
                 time.sleep(self.rng.uniform(2.0, 4.0))
         if self.s.restart and self.dead:
@@ -404,12 +434,13 @@ class ChaosRun:
                                               self.work / "logs").start())
                 self.report.faults.append((time.monotonic(), "restart", h.node))
 
-    def watch_failover(self, fault_at: float) -> None:
-        deadline = fault_at + 20
+    def wait_acked_after(self, fault_at: float) -> None:
+        """Poll (up to ``STALL_WINDOW_S``) until a send is acknowledged after the
+        fault, before the next fault (``Report.stalls`` measures the stall)."""
+        deadline = fault_at + STALL_WINDOW_S
         while time.monotonic() < deadline and not self.producer_done.is_set():
             with self.lock:
                 if self.last_ack > fault_at:
-                    self.report.first_send_after_fault.append(self.last_ack - fault_at)
                     return
             time.sleep(0.02)
 

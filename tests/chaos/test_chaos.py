@@ -20,7 +20,7 @@ CI_SCENARIOS = [
     Scenario("fifo-sync-kill-writer", fifo=True, sync=True, fault="kill_writer", seed=101,
              request_timeout_s=30),
     Scenario("fifo-sync-freeze-writer", fifo=True, sync=True, fault="freeze_writer", seed=102,
-             carry_deletes=True, request_timeout_s=30),
+             carry_deletes=True, request_timeout_s=30, freeze_s=8.0),
     Scenario("std-sync-kill-random", fifo=False, sync=True, fault="kill_random", seed=103,
              carry_deletes=True),
     Scenario("std-sync-kill-two", fifo=False, sync=True, fault="kill_two", seed=104),
@@ -77,6 +77,10 @@ def test_invariants_hold_while_hosts_are_killed_under_load(
     if not scenario.sync and scenario.fault not in ("drain_writer", "cut_consul_writer"):
         # async mode may lose what was acknowledged in the last moments before a writer died
         assert len(report.lost) <= 50, summary
-    assert all(f < 10 for f in report.first_send_after_fault), summary
+    assert all(f < 10 for f in report.stalls()), summary
+    if scenario.fault in ("freeze_writer", "cut_consul_writer"):
+        # sends move to a new writer while the old one is frozen or cut off (its
+        # lock goes after ~3 s), not once the fault ends
+        assert all(f < scenario.freeze_s - 1 for f in report.stalls()), summary
     if scenario.consumer == "push" and scenario.fault == "kill_writer":
         assert report.resubscribed >= 1, f"the subscription never moved to the new writer: {summary}"
