@@ -24,6 +24,16 @@ MAX_MESSAGE_BYTES_LIMIT = 1024 * 1024
 """Upper bound for a queue's ``max_message_bytes`` (1 MiB)."""
 
 FSYNC_POLICIES = ("always", "interval", "never")
+SYNC_QUORUMS = ("majority", "all")
+"""``QueueConfig.sync_quorum``: which replicas a synchronous write waits for."""
+
+
+def acks_needed(voters: int, sync_quorum: str) -> int:
+    """How many of ``voters`` replicas (the writer included) hold a record
+    before a synchronous write of it is acknowledged: a majority, or all of
+    them (``sync_quorum="all"``). The data plane's acks, the writer election
+    and the confirmation of replica-set changes all count with this."""
+    return voters if sync_quorum == "all" else voters // 2 + 1
 MAX_VISIBILITY_S = 43200
 """12 h, as SQS: the longest a received message stays invisible (queue
 default, per receive, per change_visibility)."""
@@ -96,6 +106,13 @@ class QueueConfig:
     partitions: int = 1
     replication_factor: int = 1
     sync_replication: bool = True
+    sync_quorum: str = "majority"
+    """Which replicas a synchronous write waits for (:data:`SYNC_QUORUMS`):
+    ``majority`` (⌊R/2⌋+1: an acknowledged write survives the loss of any
+    minority of its replicas, and writes go on while a minority is down) or
+    ``all`` (every voting replica: it survives the loss of any R-1, and
+    writes stop while any replica is down). Fixed at creation; no effect
+    while ``sync_replication`` is off. docs/REPLICATION.md, Guarantees."""
     content_based_dedup: bool = False
     """FIFO only: deduplicate by a hash of the body when no dedup id is given."""
     fsync: str = "interval"
@@ -130,6 +147,8 @@ class QueueConfig:
         _check_int_range(self.partitions, "partitions", 1, 64)
         _check_int_range(self.replication_factor, "replication_factor", 1, 5)
         _check(isinstance(self.sync_replication, bool), "sync_replication", "must be a bool")
+        _check(self.sync_quorum in SYNC_QUORUMS, "sync_quorum",
+               f"must be one of {SYNC_QUORUMS}, got {self.sync_quorum!r}")
         _check(self.fsync in FSYNC_POLICIES, "fsync", f"must be one of {FSYNC_POLICIES}")
         if self.max_messages is not None:
             _check_int_range(self.max_messages, "max_messages", 1, 10**12)
@@ -194,10 +213,13 @@ class QueueConfig:
         return QueueConfig.from_dict({**self.to_dict(), **self.extra, **changes})
 
 
-FIXED_AT_CREATION = ("name", "fifo", "encrypted")
+FIXED_AT_CREATION = ("name", "fifo", "encrypted", "sync_quorum")
 """Settings no change may touch, by any path: the streams were opened, and
-their messages written, as that type and with that encryption (a host refuses
-a KV edit of them, see ``controlplane/kvhealth.py``)."""
+their messages written, as that type and with that encryption, and
+acknowledged on that quorum (the writer election counts on it: after a
+change from ``majority`` to ``all`` it would elect a replica without records
+a majority acknowledged; a host refuses a KV edit of them, see
+``controlplane/kvhealth.py``)."""
 
 MUTABLE_SETTINGS: dict[str, str] = {
     "visibility_timeout": "visibility_timeout_s",

@@ -69,3 +69,27 @@ def test_seen_is_published_with_the_position_and_read_back() -> None:
     assert kv.decode_stream_positions(items) == {("q", 0, "fifo"): {"b": P(3, 7), "c": P(3, 6)}}
     assert kv.decode_stream_seen(items) == {("q", 0, "fifo"): {"b": 41, "c": 0}}
     assert b"seen" not in kv.encode_position(P(3, 6))  # what earlier versions wrote and read
+
+
+def test_with_sync_quorum_all_a_lone_survivor_takes_over_and_holds_every_acknowledged_record() -> None:
+    """Every voter held each acknowledged record: one heard (itself) is enough,
+    and what the voters hold is what all of them reached, so a survivor of
+    two killed voters may lead even where their stale positions are ahead
+    of it (records they held that were never acknowledged)."""
+    every = Candidacy(("a", "b", "c"), None, sync_quorum="all")
+    stale = {"a": P(1, 7), "b": P(1, 9)}  # a and b held 7 and 9; c has 5: only 5 was acknowledged
+    assert heard_enough("c", every, {"c"}, P(1, 5), stale, set())
+    assert may_campaign("c", every, {"c"}, P(1, 5), stale, confirmed=set())
+    assert not may_campaign("c", FIFO, {"c"}, P(1, 5), stale, confirmed=set())  # (majority: waits)
+    # a live voter further along takes it instead; a joining replica never does
+    assert not may_campaign("c", every, {"b", "c"}, P(1, 5), stale, confirmed={"b"})
+    assert may_campaign("b", every, {"b", "c"}, P(1, 9), {"a": P(1, 7), "c": P(1, 5)}, confirmed=set())
+    joining = Candidacy(("a", "b", "c", "d"), None, ("d",), sync_quorum="all")
+    assert not may_campaign("d", joining, {"d"}, P(0, 0), stale, confirmed={"d"})
+    # a voter back without its disk holds less than a writer said every voter held
+    assert may_campaign("a", every, {"a"}, P(0, 0), {"b": P(1, 9), "c": P(1, 5)}, confirmed=set())
+    assert not may_campaign("a", every, {"a"}, P(0, 0), {"b": P(1, 9), "c": P(1, 5)}, set(), acked=5)
+    assert may_campaign("c", every, {"c"}, P(1, 5), stale, set(), acked=5)
+    # an asynchronous stream's records were the writer's alone: the setting changes nothing
+    async_every = Candidacy(("a", "b", "c"), None, sync=False, sync_quorum="all")
+    assert async_every.quorum == "majority"

@@ -239,7 +239,8 @@ def test_an_edit_of_a_fixed_setting_is_a_problem_and_the_old_config_is_kept():
     assert old.create_index[kv.queue_config_key("orders")] == 5
     edits = {"fifo": QueueConfig("orders", partitions=4, fifo=True),
              "encrypted": QueueConfig("orders", partitions=4, encrypted=True),
-             "partitions": QueueConfig("orders", partitions=2)}
+             "partitions": QueueConfig("orders", partitions=2),
+             "sync_quorum": QueueConfig("orders", partitions=4, sync_quorum="all")}
     for what, cfg in edits.items():
         new = _config_state(cfg, created=5, modified=9)
         [problem] = fixed_setting_edits(old, new)
@@ -316,3 +317,14 @@ def test_the_kv_warning_says_a_bad_policy_denies_instead_of_keeping_a_value() ->
     policy = kv.Malformed(f"{kv.PREFIX}policies/q", "not JSON")
     assert describe([config]).startswith("bad values in Consul KV (last good value kept): ")
     assert "a bad policy denies everyone but hosts" in describe([config, policy])
+
+
+def test_a_streams_acked_floor_sits_beside_its_positions_and_no_position_reader_takes_it_for_a_node():
+    pid = kv.PartitionId("orders", 2)
+    items = [item(kv.stream_position_key(pid, "fifo", "h1"), kv.encode_position(kv.Position(3, 40))),
+             item(kv.stream_acked_key(pid, "fifo"), kv.encode_acked(37)),
+             item(kv.stream_acked_key(kv.PartitionId("bad", 0), "fifo"), b"{not json")]
+    assert kv.stream_acked_key(pid, "fifo") == "zmqueue-positions/orders/2/fifo/~acked"
+    assert kv.decode_stream_acked(items) == {("orders", 2, "fifo"): 37}
+    assert kv.decode_stream_positions(items) == {("orders", 2, "fifo"): {"h1": kv.Position(3, 40)}}
+    assert kv.decode_stream_seen(items) == {("orders", 2, "fifo"): {"h1": 0}}

@@ -22,6 +22,7 @@ def test_a_default_queue_config_is_valid_and_round_trips_through_a_dict() -> Non
     ({"fsync": "sometimes"}, "fsync"),
     ({"dead_letter_queue": "bad name!"}, "queue name"),
     ({"max_receive_count": 0}, "max_receive_count"),
+    ({"sync_quorum": "most"}, r"sync_quorum: must be one of \('majority', 'all'\), got 'most'"),
 ])
 def test_an_out_of_range_queue_setting_is_refused_naming_the_field(
         kwargs: dict[str, Any], needle: str) -> None:
@@ -77,3 +78,13 @@ def test_connect_takes_addresses_as_text_or_a_sequence_and_checks_its_numbers() 
     for bad in ({"request_timeout": 0}, {"retries": -1}, {"throttle_retries": -1}):
         with pytest.raises(ConfigError, match="request_timeout must be > 0"):
             zmqueue.connect("a:1", **bad)  # type: ignore[arg-type]
+
+
+def test_sync_quorum_is_fixed_at_creation() -> None:
+    """Records acknowledged on a majority must not be left to an election that
+    trusts any one voter (docs/REPLICATION.md, Guarantees)."""
+    cfg = QueueConfig("orders", replication_factor=3, sync_quorum="all").validate()
+    assert QueueConfig.from_dict(cfg.to_dict()).sync_quorum == "all"
+    assert QueueConfig.from_dict({"name": "old"}).sync_quorum == "majority"  # (configs written before it)
+    with pytest.raises(ConfigError, match="sync_quorum cannot change after a queue is created"):
+        cfg.updated({"sync_quorum": "majority"})

@@ -117,3 +117,61 @@ def test_an_async_write_needs_a_majority_while_consul_does_not_confirm_the_write
     assert st.replicated_seq() == 7
     st.unconfirmed = False
     assert st.replicated_seq() == 10
+
+
+def _placed_all(streams: StreamSet, replicas: tuple[str, ...], joining: tuple[str, ...] = (),
+                leaving: tuple[str, ...] = (), previous: tuple[str, ...] = ()) -> None:
+    cfg = QueueConfig(name="q.fifo", fifo=True, replication_factor=3, sync_replication=True,
+                      sync_quorum="all")
+    info = PartitionInfo(replicas, {}, joining, leaving, previous)
+    streams.reconcile(Metadata({"q.fifo": cfg}, {("q.fifo", 0): info}), NOW)
+
+
+def test_with_sync_quorum_all_a_write_waits_for_every_voter_but_not_for_joining_ones(
+        streams: StreamSet) -> None:
+    _placed_all(streams, ("a", "b", "c"))
+    st = streams.streams[KEY]
+    st.local = "a"
+    st.store.append_batch([b"m"] * 10, NOW)
+    st.store.commit()
+    st.follower_pos = {"b": 10, "c": 4}
+    assert st.quorum() == 3 and st.replicated_seq() == 4  # (a majority would say 10)
+    st.follower_pos["c"] = 10
+    assert st.replicated_seq() == 10
+    assert "all 3 voting replicas" in st.needs()
+    # a joining replica (catching up) is no voter: every voter is enough
+    _placed_all(streams, ("a", "b", "c", "d"), joining=("d",))
+    st.follower_pos["d"] = 0
+    assert st.quorum() == 3 and st.replicated_seq() == 10
+    # while a change of the voters is in flight, every voter before it too
+    _placed_all(streams, ("a", "b", "d", "c"), leaving=("c",), previous=("a", "b", "c"))
+    st.follower_pos = {"b": 10, "c": 6, "d": 10}
+    assert st.replicated_seq() == 6
+    st.follower_pos["c"] = 10
+    assert st.replicated_seq() == 10
+
+
+def test_with_sync_quorum_all_any_voter_gone_puts_a_write_out_of_reach(streams: StreamSet) -> None:
+    _placed_all(streams, ("a", "b", "c"))
+    st = streams.streams[KEY]
+    st.local, st.writer_since = "a", 100.0
+    st.follower_seen = {"b": 104.0, "c": 104.0}
+    assert st.out_of_reach(lambda: {"a", "b", "c"}, 107.5) == []  # silent but passing: the timeout decides
+    assert st.out_of_reach(lambda: {"a", "b"}, 107.5) == ["c"]  # (a majority would still acknowledge)
+    st.follower_seen["c"] = 107.0
+    assert st.out_of_reach(lambda: {"a", "b"}, 107.5) == []
+
+
+def test_with_sync_quorum_all_a_change_is_confirmed_once_every_new_voter_holds_the_records(
+        streams: StreamSet) -> None:
+    _placed_all(streams, ("a", "b", "c"))
+    st = streams.streams[KEY]
+    st.local, st.role = "a", Role.WRITER
+    st.store.append_batch([b"m"] * 10, NOW)
+    st.store.commit()
+    _placed_all(streams, ("a", "b", "d", "c"), leaving=("c",), previous=("a", "b", "c"))
+    st.version = 7
+    st.follower_pos = {"b": 10, "d": 3}
+    assert st.confirmation() == 0  # a majority of (a, b, d) holds 10, not all of them
+    st.follower_pos["d"] = 10
+    assert st.confirmation() == 7

@@ -45,6 +45,10 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                    help="copies of every message, on that many hosts (1-5)")
     p.add_argument("--async-replication", action="store_true",
                    help="acknowledge sends before replicas have them (faster; see docs/REPLICATION.md)")
+    p.add_argument("--sync-quorum", choices=["majority", "all"], default="majority",
+                   help="which replicas a synchronous write waits for: a majority (survives the loss "
+                        "of a minority, writes go on while one is down) or all (survives the loss of "
+                        "R-1, writes stop while any replica is down); fixed at creation")
     p.add_argument("--max-messages", type=int, default=None, help="cap on stored messages")
     p.add_argument("--content-based-dedup", action="store_true", help="FIFO: dedup by body hash")
     p.add_argument("--fsync", choices=["always", "interval", "never"], default="interval")
@@ -122,7 +126,8 @@ def cmd_create(args: argparse.Namespace) -> int:
             dead_letter_queue=args.dead_letter_queue, max_receive_count=args.max_receive_count,
             partitions=args.partitions, replication_factor=args.replication_factor,
             sync_replication=not args.async_replication, max_messages=args.max_messages,
-            content_based_dedup=args.content_based_dedup, fsync=args.fsync)
+            content_based_dedup=args.content_based_dedup, fsync=args.fsync,
+            sync_quorum=args.sync_quorum)
         console.print(f"queue {q.name} ready ({'fifo' if q.config.fifo else 'standard'})")
     return 0
 

@@ -273,11 +273,13 @@ class Client:
                      fsync: str = "interval", max_messages: int | None = None,
                      encrypted: bool = False, rate_limit_per_s: float | None = None,
                      client_rate_limit_per_s: float | None = None,
-                     rate_burst: int | None = None) -> Queue:
+                     rate_burst: int | None = None, sync_quorum: str = "majority") -> Queue:
         """Create a queue (idempotent with the same settings; QueueAlreadyExists
         with different ones). Times are in seconds. A named dead-letter queue
         that does not exist yet is created with default settings. ``encrypted``
-        and the rate limits: see docs/SECURITY.md."""
+        and the rate limits: see docs/SECURITY.md. ``sync_quorum``: which
+        replicas a synchronous write waits for, ``"majority"`` or ``"all"``
+        (docs/USER_GUIDE.md, Replication)."""
         cfg = QueueConfig(
             name=name, fifo=fifo, visibility_timeout_s=visibility_timeout, retention_s=retention,
             delay_s=delay, max_message_bytes=max_message_bytes, dead_letter_queue=dead_letter_queue,
@@ -286,6 +288,7 @@ class Client:
             content_based_dedup=content_based_dedup, fsync=fsync, max_messages=max_messages,
             encrypted=encrypted, rate_limit_per_s=rate_limit_per_s,
             client_rate_limit_per_s=client_rate_limit_per_s, rate_burst=rate_burst,
+            sync_quorum=sync_quorum,
         ).validate()
         info = self.any_host(Command.CREATE_QUEUE, {"config": cfg.to_dict()})["queue"]
         return Queue(self, self._until_writable(name, info))

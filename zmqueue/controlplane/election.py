@@ -52,6 +52,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
+from zmqueue.config import acks_needed
 from zmqueue.controlplane.kvlayout import ZERO, Position, voters_of
 
 
@@ -213,28 +214,31 @@ def majority(n: int) -> int:
     return n // 2 + 1
 
 
-def quorum_position(positions: Mapping[str, Position], replicas: Iterable[str]) -> Position:
-    """The highest position a majority of ``replicas`` has reached (unknown = 0)."""
+def quorum_position(positions: Mapping[str, Position], replicas: Iterable[str],
+                    sync_quorum: str = "majority") -> Position:
+    """The highest position a majority of ``replicas`` (all of them with
+    ``sync_quorum="all"``) has reached (unknown = 0)."""
     reps = list(dict.fromkeys(replicas))
     if not reps:
         return ZERO
     ranked = sorted((positions.get(r, ZERO) for r in reps), reverse=True)
-    return ranked[majority(len(reps)) - 1]
+    return ranked[acks_needed(len(reps), sync_quorum) - 1]
 
 
 def voters_hold(positions: Mapping[str, Position], replicas: Iterable[str], joining: Iterable[str] = (),
-                sync: bool = True) -> Position:
+                sync: bool = True, sync_quorum: str = "majority") -> Position:
     """What a replica must hold of one stream to be safe to lead it or to
     keep in its replica set: what a majority of the *voters* (``replicas``
     not ``joining``) has reached, down ones by their last published
     positions; when every replica is joining, what the most advanced holds.
     ``sync=False`` (an async ack is the writer's alone): of one or two
-    voters, what the most advanced holds too."""
+    voters, what the most advanced holds too. ``sync_quorum="all"`` (every
+    voter held each acknowledged record): what all of them have reached."""
     reps = list(dict.fromkeys(replicas))
     voters = voters_of(reps, joining)
     if not voters or (not sync and len(voters) <= 2):
         return max((positions.get(r, ZERO) for r in voters or reps), default=ZERO)
-    return quorum_position(positions, voters)
+    return quorum_position(positions, voters, sync_quorum if sync else "majority")
 
 
 def has_majority_support(me: str, positions: Mapping[str, Position],

@@ -167,6 +167,17 @@ def stream_position_key(pid: PartitionId, origin: str, node: str) -> str:
     return f"{POSITIONS_PREFIX}{pid.queue}/{pid.partition}/{origin}/{node}"
 
 
+ACKED_NODE = "~acked"
+"""The last part of :func:`stream_acked_key` (no node id has a ``~``)."""
+
+
+def stream_acked_key(pid: PartitionId, origin: str) -> str:
+    """Beside a stream's positions, written by its writer when the stream has
+    ``sync_quorum="all"``: the highest seq every voter holds (it only grows;
+    :func:`decode_stream_acked`)."""
+    return f"{POSITIONS_PREFIX}{pid.queue}/{pid.partition}/{origin}/{ACKED_NODE}"
+
+
 def position_key(pid: PartitionId, node: str) -> str:
     return f"{PREFIX}positions/{pid.queue}/{pid.partition}/{node}"
 
@@ -216,6 +227,11 @@ def encode_position(pos: Position, seen: int = 0, confirmed: int = 0, opened: bo
     is in Consul; see :func:`decode_stream_opened`)."""
     return _dump({"epoch": pos.epoch, "seq": pos.seq, **({"seen": seen} if seen else {}),
                   **({"confirmed": confirmed} if confirmed else {}), **({"opened": 1} if opened else {})})
+
+
+def encode_acked(seq: int) -> bytes:
+    """The value of :func:`stream_acked_key`."""
+    return _dump({"seq": seq})
 
 
 def encode_manager(rec: ManagerRecord) -> bytes:
@@ -320,7 +336,7 @@ def _stream_positions(items: Iterable[Mapping[str, Any]] | None
     for it in items or []:
         key = str(it.get("Key", ""))
         parts = key[len(POSITIONS_PREFIX):].split("/") if key.startswith(POSITIONS_PREFIX) else []
-        if len(parts) == 4 and parts[1].isdigit() and all(parts):
+        if len(parts) == 4 and parts[1].isdigit() and all(parts) and parts[3] != ACKED_NODE:
             yield (parts[0], int(parts[1]), parts[2]), parts[3], key, it.get("Value")
 
 
@@ -363,6 +379,23 @@ def decode_stream_opened(items: Iterable[Mapping[str, Any]] | None
     the stream holds nothing acknowledged (hosts of earlier versions write no
     mark)."""
     return _stream_ints(items, "opened")
+
+
+def decode_stream_acked(items: Iterable[Mapping[str, Any]] | None) -> dict[tuple[str, int, str], int]:
+    """The :func:`stream_acked_key` of every stream in a listing under
+    :data:`POSITIONS_PREFIX`: the highest seq a writer of the stream said every
+    voter held. A candidate of a ``sync_quorum="all"`` stream must hold that
+    much (``leadership.may_campaign``): a voter that came back without its
+    disk is behind every other, and must not lead while they are down."""
+    out: dict[tuple[str, int, str], int] = {}
+    for it in items or []:
+        key = str(it.get("Key", ""))
+        parts = key[len(POSITIONS_PREFIX):].split("/") if key.startswith(POSITIONS_PREFIX) else []
+        if len(parts) == 4 and parts[1].isdigit() and parts[3] == ACKED_NODE and all(parts[:3]):
+            value = _guard(key, it.get("Value"), lambda d: _int(d, "seq"))
+            if isinstance(value, int) and value > 0:
+                out[(parts[0], int(parts[1]), parts[2])] = value
+    return out
 
 
 def _stream_ints(items: Iterable[Mapping[str, Any]] | None, name: str

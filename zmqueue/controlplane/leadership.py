@@ -37,10 +37,11 @@ from typing import Any
 
 import consul
 
+from zmqueue.config import acks_needed
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.consul_client import AgentHome, ConsulClient, create_session
 from zmqueue.controlplane.discovery import list_hosts
-from zmqueue.controlplane.election import majority, voters_hold
+from zmqueue.controlplane.election import voters_hold
 from zmqueue.errors import ConsulUnavailable
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,14 @@ class Candidacy:
     the replicas it removes, and the voters before it. Until it is
     confirmed, the election needs what it needs of the new voters and of the
     previous ones alike (joint consensus)."""
+    sync_quorum: str = "majority"
+    """``all``: every voter held each acknowledged record (``QueueConfig.sync_quorum``),
+    so any one of them may take over (one heard is enough)."""
+
+    @property
+    def quorum(self) -> str:
+        """The ack quorum this stream's records were acknowledged on."""
+        return self.sync_quorum if self.sync else "majority"
 
     @property
     def voters(self) -> tuple[str, ...]:
@@ -162,10 +171,11 @@ def preferred_serves(cand: Candidacy, passing: set[str]) -> bool:
             and cand.preferred not in cand.joining and cand.preferred not in cand.leaving)
 
 
-def heard_needed(voters: int) -> int:
+def heard_needed(voters: int, sync_quorum: str = "majority") -> int:
     """How many voters must be heard to meet every ack quorum (a majority of
-    them): n - floor(n/2), so 2 of 3, 1 of 2, 2 of 4, 3 of 5."""
-    return voters - majority(voters) + 1
+    them): n - floor(n/2), so 2 of 3, 1 of 2, 2 of 4, 3 of 5; with
+    ``sync_quorum="all"`` (every voter holds each acknowledged record), 1."""
+    return voters - acks_needed(voters, sync_quorum) + 1
 
 
 def heard_enough(me: str, cand: Candidacy, passing: Collection[str], mine: kv.Position,
@@ -194,7 +204,7 @@ def heard_enough(me: str, cand: Candidacy, passing: Collection[str], mine: kv.Po
         if not voters:
             continue  # every replica joining: nobody acknowledged (voters_hold's rule decides)
         heard = [n for n in voters if n == me or n in confirmed]
-        if len(heard) < heard_needed(len(voters)):
+        if len(heard) < heard_needed(len(voters), cand.quorum):
             return False
         if any(positions.get(n, kv.ZERO) > mine for n in heard if n != me and n not in passing):
             return False
@@ -202,7 +212,8 @@ def heard_enough(me: str, cand: Candidacy, passing: Collection[str], mine: kv.Po
 
 
 def may_campaign(me: str, cand: Candidacy, passing: set[str], mine: kv.Position,
-                 positions: Mapping[str, kv.Position], confirmed: Collection[str] | None = None) -> bool:
+                 positions: Mapping[str, kv.Position], confirmed: Collection[str] | None = None,
+                 acked: int = 0) -> bool:
     """Whether ``me`` may try to take a free stream lock.
 
     The preferred writer may whenever it holds what a majority of the
@@ -225,13 +236,21 @@ def may_campaign(me: str, cand: Candidacy, passing: set[str], mine: kv.Position,
     ``confirmed``: after a writer's lock was released, the replicas whose
     positions were published since (None: the lock was never held, or the
     stream is asynchronous); see :func:`heard_enough`.
+
+    ``acked``: with ``sync_quorum="all"``, the highest seq a writer of the
+    stream published that every voter held (``kvlayout.stream_acked_key``);
+    ``me`` must hold it: a voter that came back without its disk holds
+    nothing, and while every other voter is down it must not lead and cut
+    what they hold when they return.
     """
     if (confirmed is not None and cand.sync
             and not heard_enough(me, cand, passing, mine, positions, confirmed)):
         return False
+    if cand.quorum == "all" and mine.seq < acked:
+        return False
     held = {n: mine if n == me else positions.get(n, kv.ZERO) for n in cand.replicas}
-    needed = max(voters_hold(held, voters, ()) if voters else voters_hold(held, cand.replicas, cand.replicas)
-                 for voters in cand.voter_sets())
+    needed = max(voters_hold(held, voters, (), sync_quorum=cand.quorum) if voters
+                 else voters_hold(held, cand.replicas, cand.replicas) for voters in cand.voter_sets())
     if cand.preferred == me:
         return mine >= needed
     pref = cand.preferred
@@ -260,6 +279,8 @@ class Leadership(threading.Thread):
         self._lock = threading.Lock()
         self._cands: dict[StreamKey, Candidacy] = {}
         self._positions: dict[StreamKey, tuple[int, int]] = {}
+        self._acked: dict[StreamKey, int] = {}
+        """Per stream written here with ``sync_quorum="all"``: what every voter holds."""
         self._confirmed: dict[StreamKey, int] = {}
         """Per stream this host writes: the assignment version whose change of
         the voters it has confirmed (``Stream.confirmation``), published with
@@ -270,6 +291,8 @@ class Leadership(threading.Thread):
         self._published_at = 0.0
         self._published: dict[StreamKey, tuple[int, int, int, int, bool]] = {}
         """(epoch, seq, seen, confirmed, opened) of every stream position this host published."""
+        self._floors: dict[StreamKey, int] = {}
+        """Per stream, the highest ``stream_acked_key`` value this host read or wrote."""
         self._opening: frozenset[StreamKey] = frozenset()
         """Streams whose writer here holds acknowledgements of their first
         records until its position, marked opened, is in Consul."""
@@ -290,18 +313,24 @@ class Leadership(threading.Thread):
         self._wake = threading.Event()
         self._waiting: dict[StreamKey, tuple[int, float, bool]] = {}
         """Free streams waiting for their voters (:meth:`_note_waiting`): (release, since, said)."""
+        self._below_floor: dict[StreamKey, int] = {}
+        """Free streams this host may not lead because it holds less than their
+        acknowledged floor, and the floor it was told about (said once)."""
 
     # --- inputs from the request loop (thread safe) -------------------------
     def update(self, cands: dict[StreamKey, Candidacy],
                positions: dict[StreamKey, tuple[int, int]],
                confirmed: Mapping[StreamKey, int] | None = None,
-               opening: Collection[StreamKey] = ()) -> None:
+               opening: Collection[StreamKey] = (), acked: Mapping[StreamKey, int] | None = None) -> None:
         """``opening``: streams written here whose first records wait for
-        their opened mark in Consul (:class:`Opened` answers each)."""
+        their opened mark in Consul (:class:`Opened` answers each).
+        ``acked``: per stream written here with ``sync_quorum="all"``, the
+        highest seq every voter holds (published with its position)."""
         with self._lock:
             changed = cands != self._cands
             self._cands, self._positions = dict(cands), dict(positions)
             self._confirmed = dict(confirmed or {})
+            self._acked = dict(acked or {})
             self._opening = frozenset(opening)
             done = [s for s in self._opening if s in self._opened]
             asked = len(done) < len(self._opening)
@@ -379,10 +408,14 @@ class Leadership(threading.Thread):
         sid = self._ensure_session()
         with self._lock:
             cands, positions, confirmations = self._cands, self._positions, self._confirmed
-            opening = self._opening
+            opening, acked = self._opening, self._acked
             for s in [s for s in self._opened if s not in cands]:  # (a later stream of that key
                 self._opened.discard(s)                             # publishes its own mark)
                 self._published.pop(s, None)
+            for s in [s for s in self._floors if s not in cands]:
+                del self._floors[s]
+            for s in [s for s in self._below_floor if s not in cands]:
+                del self._below_floor[s]
         sent_at = time.monotonic()
         holders = self._holders()
         mine = {s for s, (h, _, _) in holders.items() if h == sid}
@@ -398,7 +431,9 @@ class Leadership(threading.Thread):
         # peers' positions decide a hand-back and every free stream (even its
         # healthy origin takes it only if it holds what a majority holds)
         decide_by_position = bool(borrowed or free)
-        state, seen = self._positions_of_others() if decide_by_position else ({}, {})
+        state, seen, floors = self._positions_of_others() if decide_by_position else ({}, {}, {})
+        for s, n in floors.items():
+            self._floors[s] = max(n, self._floors.get(s, 0))
         for s in list(self.held):
             if s not in mine:
                 log.warning("lost the writer lock of %s", s)
@@ -420,12 +455,14 @@ class Leadership(threading.Thread):
             mine_pos = kv.Position(*positions.get(s, (0, 0)))
             if confirmed is not None:
                 self._note_waiting(s, cands[s], passing, mine_pos, state.get(s, {}), confirmed, released)
+            self._note_floor(s, cands[s], mine_pos, floors.get(s, 0))
             if may_campaign(self.node, cands[s], passing, mine_pos, state.get(s, {}),
-                            confirmed) and not self._acquire(s, sid):
+                            confirmed, floors.get(s, 0)) and not self._acquire(s, sid):
                 return True  # the session is gone: a new one campaigns next cycle
         for s in [s for s in self._waiting if s not in free]:  # (taken meanwhile: no longer waiting)
             del self._waiting[s]
-        self._publish_positions(positions, urgent=bool(free), confirmed=confirmations, opening=opening)
+        self._publish_positions(positions, urgent=bool(free), confirmed=confirmations, opening=opening,
+                                acked=acked)
         epochs = {s: e for s, (_, e, _) in holders.items()}
         moved, self._seen_holders = epochs != self._seen_holders, epochs
         return bool(free or borrowed or moved)
@@ -447,13 +484,28 @@ class Leadership(threading.Thread):
             voters = sorted(set().union(*cand.voter_sets()))
             heard = sorted(n for n in voters if n == self.node or n in confirmed)
             down = sorted(n for n in voters if n not in passing)
-            needs = " and ".join(f"{heard_needed(len(v))} of {list(v)}" for v in cand.voter_sets() if v)
+            needs = " and ".join(f"{heard_needed(len(v), cand.quorum)} of {list(v)}"
+                                 for v in cand.voter_sets() if v)
             log.warning("stream %s has had no writer for %.0f s: of its voters %s, %s published a position "
                         "since its writer's lock was released and %s are down; it waits for %s%s, enough "
                         "to hold every acknowledged record, so bring a down host back (or, if its disk is "
                         "gone for good, see OPERATOR_GUIDE 'When a cluster loses quorum')",
                         "/".join(map(str, s)), now - since, voters, heard, down, needs,
                         " (a change of the replica set is being confirmed)" if cand.previous else "")
+
+    def _note_floor(self, s: StreamKey, cand: Candidacy, mine: kv.Position, floor: int) -> None:
+        """Say once per floor that this host holds less of a ``sync_quorum="all"``
+        stream than a writer said every voter held (:func:`may_campaign`)."""
+        if cand.quorum != "all" or mine.seq >= floor:
+            self._below_floor.pop(s, None)
+            return
+        if self._below_floor.get(s) != floor:
+            self._below_floor[s] = floor
+            log.warning("stream %s: this host holds records up to seq %d, but a writer said every voter "
+                        "held %d (acknowledged with sync_quorum all): it came back without them (a lost or "
+                        "replaced disk?) and will not lead the stream; a voter that holds them must come "
+                        "back (OPERATOR_GUIDE 'When a cluster loses quorum')",
+                        "/".join(map(str, s)), mine.seq, floor)
 
     def _holders(self) -> dict[StreamKey, Holder]:
         """Every lock's (session, LockIndex, ModifyIndex), as of a consistent read sent now.
@@ -491,11 +543,12 @@ class Leadership(threading.Thread):
         return {h.node for h in list_hosts(self.client) if h.passing}
 
     def _positions_of_others(self) -> tuple[dict[StreamKey, dict[str, kv.Position]],
-                                            dict[StreamKey, dict[str, int]]]:
-        """Every host's published positions, and the lock release each was
-        published after (``seen``: 0 when none)."""
+                                            dict[StreamKey, dict[str, int]], dict[StreamKey, int]]:
+        """Every host's published positions, the lock release each was
+        published after (``seen``: 0 when none), and what writers said every
+        voter holds (``kvlayout.stream_acked_key``)."""
         _, items = self.client.call(lambda c: c.kv.get(kv.POSITIONS_PREFIX, recurse=True))
-        return kv.decode_stream_positions(items), kv.decode_stream_seen(items)
+        return kv.decode_stream_positions(items), kv.decode_stream_seen(items), kv.decode_stream_acked(items)
 
     def _should_hand_back(self, s: StreamKey, cand: Candidacy, passing: set[str],
                           positions: dict[StreamKey, tuple[int, int]],
@@ -549,7 +602,8 @@ class Leadership(threading.Thread):
 
     def _publish_positions(self, positions: dict[StreamKey, tuple[int, int]], urgent: bool = False,
                            confirmed: Mapping[StreamKey, int] | None = None,
-                           opening: Collection[StreamKey] = ()) -> None:
+                           opening: Collection[StreamKey] = (),
+                           acked: Mapping[StreamKey, int] | None = None) -> None:
         """Publish the positions that changed, at most every POSITIONS_EVERY_S;
         with ``urgent`` (a lock is free), those of streams whose lock was
         released since they were published go out at once: a candidate
@@ -567,15 +621,19 @@ class Leadership(threading.Thread):
                    for s, p in positions.items()}
         changed = {s: p for s, p in current.items() if self._published.get(s) != p
                    and (due or s in asked or p[2] != (self._published.get(s) or (0, 0, 0, 0, False))[2])}
-        if not changed:
+        floors = {s: n for s, n in (acked or {}).items() if due and n > self._floors.get(s, 0)}
+        if not changed and not floors:
             return
         ops = [{"KV": {"Verb": "set", "Key": kv.stream_position_key(
             kv.PartitionId(s[0], s[1]), s[2], self.node),
             "Value": base64.b64encode(kv.encode_position(kv.Position(e, q), seen, conf, mark)).decode()}}
             for s, (e, q, seen, conf, mark) in changed.items()]
+        ops += [{"KV": {"Verb": "set", "Key": kv.stream_acked_key(kv.PartitionId(s[0], s[1]), s[2]),
+                        "Value": base64.b64encode(kv.encode_acked(n)).decode()}} for s, n in floors.items()]
         for i in range(0, len(ops), 64):  # Consul caps a transaction at 64 operations
             self._txn(ops[i:i + 64])
         self._published.update(changed)
+        self._floors.update(floors)
         if due:
             self._published_at = now
         for s, (_, q, _, _, mark) in changed.items():

@@ -325,12 +325,13 @@ class QueueService:
                                     "/".join(map(str, key)))
 
     def candidacies(self) -> dict[StreamKey, tuple[tuple[str, ...], str | None, tuple[str, ...], bool,
-                                                   tuple[str, ...], tuple[str, ...]]]:
+                                                   tuple[str, ...], tuple[str, ...], str]]:
         """Per stream: its replicas, its preferred writer, its joining replicas,
-        whether its replication is synchronous, and a change of the voters in
-        flight (its leaving replicas and its previous voters)."""
+        whether its replication is synchronous, a change of the voters in
+        flight (its leaving replicas and its previous voters), and its
+        ``sync_quorum``."""
         return {k: (st.replicas, None if k[2] == FIFO_ORIGIN else k[2], st.joining,
-                    st.config.sync_replication, st.leaving, st.previous)
+                    st.config.sync_replication, st.leaving, st.previous, st.config.sync_quorum)
                 for k, st in self.set.streams.items()}
 
     def positions(self) -> dict[StreamKey, tuple[int, int]]:
@@ -344,6 +345,13 @@ class QueueService:
             if st.role is Role.WRITER and (st.previous or st.confirmed):
                 out[k] = st.confirmation()
         return out
+
+    def acked(self) -> dict[StreamKey, int]:
+        """Per stream this host writes with ``sync_quorum="all"``: the highest
+        seq every voter holds (published with its position, see
+        ``kvlayout.decode_stream_acked``)."""
+        return {k: st.replicated_seq() for k, st in self.set.streams.items()
+                if st.every and st.role is Role.WRITER}
 
     def _resync(self, key: StreamKey, keep: int) -> None:
         try:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from zmqueue.config import QueueConfig
+from zmqueue.config import QueueConfig, acks_needed
 from zmqueue.dataplane.dispatch import Request
 from zmqueue.dataplane.messages import (
     check_size,
@@ -185,9 +185,21 @@ class Stream:
     def writable(self) -> bool:
         return self.role is Role.WRITER and time.monotonic() < self.lease_until and not self.handing_over
 
+    @property
+    def every(self) -> bool:
+        """A synchronous write waits for every voter (``sync_quorum="all"``)."""
+        return self.config.sync_replication and self.config.sync_quorum == "all"
+
     def quorum(self) -> int:
+        """How many copies a write waits for, this writer's included (1: its own)."""
+        if self.every:
+            return len(self.voters())
         r = max(1, len(self.replicas) - len(self.leaving))
         return r // 2 + 1 if self.config.sync_replication or self.unconfirmed else 1
+
+    def _need(self, nodes: Collection[str]) -> int:
+        """How many of the voters ``nodes`` a write waits for: a majority, or all."""
+        return acks_needed(len(nodes), "all" if self.every else "majority")
 
     def replicated_seq(self) -> int:
         """Highest seq held by a quorum of replicas (this writer included);
@@ -199,6 +211,10 @@ class Stream:
         need = self.quorum()
         if need <= 1 or not self.follower_pos:  # async, R=1, or no replica has reported yet
             return self.store.last_seq if need <= 1 else 0
+        if self.every:  # every voter (joining ones need not: they are no voters)
+            voters = self.voters()
+            done = self._held_by(voters, len(voters))
+            return min(done, self._held_by(self.previous, len(self.previous))) if self.previous else done
         members = [n for n in self.replicas if n not in self.leaving] if self.leaving else self.replicas
         done = self._held_by(members, need)
         if self.joining or self.leaving:
@@ -226,6 +242,8 @@ class Stream:
         gone = [n for n in silent if n not in up]
         if not gone:
             return []
+        if self.every:
+            return gone if any(n in gone for n in (*self.voters(), *self.previous)) else []
         if sum(1 for n in self.replicas if n not in self.leaving and n not in gone) < self.quorum():
             return gone
         for voters in ([*self.voters()], [*self.previous]):
@@ -238,6 +256,11 @@ class Stream:
         and while replicas join, a majority of the others too."""
         joining = (f", and a majority of the replicas that are not joining {list(self.joining)} "
                    "(still catching up)") if self.joining else ""
+        if self.every:
+            voters = self.voters()
+            before = (f", and all of {list(self.previous)} (the voters before a change of the replica set "
+                      "that is being confirmed)") if self.previous else ""
+            return f"all {len(voters)} voting replicas {voters} (sync_quorum all){before}"
         if self.previous:
             joining += (f", and a majority of {list(self.previous)} (the voters before a change of the "
                         "replica set that is being confirmed)")
@@ -258,7 +281,8 @@ class Stream:
 
     def confirmation(self) -> int:
         """The last partition assignment version whose change of the voters
-        this writer confirmed: a majority of the new voters holds every
+        this writer confirmed: a majority of the new voters (all of them with
+        ``sync_quorum="all"``) holds every
         record it held when it saw the change, so every record acknowledged
         before it took effect (later ones need that majority anyway). The
         internal manager ends the change once each stream's writer confirmed
@@ -273,7 +297,8 @@ class Stream:
         version, seq = self._confirm
         if self.handing_over:  # (an async ack is this writer's alone: all of it)
             seq = self.store.last_seq
-        if self._held_by(self.voters()) >= seq:
+        voters = self.voters()
+        if self._held_by(voters, self._need(voters)) >= seq:
             self.confirmed = version
         return self.confirmed
 

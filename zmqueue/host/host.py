@@ -106,9 +106,9 @@ class HostHooks:
         svc.opening_asked = False
         if svc.set.version != self.cands_version:  # (hundreds of streams: not every time)
             self.cands_version = svc.set.version
-            self.cands = {k: Candidacy(r, pref, j, sync, leaving, previous)
-                          for k, (r, pref, j, sync, leaving, previous) in svc.candidacies().items()}
-        self.leadership.update(self.cands, svc.positions(), svc.confirmations(), svc.opening)
+            self.cands = {k: Candidacy(r, pref, j, sync, leaving, previous, quorum)
+                          for k, (r, pref, j, sync, leaving, previous, quorum) in svc.candidacies().items()}
+        self.leadership.update(self.cands, svc.positions(), svc.confirmations(), svc.opening, svc.acked())
 
     def wake_sockets(self) -> list[Wakeable]:
         svc = self.service
