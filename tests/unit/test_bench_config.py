@@ -32,7 +32,7 @@ def test_a_window_pipelines_single_sends_to_standard_queues() -> None:
                                               ("message_bytes", 10), ("queue_type", "lifo"),
                                               ("fsync", "sometimes"), ("warmup_s", 20.0),
                                               ("window", 0), ("window", 1001), ("max_requests", 0),
-                                              ("max_requests", 1001)])
+                                              ("max_requests", 1001), ("sync_quorum", "most")])
 def test_out_of_range_options_name_the_option(field: str, value: object) -> None:
     with pytest.raises(ConfigError, match=field):
         BenchConfig(**{field: value}).validate()  # type: ignore[arg-type]

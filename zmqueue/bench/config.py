@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from zmqueue.config import SYNC_QUORUMS
 from zmqueue.errors import ConfigError
 
 QUEUE_TYPES = ("standard", "fifo")
@@ -42,6 +43,8 @@ class BenchConfig:
     queue_type: str = "standard"
     replication_factor: int = 1
     sync_replication: bool = True
+    sync_quorum: str = "majority"
+    """zmqueue: which replicas a synchronous write waits for (``QueueConfig.sync_quorum``)."""
     fsync: str = "interval"
     duration_s: float = 10.0
     """How long producers send; consumers then drain what was confirmed."""
@@ -80,6 +83,8 @@ class BenchConfig:
             raise bad("replication_factor", "must be 1 to 5")
         if self.fsync not in FSYNC_POLICIES:
             raise bad("fsync", f"must be one of {FSYNC_POLICIES}")
+        if self.sync_quorum not in SYNC_QUORUMS:
+            raise bad("sync_quorum", f"must be one of {SYNC_QUORUMS}")
         if not 0.1 <= self.duration_s <= 3600:
             raise bad("duration_s", "must be 0.1 to 3600 seconds")
         if not 1 <= self.max_messages <= MAX_MESSAGES_LIMIT:

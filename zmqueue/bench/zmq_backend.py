@@ -119,7 +119,8 @@ class ZmqueueBackend:
         with zmqueue.connect(self.consul) as c:
             c.create_queue(name, fifo=cfg.queue_type == "fifo", visibility_timeout=300,
                            replication_factor=cfg.replication_factor,
-                           sync_replication=cfg.sync_replication, fsync=cfg.fsync)
+                           sync_replication=cfg.sync_replication, fsync=cfg.fsync,
+                           sync_quorum=cfg.sync_quorum)
         return {"consul": self.consul, "queue": name}
 
     def teardown(self, target: Target) -> None:

@@ -61,6 +61,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--queue-type", choices=["standard", "fifo"], default=None)
     p.add_argument("--replication-factor", type=int, default=None, help="replicas (default 1)")
     p.add_argument("--replication-mode", choices=["sync", "async"], default=None)
+    p.add_argument("--sync-quorum", choices=["majority", "all"], default=None,
+                   help="zmqueue: replicas a synchronous write waits for (default majority)")
     p.add_argument("--fsync", choices=["always", "interval", "never"], default=None,
                    help="queue durability policy (default interval)")
     p.add_argument("--duration", type=float, default=10.0, help="seconds of sending per run (default 10)")
@@ -87,7 +89,7 @@ def configs(args: argparse.Namespace) -> list[Any]:
     for opt, field in (("size", "message_bytes"), ("producers", "producers"), ("consumers", "consumers"),
                        ("batch", "batch"), ("window", "window"), ("max_requests", "max_requests"),
                        ("queue_type", "queue_type"),
-                       ("fsync", "fsync"),
+                       ("fsync", "fsync"), ("sync_quorum", "sync_quorum"),
                        ("replication_factor", "replication_factor"), ("rate", "rate_per_s"),
                        ("max_messages", "max_messages"), ("warmup", "warmup_s"),
                        ("consumer_mode", "consumer_mode"),
