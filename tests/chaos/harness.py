@@ -429,7 +429,10 @@ class ChaosRun:
                 self.report.faults.append((at, "kill", h.node))
                 h.kill9()
                 self.dead.append(h)
-            if self.s.sync_quorum != "all":
+            # (no write can be acknowledged once a sync quorum is gone: restart instead)
+            quorum_gone = self.s.sync and (self.s.sync_quorum == "all"
+                                           or (kind == "kill_two" and n + 1 == len(victims)))
+            if not quorum_gone:
                 self.wait_acked_after(at)
             if n + 1 < len(victims):
                 time.sleep(self.rng.uniform(2.0, 4.0))
