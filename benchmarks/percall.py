@@ -151,8 +151,12 @@ def one_cpu(pids: list[int]) -> Iterator[None]:
         for pid in pids:
             for t in Path(f"/proc/{pid}/task").iterdir():
                 tid = int(t.name)
-                saved[tid] = os.sched_getaffinity(tid)
-                os.sched_setaffinity(tid, {cpu})
+                try:
+                    cpus = os.sched_getaffinity(tid)
+                    os.sched_setaffinity(tid, {cpu})
+                except ProcessLookupError:  # (a thread that ended since the listing)
+                    continue
+                saved[tid] = cpus
         yield
     finally:
         for tid, cpus in saved.items():
