@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import json
 import random
+import shutil
 import threading
 import time
 from collections import defaultdict, deque
@@ -31,13 +32,17 @@ STALL_WINDOW_S = 20.0
 """How long after a fault ``Report.stalls`` looks for the producer's longest stall."""
 
 FAULTS = ("kill_writer", "kill_follower", "kill_random", "kill_two", "freeze_writer", "drain_writer",
-          "cut_consul_writer")
+          "cut_consul_writer", "wipe_writer")
 """``drain_writer``: an operator drains the writer's host (KV), which stays up; with a
 spare host (``hosts_per_cluster=4``) the manager moves the partition's replica off it.
 ``cut_consul_writer``: the writer's host alone loses Consul for ``freeze_s`` (every host
 reaches Consul through a TCP forwarder, ``tests.helpers.Cuttable``); its lock is released
 and another host elected while it still serves: nothing it acknowledged may be lost, in
-async mode too."""
+async mode too.
+``wipe_writer``: the writer's host is killed, its data directory removed (a lost disk),
+and it comes back empty under the same node id: nothing a quorum acknowledged may be lost
+(with a majority quorum the others hold it; with ``sync_quorum="all"`` too), and the
+empty host must not lead before it has caught up."""
 
 
 @dataclass(frozen=True)
@@ -396,7 +401,7 @@ class ChaosRun:
         if self.send_target is not None:
             cand_w = [h for h in cand_w if h.node == self.send_target] or cand_w
         cand_f = [h for h in alive if h.node in replicas and h.node not in writers] or alive
-        if kind in ("kill_writer", "freeze_writer", "drain_writer", "cut_consul_writer"):
+        if kind in ("kill_writer", "freeze_writer", "drain_writer", "cut_consul_writer", "wipe_writer"):
             return [self.rng.choice(cand_w)]
         if kind == "kill_follower":
             return [self.rng.choice(cand_f)]
@@ -428,6 +433,9 @@ class ChaosRun:
             else:
                 self.report.faults.append((at, "kill", h.node))
                 h.kill9()
+                if kind == "wipe_writer":
+                    shutil.rmtree(h.data_dir, ignore_errors=True)
+                    self.report.faults.append((time.monotonic(), "wipe", h.node))
                 self.dead.append(h)
             # (no write can be acknowledged once a sync quorum is gone: restart instead)
             quorum_gone = self.s.sync and (self.s.sync_quorum == "all"

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.seeds):
             seed = args.first_seed + i
             fault = FAULTS[i % len(FAULTS)]
-            every = (i // len(FAULTS)) % 2 == 1 and fault.startswith("kill")  # every other round
+            every = (i // len(FAULTS)) % 2 == 1 and fault.startswith(("kill", "wipe"))  # every other round
             s = Scenario(f"soak-{fault}", fifo=bool(i % 2), sync=(i % 4) < 2 or fault == "kill_two",
                          fault=fault, seed=seed, messages=args.messages, time_limit_s=180,
                          clusters=2 if i % 5 == 4 else 1, consumer=("pull", "pipeline", "push")[i % 3],

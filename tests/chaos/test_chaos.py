@@ -1,4 +1,5 @@
-"""Chaos suite (CI set): kill -9 / SIGSTOP real hosts while traffic flows,
+"""Chaos suite (CI set): kill -9 / SIGSTOP real hosts (or remove a killed one's
+data directory before it restarts) while traffic flows,
 on both queue types and both replication modes, then check the invariants.
 Seeds are fixed here; `make soak` runs many more (tests/chaos/soak.py)."""
 
@@ -59,6 +60,10 @@ CI_SCENARIOS = [
              sync_quorum="all", consumer="pipeline"),
     Scenario("std-all-kill-random", fifo=False, sync=True, fault="kill_random", seed=121,
              sync_quorum="all"),
+    # the writer's disk lost: it comes back empty under the same node id and catches up
+    Scenario("fifo-sync-wipe-writer", fifo=True, sync=True, fault="wipe_writer", seed=122),
+    Scenario("std-all-wipe-writer", fifo=False, sync=True, fault="wipe_writer", seed=123,
+             sync_quorum="all", consumer="push"),
 ]
 
 
