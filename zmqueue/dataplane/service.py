@@ -334,24 +334,24 @@ class QueueService:
                     st.config.sync_replication, st.leaving, st.previous, st.config.sync_quorum)
                 for k, st in self.set.streams.items()}
 
-    def positions(self) -> dict[StreamKey, tuple[int, int]]:
-        return {k: (st.store.last_epoch, st.store.last_seq) for k, st in self.set.streams.items()}
-
-    def confirmations(self) -> dict[StreamKey, int]:
-        """Per stream this host writes, the assignment version whose change of
-        the voters it has confirmed (``Stream.confirmation``), when any."""
-        out = {}
+    def leadership_view(self) -> tuple[dict[StreamKey, tuple[int, int]], dict[StreamKey, int],
+                                       dict[StreamKey, int]]:
+        """What the leadership thread publishes, in one walk over the streams
+        (every 0.1 s; a host may keep hundreds): each stream's position
+        (epoch of its last record, seq); per stream this host writes, the
+        assignment version whose change of the voters it has confirmed
+        (``Stream.confirmation``), when any; and per stream it writes with
+        ``sync_quorum="all"``, the highest seq every voter holds (its acked
+        floor, ``kvlayout.stream_acked_key``)."""
+        positions, confirmations, acked = {}, {}, {}
         for k, st in self.set.streams.items():
-            if st.role is Role.WRITER and (st.previous or st.confirmed):
-                out[k] = st.confirmation()
-        return out
-
-    def acked(self) -> dict[StreamKey, int]:
-        """Per stream this host writes with ``sync_quorum="all"``: the highest
-        seq every voter holds (published with its position, see
-        ``kvlayout.decode_stream_acked``)."""
-        return {k: st.replicated_seq() for k, st in self.set.streams.items()
-                if st.every and st.role is Role.WRITER}
+            positions[k] = (st.store.last_epoch, st.store.last_seq)
+            if st.role is Role.WRITER:
+                if st.previous or st.confirmed:
+                    confirmations[k] = st.confirmation()
+                if st.every:
+                    acked[k] = st.replicated_seq()
+        return positions, confirmations, acked
 
     def _resync(self, key: StreamKey, keep: int) -> None:
         try:

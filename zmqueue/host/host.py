@@ -108,7 +108,8 @@ class HostHooks:
             self.cands_version = svc.set.version
             self.cands = {k: Candidacy(r, pref, j, sync, leaving, previous, quorum)
                           for k, (r, pref, j, sync, leaving, previous, quorum) in svc.candidacies().items()}
-        self.leadership.update(self.cands, svc.positions(), svc.confirmations(), svc.opening, svc.acked())
+        positions, confirmations, acked = svc.leadership_view()
+        self.leadership.update(self.cands, positions, confirmations, svc.opening, acked)
 
     def wake_sockets(self) -> list[Wakeable]:
         svc = self.service
