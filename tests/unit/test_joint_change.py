@@ -111,6 +111,24 @@ def test_every_stream_of_a_standard_partition_confirms() -> None:
     assert confirmed(joint, ["a", "b", "d", "c"], {**some, "c": {"a": 5}})
 
 
+def test_a_former_replicas_stream_between_two_writers_confirms_too() -> None:
+    """A stream of a host that left the set long ago is kept by every replica
+    and written by one of them; between two of its writers no lock is held,
+    and a change ended then without it (its records could be left on fewer
+    than a majority of the new voters). The replicas' positions name it."""
+    joint = kv.PartitionAssignment("c1", ("a", "b", "d", "c"), 5, {}, (), ("c",), ("a", "b", "c"))
+    pos = {o: {"a": P(1, 7), "b": P(1, 7)} for o in "abdcx"}
+    pos["y"] = {"a": P(0, 0)}  # no record: nothing to confirm
+    pos["z"] = {"e": P(1, 3)}  # held only by a host that is no replica
+    assert stream_origins(joint, fifo=False, held=(), pos=pos) == ["a", "b", "d", "c", "x"]
+    healthy = {n: True for n in "abcd"}
+    snap = _snap(joint, fifo=False, held=("a", "b", "d", "c"))
+    writers = {o: {o: 5} for o in "abdc"}
+    assert plan_internal(snap, "c1", healthy, lambda pid: pos, lambda pid: writers) == []
+    [w] = plan_internal(snap, "c1", healthy, lambda pid: pos, lambda pid: {**writers, "x": {"b": 5}})
+    assert w.assignment.leaving == () and "confirmed" in w.reason
+
+
 # --- the election -----------------------------------------------------------------------
 def test_an_election_during_a_change_needs_the_previous_voters_too() -> None:
     # a (leaving, the previous lone voter) is down; b, the new voter, lacks what a acknowledged

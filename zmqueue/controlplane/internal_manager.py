@@ -203,13 +203,19 @@ def changed(old: kv.PartitionAssignment, cluster: str, replicas: tuple[str, ...]
     return replace(new, replicas=(*new.replicas, *leaving), leaving=leaving, previous=old.voters)
 
 
-def stream_origins(a: kv.PartitionAssignment, fifo: bool, held: Collection[str]) -> list[str]:
+def stream_origins(a: kv.PartitionAssignment, fifo: bool, held: Collection[str],
+                   pos: StreamPositions | None = None) -> list[str]:
     """The streams of a partition whose writers confirm a change: a FIFO
-    partition's one; a standard one's per replica, and any other stream
-    with a writer (``held``: the origins whose writer lock is held)."""
+    partition's one; a standard one's per replica, any other stream with a
+    writer (``held``: the origins whose writer lock is held), and any other
+    stream a replica holds records of (``pos``; a former replica's stream
+    between two writers: its next writer confirms, until the fortieth session
+    the change ended without it)."""
     if fifo:
         return [FIFO_ORIGIN]
-    return list(dict.fromkeys([*a.replicas, *held]))
+    kept = [o for o, by_node in (pos or {}).items()
+            if any(n in a.replicas and p.seq > 0 for n, p in by_node.items())]
+    return list(dict.fromkeys([*a.replicas, *held, *kept]))
 
 
 def confirmed(a: kv.PartitionAssignment, origins: Collection[str],
@@ -228,8 +234,10 @@ def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],
     """``positions``: asked only for the partitions a change would take
     replicas from or add replicas to, and those with joining replicas (None:
     not known, every current voter counts as needed and every new replica
-    joins). ``confirmations``: asked for the partitions with a change in
-    flight (None: not known, the change stays in flight)."""
+    joins), and for standard partitions with a change in flight (the streams
+    whose writers must confirm it, :func:`stream_origins`). ``confirmations``:
+    asked for the partitions with a change in flight (None: not known, the
+    change stays in flight)."""
     state = snap.state
     writes = []
     changed_pids = set()
@@ -238,7 +246,8 @@ def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],
             continue
         changed_pids.add(pid)
         held = [o for (p, o) in state.stream_leaders if p == pid]
-        if confirmed(a, stream_origins(a, state.configs[pid.queue].fifo, held), confirmations(pid)):
+        fifo = state.configs[pid.queue].fifo
+        if confirmed(a, stream_origins(a, fifo, held, None if fifo else positions(pid)), confirmations(pid)):
             key = kv.partition_key(pid)
             done = moved(a, a.cluster, a.target, a.joining)
             writes.append(AssignmentWrite(
