@@ -26,6 +26,9 @@ MAX_MESSAGE_BYTES_LIMIT = 1024 * 1024
 FSYNC_POLICIES = ("always", "interval", "never")
 SYNC_QUORUMS = ("majority", "all")
 """``QueueConfig.sync_quorum``: which replicas a synchronous write waits for."""
+MAX_VISIBILITY_S = 43200
+"""12 h, as SQS: the longest a received message stays invisible (queue
+default, per receive, per change_visibility)."""
 
 
 def acks_needed(voters: int, sync_quorum: str) -> int:
@@ -34,9 +37,6 @@ def acks_needed(voters: int, sync_quorum: str) -> int:
     them (``sync_quorum="all"``). The data plane's acks, the writer election
     and the confirmation of replica-set changes all count with this."""
     return voters if sync_quorum == "all" else voters // 2 + 1
-MAX_VISIBILITY_S = 43200
-"""12 h, as SQS: the longest a received message stays invisible (queue
-default, per receive, per change_visibility)."""
 
 
 def _check(cond: bool, name: str, why: str) -> None:

@@ -38,6 +38,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from zmqueue.config import acks_needed
 from zmqueue.controlplane.kvlayout import PartitionId
 from zmqueue.controlplane.placement import hrw_score
 from zmqueue.errors import Unavailable
@@ -91,7 +92,7 @@ Action = MovePartition | CannotPlace
 
 def quorum(r: int) -> int:
     """Majority of R replicas."""
-    return r // 2 + 1
+    return acks_needed(r, "majority")
 
 
 def _choose(

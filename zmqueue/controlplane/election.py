@@ -211,7 +211,7 @@ def may_campaign(my_pos: Position, committed_pos: Position) -> bool:
 
 
 def majority(n: int) -> int:
-    return n // 2 + 1
+    return acks_needed(n, "majority")
 
 
 def quorum_position(positions: Mapping[str, Position], replicas: Iterable[str],

@@ -71,7 +71,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 
 from zmqueue.controlplane import kvlayout as kv
-from zmqueue.controlplane.election import voters_hold
+from zmqueue.controlplane.election import majority, voters_hold
 from zmqueue.controlplane.fleetview import AssignmentWrite, members, moved
 from zmqueue.controlplane.placement import Move, plan_moves
 from zmqueue.controlplane.queue_directory import Snapshot
@@ -151,7 +151,7 @@ def bridged(replicas: tuple[str, ...], old: tuple[str, ...], pos: StreamPosition
     candidates = kv.voters_of(old, joining) or old
     chosen: list[str] = []
     for keepers in _stream_keepers(old, joining, pos, candidates, sync).values():
-        need = min(len(replicas) // 2 + 1, len(keepers))
+        need = min(majority(len(replicas)), len(keepers))
         ranked = sorted(keepers, key=lambda n: (n not in chosen, n not in replicas,
                                                 not healthy.get(n, False), old.index(n)))
         chosen += [n for n in ranked[:need] if n not in chosen]
@@ -177,7 +177,7 @@ def joining_of(replicas: tuple[str, ...], old: kv.PartitionAssignment, pos: Stre
     joining = {n for n in replicas if n in old.joining or n not in old.replicas}
     if pos is not None:
         for keepers in _stream_keepers(old.replicas, old.joining, pos, replicas, sync).values():
-            if sum(1 for n in keepers if n not in joining) < len(replicas) // 2 + 1:
+            if sum(1 for n in keepers if n not in joining) < majority(len(replicas)):
                 joining |= {n for n in replicas if n not in keepers}
     return tuple(n for n in replicas if n in joining)
 

@@ -333,10 +333,19 @@ def _stream_positions(items: Iterable[Mapping[str, Any]] | None
                       ) -> Iterator[tuple[tuple[str, int, str], str, str, bytes | None]]:
     """(stream, node, key, raw value) of each well-shaped key of a listing under
     :data:`POSITIONS_PREFIX` (``kv.get(..., recurse=True)`` items)."""
+    for stream, node, key, raw in _stream_keys(items):
+        if node != ACKED_NODE:
+            yield stream, node, key, raw
+
+
+def _stream_keys(items: Iterable[Mapping[str, Any]] | None
+                 ) -> Iterator[tuple[tuple[str, int, str], str, str, bytes | None]]:
+    """(stream, last part, key, raw value) of each key of a listing under
+    :data:`POSITIONS_PREFIX` shaped ``<queue>/<p>/<origin>/<last part>``."""
     for it in items or []:
         key = str(it.get("Key", ""))
         parts = key[len(POSITIONS_PREFIX):].split("/") if key.startswith(POSITIONS_PREFIX) else []
-        if len(parts) == 4 and parts[1].isdigit() and all(parts) and parts[3] != ACKED_NODE:
+        if len(parts) == 4 and parts[1].isdigit() and all(parts):
             yield (parts[0], int(parts[1]), parts[2]), parts[3], key, it.get("Value")
 
 
@@ -388,13 +397,11 @@ def decode_stream_acked(items: Iterable[Mapping[str, Any]] | None) -> dict[tuple
     much (``leadership.may_campaign``): a voter that came back without its
     disk is behind every other, and must not lead while they are down."""
     out: dict[tuple[str, int, str], int] = {}
-    for it in items or []:
-        key = str(it.get("Key", ""))
-        parts = key[len(POSITIONS_PREFIX):].split("/") if key.startswith(POSITIONS_PREFIX) else []
-        if len(parts) == 4 and parts[1].isdigit() and parts[3] == ACKED_NODE and all(parts[:3]):
-            value = _guard(key, it.get("Value"), lambda d: _int(d, "seq"))
+    for stream, last, key, raw in _stream_keys(items):
+        if last == ACKED_NODE:
+            value = _guard(key, raw, lambda d: _int(d, "seq"))
             if isinstance(value, int) and value > 0:
-                out[(parts[0], int(parts[1]), parts[2])] = value
+                out[stream] = value
     return out
 
 

@@ -195,7 +195,7 @@ class Stream:
         if self.every:
             return len(self.voters())
         r = max(1, len(self.replicas) - len(self.leaving))
-        return r // 2 + 1 if self.config.sync_replication or self.unconfirmed else 1
+        return acks_needed(r, "majority") if self.config.sync_replication or self.unconfirmed else 1
 
     def _need(self, nodes: Collection[str]) -> int:
         """How many of the voters ``nodes`` a write waits for: a majority, or all."""
@@ -247,7 +247,7 @@ class Stream:
         if sum(1 for n in self.replicas if n not in self.leaving and n not in gone) < self.quorum():
             return gone
         for voters in ([*self.voters()], [*self.previous]):
-            if voters and sum(1 for n in voters if n not in gone) < len(voters) // 2 + 1:
+            if voters and sum(1 for n in voters if n not in gone) < acks_needed(len(voters), "majority"):
                 return gone
         return []
 
@@ -276,7 +276,7 @@ class Stream:
         writer included)."""
         held = sorted([self.store.last_seq if n == self.local else self.follower_pos.get(n, 0)
                        for n in nodes], reverse=True)
-        k = len(held) // 2 + 1 if need is None else need
+        k = acks_needed(len(held), "majority") if need is None else need
         return held[k - 1] if 0 < k <= len(held) else 0
 
     def confirmation(self) -> int:
