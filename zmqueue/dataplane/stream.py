@@ -201,6 +201,26 @@ class Stream:
         """How many of the voters ``nodes`` a write waits for: a majority, or all."""
         return acks_needed(len(nodes), "all" if self.every else "majority")
 
+    def _ack_sets(self) -> list[tuple[Collection[str], int]]:
+        """Every (set of replicas, how many of them) a synchronous write waits
+        for: a quorum of the replicas that are not leaving (with
+        ``sync_quorum="all"``: every voter; joining ones are no voters), a
+        majority of the voters too while some replicas join or leave, and
+        while a change of the voters is in flight, the same of the voters
+        before it."""
+        if self.every:
+            voters = self.voters()
+            sets: list[tuple[Collection[str], int]] = [(voters, len(voters))]
+        else:
+            members = [n for n in self.replicas if n not in self.leaving] if self.leaving else self.replicas
+            sets = [(members, self.quorum())]
+            if self.joining or self.leaving:
+                voters = self.voters()
+                sets.append((voters, self._need(voters)))
+        if self.previous:
+            sets.append((self.previous, self._need(self.previous)))
+        return sets
+
     def replicated_seq(self) -> int:
         """Highest seq held by a quorum of replicas (this writer included);
         while some replicas are joining, also by a majority of the voters
@@ -211,17 +231,7 @@ class Stream:
         need = self.quorum()
         if need <= 1 or not self.follower_pos:  # async, R=1, or no replica has reported yet
             return self.store.last_seq if need <= 1 else 0
-        if self.every:  # every voter (joining ones need not: they are no voters)
-            voters = self.voters()
-            done = self._held_by(voters, len(voters))
-            return min(done, self._held_by(self.previous, len(self.previous))) if self.previous else done
-        members = [n for n in self.replicas if n not in self.leaving] if self.leaving else self.replicas
-        done = self._held_by(members, need)
-        if self.joining or self.leaving:
-            done = min(done, self._held_by(self.voters()))
-        if self.previous:
-            done = min(done, self._held_by(self.previous))
-        return done
+        return min(self._held_by(nodes, k) for nodes, k in self._ack_sets())
 
     def out_of_reach(self, passing: Callable[[], Collection[str]], now: float) -> list[str]:
         """The replicas that keep a synchronous write from its quorum now: [] if
@@ -242,14 +252,8 @@ class Stream:
         gone = [n for n in silent if n not in up]
         if not gone:
             return []
-        if self.every:
-            return gone if any(n in gone for n in (*self.voters(), *self.previous)) else []
-        if sum(1 for n in self.replicas if n not in self.leaving and n not in gone) < self.quorum():
-            return gone
-        for voters in ([*self.voters()], [*self.previous]):
-            if voters and sum(1 for n in voters if n not in gone) < acks_needed(len(voters), "majority"):
-                return gone
-        return []
+        short = any(sum(1 for n in nodes if n not in gone) < k for nodes, k in self._ack_sets())
+        return gone if short else []
 
     def needs(self) -> str:
         """What a synchronous write needs, in words (for refusals): "2 of 3",
