@@ -70,7 +70,13 @@ def test_a_request_over_the_frame_limit_is_refused_before_it_is_sent(qcluster: Q
     ({"n": -(1 << 63) - 1}, "does not fit in 64 bits"),
     ({"s": "a\udc80b"}, "cannot be sent as UTF-8"),
     ({"\udc80": "v"}, "cannot be sent as UTF-8"),
-], ids=["int-too-big", "int-too-small", "value-surrogate", "name-surrogate"])
+    ({"o": object()}, "must be a str, int, float or bytes, got object"),
+    ({"t": True}, "must be a str, int, float or bytes, got bool"),
+    ({"l": [1]}, "must be a str, int, float or bytes, got list"),
+    ({7: "v"}, "attribute name 7 must be a str"),
+    ([("k", "v")], "attributes must be a dict of names to values, got list"),
+], ids=["int-too-big", "int-too-small", "value-surrogate", "name-surrogate", "object", "bool", "list",
+        "int-name", "not-a-dict"])
 def test_an_attribute_the_wire_cannot_carry_is_invalid_parameter_and_nothing_is_stored(
         qcluster: QueueCluster, attributes: dict[str, object], says: str) -> None:
     """(It was ProtocolError "cannot encode body" from the transport.) The
@@ -80,10 +86,40 @@ def test_an_attribute_the_wire_cannot_carry_is_invalid_parameter_and_nothing_is_
         q.send(b"x", attributes=attributes)
     with pytest.raises(zmqueue.InvalidParameter, match=says):
         q.send_batch([zmqueue.OutgoingMessage(b"x", attributes), b"y"])  # type: ignore[arg-type]
+    with q.pipeline(4) as pipe, pytest.raises(zmqueue.InvalidParameter, match=says):
+        pipe.send(b"x", attributes=attributes)
     assert q.stats()["total"] == 0
     q.send(b"edges", attributes={"max": (1 << 64) - 1, "min": -(1 << 63)})
     [m] = q.receive(wait_time=5)
     assert m.attributes == {"max": (1 << 64) - 1, "min": -(1 << 63)}
+
+
+def test_a_body_of_the_wrong_kind_is_invalid_parameter_naming_it_and_nothing_is_stored(
+        qcluster: QueueCluster) -> None:
+    """(An object() was ProtocolError "cannot encode body" from the transport;
+    an int was refused by the host as "body must be bytes".) A batch is
+    checked whole, across partitions, before any request is sent."""
+    q = qcluster.client.create_queue(qcluster.queue_name(), partitions=2)
+    for bad, kind in ((object(), "object"), (5, "int"), (None, "NoneType")):
+        with pytest.raises(zmqueue.InvalidParameter, match=f"must be bytes or str .*got {kind}"):
+            q.send(bad)
+        with q.pipeline(4) as pipe, pytest.raises(zmqueue.InvalidParameter, match=f"got {kind}"):
+            pipe.send(bad)
+    with pytest.raises(zmqueue.InvalidParameter, match="message 3: the body must be bytes or str"):
+        q.send_batch([b"a", "b", zmqueue.OutgoingMessage(b"c", {"k": "v"}), object()])
+    assert q.stats()["total"] == 0, "no partition got any of the refused batch"
+    ids = q.send_batch([b"bytes", "text", bytearray(b"array"), memoryview(b"view")])
+    got = {m.id: m.body for m in drain_bodies(q, 4)}
+    assert got == dict(zip(ids, [b"bytes", b"text", b"array", b"view"], strict=True))
+
+
+def drain_bodies(q: zmqueue.Queue, n: int) -> list[zmqueue.Message]:
+    out: list[zmqueue.Message] = []
+    for _ in range(20):
+        out += q.receive(max_messages=10, wait_time=1)
+        if len(out) >= n:
+            break
+    return out
 
 
 def test_receipts_and_arguments_of_the_wrong_kind_are_refused_at_once(qcluster: QueueCluster) -> None:

@@ -116,8 +116,11 @@ def test_a_stale_receipt_is_refused_with_a_clear_message(tmp_path):
         (seq,) = store.append([NewMessage(b"i" * 16, b"x")], 0)
         (first,), _ = store.receive(1, 0, 10)
         (second,), _ = store.receive(1, 20, 10)
-        with pytest.raises(InvalidReceipt, match="received 2 times"):
+        with pytest.raises(InvalidReceipt, match=r"from receive 1, the message was received again since "
+                           r"\(2 receives in all\); use the receipt of its latest receive"):
             store.delete(seq, first.receive_count, 25)
+        with pytest.raises(InvalidReceipt, match="received only 2 times"):
+            store.delete(seq, 3, 25)  # a count the ring never reached
         store.delete(seq, second.receive_count, 25)
         with pytest.raises(InvalidReceipt, match="unknown or already deleted"):
             store.delete(seq, second.receive_count, 25)

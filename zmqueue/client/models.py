@@ -53,10 +53,39 @@ class OutgoingMessage:
     dedup_id: str | None = None
 
     def to_wire(self) -> list[Any]:
-        body = _utf8(self.body) if isinstance(self.body, str) else self.body
+        body: Any = self.body
+        if type(body) is not bytes:
+            body = wire_body(body)
         if self.attributes:
             _check_encodable(self.attributes)
         return [body, self.attributes or None, self.delay, self.group_id, self.dedup_id]
+
+
+def batch_wire(msgs: list[OutgoingMessage], idxs: list[int]) -> list[list[Any]]:
+    """The wire items of ``msgs[i]`` for each ``i`` in ``idxs``; a message that
+    cannot be sent raises InvalidParameter naming its place in the batch."""
+    out = []
+    for i in idxs:
+        try:
+            out.append(msgs[i].to_wire())
+        except InvalidParameter as exc:
+            raise InvalidParameter(f"message {i}: {exc}", **exc.details) from None
+    return out
+
+
+_BINARY = (bytes, bytearray, memoryview)
+_ATTRIBUTE_TYPES = (str, int, float, *_BINARY)
+
+
+def wire_body(body: Any) -> bytes | bytearray | memoryview:
+    """A body as the wire carries it (text as UTF-8), or InvalidParameter
+    naming what was given (the encoder would say only "cannot encode body")."""
+    if isinstance(body, str):
+        return _utf8(body)
+    if isinstance(body, _BINARY):
+        return body
+    raise InvalidParameter(f"the body must be bytes or str (sent as UTF-8), got {type(body).__name__}",
+                           field="body")
 
 
 INT_MIN, INT_MAX = -(1 << 63), (1 << 64) - 1
@@ -66,8 +95,16 @@ INT_MIN, INT_MAX = -(1 << 63), (1 << 64) - 1
 def _check_encodable(attributes: dict[str, Any]) -> None:
     """What the wire cannot carry, as InvalidParameter before anything is sent
     (the transport's encoder said only "cannot encode body"). Names and
-    types are checked by the host, which answers InvalidParameter too."""
+    lengths are checked by the host, which answers InvalidParameter too."""
+    if not isinstance(attributes, dict):
+        raise InvalidParameter("attributes must be a dict of names to values, "
+                               f"got {type(attributes).__name__}", field="attributes")
     for name, value in attributes.items():
+        if not isinstance(name, str):
+            raise InvalidParameter(f"attribute name {name!r:.60} must be a str", field="attributes")
+        if isinstance(value, bool) or not isinstance(value, _ATTRIBUTE_TYPES):
+            raise InvalidParameter(f"attribute {name!r} must be a str, int, float or bytes, "
+                                   f"got {type(value).__name__}", field="attributes")
         if type(value) is int and not INT_MIN <= value <= INT_MAX:
             raise InvalidParameter(f"attribute {name!r}: {value} does not fit in 64 bits (attribute "
                                    f"integers are {INT_MIN} to {INT_MAX}); send it as a str",

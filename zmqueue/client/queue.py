@@ -17,7 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from zmqueue.client.breaker import CircuitOpen
-from zmqueue.client.models import AttributeValue, Message, OutgoingMessage, StreamRef, column_ref
+from zmqueue.client.models import AttributeValue, Message, OutgoingMessage, StreamRef, batch_wire, column_ref
 from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
 from zmqueue.client.retry import RetryBudget, may_be_stored, reported
 from zmqueue.client.routing import FIFO_ORIGIN, Routes
@@ -345,8 +345,9 @@ class Queue:
         for i, m in enumerate(msgs):
             by_part.setdefault(self.partition_for(m), []).append(i)
         ids: list[str] = [""] * len(msgs)
+        wires = {p: batch_wire(msgs, idxs) for p, idxs in by_part.items()}  # all checked before any is sent
         for p, idxs in by_part.items():
-            body = {"q": self.name, "p": p, "m": [msgs[i].to_wire() for i in idxs]}
+            body = {"q": self.name, "p": p, "m": wires[p]}
             origin = FIFO_ORIGIN if self.config.fifo else None
             reply = self.call(p, Command.SEND, body, partial(self.routes.for_send, p), origin)
             for i, mid in zip(idxs, self._ids(reply, len(idxs)), strict=True):

@@ -146,14 +146,17 @@ def receipt_slot(ring: Ring, seq: int, receive_count: int) -> int:
     i = ring.index_of(seq)
     state = int(ring.state[i]) if i >= 0 else -1
     if state not in (AVAILABLE, IN_FLIGHT, MOVING):
-        raise InvalidReceipt(f"message {seq} is unknown or already deleted", seq=seq, gone=True)
+        raise InvalidReceipt(f"the message at seq {seq} is unknown or already deleted", seq=seq, gone=True)
     if state != IN_FLIGHT:
-        raise InvalidReceipt(f"message {seq} is not in flight; the receipt is stale", seq=seq)
+        raise InvalidReceipt(f"the message at seq {seq} is not in flight; the receipt is stale", seq=seq)
     current = int(ring.receive_count[i])
     if current != receive_count:
+        since = (f"the message was received again since ({current} receives in all); use the "
+                 "receipt of its latest receive" if current > receive_count else
+                 f"the message has been received only {current} times (a receipt of another copy of "
+                 "the stream?)")
         raise InvalidReceipt(
-            f"stale receipt for message {seq}: it carries receive count {receive_count}, "
-            f"the message was received {current} times since",
+            f"stale receipt for the message at seq {seq}: it is from receive {receive_count}, {since}",
             seq=seq,
             receive_count=receive_count,
             current=current,
