@@ -107,7 +107,12 @@ def test_a_body_of_the_wrong_kind_is_invalid_parameter_naming_it_and_nothing_is_
             pipe.send(bad)
     with pytest.raises(zmqueue.InvalidParameter, match="message 3: the body must be bytes or str"):
         q.send_batch([b"a", "b", zmqueue.OutgoingMessage(b"c", {"k": "v"}), object()])
-    assert q.stats()["total"] == 0, "no partition got any of the refused batch"
+    fifo = qcluster.client.create_queue(qcluster.queue_name() + ".fifo", fifo=True, partitions=2)
+    for kwargs in ({"group_id": 5}, {"group_id": "g", "dedup_id": 7}):
+        with pytest.raises(zmqueue.InvalidParameter, match="_id must be a str of 1-128 characters, got int"):
+            # (a group_id of another type was AttributeError from the partition hash)
+            fifo.send(b"x", **kwargs)
+    assert q.stats()["total"] == 0 and fifo.stats()["total"] == 0, "no partition got any refused message"
     ids = q.send_batch([b"bytes", "text", bytearray(b"array"), memoryview(b"view")])
     got = {m.id: m.body for m in drain_bodies(q, 4)}
     assert got == dict(zip(ids, [b"bytes", b"text", b"array", b"view"], strict=True))

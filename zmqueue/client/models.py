@@ -58,16 +58,20 @@ class OutgoingMessage:
             body = wire_body(body)
         if self.attributes:
             _check_encodable(self.attributes)
+        for name, value in (("group_id", self.group_id), ("dedup_id", self.dedup_id)):
+            if value is not None and not isinstance(value, str):
+                raise InvalidParameter(f"{name} must be a str of 1-128 characters, "
+                                       f"got {type(value).__name__}", field=name)
         return [body, self.attributes or None, self.delay, self.group_id, self.dedup_id]
 
 
-def batch_wire(msgs: list[OutgoingMessage], idxs: list[int]) -> list[list[Any]]:
-    """The wire items of ``msgs[i]`` for each ``i`` in ``idxs``; a message that
-    cannot be sent raises InvalidParameter naming its place in the batch."""
+def batch_wire(msgs: list[OutgoingMessage]) -> list[list[Any]]:
+    """The wire items of ``msgs``; a message that cannot be sent raises
+    InvalidParameter naming its place in the batch."""
     out = []
-    for i in idxs:
+    for i, msg in enumerate(msgs):
         try:
-            out.append(msgs[i].to_wire())
+            out.append(msg.to_wire())
         except InvalidParameter as exc:
             raise InvalidParameter(f"message {i}: {exc}", **exc.details) from None
     return out

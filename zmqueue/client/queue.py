@@ -341,13 +341,13 @@ class Queue:
                               partial(self.routes.for_send, 0), origin)
             return self._ids(reply, len(items))
         msgs = [i if isinstance(i, OutgoingMessage) else OutgoingMessage(i) for i in items]
+        wires = batch_wire(msgs)  # every message checked before any request is sent
         by_part: dict[int, list[int]] = {}
         for i, m in enumerate(msgs):
             by_part.setdefault(self.partition_for(m), []).append(i)
         ids: list[str] = [""] * len(msgs)
-        wires = {p: batch_wire(msgs, idxs) for p, idxs in by_part.items()}  # all checked before any is sent
         for p, idxs in by_part.items():
-            body = {"q": self.name, "p": p, "m": wires[p]}
+            body = {"q": self.name, "p": p, "m": [wires[i] for i in idxs]}
             origin = FIFO_ORIGIN if self.config.fifo else None
             reply = self.call(p, Command.SEND, body, partial(self.routes.for_send, p), origin)
             for i, mid in zip(idxs, self._ids(reply, len(idxs)), strict=True):
