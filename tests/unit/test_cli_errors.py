@@ -36,7 +36,8 @@ def test_a_bad_argument_is_one_line_and_status_1(
     err = capsys.readouterr().err
     assert code == 1, err
     assert says in err and "Traceback" not in err
-    assert err.startswith(f"zmqueue {argv[0]}: error: ")
+    name = " ".join(argv[:2]) if argv[0] in {"keys", "analytics", "queue"} else argv[0]
+    assert err.startswith(f"zmqueue {name}: error: "), "the error names the command and its action"
     assert not list(tmp_path.glob("*.key")), "no key file was written"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import zmqueue.cli.analytics_cmds as analytics_cmds
@@ -30,16 +31,23 @@ def build_parser() -> OneLineParser:
     return parser
 
 
+def command_name(args: argparse.Namespace) -> str:
+    """``zmqueue COMMAND`` and its action or job, if it has one (``zmqueue queue set``),
+    as usage errors name it."""
+    action = getattr(args, f"{args.command}_command", None)
+    return f"zmqueue {args.command}" + (f" {action}" if action else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except ZmqueueError as exc:
-        err_console.print(f"zmqueue {args.command}: error: {exc}", markup=False, soft_wrap=True)
+        err_console.print(f"{command_name(args)}: error: {exc}", markup=False, soft_wrap=True)
         return 1
     except OSError as exc:  # a path given on the command line: missing, not writable, ...
         where = f": {exc.filename}" if exc.filename else ""
-        err_console.print(f"zmqueue {args.command}: error: {exc.strerror or exc}{where}", markup=False,
+        err_console.print(f"{command_name(args)}: error: {exc.strerror or exc}{where}", markup=False,
                           soft_wrap=True)
         return 1
     except KeyboardInterrupt:
