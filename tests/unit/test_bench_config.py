@@ -36,3 +36,19 @@ def test_a_window_pipelines_single_sends_to_standard_queues() -> None:
 def test_out_of_range_options_name_the_option(field: str, value: object) -> None:
     with pytest.raises(ConfigError, match=field):
         BenchConfig(**{field: value}).validate()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--size", "5"], "--size 5: must be 20 to 1 MiB"),
+    (["--workload", "W3", "--size", "5"], "--size 5: must be 20 to 1 MiB"),
+    (["--producers", "99"], "--producers 99: must be 1 to 64"),
+    (["--receives-in-flight", "0"], "--receives-in-flight 0: "),
+])
+def test_the_command_line_names_the_option_given_not_the_field_it_sets(argv: list[str], says: str) -> None:
+    from zmqueue.cli.bench_cmds import configs
+    from zmqueue.cli.main import build_parser
+
+    args = build_parser().parse_args(["bench", *argv])
+    with pytest.raises(ConfigError) as info:
+        configs(args)
+    assert str(info.value).startswith(says), str(info.value)

@@ -64,7 +64,7 @@ class BenchConfig:
 
     def validate(self) -> BenchConfig:
         def bad(field: str, why: str) -> ConfigError:
-            return ConfigError(f"bench option {field}={getattr(self, field)!r}: {why}", field=field)
+            return ConfigError(f"bench option {field}={getattr(self, field)!r}: {why}", field=field, why=why)
 
         if not HEADER_BYTES <= self.message_bytes <= 1024 * 1024:
             raise bad("message_bytes", f"must be {HEADER_BYTES} to 1 MiB (bodies carry a header)")

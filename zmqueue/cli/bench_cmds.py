@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 
 from zmqueue.cli.common import add_consul_flag, console, consul_addresses, err_console
+from zmqueue.errors import ConfigError
 
 TABLE_WIDTH = 110
 
@@ -82,26 +83,35 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(func=cmd_bench)
 
 
+OPTIONS = {"size": "message_bytes", "producers": "producers", "consumers": "consumers", "batch": "batch",
+           "window": "window", "max_requests": "max_requests", "queue_type": "queue_type", "fsync": "fsync",
+           "sync_quorum": "sync_quorum", "replication_factor": "replication_factor", "rate": "rate_per_s",
+           "max_messages": "max_messages", "warmup": "warmup_s", "consumer_mode": "consumer_mode",
+           "receives_in_flight": "receives_in_flight", "duration": "duration_s"}
+"""Command-line option (its ``args`` name) -> BenchConfig field."""
+
+
 def configs(args: argparse.Namespace) -> list[Any]:
     from zmqueue.bench.config import BenchConfig, preset
 
-    overrides: dict[str, Any] = {"duration_s": args.duration}
-    for opt, field in (("size", "message_bytes"), ("producers", "producers"), ("consumers", "consumers"),
-                       ("batch", "batch"), ("window", "window"), ("max_requests", "max_requests"),
-                       ("queue_type", "queue_type"),
-                       ("fsync", "fsync"), ("sync_quorum", "sync_quorum"),
-                       ("replication_factor", "replication_factor"), ("rate", "rate_per_s"),
-                       ("max_messages", "max_messages"), ("warmup", "warmup_s"),
-                       ("consumer_mode", "consumer_mode"),
-                       ("receives_in_flight", "receives_in_flight")):
+    overrides: dict[str, Any] = {}
+    for opt, field in OPTIONS.items():
         value = getattr(args, opt)
         if value is not None:
             overrides[field] = value
     if args.replication_mode is not None:
         overrides["sync_replication"] = args.replication_mode == "sync"
-    if not args.workload:
-        return [BenchConfig(**overrides).validate()]
-    return [preset(_preset_name(w), **overrides) for w in args.workload]
+    try:
+        if not args.workload:
+            return [BenchConfig(**overrides).validate()]
+        return [preset(_preset_name(w), **overrides) for w in args.workload]
+    except ConfigError as exc:  # name the option that was given, not the field it sets
+        bad_field = exc.details.get("field")
+        given = [o for o, f in OPTIONS.items() if f == bad_field and getattr(args, o) is not None]
+        if not given or "why" not in exc.details:
+            raise
+        raise ConfigError(f"--{given[0].replace('_', '-')} {getattr(args, given[0])}: {exc.details['why']}",
+                          **exc.details) from None
 
 
 def _preset_name(w: str) -> str:
