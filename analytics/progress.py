@@ -7,9 +7,25 @@ from types import TracebackType
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
 
 POLL_S = 0.25
+
+
+class Count(ProgressColumn):
+    """``completed/total`` of a bar; nothing for a line without a total (Spark's)."""
+
+    def render(self, task: Task) -> Text:
+        return Text("" if task.total is None else f"{int(task.completed)}/{int(task.total)}")
 
 
 class SparkProgress:
@@ -20,7 +36,7 @@ class SparkProgress:
                  enabled: bool = True) -> None:
         self.tracker = spark.sparkContext.statusTracker()
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                 TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                                 Count(), TimeElapsedColumn(),
                                  console=console or Console(stderr=True), disable=not enabled,
                                  transient=False)
         self.steps = self.progress.add_task("starting", total=steps)
@@ -41,6 +57,7 @@ class SparkProgress:
         if self._current is not None and t is None:
             self.progress.advance(self.steps)
         self.progress.update(self.steps, description="done" if t is None else "failed")
+        self.progress.update(self.spark_line, visible=False)  # Spark's line says nothing once it is over
         self.progress.stop()
 
     def step(self, name: str) -> None:
