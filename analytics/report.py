@@ -73,6 +73,17 @@ def _sorted(pdf: Any) -> Any:
     return pdf.sort_values(keys) if keys else pdf
 
 
+def _whole(pdf: Any) -> Any:
+    """The table with each float column of whole numbers shown as integers: a
+    count with nulls (a consumer's bytes) comes out of Spark as float64, "7.0"."""
+    out = pdf.copy()
+    for c in out.columns:
+        col = out[c]
+        if col.dtype.kind == "f" and col.notna().any() and bool((col.dropna() % 1 == 0).all()):
+            out[c] = ["" if v != v else str(int(v)) for v in col]
+    return out
+
+
 def _img(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
     return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
@@ -85,7 +96,7 @@ def render_html(rep: Report, paths: Sequence[str]) -> str:
         chart = _img(rep.charts[name]) if name in rep.charts else ""
         more = f"<p class=note>first {HTML_ROWS_MAX} of {len(pdf)} rows; all in tables/{name}.parquet</p>" \
             if len(pdf) > HTML_ROWS_MAX else ""
-        body = pdf.head(HTML_ROWS_MAX).to_html(index=False, border=0, na_rep="") if len(pdf) else \
+        body = _whole(pdf.head(HTML_ROWS_MAX)).to_html(index=False, border=0, na_rep="") if len(pdf) else \
             "<p class=note>no rows</p>"
         sections.append(f"<h2>{html.escape(name)}</h2><p>{html.escape(text)}</p>{chart}{body}{more}")
     bad = len(rep.tables.get("corruption", []))
