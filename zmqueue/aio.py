@@ -10,9 +10,10 @@ errors and retries are exactly the blocking client's.
 - Cancelling an ``await`` does not cancel the request: it finishes on its
   thread and its result is dropped (a cancelled receive's messages come back
   after their visibility timeout; a cancelled send may have been stored).
-- A push subscription's handler may be a coroutine function: it runs on the
-  event loop, and the subscription counts the message handled (and deletes
-  it, with ``auto_delete``) once the coroutine returns. If the loop is closed
+- A push subscription's handler may be a coroutine function (or return any
+  awaitable): what it returns runs on the event loop, and the subscription
+  counts the message handled (and deletes it, with ``auto_delete``) once
+  that returns. If the loop is closed
   while the subscription runs, it stops by itself (the message in hand comes
   back after its visibility timeout) instead of failing every message.
 - A pipeline (:meth:`AsyncQueue.pipeline`, :meth:`AsyncQueue.receive_pipeline`)
@@ -24,12 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from zmqueue.client.breaker import Guards
 from zmqueue.client.client import Client
@@ -39,9 +41,9 @@ from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
 from zmqueue.client.queue import Deletable, Queue
 from zmqueue.client.receiver import OnDeleted, ReceivePipeline
 from zmqueue.client.redrive import RedriveReport
-from zmqueue.client.subscription import Subscription
+from zmqueue.client.subscription import Subscription, is_async
 from zmqueue.config import QueueConfig
-from zmqueue.errors import ClientClosed, ConfigError, ZmqueueError
+from zmqueue.errors import ClientClosed, ConfigError, InvalidParameter, ZmqueueError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -49,6 +51,10 @@ DEFAULT_THREADS = 16
 MAX_THREADS = 256
 
 Handler = Callable[[Message], None] | Callable[[Message], Awaitable[None]]
+_HANDLING: contextvars.ContextVar[list[Subscription] | None] = contextvars.ContextVar(
+    "zmqueue_handling", default=None)
+"""In a coroutine handler's task: the subscription it handles a message of (the
+list that holds it, which its AsyncSubscription keeps)."""
 
 
 async def connect(consul: str | Sequence[str] | None = None, *, threads: int = DEFAULT_THREADS,
@@ -58,8 +64,8 @@ async def connect(consul: str | Sequence[str] | None = None, *, threads: int = D
                   guards: Guards | None = None, throttle_retries: int = 20) -> AsyncClient:
     """Connect as :func:`zmqueue.connect` does (same options), for asyncio;
     ``threads`` (1-256) bounds the calls in flight at once."""
-    if not 1 <= threads <= MAX_THREADS:
-        raise ConfigError(f"connect: threads must be 1 to {MAX_THREADS}, got {threads}", field="threads")
+    if type(threads) is not int or not 1 <= threads <= MAX_THREADS:
+        raise ConfigError(f"connect: threads must be 1 to {MAX_THREADS}, got {threads!r}", field="threads")
     client = await asyncio.get_running_loop().run_in_executor(None, partial(
         connect_blocking, consul, request_timeout=request_timeout, retries=retries,
         curve_secret_file=curve_secret_file, curve_server_keys=curve_server_keys, guards=guards,
@@ -76,10 +82,19 @@ class AsyncClient:
         self.closed = False
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``fn(*args, **kwargs)`` on a pool thread (a blocking client call)."""
+        """``fn(*args, **kwargs)`` on a pool thread (a blocking client call).
+        A call still waiting for a thread when the client closes raises
+        ClientClosed (its future is cancelled, but the caller's task was not)."""
         if self.closed:
             raise ClientClosed("this zmqueue client is closed; connect again with zmqueue.aio.connect()")
-        return await asyncio.get_running_loop().run_in_executor(self._pool, partial(fn, *args, **kwargs))
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, partial(fn, *args, **kwargs))
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self.closed and (task is None or task.cancelling() == 0):
+                raise ClientClosed("the zmqueue client was closed before this call got a thread; it was "
+                                   "not sent: connect again with zmqueue.aio.connect()") from None
+            raise
 
     async def create_queue(self, name: str, **settings: Any) -> AsyncQueue:
         """Create a queue; ``settings`` as :meth:`Client.create_queue`'s."""
@@ -205,46 +220,59 @@ class AsyncQueue:
     async def subscribe(self, handler: Handler, prefetch: int = 10,
                         visibility_timeout: int | None = None,
                         auto_delete: bool = True) -> AsyncSubscription:
-        """Push subscription, as :meth:`Queue.subscribe`; a coroutine function
-        ``handler`` runs on this event loop (the subscription's thread waits
-        for it), a plain one on the subscription's thread."""
-        on_message: Callable[[Message], None]
+        """Push subscription, as :meth:`Queue.subscribe`; ``handler`` is called
+        on the subscription's thread, and what it returns, if awaitable (an
+        ``async def`` function's or method's coroutine), runs on this event
+        loop while the subscription's thread waits for it."""
+        if not callable(handler):
+            raise InvalidParameter(f"subscribe takes a handler to call with each message, got "
+                                   f"{handler!r:.60}", field="handler")
         started: list[Subscription] = []
-        if inspect.iscoroutinefunction(handler):
-            loop = asyncio.get_running_loop()
-            coro_handler = handler
+        loop = asyncio.get_running_loop()
+        coroutine_function = is_async(handler)
 
-            def orphaned() -> RuntimeError:
-                """The program's loop ended without closing this subscription."""
-                log.warning("subscription to %r stops: its event loop was closed; the message in "
-                            "hand comes back after its visibility timeout", self.name)
-                for sub in started:
-                    sub.stopped.set()
-                return RuntimeError("the subscription's event loop was closed")
+        def orphaned() -> RuntimeError:
+            """The program's loop ended without closing this subscription."""
+            log.warning("subscription to %r stops: its event loop was closed; the message in "
+                        "hand comes back after its visibility timeout", self.name)
+            for sub in started:
+                sub.stopped.set()
+            return RuntimeError("the subscription's event loop was closed")
 
-            def on_loop(msg: Message) -> None:
-                if loop.is_closed():
-                    raise orphaned()
-                coro = coro_handler(msg)
+        async def in_handler(awaitable: Awaitable[None]) -> None:
+            _HANDLING.set(started)  # (AsyncSubscription.close from inside it does not wait for it)
+            await awaitable
+
+        def on_message(msg: Message) -> None:
+            if coroutine_function and loop.is_closed():
+                raise orphaned()
+            result = handler(msg)
+            if not inspect.isawaitable(result):
+                return
+            if loop.is_closed():
+                if inspect.iscoroutine(result):
+                    result.close()
+                raise orphaned()
+            wrapped = in_handler(result)
+            try:
+                done = asyncio.run_coroutine_threadsafe(wrapped, loop)
+            except RuntimeError:  # closed just now
+                wrapped.close()
+                if inspect.iscoroutine(result):
+                    result.close()
+                raise orphaned() from None
+            while True:
                 try:
-                    done = asyncio.run_coroutine_threadsafe(coro, loop)
-                except RuntimeError:  # closed just now
-                    coro.close()
-                    raise orphaned() from None
-                while True:
-                    try:
-                        done.result(timeout=1.0)
-                        return
-                    except concurrent.futures.TimeoutError:
-                        if loop.is_closed():
-                            raise orphaned() from None
-            on_message = on_loop
-        else:
-            on_message = cast(Callable[[Message], None], handler)
+                    done.result(timeout=1.0)
+                    return
+                except concurrent.futures.TimeoutError:
+                    if loop.is_closed():
+                        raise orphaned() from None
+
         sub = await self.client.run(self.sync.subscribe, on_message, prefetch, visibility_timeout,
                                     auto_delete)
         started.append(sub)
-        return AsyncSubscription(sub)
+        return AsyncSubscription(sub, started)
 
 
 class AsyncSendPipeline:
@@ -253,10 +281,14 @@ class AsyncSendPipeline:
     that thread's connections)."""
 
     def __init__(self, queue: Queue, window: int, max_requests: int | None = None) -> None:
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="zmqueue-aio-pipeline")
         self.sync = SendPipeline(queue, window, max_requests=max_requests)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="zmqueue-aio-pipeline")
+        self._closed = False
+        self._what = "pipeline"
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise ClientClosed(f"this {self._what} was closed; open another")
         return await asyncio.get_running_loop().run_in_executor(self._thread, partial(fn, *args))
 
     async def send(self, body: bytes | str, attributes: dict[str, AttributeValue] | None = None,
@@ -271,8 +303,14 @@ class AsyncSendPipeline:
         await self._run(self.sync.confirm_all)
 
     async def close(self) -> None:
-        await self._run(self.sync.close)
-        self._thread.shutdown(wait=False)
+        """Close it (idempotent); later calls raise ClientClosed."""
+        if self._closed:
+            return
+        try:
+            await self._run(self.sync.close)
+        finally:
+            self._closed = True
+            self._thread.shutdown(wait=False)
 
     @property
     def retried(self) -> int:
@@ -297,8 +335,12 @@ class AsyncReceivePipeline:
     def __init__(self, pipe: ReceivePipeline) -> None:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="zmqueue-aio-receiver")
         self.sync = pipe
+        self._closed = False
+        self._what = "receive pipeline"
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise ClientClosed(f"this {self._what} was closed; open another")
         return await asyncio.get_running_loop().run_in_executor(self._thread, partial(fn, *args))
 
     async def receive(self) -> list[Message]:
@@ -319,8 +361,14 @@ class AsyncReceivePipeline:
         self.sync.raise_failed()
 
     async def close(self) -> None:
-        await self._run(self.sync.close)
-        self._thread.shutdown(wait=False)
+        """Close it (idempotent); later calls raise ClientClosed."""
+        if self._closed:
+            return
+        try:
+            await self._run(self.sync.close)
+        finally:
+            self._closed = True
+            self._thread.shutdown(wait=False)
 
     async def __aenter__(self) -> AsyncReceivePipeline:
         return self
@@ -333,12 +381,20 @@ class AsyncSubscription:
     """A running :class:`~zmqueue.client.subscription.Subscription` (``sync``,
     with its counters)."""
 
-    def __init__(self, sub: Subscription) -> None:
+    def __init__(self, sub: Subscription, started: list[Subscription] | None = None) -> None:
         self.sync = sub
+        self._started = started
 
     async def close(self) -> None:
-        """Stop it; waits (off the event loop) for a handler in progress."""
-        await asyncio.get_running_loop().run_in_executor(None, self.sync.close)
+        """Stop it; waits (off the event loop) for a handler in progress,
+        except when called from that handler: it then stops the subscription
+        and returns at once (the rest of the close runs once the handler
+        returns)."""
+        closing = asyncio.get_running_loop().run_in_executor(None, self.sync.close)
+        if self._started is not None and _HANDLING.get() is self._started:
+            self.sync.stopped.set()
+            return
+        await closing
 
     async def __aenter__(self) -> AsyncSubscription:
         return self

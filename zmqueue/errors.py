@@ -177,6 +177,11 @@ class ClientClosed(ZmqueueError):
     not retried: connect again with ``zmqueue.connect``."""
 
 
+class NotSent(ZmqueueError):
+    """A pipelined send that never went out: its pipeline was closed (or its
+    ``with`` block left by an exception) first. Not stored; send it again."""
+
+
 class CorruptSegment(ZmqueueError):
     """A segment block failed its checksum or is malformed (storage internal;
     recovery reports it, never raises it to a client)."""

@@ -271,3 +271,130 @@ def test_a_subscription_whose_event_loop_ended_stops_instead_of_failing_every_me
         q.delete(m)
     finally:
         left["client"].sync.close()
+
+
+def test_an_async_callable_object_or_partial_handler_is_awaited_before_its_message_is_deleted(
+        qcluster: QueueCluster) -> None:
+    """(An object with an ``async def __call__`` was called on the
+    subscription's thread, its coroutine never awaited, and its message
+    deleted as handled.)"""
+    name = qcluster.queue_name("aio-callable")
+
+    class Handler:
+        def __init__(self) -> None:
+            self.bodies: list[bytes] = []
+
+        async def __call__(self, m: zmqueue.Message) -> None:
+            await asyncio.sleep(0)
+            self.bodies.append(m.body)
+
+    async def main() -> None:
+        handler = Handler()
+        async with await zmqueue.aio.connect(addr(qcluster)) as client:
+            q = await client.create_queue(name, visibility_timeout=30)
+            async with await q.subscribe(handler) as sub:
+                await q.send_batch([b"a", b"b", b"c"])
+
+                async def handled() -> bool:
+                    return len(handler.bodies) == 3 and (await q.stats())["total"] == 0
+
+                await until(handled, 20, "the three messages handled by the coroutine, then deleted")
+            assert sorted(handler.bodies) == [b"a", b"b", b"c"] and sub.sync.failed == 0
+
+    asyncio.run(main())
+
+
+def test_the_blocking_subscribe_refuses_a_coroutine_handler_and_never_deletes_unawaited_messages(
+        qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name("sync-coro"), visibility_timeout=1)
+
+    async def handler(m: zmqueue.Message) -> None:
+        raise AssertionError("never awaited")
+
+    with pytest.raises(zmqueue.InvalidParameter, match=r"coroutine function.*zmqueue\.aio"):
+        q.subscribe(handler)
+    # a plain function that returns a coroutine: found when it returns, the message not deleted
+    with q.subscribe(lambda m: handler(m), prefetch=1) as sub:
+        q.send(b"kept")
+        wait_for(lambda: sub.failed >= 1, 20, "the handler's coroutine counted as a failure")
+        assert sub.handled == 0
+    assert q.stats()["total"] == 1, "the message was not deleted"
+
+
+def test_closing_the_client_fails_queued_calls_with_client_closed_not_a_cancellation(
+        qcluster: QueueCluster) -> None:
+    """(A call waiting for a pool thread when the client closed raised
+    CancelledError, which asyncio.run took for its own task's.)"""
+    name = qcluster.queue_name("aio-queued")
+
+    async def main() -> None:
+        client = await zmqueue.aio.connect(addr(qcluster), threads=1)
+        q = await client.create_queue(name)
+        poll = asyncio.create_task(q.receive(wait_time=2))  # holds the one thread
+        await asyncio.sleep(0.1)
+        queued = asyncio.create_task(q.send(b"queued behind the poll"))
+        await asyncio.sleep(0.1)
+        await client.close()
+        with pytest.raises(zmqueue.ClientClosed, match="before this call got a thread"):
+            await queued
+        assert await poll == []
+        with pytest.raises(zmqueue.ConfigError, match="threads"):
+            await zmqueue.aio.connect(addr(qcluster), threads="4")  # type: ignore[arg-type]
+
+    asyncio.run(main())
+
+
+def test_async_pipelines_close_twice_and_refuse_calls_after_close(qcluster: QueueCluster) -> None:
+    name = qcluster.queue_name("aio-close-pipes")
+
+    async def main() -> None:
+        async with await zmqueue.aio.connect(addr(qcluster)) as client:
+            q = await client.create_queue(name)
+            async with q.pipeline() as pipe:
+                await pipe.send(b"x")
+            await pipe.close()  # (was RuntimeError: cannot schedule new futures after shutdown)
+            with pytest.raises(zmqueue.ClientClosed, match="pipeline was closed"):
+                await pipe.send(b"y")
+            rp = q.receive_pipeline(max_messages=10, wait_time=1)
+            [m] = await rp.receive()
+            await rp.delete([m])
+            await rp.close()
+            await rp.close()
+            with pytest.raises(zmqueue.ClientClosed, match="receive pipeline was closed"):
+                await rp.receive()
+            assert rp.failed_deletes == []
+
+            async def empty() -> bool:
+                return (await q.stats())["total"] == 0
+
+            await until(empty, 10, "the delete sent at close")
+
+    asyncio.run(main())
+
+
+def test_closing_a_subscription_from_its_own_coroutine_handler_does_not_wait_for_itself(
+        qcluster: QueueCluster) -> None:
+    """(It waited out the subscription thread's 5 s join: the thread waited
+    for the handler, which waited for the close.)"""
+    name = qcluster.queue_name("aio-self-close")
+
+    async def main() -> None:
+        async with await zmqueue.aio.connect(addr(qcluster)) as client:
+            q = await client.create_queue(name)
+            subs: list[zmqueue.aio.AsyncSubscription] = []
+            closed = asyncio.Event()
+
+            async def handler(m: zmqueue.Message) -> None:
+                await subs[0].close()
+                closed.set()
+
+            subs.append(await q.subscribe(handler))
+            await q.send(b"stop")
+            await asyncio.wait_for(closed.wait(), timeout=4)  # the join alone took 5 s
+
+            async def stopped() -> bool:
+                return not subs[0].sync.thread.is_alive()
+
+            await until(stopped, 10, "the subscription's thread ended")
+
+    asyncio.run(main())

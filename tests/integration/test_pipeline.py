@@ -193,6 +193,8 @@ def test_a_closed_client_says_so_instead_of_a_zeromq_error(qcluster: QueueCluste
         pipe.flush()
     with pytest.raises(zmqueue.ClientClosed):
         pipe.send(b"after")
+    with pytest.raises(zmqueue.ClientClosed, match="connect again"):  # (was a ZMQError)
+        q.subscribe(lambda m: None)
 
 
 def waiting_in(thread: threading.Thread, function: str) -> bool:
@@ -362,3 +364,43 @@ def test_a_fifo_send_that_fails_for_good_fails_the_later_ones_unsent(qcluster: Q
         assert [m.body for m in got] == [b"m1", b"m2", b"after the flush"]
     finally:
         other.close()
+
+
+def test_a_message_the_transport_cannot_send_fails_alone_and_loses_none_around_it(
+        qcluster: QueueCluster) -> None:
+    """(A request whose frame could not be built, here one over the request
+    size limit, raised out of ``send`` after its coalesced group had left the
+    pipeline: the messages sent with it were never sent and had no error.)"""
+    q = qcluster.client.create_queue(qcluster.queue_name("piped-unsendable"))
+    pipe = q.pipeline(window=8, max_requests=1)
+    ok = [pipe.send(b"ok1")]
+    huge = pipe.send(b"bad", attributes={"blob": b"x" * (zmqueue.protocol.MAX_FRAME_BYTES + 1)})
+    ok += [pipe.send(b"ok2"), pipe.send(b"ok3")]
+    assert pipe.flush() == [huge]
+    assert isinstance(huge.error, zmqueue.InvalidParameter) and "limit of one request" in str(huge.error)
+    assert all(p.id for p in ok), "the messages around it were confirmed"
+    assert sorted(drain(q, 3).values()) == [b"ok1", b"ok2", b"ok3"]
+
+
+def test_closing_a_pipeline_fails_what_it_never_sent_with_not_sent(qcluster: QueueCluster) -> None:
+    """(Leaving a ``with`` block by an exception left every unsent message
+    with neither an id nor an error.)"""
+    q = qcluster.client.create_queue(qcluster.queue_name("piped-closed"))
+    sent: list[zmqueue.PendingSend] = []
+    with (pytest.raises(RuntimeError, match="the producer's own"),
+          q.pipeline(window=64, max_requests=1) as pipe):
+        sent += [pipe.send(f"m{i}".encode()) for i in range(20)]
+        raise RuntimeError("the producer's own failure")
+    not_sent = [p for p in sent if isinstance(p.error, zmqueue.NotSent)]
+    unknown = [p for p in sent if p.error is None and p.id is None]
+    assert not_sent, "the messages still waiting in the pipeline were not sent"
+    assert all("send them again" in str(p.error) for p in not_sent)
+    assert len(not_sent) + len(unknown) == 20 and all(p.id is None for p in sent)
+    # the requests in flight at the close are stored (their replies were dropped), nothing else
+    wait_for(lambda: q.stats()["total"] == len(unknown), 10, "the sends in flight at the close stored")
+    assert sorted(drain(q, len(unknown)).values()) == sorted(p.wire[0] for p in unknown)
+    for bad in ("2", 1.5):
+        with pytest.raises(zmqueue.InvalidParameter, match="max_requests"):
+            q.pipeline(max_requests=bad)
+    with pytest.raises(zmqueue.InvalidParameter, match="on_done"):
+        q.pipeline(on_done=5)

@@ -501,3 +501,47 @@ def _receive_all(q: zmqueue.Queue, n: int) -> list[zmqueue.Message]:
 
     wait_for(enough, 30, f"{n} messages received from {q.name}")
     return got
+
+
+def test_a_redrive_that_cannot_move_its_messages_says_why_and_hides_none(qcluster: QueueCluster) -> None:
+    """(A target named wrong was looked up only after a batch was received:
+    the batch stayed invisible for the redrive's 60 s visibility timeout, and
+    the next redrive found nothing.)"""
+    c = qcluster.client
+    dlq = c.create_queue(qcluster.queue_name("rd-dlq"))
+    dlq.send_batch([b"dead0", b"dead1", b"dead2"])
+    with pytest.raises(zmqueue.QueueNotFound, match="does not exist"):
+        dlq.redrive(to=qcluster.queue_name("rd-typo"))
+    fifo = c.create_queue(qcluster.queue_name("rd-fifo") + ".fifo", fifo=True)
+    with pytest.raises(zmqueue.InvalidParameter, match="no group_id; redrive to a standard queue"):
+        dlq.redrive(to=fifo.name)
+    for kwargs in ({"to": 123}, {"max_messages": "5"}, {"max_messages": 0}, {"visibility_timeout": 0},
+                   {"wait_time": 30}):
+        with pytest.raises(zmqueue.InvalidParameter):
+            dlq.redrive(**kwargs)
+    assert dlq.stats()["visible"] == 3, "nothing was received by the refused redrives"
+    target = c.create_queue(qcluster.queue_name("rd-target"))
+    report = dlq.redrive(to=target.name, wait_time=0.5)
+    assert report.moved == {target.name: 3} and report.missing == []
+    got: list[bytes] = []
+
+    def all_moved() -> bool:
+        got.extend(m.body for m in target.receive(10, wait_time=1))
+        return len(got) >= 3
+
+    wait_for(all_moved, 20, "the three dead letters in the target")
+    assert sorted(got) == [b"dead0", b"dead1", b"dead2"]
+
+
+def test_dead_letters_of_a_deleted_source_queue_are_skipped_and_named(qcluster: QueueCluster) -> None:
+    c = qcluster.client
+    name, dlq_name = qcluster.queue_name("rd-src"), qcluster.queue_name("rd-src-dlq")
+    q = c.create_queue(name, visibility_timeout=1, dead_letter_queue=dlq_name, max_receive_count=1)
+    q.send_batch([b"a", b"b"])
+    wait_for(lambda: len(q.receive(10, wait_time=1)) == 0 and c.get_queue(dlq_name).stats()["total"] == 2,
+             30, "both messages received once, then moved to the DLQ")
+    c.delete_queue(name)
+    dlq = c.get_queue(dlq_name)
+    report = dlq.redrive(wait_time=0.5)
+    assert (report.moved, report.skipped, report.missing) == ({}, 2, [name])
+    wait_for(lambda: dlq.stats()["visible"] == 2, 10, "the skipped dead letters visible again at once")

@@ -129,3 +129,74 @@ def test_pipeline_options_are_checked(qcluster: QueueCluster) -> None:
         q.receive_pipeline(max_messages=1001)
     with pytest.raises(zmqueue.InvalidParameter, match="wait_time"):
         q.receive_pipeline(wait_time=21)
+    with pytest.raises(zmqueue.InvalidParameter, match="on_deleted"):
+        q.receive_pipeline(on_deleted=5)
+
+
+def test_one_receipt_where_a_list_belongs_is_refused_saying_so(qcluster: QueueCluster) -> None:
+    """(``rp.delete(m.receipt)`` deleted nothing and reported each character
+    of the receipt as a malformed receipt; ``delete_batch(m)`` was TypeError.)"""
+    q = qcluster.client.create_queue(qcluster.queue_name("rp-one"))
+    q.send(b"m")
+    with q.receive_pipeline(max_messages=1, wait_time=5) as rp:
+        [m] = rp.receive()
+        for one in (m, m.receipt):
+            with pytest.raises(zmqueue.InvalidParameter, match="list of receipts or Messages, got one"):
+                rp.delete(one)
+            with pytest.raises(zmqueue.InvalidParameter, match="pass \\[it\\]"):
+                q.delete_batch(one)
+            with pytest.raises(zmqueue.InvalidParameter, match="change_visibility_batch takes a list"):
+                q.change_visibility_batch(one, 0)
+        rp.delete([m])
+    assert rp.failed_deletes == [] and q.stats()["total"] == 0
+
+
+def test_deletes_pending_when_the_client_closes_are_reported_failed_not_dropped(
+        qcluster: QueueCluster) -> None:
+    c = zmqueue.connect(qcluster.client.consul_addresses[0])
+    q = c.create_queue(qcluster.queue_name("rp-client-closed"), visibility_timeout=30)
+    q.send_batch([b"a", b"b", b"c"])
+    heard: list[tuple[int, type[Exception] | None]] = []
+    rp = q.receive_pipeline(max_messages=10, wait_time=5,
+                            on_deleted=lambda items, errors: heard.extend(
+                                (len(items), type(e) if e else None) for e in errors))
+    msgs = rp.receive()
+    rp.delete(msgs)
+    c.close()
+    with pytest.raises(zmqueue.ClientClosed):
+        rp.receive()
+    rp.close()
+    assert [type(e) for _, e in rp.failed_deletes] == [zmqueue.ClientClosed] * len(msgs)
+    assert "visibility timeout" in str(rp.failed_deletes[0][1])
+    assert [e for _, e in heard] == [zmqueue.ClientClosed] * len(msgs), "on_deleted heard them"
+    with pytest.raises(zmqueue.ClientClosed, match="receive pipeline was closed"):
+        rp.delete(msgs)
+    assert qcluster.client.get_queue(q.name).stats()["in_flight"] == len(msgs), "not deleted, not lost"
+
+
+def test_an_on_deleted_that_raises_loses_no_batch(qcluster: QueueCluster) -> None:
+    """(The batch that came with the deletes' answer was dropped when
+    ``on_deleted`` raised: invisible until its visibility timeout.)"""
+    q = qcluster.client.create_queue(qcluster.queue_name("rp-on-deleted"), visibility_timeout=60)
+    q.send_batch([f"m{i}".encode() for i in range(40)])
+    raised: list[int] = []
+
+    def on_deleted(items: list[object], errors: list[object]) -> None:
+        if len(raised) < 2:
+            raised.append(len(items))
+            raise RuntimeError("the application's callback fails")
+
+    got: dict[str, bytes] = {}
+    with q.receive_pipeline(max_messages=10, wait_time=1, on_deleted=on_deleted) as rp:
+        for _ in range(30):
+            try:
+                msgs = rp.receive()
+            except RuntimeError:
+                continue
+            got.update((m.id, m.body) for m in msgs)
+            rp.delete(msgs)
+            if len(got) == 40:
+                break
+    assert len(raised) == 2, "the callback raised twice, out of receive"
+    assert sorted(got.values()) == sorted(f"m{i}".encode() for i in range(40)), "every batch came"
+    assert q.stats()["total"] == 0, "and was deleted"

@@ -74,6 +74,7 @@ from zmqueue.errors import (
     ClientClosed,
     DiskFull,
     InvalidParameter,
+    NotSent,
     ProtocolError,
     Throttled,
     Unavailable,
@@ -171,8 +172,12 @@ class SendPipeline:
                 "the later sends of its message groups")
         if type(window) is not int or not 1 <= window <= MAX_WINDOW:
             raise InvalidParameter(f"pipeline window must be 1 to {MAX_WINDOW}, got {window}")
-        if not 1 <= max_requests <= MAX_WINDOW:
-            raise InvalidParameter(f"pipeline max_requests must be 1 to {MAX_WINDOW}, got {max_requests}")
+        if type(max_requests) is not int or not 1 <= max_requests <= MAX_WINDOW:
+            raise InvalidParameter(f"pipeline max_requests must be 1 to {MAX_WINDOW}, got {max_requests!r}",
+                                   field="max_requests")
+        if on_done is not None and not callable(on_done):
+            raise InvalidParameter(f"on_done must be a function of one PendingSend, got {on_done!r:.60}",
+                                   field="on_done")
         self.queue = queue
         self.window = window
         self.max_requests = max_requests
@@ -262,9 +267,19 @@ class SendPipeline:
             raise failed[0].error
 
     def close(self) -> None:
-        """Stop without waiting: replies still to come are discarded, and sends
-        not sent yet or waiting for a retry are not sent (their ``id`` and
-        ``error`` stay None: their fate is unknown)."""
+        """Stop without waiting: replies still to come are discarded (those
+        sends keep ``id`` and ``error`` None: whether they were stored is
+        unknown), and sends not sent yet fail with :class:`NotSent` (they were
+        not stored). Sends waiting for a retry keep ``id`` and ``error`` None
+        too (an earlier try may have been stored). ``on_done`` is not called."""
+        unsent = [m for msgs in self._waiting.values() for m in msgs]
+        unsent += [m for req in self._retry if not req.request_id for m in req.sends]
+        if unsent:
+            err = NotSent(f"not sent: the pipeline was closed before {len(unsent)} of its sends went "
+                          "out; they were not stored, send them again")
+            now = time.monotonic()
+            for m in unsent:
+                m.error, m.done_at = err, now
         self._inflight.clear()
         self._n_inflight = 0
         self._waiting.clear()
@@ -326,6 +341,9 @@ class SendPipeline:
                 continue  # a host that failed just now: the next replica
             except RETRYABLE:
                 break
+            except ZmqueueError as exc:  # not sent: the request could not be encoded, say
+                self._refused(req, exc, unsent=True)
+                return
             req.sent_at = req.sent_at or time.monotonic()
             self._inflight[(endpoint, req.request_id)] = req
             self._n_inflight += len(req.sends)
@@ -416,17 +434,18 @@ class SendPipeline:
             return
         self._finish(req.sends, ids, None)
 
-    def _refused(self, req: _Request, err: ZmqueueError) -> None:
-        """A request refused for good. A coalesced one refused for a message
-        (nothing of it was stored) is sent again one message per request, so
-        that only the bad message fails (first in the retry list: it is the
-        oldest there when the retries are under way). Plain bodies refused by
-        a host from before them go again, as a new request, in ``m`` lists."""
+    def _refused(self, req: _Request, err: ZmqueueError, unsent: bool = False) -> None:
+        """A request refused for good (``unsent``: it could not even be sent).
+        A coalesced one refused for a message (nothing of it was stored) is
+        sent again one message per request, so that only the bad message fails
+        (first in the retry list: it is the oldest there when the retries are
+        under way). Plain bodies refused by a host from before them go again,
+        as a new request, in ``m`` lists."""
         if req.as_bodies and refused_plain_bodies(err):
             self.queue.client.plain_sends = False
             self._retry.append(_Request(req.partition, req.sends))  # (nothing of it was stored)
             return
-        if len(req.sends) > 1 and isinstance(err, InvalidParameter):
+        if len(req.sends) > 1 and (unsent or isinstance(err, InvalidParameter)):
             self._retry[:0] = [_Request(req.partition, [m]) for m in req.sends]
             return
         self._finish(req.sends, None, err)

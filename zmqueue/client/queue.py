@@ -24,6 +24,7 @@ from zmqueue.client.routing import FIFO_ORIGIN, Routes
 from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.config import MAX_VISIBILITY_S, MUTABLE_SETTINGS, QueueConfig
 from zmqueue.errors import (
+    ClientClosed,
     ConfigError,
     DiskFull,
     InvalidParameter,
@@ -73,6 +74,16 @@ Deletable = str | Message
 """What the delete calls take: a receipt text, or the received Message itself
 (a message read from a column group is then deleted by its (seq, receive
 count), without building or parsing its receipt)."""
+
+
+def deletables(receipts: Iterable[Deletable], call: str) -> list[Deletable]:
+    """``receipts`` as a list; one receipt or Message given alone (a str would
+    be split into characters, each refused as a malformed receipt) is
+    InvalidParameter saying to pass a list."""
+    if isinstance(receipts, str | bytes | Message):
+        raise InvalidParameter(f"{call} takes a list of receipts or Messages, got one "
+                               f"{type(receipts).__name__}: pass [it]", field="receipts")
+    return list(receipts)
 
 
 @dataclass
@@ -397,7 +408,7 @@ class Queue:
         could not take with the receive, go as separate DELETE requests.
         ``receipts`` may hold the received Messages themselves (the quickest:
         their receipts need not be built, sent or parsed)."""
-        receipts = list(receipts)
+        receipts = deletables(receipts, "delete_and_receive")
         if not receipts:
             return [], self.receive(max_messages, wait_time, visibility_timeout)
         self._check_receive(max_messages, wait_time)
@@ -681,7 +692,7 @@ class Queue:
     def delete_batch(self, receipts: Iterable[Deletable]) -> list[ZmqueueError | None]:
         """Delete up to 1000 messages, by receipt or received Message; returns
         one outcome per item (None = deleted)."""
-        return self._batch(Command.DELETE, list(receipts), None)
+        return self._batch(Command.DELETE, deletables(receipts, "delete_batch"), None)
 
     def change_visibility(self, receipt: Deletable, timeout: int) -> None:
         """Make a received message visible after ``timeout`` seconds from now (0 = now)."""
@@ -695,7 +706,7 @@ class Queue:
         ChangeMessageVisibilityBatch: ``timeout`` for all of them, or one per
         receipt. One request per (partition, stream); one outcome per receipt,
         in order (None = changed), as :meth:`delete_batch`."""
-        items = list(receipts)
+        items = deletables(receipts, "change_visibility_batch")
         timeouts: list[Any] = (list(timeout) if isinstance(timeout, Sequence) and not isinstance(
             timeout, str | bytes) else [timeout] * len(items))  # (each checked below)
         if len(timeouts) != len(items):
@@ -816,11 +827,18 @@ class Queue:
         never more than ``prefetch`` unfinished per serving host. With
         ``auto_delete`` a message is deleted when the handler returns; if it
         raises, the message becomes visible again after its visibility timeout."""
-        from zmqueue.client.subscription import Subscription
+        from zmqueue.client.subscription import Subscription, is_async
 
         if not callable(handler):
             raise InvalidParameter(f"subscribe takes a handler to call with each message, got "
                                    f"{handler!r:.60}", field="handler")
+        if is_async(handler):
+            raise InvalidParameter("the handler is a coroutine function: Queue.subscribe calls it on a "
+                                   "thread and cannot await it; pass a plain function, or subscribe "
+                                   "with zmqueue.aio (AsyncQueue.subscribe runs it on your event loop)",
+                                   field="handler")
+        if self.client.closed:
+            raise ClientClosed("this zmqueue client is closed; connect again with zmqueue.connect()")
         sub = Subscription(self, handler, prefetch, visibility_timeout, auto_delete).start()
         self.client.track(sub)
         return sub

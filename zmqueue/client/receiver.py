@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 
 from zmqueue.client.breaker import CircuitBreaker
 from zmqueue.client.models import Message
-from zmqueue.client.queue import MAX_BATCH, Deletable, _Carry, _outcomes
+from zmqueue.client.queue import MAX_BATCH, Deletable, _Carry, _outcomes, deletables
 from zmqueue.client.routing import FIFO_ORIGIN
 from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.errors import (
@@ -115,6 +115,9 @@ class ReceivePipeline:
         queue._check_receive(max_messages, wait_time)
         if type(in_flight) is not int or not 1 <= in_flight <= MAX_IN_FLIGHT:
             raise InvalidParameter(f"in_flight must be 1 to {MAX_IN_FLIGHT}", field="in_flight")
+        if on_deleted is not None and not callable(on_deleted):
+            raise InvalidParameter("on_deleted must be a function of (items, errors), "
+                                   f"got {on_deleted!r:.60}", field="on_deleted")
         self.queue = queue
         self.max_messages = max_messages
         self.wait_time = wait_time
@@ -129,6 +132,10 @@ class ReceivePipeline:
         self.fallbacks = 0
         """Batches taken the plain way (:meth:`Queue.delete_and_receive`)."""
         self._asks: deque[_Ask] = deque()
+        self._ready: list[Message] = []
+        self._deferred: Exception | None = None
+        """An ``on_deleted`` exception, raised once the answers read with it are kept."""
+        """A batch taken whose ``receive`` raised (an ``on_deleted`` that raised): the next one returns it."""
         self._acks: list[Deletable] = []
         self._waited: list[Deletable] = []
         """Deletes that did not ride on the last request (another stream's)."""
@@ -144,9 +151,10 @@ class ReceivePipeline:
     def receive(self) -> list[Message]:
         """The next batch (up to ``max_messages``); empty after ``wait_time``
         without a message."""
-        if self._closed:
-            raise ClientClosed("this receive pipeline was closed; open another with "
-                               "queue.receive_pipeline()")
+        self._check_open()
+        if self._ready:  # a batch whose receive raised (on_deleted did): it is the next
+            msgs, self._ready = self._ready, []
+            return msgs
         while True:
             self._top_up()
             if not self._asks:
@@ -158,7 +166,15 @@ class ReceivePipeline:
     def delete(self, receipts: Iterable[Deletable]) -> None:
         """Delete these handled messages (receipts or the Messages): with the
         next request (see :attr:`failed_deletes` for the outcome)."""
-        self._acks.extend(receipts)
+        self._check_open()
+        self._acks.extend(deletables(receipts, "ReceivePipeline.delete"))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed("this receive pipeline was closed; open another with "
+                               "queue.receive_pipeline(), or delete with queue.delete_batch()")
+        if self.queue.client.closed:
+            raise ClientClosed("this zmqueue client is closed; connect again with zmqueue.connect()")
 
     def raise_failed(self) -> None:
         """Raise the error of the first delete in :attr:`failed_deletes`, if
@@ -177,6 +193,8 @@ class ReceivePipeline:
         try:
             if not self.queue.client.closed:
                 self._settle()
+            else:
+                self._abandon()
         finally:
             self._watch.clear()
             for conn in self._conns.values():
@@ -307,6 +325,9 @@ class ReceivePipeline:
                 self._unanswered([ask], RequestTimeout(
                     f"RECEIVE to {ask.conn.endpoint} got no reply within "
                     f"{self.queue.client.request_timeout_ms} ms", endpoint=ask.conn.endpoint))
+            if self._deferred is not None:  # (the answers stay: the next receive returns them)
+                exc, self._deferred = self._deferred, None
+                raise exc
         self._asks.popleft()
         return ask.msgs
 
@@ -328,15 +349,6 @@ class ReceivePipeline:
             self._ahead = False
             return
         body = frame.body
-        if ask.carried:
-            results = body.get("dr") if isinstance(body, dict) else None
-            if results is None:  # not taken with the receive (a host that no longer writes it)
-                self._acks[:0] = ask.carried
-            else:
-                n = len(ask.carried)
-                errors: list[ZmqueueError | None] = [None] * n
-                _outcomes(list(range(n)), results, errors)
-                self._outcome(ask.carried, errors)
         ask.msgs = self.queue.messages_of(ask.partition, body)
         if ask.msgs:
             self.queue._lucky = (ask.partition, ask.conn.endpoint)
@@ -345,6 +357,18 @@ class ReceivePipeline:
             # likely come back empty (a host's cost for nothing); the plain
             # receive sweeps and waits
             self._ahead = False
+        if ask.carried:
+            results = body.get("dr") if isinstance(body, dict) else None
+            if results is None:  # not taken with the receive (a host that no longer writes it)
+                self._acks[:0] = ask.carried
+            else:
+                n = len(ask.carried)
+                errors: list[ZmqueueError | None] = [None] * n
+                _outcomes(list(range(n)), results, errors)
+                try:
+                    self._outcome(ask.carried, errors)
+                except Exception as exc:  # on_deleted's: raised once every answer read is kept
+                    self._deferred = self._deferred or exc
 
     def _unanswered(self, asks: list[_Ask], err: ZmqueueError) -> None:
         """Requests that cannot be answered now: their deletes go again (a
@@ -370,8 +394,12 @@ class ReceivePipeline:
         except ZmqueueError:
             self._acks[:0] = acks  # outcome unknown: they go again next time
             raise
-        self._outcome(acks, errors)
         self._ahead = len(msgs) == self.max_messages and self.queue._lucky is not None
+        try:
+            self._outcome(acks, errors)
+        except BaseException:  # on_deleted raised: the batch is the next receive's
+            self._ready = msgs
+            raise
         return msgs
 
     def _delete_and_receive(self, acks: list[Deletable]
@@ -389,6 +417,18 @@ class ReceivePipeline:
             acks[:] = good
         return self.queue.delete_and_receive(acks, self.max_messages, self.wait_time,
                                              self.visibility_timeout)
+
+    def _abandon(self) -> None:
+        """``close`` of a pipeline whose client was closed: the pending deletes,
+        and those riding on requests still unanswered, are reported failed."""
+        pending = [d for ask in self._asks if not ask.done for d in ask.carried]
+        pending += self._waited + self._acks
+        self._asks.clear()
+        self._acks, self._waited = [], []
+        if pending:
+            err = ClientClosed("the client was closed before these deletes were sent or answered; "
+                               "the messages come back after their visibility timeout")
+            self._outcome(pending, [err] * len(pending))
 
     def _settle(self) -> None:
         """``close``: the answers still to come, their messages made visible

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from zmqueue.client.models import Message, OutgoingMessage
-from zmqueue.errors import InvalidParameter, ZmqueueError
+from zmqueue.config import MAX_VISIBILITY_S
+from zmqueue.errors import InvalidParameter, QueueNotFound, ZmqueueError
 
 if TYPE_CHECKING:
     from zmqueue.client.queue import Queue
@@ -32,14 +33,45 @@ class RedriveReport:
     """Messages moved, per target queue."""
     skipped: int = 0
     """Messages left in the DLQ: no ``dead_letter_source`` (sent to the DLQ
-    directly) and no ``to`` given. They are made visible again at the end."""
+    directly) and no ``to`` given, or a source queue that no longer exists
+    (named in ``missing``). They are made visible again at the end."""
     failed_deletes: int = 0
     """Moved messages whose delete from the DLQ failed: they are delivered
     from the DLQ again (and a later redrive moves them again)."""
+    missing: list[str] = field(default_factory=list)
+    """Source queues named by dead letters that no longer exist (their
+    messages were skipped: redrive them ``to`` another queue)."""
 
     @property
     def total(self) -> int:
         return sum(self.moved.values())
+
+
+def _check(dlq: Queue, to: str | None, max_messages: int | None, visibility_timeout: int,
+           wait_time: float) -> None:
+    if max_messages is not None and (type(max_messages) is not int or max_messages < 1):
+        raise InvalidParameter(f"max_messages must be a whole number of at least 1 (or None: all), "
+                               f"got {max_messages!r}", field="max_messages")
+    if to is not None and not isinstance(to, str):
+        raise InvalidParameter(f"to must be a queue name (or None: each message's source), got {to!r:.60}",
+                               field="to")
+    if to == dlq.name:
+        raise InvalidParameter("a queue cannot be redriven into itself", field="to")
+    if type(visibility_timeout) is not int or not 1 <= visibility_timeout <= MAX_VISIBILITY_S:
+        raise InvalidParameter(f"visibility_timeout must be 1 to {MAX_VISIBILITY_S} seconds, "
+                               f"got {visibility_timeout!r}", field="visibility_timeout")
+    dlq._check_receive(1, wait_time)
+
+
+def _target(dlq: Queue, name: str) -> Queue:
+    """The queue ``name``, if the DLQ's messages can go there (a FIFO queue
+    needs group ids, which only a FIFO DLQ's messages have)."""
+    q = dlq.client.get_queue(name)
+    if q.config.fifo and not dlq.config.fifo:
+        raise InvalidParameter(f"cannot redrive the standard queue {dlq.name!r} into the FIFO queue "
+                               f"{name!r}: its messages have no group_id; redrive to a standard queue",
+                               field="to")
+    return q
 
 
 def redrive(dlq: Queue, to: str | None = None, max_messages: int | None = None,
@@ -47,41 +79,59 @@ def redrive(dlq: Queue, to: str | None = None, max_messages: int | None = None,
     """Move messages out of ``dlq``; see the module docstring. Stops when a
     receive finds nothing within ``wait_time`` seconds, or after
     ``max_messages``. ``to``: one target queue for every message (default:
-    each message's ``dead_letter_source``)."""
-    if max_messages is not None and max_messages < 1:
-        raise InvalidParameter("max_messages must be at least 1", field="max_messages")
-    if to == dlq.name:
-        raise InvalidParameter("a queue cannot be redriven into itself", field="to")
-    client = dlq.client
-    targets: dict[str, Queue] = {}
+    each message's ``dead_letter_source``). The arguments, and ``to``, are
+    checked before anything is received; if a batch fails (its target
+    refused it, a host could not be reached), its messages not moved are
+    made visible again at once and the error is raised."""
+    _check(dlq, to, max_messages, visibility_timeout, wait_time)
+    targets: dict[str, Queue | None] = {}  # None: a source queue that no longer exists
+    if to is not None:
+        targets[to] = _target(dlq, to)
     report = RedriveReport()
     skipped: list[Message] = []
+    held: list[Message] = []  # received and not moved yet: made visible again if this fails
     try:
         while max_messages is None or report.total < max_messages:
             want = BATCH if max_messages is None else min(BATCH, max_messages - report.total)
-            msgs = dlq.receive(max_messages=want, wait_time=wait_time, visibility_timeout=visibility_timeout)
-            if not msgs:
+            held = dlq.receive(max_messages=want, wait_time=wait_time, visibility_timeout=visibility_timeout)
+            if not held:
                 break
             by_target: dict[str, list[Message]] = {}
-            for m in msgs:
+            for m in held:
                 target = to or m.dead_letter_source
                 if target is None or target == dlq.name:
                     skipped.append(m)
                 else:
                     by_target.setdefault(target, []).append(m)
             for name, batch in by_target.items():
-                q = targets.get(name) or targets.setdefault(name, client.get_queue(name))
+                q = targets[name] if name in targets else targets.setdefault(name, _source(dlq, name, report))
+                if q is None:
+                    skipped += batch
+                    continue
                 fifo = q.config.fifo
                 q.send_batch([OutgoingMessage(m.body, attributes=dict(m.attributes) or None, delay=0,
                                               group_id=m.group_id if fifo else None,
                                               dedup_id=m.id if fifo else None) for m in batch])
+                sent = set(map(id, batch))
+                held = [m for m in held if id(m) not in sent]
                 errors = dlq.delete_batch(batch)
                 report.failed_deletes += sum(1 for e in errors if e is not None)
                 report.moved[name] = report.moved.get(name, 0) + len(batch)
+            held = []
     finally:
-        for m in skipped:  # hidden for this run only (if this fails: until their timeout)
+        skip = set(map(id, skipped))
+        for m in skipped + [m for m in held if id(m) not in skip]:
+            # visible again now (if this fails: after their visibility timeout)
             with contextlib.suppress(ZmqueueError):
                 dlq.change_visibility(m, 0)
     report.skipped = len(skipped)
     return report
 
+
+def _source(dlq: Queue, name: str, report: RedriveReport) -> Queue | None:
+    """A message's source queue, or None (noted in the report) if it was deleted."""
+    try:
+        return _target(dlq, name)
+    except QueueNotFound:
+        report.missing.append(name)
+        return None

@@ -19,6 +19,7 @@ queue that was deleted stops by itself."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import threading
 import time
@@ -58,6 +59,13 @@ CONTROL_TIMEOUT_MS = 2000
 """Timeout of a keepalive, (un)subscribe during a resync: short, since the
 one subscription thread waits for it."""
 SubKey = tuple[int, str]
+
+
+def is_async(handler: Callable[..., Any]) -> bool:
+    """Whether calling ``handler`` makes a coroutine: an ``async def``
+    function, a partial of one, or an object whose ``__call__`` is one."""
+    call = inspect.getattr_static(type(handler), "__call__", None)  # (its class's, inherited too)
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
 
 
 class Subscription:
@@ -246,7 +254,12 @@ class Subscription:
             msg, key = self.inbox.popleft()
             credits[key] = credits.get(key, 0) + 1
             try:
-                self.handler(msg)
+                result: Any = self.handler(msg)
+                if inspect.isawaitable(result):  # never awaited here: the message is not handled
+                    if inspect.iscoroutine(result):
+                        result.close()
+                    raise TypeError("the handler returned an awaitable, which a subscription's thread "
+                                    "cannot await: pass a plain function, or subscribe with zmqueue.aio")
                 self.handled += 1
                 if self.auto_delete:
                     done.setdefault(key, []).append(msg)
