@@ -516,3 +516,39 @@ def test_hosts_that_join_a_partition_whose_only_replica_is_down_do_not_take_it_o
                  and not a.get("joining"), 30, "three voters")
     finally:
         client.close()
+
+
+def test_a_writer_edited_out_of_its_replicas_and_put_back_at_once_writes_again(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    """An operator drops the writer of a stream from the partition's replicas
+    in KV; the internal manager puts it back (joining) within milliseconds,
+    so its host closes and reopens the stream between two leadership cycles
+    while its lock stays held. (The new copy was never told it was the
+    writer: the change of the voters was never confirmed and the stream's
+    acknowledged messages were not delivered until the host restarted.)"""
+    addr = consul_agent.http_addr
+    start_cluster(hosts, consul_agent, 3)
+    client = zmqueue.connect(addr, request_timeout=10)
+    try:
+        q = client.create_queue(f"reopen-{hosts.uid}", replication_factor=3)
+        ids = _send_and_wait_for_positions(addr, q, 200, fifo=False)
+        kv = kv_client(addr)
+        _, items = kv.kv.get(f"zmqueue-positions/{q.name}/0/", recurse=True)
+        [origin] = {it["Key"].split("/")[3] for it in items if json.loads(it["Value"])["seq"] >= 200}
+        key = f"zmqueue/queues/{q.name}/partitions/0"
+        _, item = kv.kv.get(key)
+        a = json.loads(item["Value"])
+        a["replicas"] = [r for r in a["replicas"] if r != origin]
+        a["version"] += 1
+        assert kv.kv.put(key, json.dumps(a), cas=item["ModifyIndex"])
+
+        def settled() -> bool:
+            now = assignment(addr, q.name)
+            return bool(now) and origin in now["replicas"] and not (  # type: ignore[index]
+                {"joining", "leaving", "previous"} & set(now))  # type: ignore[arg-type]
+
+        wait_for(settled, 30, f"{origin} back among the voters and the change confirmed")
+        assert sorted(_drain_all(q, ids, 30)) == sorted(f"m{i}".encode() for i in range(200))
+        assert lock_holder(addr, f"zmqueue/leaders/{q.name}/0/{origin}") is not None
+    finally:
+        client.close()

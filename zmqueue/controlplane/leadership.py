@@ -96,6 +96,12 @@ class Candidacy:
     sync_quorum: str = "majority"
     """``all``: every voter held each acknowledged record (``QueueConfig.sync_quorum``),
     so any one of them may take over (one heard is enough)."""
+    opened: int = 0
+    """Which opening of the stream on this host (``Stream.opened``): when it
+    changes while this host holds the lock, the stream was closed and opened
+    again (the host left the replicas and came back between two cycles), and
+    the new one never heard it was elected: the lock is released and the
+    election runs again."""
 
     @property
     def quorum(self) -> str:
@@ -287,6 +293,8 @@ class Leadership(threading.Thread):
         its position for the internal manager."""
         self.session: str | None = None
         self.held: dict[StreamKey, int] = {}
+        self._elected_opened: dict[StreamKey, int] = {}
+        """Per lock held: the ``Candidacy.opened`` of the stream told it was elected."""
         self._renewed_at = 0.0
         self._published_at = 0.0
         self._published: dict[StreamKey, tuple[int, int, int, int, bool]] = {}
@@ -401,6 +409,7 @@ class Leadership(threading.Thread):
         for s in list(self.held):
             self.post(Deposed(s))
         self.held.clear()
+        self._elected_opened.clear()
         self.session = None
 
     def _cycle(self) -> bool:
@@ -438,12 +447,15 @@ class Leadership(threading.Thread):
             if s not in mine:
                 log.warning("lost the writer lock of %s", s)
                 del self.held[s]
+                self._elected_opened.pop(s, None)
                 self.post(Deposed(s))
         for s in mine - set(self.held):
             self.held[s] = holders[s][1]
+            self._elected_opened[s] = cands[s].opened if s in cands else 0
             self.post(Elected(s, holders[s][1]))
         for s in list(mine):
-            if s not in cands or self._should_hand_back(s, cands[s], passing, positions, state):
+            if (s not in cands or self._reopened(s, cands[s])
+                    or self._should_hand_back(s, cands[s], passing, positions, state)):
                 self._release(s)
                 mine.discard(s)
                 if self.session is None:
@@ -457,7 +469,7 @@ class Leadership(threading.Thread):
                 self._note_waiting(s, cands[s], passing, mine_pos, state.get(s, {}), confirmed, released)
             self._note_floor(s, cands[s], mine_pos, floors.get(s, 0))
             if may_campaign(self.node, cands[s], passing, mine_pos, state.get(s, {}),
-                            confirmed, floors.get(s, 0)) and not self._acquire(s, sid):
+                            confirmed, floors.get(s, 0)) and not self._acquire(s, sid, cands[s].opened):
                 return True  # the session is gone: a new one campaigns next cycle
         for s in [s for s in self._waiting if s not in free]:  # (taken meanwhile: no longer waiting)
             del self._waiting[s]
@@ -466,6 +478,18 @@ class Leadership(threading.Thread):
         epochs = {s: e for s, (_, e, _) in holders.items()}
         moved, self._seen_holders = epochs != self._seen_holders, epochs
         return bool(free or borrowed or moved)
+
+    def _reopened(self, s: StreamKey, cand: Candidacy) -> bool:
+        """Whether the stream behind a lock held here is not the one told it
+        was elected: it was closed and opened again between two cycles (this
+        host left its replicas and came back), so it serves as a replica under
+        a lock nobody writes with. The lock is then released: an election
+        makes the new copy, or another replica, the writer."""
+        if cand.opened == self._elected_opened.get(s, cand.opened):
+            return False
+        log.warning("stream %s was closed and opened again on this host while it held the writer lock; "
+                    "releasing it for an election", s)
+        return True
 
     def _note_waiting(self, s: StreamKey, cand: Candidacy, passing: set[str], mine: kv.Position,
                       positions: Mapping[str, kv.Position], confirmed: set[str], released: int) -> None:
@@ -575,8 +599,9 @@ class Leadership(threading.Thread):
             self._lose_all()
             return None
 
-    def _acquire(self, s: StreamKey, sid: str) -> bool:
-        """Try to take ``s``'s lock; False when the session is invalid."""
+    def _acquire(self, s: StreamKey, sid: str, opened: int) -> bool:
+        """Try to take ``s``'s lock (for the stream ``opened``); False when the
+        session is invalid."""
         key = lock_key(s)
         ok = self._lock_write(sid, key, acquire=sid)
         if ok is None:
@@ -588,6 +613,7 @@ class Leadership(threading.Thread):
             return True
         epoch = int(item.get("LockIndex") or 0)
         self.held[s] = epoch
+        self._elected_opened[s] = opened
         log.info("became writer of %s at epoch %d", s, epoch)
         self.post(Elected(s, epoch))
         return True
@@ -596,6 +622,7 @@ class Leadership(threading.Thread):
         sid = self.session
         if sid is None or self._lock_write(sid, lock_key(s), release=sid) is None:
             return
+        self._elected_opened.pop(s, None)
         if self.held.pop(s, None) is not None:
             log.info("released the writer lock of %s", s)
             self.post(Deposed(s))

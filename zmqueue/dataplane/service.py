@@ -325,13 +325,14 @@ class QueueService:
                                     "/".join(map(str, key)))
 
     def candidacies(self) -> dict[StreamKey, tuple[tuple[str, ...], str | None, tuple[str, ...], bool,
-                                                   tuple[str, ...], tuple[str, ...], str]]:
+                                                   tuple[str, ...], tuple[str, ...], str, int]]:
         """Per stream: its replicas, its preferred writer, its joining replicas,
         whether its replication is synchronous, a change of the voters in
-        flight (its leaving replicas and its previous voters), and its
-        ``sync_quorum``."""
+        flight (its leaving replicas and its previous voters), its
+        ``sync_quorum``, and which opening of the stream on this host it is
+        (``Stream.opened``)."""
         return {k: (st.replicas, None if k[2] == FIFO_ORIGIN else k[2], st.joining,
-                    st.config.sync_replication, st.leaving, st.previous, st.config.sync_quorum)
+                    st.config.sync_replication, st.leaving, st.previous, st.config.sync_quorum, st.opened)
                 for k, st in self.set.streams.items()}
 
     def leadership_view(self) -> tuple[dict[StreamKey, tuple[int, int]], dict[StreamKey, int],

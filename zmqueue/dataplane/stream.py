@@ -133,6 +133,9 @@ class Stream:
         self.confirmed = 0
         """The last version whose change this writer confirmed (``confirmation``)."""
         self.handing_over = False
+        self.opened = 0
+        """Which opening of its stream key on this host this object is (``StreamSet``
+        numbers them): a stream closed and opened again is a new writer candidate."""
         """This host is leaving the set of an asynchronous stream: as its writer
         it takes no more writes, so that the new voters hold everything it
         acknowledged (alone) before it hands the stream over."""

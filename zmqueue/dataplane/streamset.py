@@ -129,6 +129,7 @@ class StreamSet:
         st.local = self.node
         self.streams[key] = st
         self.version += 1
+        st.opened = self.version
         self._by_part.setdefault((key[0], key[1]), {})[key] = st
         self._local_origins((key[0], key[1])).add(key[2])
         if self.on_open is not None:

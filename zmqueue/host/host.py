@@ -106,8 +106,7 @@ class HostHooks:
         svc.opening_asked = False
         if svc.set.version != self.cands_version:  # (hundreds of streams: not every time)
             self.cands_version = svc.set.version
-            self.cands = {k: Candidacy(r, pref, j, sync, leaving, previous, quorum)
-                          for k, (r, pref, j, sync, leaving, previous, quorum) in svc.candidacies().items()}
+            self.cands = {k: Candidacy(*c) for k, c in svc.candidacies().items()}
         positions, confirmations, acked = svc.leadership_view()
         self.leadership.update(self.cands, positions, confirmations, svc.opening, acked)
 
