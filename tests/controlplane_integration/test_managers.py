@@ -167,6 +167,41 @@ def test_bad_json_in_kv_raises_a_warning_check_and_the_queue_keeps_serving(
     assert all_passing(consul_agent, h.node)
 
 
+def test_a_host_started_after_a_bad_config_edit_says_so_instead_of_queue_not_found(
+        one_host: tuple[HostProcess, zmqueue.Client], hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    """(A host restarted while a queue's config was bad JSON had no last good
+    value and answered "does not exist; create it first".)"""
+    h, client = one_host
+    kv = kv_client(consul_agent.http_addr).kv
+    q = client.create_queue(f"badboot-{hosts.uid}", visibility_timeout=60)
+    mid = q.send(b"kept across the restart")
+    key = f"zmqueue/queues/{q.name}/config"
+    good = kv.get(key)[1]["Value"]
+    kv.put(key, '{"visibility_timeout_s": 60,}')
+    assert key in kv_warning(consul_agent, h.node)
+    h.stop()
+    h2 = hosts.restart(h)
+    wait_for(lambda: check_statuses(consul_agent, h2.node).get(f"kv:zmqueue-{h2.node}") == "warning"
+             and all_passing_but_kv(consul_agent, h2.node), 60, "the restarted host up, its kv warning on")
+    assert f"knows no good config of {q.name}" in kv_warning(consul_agent, h2.node)
+    fresh = zmqueue.connect(consul_agent.http_addr, request_timeout=5, retries=0)
+    try:
+        with pytest.raises(zmqueue.Unavailable, match="fix the value in Consul") as info:
+            fresh.get_queue(q.name)
+        assert not isinstance(info.value, zmqueue.QueueNotFound)
+        kv.put(key, good)
+        kv_warning_cleared(consul_agent, h2.node)
+        [m] = wait_for(lambda: fresh.get_queue(q.name).receive(wait_time=1), 20, "the message, once fixed")
+        assert m.id == mid
+    finally:
+        fresh.close()
+
+
+def all_passing_but_kv(agent: ConsulAgent, node: str) -> bool:
+    st = {c: s for c, s in check_statuses(agent, node).items() if not c.startswith("kv:")}
+    return bool(st) and all(s == "passing" for s in st.values())
+
+
 def test_a_kv_edit_of_a_fixed_setting_is_refused_and_the_queue_keeps_its_type(
         one_host: tuple[HostProcess, zmqueue.Client], hosts: HostFactory, consul_agent: ConsulAgent) -> None:
     h, client = one_host

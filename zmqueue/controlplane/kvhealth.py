@@ -18,6 +18,7 @@ metadata cache therefore:
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import replace
 
 from zmqueue.config import FIXED_AT_CREATION
@@ -84,9 +85,14 @@ def fixed_setting_edits(prev: kv.ClusterState, state: kv.ClusterState) -> list[k
     return out
 
 
-def describe(problems: list[kv.Malformed]) -> str:
+def describe(problems: list[kv.Malformed], unserved: Collection[str] = ()) -> str:
+    """The ``kv:`` check's notes; ``unserved``: queues whose bad config this
+    host knows no earlier good value of (it started since the edit)."""
     text = "; ".join(f"{p.key}: {p.reason}" for p in problems)
     kept = "last good value kept"
+    if unserved:
+        kept += (f"; this host knows no good config of {', '.join(sorted(unserved))} (it started since the "
+                 "edit) and does not serve it until the value is fixed")
     if any(p.key.startswith(f"{kv.PREFIX}policies/") for p in problems):
         kept += "; a bad policy denies everyone but hosts until it is fixed"
     return f"bad values in Consul KV ({kept}): {text}"[:NOTES_CHARS_MAX]
@@ -101,7 +107,7 @@ class KvProblemReporter:
                                   "bad JSON in zmqueue/ KV keys")
         self.check_id = self.check.check_id
 
-    def report(self, problems: list[kv.Malformed]) -> None:
-        notes = describe(problems) if problems else ""
+    def report(self, problems: list[kv.Malformed], unserved: Collection[str] = ()) -> None:
+        notes = describe(problems, unserved) if problems else ""
         if self.check.report(notes) and notes:
             log.warning("%s", notes)

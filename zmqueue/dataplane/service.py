@@ -38,7 +38,7 @@ from zmqueue.dataplane.storage import StorageConfig
 from zmqueue.dataplane.storage.store import STATS_KEYS
 from zmqueue.dataplane.stream import LEASE_S, SILENT_S, PendingAck, Role, Stream
 from zmqueue.dataplane.streamset import StreamSet
-from zmqueue.dataplane.topology import FIFO_ORIGIN, Metadata, PartKey, StreamKey
+from zmqueue.dataplane.topology import FIFO_ORIGIN, Metadata, PartKey, StreamKey, config_unreadable
 from zmqueue.dataplane.waiting import Waiters, has_messages
 from zmqueue.errors import (
     InvalidParameter,
@@ -389,6 +389,9 @@ class QueueService:
                 raise InvalidParameter(f"queue {queue!r} has partitions 0..{cfg.partitions - 1}",
                                        field="partition")
             return True
+        bad = self.meta.unreadable.get(queue)
+        if bad is not None:  # (no use parking: a refresh reads the same value)
+            raise config_unreadable(queue, bad)
         if getattr(req, "_parked_once", False):
             raise QueueNotFound(f"queue {queue!r} does not exist; create it first", queue=queue)
         req._parked_once = True  # type: ignore[attr-defined]

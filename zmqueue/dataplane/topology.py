@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from zmqueue.config import QueueConfig
+from zmqueue.errors import Unavailable
 from zmqueue.protocol import FIFO_ORIGIN as FIFO_ORIGIN
 
 PartKey = tuple[str, int]
@@ -35,11 +36,24 @@ class PartitionInfo:
     """The assignment's version (a writer confirms a change by it)."""
 
 
+def config_unreadable(queue: str, why: str) -> Unavailable:
+    """The answer about a queue in :attr:`Metadata.unreadable` (not "does not
+    exist": an operator told so might create it anew). Unavailable: a client
+    asks another host, which may still serve it with the last good value."""
+    return Unavailable(f"queue {queue!r} cannot be served by this host: its config in Consul KV is not "
+                       f"valid ({why}) and this host knows no earlier good value of it (it started since "
+                       "the edit); fix the value in Consul", queue=queue)
+
+
 @dataclass(frozen=True)
 class Metadata:
     configs: dict[str, QueueConfig] = field(default_factory=dict)
     partitions: dict[PartKey, PartitionInfo] = field(default_factory=dict)
     peers: dict[str, Peer] = field(default_factory=dict)
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Queues whose config in Consul is malformed and of which this host knows
+    no earlier good value (one started since the bad edit): what is wrong,
+    to answer their requests with (not "does not exist")."""
 
     def origins(self, key: PartKey) -> list[str]:
         """The streams of a partition: one for FIFO; otherwise one per replica,
@@ -67,4 +81,4 @@ class Metadata:
     def merged_with(self, older: Metadata) -> Metadata:
         """This state plus whatever ``older`` knew that this one lacks."""
         return Metadata({**older.configs, **self.configs}, {**older.partitions, **self.partitions},
-                        {**older.peers, **self.peers})
+                        {**older.peers, **self.peers}, self.unreadable)

@@ -25,8 +25,9 @@ from zmqueue.config import QueueConfig
 from zmqueue.controlplane.queue_directory import QueueDirectory
 from zmqueue.dataplane import fields as F
 from zmqueue.dataplane.dispatch import DEFERRED, Dispatcher, Request
+from zmqueue.dataplane.topology import config_unreadable
 from zmqueue.errors import InternalError, ZmqueueError
-from zmqueue.host.metadata import MetadataCache
+from zmqueue.host.metadata import MetadataCache, unreadable_configs
 from zmqueue.protocol import Command
 
 
@@ -91,7 +92,11 @@ class AdminHandlers:
     def _get(self, d: QueueDirectory, body: dict[str, Any]) -> Any:
         # as served: a refused KV edit (bad JSON, a fixed setting) is not shown
         name = F.get_queue(body, "name")
-        return {"queue": self.cache.last_good(d.snapshot()).queue_info(name)}
+        snap = self.cache.last_good(d.snapshot())
+        bad = unreadable_configs(snap).get(name)
+        if bad is not None:
+            raise config_unreadable(name, bad)
+        return {"queue": snap.queue_info(name)}
 
     def _list(self, d: QueueDirectory, body: dict[str, Any]) -> Any:
         prefix = body.get("prefix") or ""

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.kvhealth import KvProblemReporter, fixed_setting_edits, keep_last_good
 from zmqueue.controlplane.queue_directory import QueueDirectory, Snapshot
@@ -41,7 +42,21 @@ def to_metadata(snap: Snapshot) -> Metadata:
                                                         writers.get((pid.queue, pid.partition), {}),
                                                         a.joining, a.leaving, a.previous, a.version)
              for pid, a in snap.state.assignments.items()}
-    return Metadata(dict(snap.state.configs), parts, peers)
+    return Metadata(dict(snap.state.configs), parts, peers, unreadable_configs(snap))
+
+
+def unreadable_configs(snap: Snapshot) -> dict[str, str]:
+    """Queues whose config key in ``snap`` is malformed and which it has no
+    config for (no earlier good value was kept): what is wrong with each."""
+    return {q: f"{p.key}: {p.reason}" for p in snap.problems
+            if (q := _config_queue(p.key)) is not None and q not in snap.state.configs}
+
+
+def _config_queue(key: str) -> str | None:
+    """The queue whose config ``key`` is, if it is one."""
+    _, sep, tail = key.partition("queues/")
+    name, slash, rest = tail.partition("/")
+    return name if sep and slash and rest == "config" and kv.queue_config_key(name) == key else None
 
 
 class MetadataCache:
@@ -192,7 +207,7 @@ class MetadataCache:
             prev = snap
             good = self.last_good(snap)
             if reporter is not None:
-                reporter.report(good.problems)
+                reporter.report(good.problems, unreadable_configs(good))
             self._publish(good, always=False)
 
     def last_good(self, snap: Snapshot) -> Snapshot:
