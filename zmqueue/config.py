@@ -77,7 +77,7 @@ def validate_queue_name(name: object) -> str:
     return name
 
 
-NOT_SETTINGS = frozenset({"extra", "incarnation"})
+NOT_SETTINGS = frozenset({"extra", "incarnation", "given"})
 """QueueConfig fields that are not in its JSON."""
 
 
@@ -135,6 +135,10 @@ class QueueConfig:
     Consul (a queue deleted and created again gets a new one), set when a
     snapshot of KV is read; 0 = not known. Not a setting: never in the
     config's JSON. Receipts carry it (docs/PROTOCOL.md, Receipt handles)."""
+    given: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    """The settings its JSON named (:meth:`from_dict`; the others took their
+    defaults): a KV edit that drops one (a typo in its name) is caught by
+    comparing with the config before (``kvhealth.fixed_setting_edits``)."""
 
     def validate(self) -> QueueConfig:
         validate_queue_name(self.name)
@@ -170,6 +174,7 @@ class QueueConfig:
         d = asdict(self)
         d.pop("extra")
         d.pop("incarnation")
+        d.pop("given")
         return d
 
     @classmethod
@@ -181,7 +186,7 @@ class QueueConfig:
         kwargs = {k: v for k, v in data.items() if k in known}
         extra = {k: v for k, v in data.items() if k not in known}
         try:
-            cfg = cls(**kwargs, extra=extra)
+            cfg = cls(**kwargs, extra=extra, given=frozenset(kwargs))
         except TypeError as exc:
             raise ConfigError(f"queue config: {exc}", field="config") from exc
         return cfg.validate()

@@ -275,6 +275,33 @@ def test_a_fixed_setting_edit_after_a_bad_edit_is_still_refused() -> None:
     assert keep_last_good(kept, flipped, [problem]).configs["orders"].fifo is False
 
 
+def test_a_config_edit_that_drops_a_setting_is_a_problem_naming_it_and_the_typo() -> None:
+    """(A misspelled setting, ``retension_s``, was kept as an unknown field
+    while ``retention_s``, now missing, silently went back to its default.)"""
+    import json
+
+    from zmqueue.controlplane.kvhealth import fixed_setting_edits, keep_last_good
+
+    key = kv.queue_config_key("orders")
+    old = _config_state(QueueConfig("orders", retention_s=86400), created=5, modified=5)
+    raw = json.loads(kv.encode_queue_config(QueueConfig("orders", retention_s=86400)))
+    raw["retension_s"] = raw.pop("retention_s")
+    typo_item = item(key, json.dumps(raw).encode(), index=9)
+    typo_item["CreateIndex"] = 5
+    typo, problems = kv.parse_tree([typo_item])
+    assert problems == [] and typo.configs["orders"].retention_s == QueueConfig("x").retention_s
+    [problem] = fixed_setting_edits(old, typo)
+    assert "missing retention_s (was 86400)" in problem.reason
+    assert "unknown field(s) retension_s: a typo?" in problem.reason
+    assert keep_last_good(old, typo, [problem]).configs["orders"].retention_s == 86400
+    # a setting dropped whose default is its value changes nothing: not a problem
+    raw = json.loads(kv.encode_queue_config(QueueConfig("orders", retention_s=86400)))
+    del raw["delay_s"]
+    same_item = item(key, json.dumps(raw).encode(), index=11)
+    same_item["CreateIndex"] = 5
+    assert fixed_setting_edits(old, kv.parse_tree([same_item])[0]) == []
+
+
 def test_a_positions_listing_decodes_by_stream_and_skips_what_it_cannot_read():
     from zmqueue.controlplane.kvlayout import POSITIONS_PREFIX, Position, decode_stream_positions
 

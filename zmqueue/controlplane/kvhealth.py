@@ -82,6 +82,13 @@ def fixed_setting_edits(prev: kv.ClusterState, state: kv.ClusterState) -> list[k
             out.append(kv.Malformed(key, f"{'; '.join(changed)}: fixed once the queue exists, the queue "
                                          "keeps its previous config; put the old value back, or create "
                                          "a new queue"))
+            continue
+        dropped = sorted(n for n in old.given - new.given if getattr(old, n) != getattr(new, n))
+        if dropped:  # (a config written by any version names every setting it knows)
+            was = ", ".join(f"{n} (was {getattr(old, n)!r})" for n in dropped)
+            unknown = f"; unknown field(s) {', '.join(sorted(new.extra))}: a typo?" if new.extra else ""
+            out.append(kv.Malformed(key, f"missing {was}, which would reset to the default{unknown}; the "
+                                         "queue keeps its previous config: put the setting back"))
     return out
 
 
