@@ -587,3 +587,24 @@ def test_a_writer_edited_out_of_its_replicas_and_put_back_at_once_writes_again(
         assert lock_holder(addr, f"zmqueue/leaders/{q.name}/0/{origin}") is not None
     finally:
         client.close()
+
+
+def test_a_new_queue_is_not_placed_on_a_cluster_whose_hosts_are_all_drained(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    """(``create_queue`` counted drained hosts, so partitions went to the
+    drained cluster and the external manager moved them off a moment later.)"""
+    addr = consul_agent.http_addr
+    drained = [hosts.start(f"d{i}", cluster="c1") for i in (1, 2)]
+    kept = [hosts.start(f"k{i}", cluster="c2") for i in (1, 2)]
+    for h in drained + kept:
+        wait_for(lambda: all_passing(consul_agent, h.node), 60, f"{h.node} passing")  # noqa: B023
+    for h in drained:
+        assert cli(["drain", h.node, "--consul", addr]) == 0
+    client = zmqueue.connect(addr, request_timeout=10)
+    try:
+        q = client.create_queue(f"undrained-{hosts.uid}", partitions=4, replication_factor=2)
+        placed = {p: assignment(addr, q.name, p) for p in range(4)}
+        assert {a["cluster"] for a in placed.values() if a} == {kept[0].cluster}, placed
+        assert all(a and a["version"] == 1 for a in placed.values()), f"none was moved: {placed}"
+    finally:
+        client.close()

@@ -150,7 +150,9 @@ class QueueDirectory:
         drains = snap.state.drains
         passing = [h for h in snap.hosts if h.passing]
         clusters: dict[str, int] = {}
-        for h in passing:
+        # a cluster whose hosts are all drained takes nothing new (as the external
+        # manager counts them), unless every host is drained
+        for h in [h for h in passing if not drains.get(h.node, False)] or passing:
             clusters[h.cluster] = clusters.get(h.cluster, 0) + 1
         fleet = Fleet(
             clusters={c: ClusterInfo(c, n) for c, n in clusters.items()},
