@@ -590,7 +590,7 @@ def test_a_writer_edited_out_of_its_replicas_and_put_back_at_once_writes_again(
 
 
 def test_a_new_queue_is_not_placed_on_a_cluster_whose_hosts_are_all_drained(
-        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+        hosts: HostFactory, consul_agent: ConsulAgent, capsys: pytest.CaptureFixture[str]) -> None:
     """(``create_queue`` counted drained hosts, so partitions went to the
     drained cluster and the external manager moved them off a moment later.)"""
     addr = consul_agent.http_addr
@@ -599,7 +599,10 @@ def test_a_new_queue_is_not_placed_on_a_cluster_whose_hosts_are_all_drained(
     for h in drained + kept:
         wait_for(lambda: all_passing(consul_agent, h.node), 60, f"{h.node} passing")  # noqa: B023
     for h in drained:
+        capsys.readouterr()
         assert cli(["drain", h.node, "--consul", addr]) == 0
+    assert f"every host of cluster {drained[0].cluster!r} is draining now" in capsys.readouterr().out, \
+        "the drain of a cluster's last host says nothing can move within it"
     client = zmqueue.connect(addr, request_timeout=10)
     try:
         q = client.create_queue(f"undrained-{hosts.uid}", partitions=4, replication_factor=2)

@@ -136,7 +136,8 @@ def cmd_drain(args: argparse.Namespace) -> int:
 
     node = validate_ident(args.node, "node")
     client = ConsulClient(consul_addresses(args.consul), timeout_s=2.0)
-    known = {h.node for h in list_hosts(client)}
+    hosts = list_hosts(client)
+    known = {h.node for h in hosts}
     client.call(lambda c: c.kv.put(kv.drain_key(node), kv.encode_drain(not args.undo)))
     what = "undrained (nothing moves back by itself)" if args.undo else (
         "draining: its partitions move to the other hosts of its cluster as they catch up; "
@@ -144,6 +145,16 @@ def cmd_drain(args: argparse.Namespace) -> int:
     console.print(f"{node}: {what}")
     if node not in known:
         console.print(f"note: no host {node!r} is registered in Consul now (the flag is set anyway)")
+    elif not args.undo:
+        cluster = next(h.cluster for h in hosts if h.node == node)
+        _, items = client.call(lambda c: c.kv.get(f"{kv.PREFIX}hosts/", recurse=True))
+        drained = {n for n in known if any(it["Key"] == kv.drain_key(n) and kv.decode_drain(
+            it["Key"], it.get("Value")) is True for it in items or [])} | {node}
+        if all(h.node in drained for h in hosts if h.cluster == cluster):
+            console.print(f"note: every host of cluster {cluster!r} is draining now, so nothing in it has "
+                          "another host to move to: its partitions that hold messages stay (the external "
+                          "manager moves only empty ones to another cluster) until a host of the cluster "
+                          "is undrained or added")
     return 0
 
 

@@ -148,9 +148,11 @@ def _quorum_moves(fleet: Fleet, counts: Counter[str]) -> list[Action]:
         source = fleet.assignments[pid]
         r = fleet.replication.get(pid.queue, 1)
         if pid in fleet.holding:
-            actions.append(CannotPlace(pid, f"cluster {source!r} lost quorum; the partition holds records, "
-                                            "so it stays there until a quorum of its hosts is back (a move "
-                                            "would leave its acknowledged messages behind)"))
+            actions.append(CannotPlace(pid, f"cluster {source!r} lost quorum (too few of its hosts are "
+                                            "passing and not drained); the partition holds records, "
+                                            "so it stays there until a quorum of its hosts is back (or "
+                                            "undrained; a move would leave its acknowledged messages "
+                                            "behind)"))
             continue
         candidates = [c for c in clusters if c.name != source]
         target = _choose(pid, candidates, counts, r)
