@@ -164,3 +164,20 @@ def test_two_hosts_cannot_share_a_data_dir(hosts: HostFactory, consul_agent: Con
     assert_one_line_error(res, "in use by another host")
     info = json.loads((h.data_dir / "host.json").read_text())
     assert info["pid"] == h.pid
+
+
+def test_a_fresh_host_exports_every_dispatcher_event_an_alert_watches_at_zero(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    """(``pass_errors`` and the ``*_served_late`` counters, which the
+    operator guide says should stay 0, were not exported until they were not
+    0, so an alert could not tell 0 from missing.)"""
+    from tests.security.harness import scrape
+    from zmqueue.host.metrics import DISPATCHER_EVENTS
+
+    h = hosts.start("n1")
+    wait_for(lambda: passing(consul_agent, h.node), 60, "host passing")
+    text = scrape(h)
+    for event in DISPATCHER_EVENTS:
+        assert f'zmqueue_dispatcher_events_total{{event="{event}"}}' in text, event
+    for event in ("pass_errors", "polls_served_late", "pushes_served_late"):
+        assert f'zmqueue_dispatcher_events_total{{event="{event}"}} 0.0' in text, event

@@ -279,7 +279,7 @@ class Leadership(threading.Thread):
         self.home = home
         self.node = node
         self.checks = checks
-        self.value = json.dumps(value).encode()
+        self.value = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()  # (as kvlayout's)
         self.post = post
         self.stopped = threading.Event()
         self._lock = threading.Lock()

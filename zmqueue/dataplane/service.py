@@ -315,14 +315,16 @@ class QueueService:
                 st.lease_until = max(st.lease_until, at + LEASE_S)
                 if st.unconfirmed == by_consul:
                     st.unconfirmed = not by_consul
+                    name = "/".join(map(str, key))
+                    if st.config.sync_replication:  # (its writes wait for a majority anyway: nothing to say)
+                        continue
                     if by_consul:
                         log.info("stream %s: Consul confirms its writer again; asynchronous writes "
-                                 "are acknowledged by this host alone again", "/".join(map(str, key)))
-                    elif not st.config.sync_replication:
+                                 "are acknowledged by this host alone again", name)
+                    else:
                         log.warning("stream %s: Consul unreachable; until it confirms this host as the "
                                     "writer again, asynchronous writes are acknowledged once a majority "
-                                    "of the replicas holds them (another host may have been elected)",
-                                    "/".join(map(str, key)))
+                                    "of the replicas holds them (another host may have been elected)", name)
 
     def candidacies(self) -> dict[StreamKey, tuple[tuple[str, ...], str | None, tuple[str, ...], bool,
                                                    tuple[str, ...], tuple[str, ...], str, int]]:

@@ -59,16 +59,19 @@ def snapshot(svc: QueueService, door: FrontDoor, zap_counters: dict[str, int],
             "disk": (disk_free(svc.set.root.parent), svc.set.defaults.min_free_bytes)}
 
 
+DISPATCHER_EVENTS = ("requests", "errors", "internal_errors", "malformed", "unexpected_reply",
+                     "retries_answered_from_cache", "retries_joined_in_progress", "pass_errors",
+                     "polls_served_late", "pushes_served_late")
+"""Dispatcher events exported from the start, at 0 (an alert on one that
+should stay 0 can tell 0 from not exported); others appear once counted."""
+
+
 def _with_late(counters: dict[str, int], polls: int, pushes: int) -> dict[str, int]:
     """The dispatcher's counters, and the parked polls and pushes a recheck
     had to serve (a change that reached none of the paths that wake them,
-    see zmqueue.dataplane.partwatch)."""
-    out = dict(counters)
-    if polls:
-        out["polls_served_late"] = polls
-    if pushes:
-        out["pushes_served_late"] = pushes
-    return out
+    see zmqueue.dataplane.partwatch); every one of :data:`DISPATCHER_EVENTS`."""
+    return {**dict.fromkeys(DISPATCHER_EVENTS, 0), **counters, "polls_served_late": polls,
+            "pushes_served_late": pushes}
 
 
 def _copy(h: Latency) -> dict[str, tuple[list[int], float]]:
