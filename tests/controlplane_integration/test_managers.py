@@ -553,8 +553,9 @@ def test_hosts_that_join_a_partition_whose_only_replica_is_down_do_not_take_it_o
         client.close()
 
 
+@pytest.mark.parametrize("replacement", [None, "ghost"], ids=["removed", "replaced-by-an-unknown-host"])
 def test_a_writer_edited_out_of_its_replicas_and_put_back_at_once_writes_again(
-        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+        hosts: HostFactory, consul_agent: ConsulAgent, replacement: str | None) -> None:
     """An operator drops the writer of a stream from the partition's replicas
     in KV; the internal manager puts it back (joining) within milliseconds,
     so its host closes and reopens the stream between two leadership cycles
@@ -573,7 +574,7 @@ def test_a_writer_edited_out_of_its_replicas_and_put_back_at_once_writes_again(
         key = f"zmqueue/queues/{q.name}/partitions/0"
         _, item = kv.kv.get(key)
         a = json.loads(item["Value"])
-        a["replicas"] = [r for r in a["replicas"] if r != origin]
+        a["replicas"] = [r for r in a["replicas"] if r != origin] + ([replacement] if replacement else [])
         a["version"] += 1
         assert kv.kv.put(key, json.dumps(a), cas=item["ModifyIndex"])
 
