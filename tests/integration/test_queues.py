@@ -533,7 +533,8 @@ def test_a_redrive_that_cannot_move_its_messages_says_why_and_hides_none(qcluste
     assert sorted(got) == [b"dead0", b"dead1", b"dead2"]
 
 
-def test_dead_letters_of_a_deleted_source_queue_are_skipped_and_named(qcluster: QueueCluster) -> None:
+def test_dead_letters_of_a_deleted_source_queue_are_skipped_and_named(
+        qcluster: QueueCluster, capsys: pytest.CaptureFixture[str]) -> None:
     c = qcluster.client
     name, dlq_name = qcluster.queue_name("rd-src"), qcluster.queue_name("rd-src-dlq")
     q = c.create_queue(name, visibility_timeout=1, dead_letter_queue=dlq_name, max_receive_count=1)
@@ -545,3 +546,7 @@ def test_dead_letters_of_a_deleted_source_queue_are_skipped_and_named(qcluster: 
     report = dlq.redrive(wait_time=0.5)
     assert (report.moved, report.skipped, report.missing) == ({}, 2, [name])
     wait_for(lambda: dlq.stats()["visible"] == 2, 10, "the skipped dead letters visible again at once")
+    from zmqueue.cli.main import main
+
+    assert main(["queue", "redrive", dlq_name, "--consul", qcluster.factory.agent.http_addr]) == 0
+    assert f"whose source queue no longer exists ({name})" in capsys.readouterr().out

@@ -178,8 +178,9 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     where = ", ".join(f"{n} to {q}" for q, n in sorted(report.moved.items())) or "none"
     console.print(f"moved {report.total} messages from {args.name} ({where})")
     if report.skipped:
-        console.print(f"left {report.skipped} messages without a source queue in {args.name}; "
-                      "pass --to QUEUE to move them")
+        why = (f"whose source queue no longer exists ({', '.join(report.missing)}) or without one"
+               if report.missing else "without a source queue")
+        console.print(f"left {report.skipped} messages {why} in {args.name}; pass --to QUEUE to move them")
     if report.failed_deletes:
         console.print(f"{report.failed_deletes} moved messages could not be deleted from "
                       f"{args.name} and will be delivered from it again")
