@@ -212,6 +212,56 @@ def test_push_credits_that_carry_deletes_are_rate_limited_and_retried(secure: Se
     assert _sum("zmqueue_queue_pushed_total", secure, queue=name) == 12
 
 
+def test_a_credit_cannot_slip_deletes_past_the_policy(secure: SecureCluster,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """bob may receive, not delete. (A CREDIT deleting by reference with a
+    ``del`` beside it that the front door could not read was let through
+    unchecked, and the messages were deleted.)"""
+    from zmqueue.client.subscription import Subscription
+
+    name = qname("creditpol")
+    q = secure.clients["alice"].create_queue(name, visibility_timeout=60)
+    keyring.put_policy(secure.consul, name, {"send": ["alice"], "receive": ["alice", "bob"],
+                                             "delete": ["alice"], "admin": ["alice"]})
+    bq = secure.clients["bob"].get_queue(name)
+    wait_for(lambda: _denied(lambda: bq.send(b"bob may not send")), 10, "the policy in force")
+    real = Subscription._credit_request
+
+    def with_del(self: Subscription, conn: Connection, body: dict[str, Any]) -> Any:
+        if body.get("dref") is not None:
+            body = {**body, "del": ["x"]}
+        return real(self, conn, body)
+
+    monkeypatch.setattr(Subscription, "_credit_request", with_del)
+    q.send_batch([f"m{i}".encode() for i in range(10)])
+    before = _sum("zmqueue_queue_denied_total", secure, queue=name)
+    with bq.subscribe(lambda m: None, prefetch=10) as sub:
+        wait_for(lambda: sub.handled == 10, 20, "bob handled the 10 pushed messages")
+        wait_for(lambda: _sum("zmqueue_queue_denied_total", secure, queue=name) > before, 10,
+                 "the credit's deletes refused")
+    assert q.stats()["total"] == 10, "nothing was deleted"
+    keyring.delete_policy(secure.consul, name)
+
+
+def _denied(call: Any) -> bool:
+    try:
+        call()
+    except AccessDenied:
+        return True
+    return False
+
+
+def test_a_client_key_under_a_hosts_name_is_refused(secure: SecureCluster, tmp_path, capsys) -> None:
+    from zmqueue.cli.main import main
+
+    host = secure.hosts[0].node
+    assert main(["keys", "generate", "--out", str(tmp_path), "--name", "mallory"]) == 0
+    assert main(["keys", "register", "--public", str(tmp_path / "mallory.key"), "--role", "client",
+                 "--name", host, "--consul", secure.agent.http_addr]) == 1
+    err = capsys.readouterr().err
+    assert f"the name {host!r} is registered for a host key" in err and "pick another name" in err
+
+
 def test_a_receive_pipeline_works_over_curve_and_rides_out_its_rate_limit(secure: SecureCluster) -> None:
     """Its own connections do the CURVE handshake; its RECEIVEs (ahead, and
     carrying deletes) are rate limited like any, and a throttled one falls

@@ -136,6 +136,39 @@ def test_a_receive_that_carries_deletes_needs_the_delete_permission_too() -> Non
     assert door.check("client", "carol", by_ref, 10) == (None, "q")
 
 
+def test_a_credit_deleting_by_reference_is_checked_on_the_queue_it_deletes_from() -> None:
+    """(A CREDIT with ``dref`` and a ``del`` the front door could not decode,
+    or one naming another queue, was checked on that queue or not at all,
+    while the handler deleted ``dref`` from the subscription's queue.)"""
+    policies = {"q": {"receive": ("bob", "carol"), "delete": ("carol",)}}
+    door = FrontDoor(lambda: {}, lambda: policies, lambda u: None, None)
+    other = Receipt("openq", 0, "h1", 5, 1, 1).encode()
+    for extra in ({"del": ["x"]}, {"del": [other]}, {}):
+        credit = Frame(Command.CREDIT, Flags.NONE, 1, {"sub": 7, "n": 10, "q": "q",
+                                                       "dref": ["h1", [5], [1]], **extra})
+        denied = door.check("client", "bob", credit, 10).refused
+        assert isinstance(denied, AccessDenied) and denied.details["action"] == "delete", extra
+
+
+def test_a_name_registered_with_keys_of_both_roles_counts_as_a_client() -> None:
+    """(A client key registered under a host's name passed as a host: no
+    policy or rate limit applied to it.)"""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    zap = ZapHandler(ctx)
+    try:
+        hpub, _ = zmq.curve_keypair()
+        mpub, _ = zmq.curve_keypair()
+        zap.set_keys({hpub: KeyEntry("c1-h1", "host")})
+        assert zap.role_of("c1-h1") == "host"
+        zap.set_keys({hpub: KeyEntry("c1-h1", "host"), mpub: KeyEntry("c1-h1", "client")})
+        assert zap.role_of("c1-h1") == "client" and zap.mixed == {"c1-h1"}
+        zap.set_keys({hpub: KeyEntry("c1-h1", "host")})
+        assert zap.role_of("c1-h1") == "host" and zap.mixed == set()
+    finally:
+        zap.stop()
+        ctx.term()
+
+
 def test_receives_and_redeliveries_in_column_groups_are_counted() -> None:
     door = FrontDoor(lambda: {}, lambda: {}, lambda u: None, None)
     frame = Frame(Command.RECEIVE, Flags.NONE, 1, {"q": "q", "max": 10, "cols": True})

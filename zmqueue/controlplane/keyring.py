@@ -28,6 +28,11 @@ def register_key(client: ConsulClient, scope: str, name: str, public: str, role:
     bad = kv.decode_key_record("new key", raw)
     if isinstance(bad, kv.Malformed):
         raise ConfigError(bad.reason, field="key")
+    for (other_scope, other_name), other in list_keys(client).items():
+        if other_name == name and other.role != role:
+            raise ConfigError(f"the name {name!r} is registered for a {other.role} key (scope "
+                              f"{other_scope}): a {role} key under it would share its identity; pick "
+                              "another name, or revoke that key first", field="name")
     client.call(lambda c: c.kv.put(kv.key_record_key(scope, name), raw))
 
 

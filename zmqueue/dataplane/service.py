@@ -681,6 +681,8 @@ class QueueService:
         refs: tuple[list[int], list[int]] | None = None
         inc: int | None = None
         items: list[Any] = []
+        if body.get("dref") is not None and body.get("del") is not None:
+            raise InvalidParameter("a CREDIT carries its deletes as dref or as del, not both", field="del")
         if body.get("dref") is not None:
             part = self.pusher.part_of(sub, req.identity)
             if body.get("q") != part[0]:

@@ -41,6 +41,9 @@ def queue_of(frame: Frame) -> str:
     body = frame.body if isinstance(frame.body, dict) else {}
     cmd = frame.command
     try:
+        if cmd == Command.CREDIT and body.get("dref") is not None:
+            q = body.get("q")  # (the handler deletes dref from the subscription's queue, which q must name)
+            return q if isinstance(q, str) else ""
         if cmd in (Command.DELETE, Command.CHANGE_VISIBILITY, Command.CREDIT):
             items = body.get("del") if cmd == Command.CREDIT else body.get("r")
             if isinstance(items, list) and items:

@@ -45,6 +45,8 @@ class ZapHandler:
         self.keys: dict[bytes, KeyEntry] = {}
         """z85 public key -> entry; replaced whole, never mutated."""
         self.roles: dict[str, str] = {}
+        self.mixed: set[str] = set()
+        """Names registered with keys of both roles (treated as clients')."""
         self.counters: Counter[str] = Counter()
         self.stopping = threading.Event()
         self.sock = ctx.socket(zmq.REP)
@@ -53,8 +55,22 @@ class ZapHandler:
         self.thread = threading.Thread(target=self._run, name="zap", daemon=True)
 
     def set_keys(self, entries: dict[bytes, KeyEntry]) -> None:
+        """Swap in the allowed keys. A name registered with keys of both roles
+        (a client key under a host's name: ``register_key`` refuses it, a KV
+        edit does not) counts as a client's, since a connection's role is
+        looked up by its User-Id: a host key under it is then checked like a
+        client's rather than a client key passing as a host's."""
+        roles: dict[str, str] = {}
+        mixed: set[str] = set()
+        for e in entries.values():
+            if roles.setdefault(e.name, e.role) != e.role:
+                mixed.add(e.name)
+        for name in sorted(mixed - self.mixed):  # (said once, when it appears)
+            log.warning("keys of both roles are registered under the name %r: its connections are "
+                        "treated as a client's (policies apply) until one is revoked", name)
+        self.mixed = mixed
         self.keys = dict(entries)
-        self.roles = {e.name: e.role for e in entries.values()}
+        self.roles = {**roles, **dict.fromkeys(mixed, "client")}
 
     def role_of(self, name: str | None) -> str | None:
         return self.roles.get(name) if name else None
