@@ -183,3 +183,40 @@ def test_sends_answered_with_joined_ids_are_counted_per_message() -> None:
     door.on_reply("client", None, frame, 0.0, {"ib": bytes(48)}, 10, "q")
     door.on_reply("client", None, frame, 0.0, {"ids": ["0" * 32, "1" * 32]}, 10, "q")
     assert door.queues["q"].sends == 5
+
+
+def test_key_files_that_are_not_text_or_not_z85_are_config_errors(tmp_path: Path) -> None:
+    """(A binary at-rest key file crashed the host with UnicodeDecodeError;
+    z85 keys with characters outside the alphabet gave KeyError or
+    struct.error tracebacks in every command, and a bare 40-character line
+    of them was registered as a public key.)"""
+    from zmqueue.security import atrest
+    from zmqueue.security.curve import check_key, load_public, load_secret
+
+    binary = tmp_path / "payments.key"
+    binary.write_bytes(b"\xaf\xfe" + bytes(range(200)))
+    with pytest.raises(ConfigError, match="not a key file"):
+        atrest.read_keys(binary)
+    for bad in ("~" * 40, "#" * 40):
+        with pytest.raises(ConfigError, match="not a z85 CURVE key"):
+            check_key(bad)
+        bare = tmp_path / "bare.key"
+        bare.write_text(bad + "\n")
+        with pytest.raises(ConfigError, match="not a z85 CURVE key"):
+            load_public(bare)
+        cert = tmp_path / "bad.key_secret"
+        cert.write_text(f'metadata\ncurve\n    public-key = "{bad}"\n    secret-key = "{bad}"\n')
+        with pytest.raises(ConfigError):
+            load_secret(cert)
+    (tmp_path / "raw.key_secret").write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ConfigError):
+        load_secret(tmp_path / "raw.key_secret")
+
+
+def test_usage_lines_that_are_not_records_are_skipped(tmp_path: Path) -> None:
+    f = tmp_path / "usage.jsonl"
+    good = '{"identity": "a", "queue": "q", "t1": 5, "requests": 1, "bytes_in": 2, "bytes_out": 3}\n'
+    f.write_bytes((good + '{"identity": "a", "queue": "q", "t1": null, "requests": 1}\n'
+                   + '{"identity": "a", "queue": "q", "t1": 5, "requests": "x"}\n').encode()
+                  + b"\xff\xfe not text\n" + good.encode())
+    assert aggregate([f]) == [{"identity": "a", "queue": "q", "requests": 2, "bytes_in": 4, "bytes_out": 6}]

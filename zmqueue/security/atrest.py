@@ -42,7 +42,12 @@ def key_path(key_dir: str | Path, queue: str) -> Path:
 
 def read_keys(path: Path) -> dict[int, bytes]:
     keys: dict[int, bytes] = {}
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a key file (not text): expected '<id>:<base64 key>' lines; "
+                          "restore it, or make one with `zmqueue keys data-key`", field="key_dir") from None
+    for n, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue

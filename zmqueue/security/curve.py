@@ -13,6 +13,7 @@ SUB socket can connect to several servers with different keys).
 from __future__ import annotations
 
 import os
+import struct
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,13 +40,15 @@ def load_public(path: str | Path) -> bytes:
     p = Path(path)
     try:
         text = p.read_text().strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p} is not a key file (not text)", field="key") from None
     except OSError as exc:
         raise ConfigError(f"cannot read key file {p}: {exc.strerror}", field="key") from None
     if len(text) == Z85_KEY_LEN and "\n" not in text:
-        return text.encode()
+        return check_key(text)
     try:
         public, _ = zmq.auth.load_certificate(str(p))
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p} is not a ZeroMQ certificate: {exc}", field="key") from None
     return check_key(public)
 
@@ -54,7 +57,7 @@ def load_secret(path: str | Path) -> tuple[bytes, bytes]:
     """(public, secret) z85 keys from a ``.key_secret`` file."""
     try:
         public, secret = zmq.auth.load_certificate(str(path))
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot load the secret key file {path}: {exc}", field="curve_secret") from None
     if not secret:
         raise ConfigError(f"{path} holds no secret key (pass the .key_secret file)", field="curve_secret")
@@ -62,11 +65,11 @@ def load_secret(path: str | Path) -> tuple[bytes, bytes]:
 
 
 def check_key(key: bytes | str) -> bytes:
-    raw = key.encode() if isinstance(key, str) else key
+    raw = key.encode(errors="replace") if isinstance(key, str) else key
     try:
         if len(raw) != Z85_KEY_LEN or len(zmq.utils.z85.decode(raw)) != 32:
             raise ValueError
-    except ValueError:
+    except (ValueError, KeyError, struct.error):  # (z85.decode: KeyError or struct.error on bad characters)
         raise ConfigError(f"{raw[:48]!r} is not a z85 CURVE key (40 characters)", field="key") from None
     return raw
 

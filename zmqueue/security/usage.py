@@ -84,20 +84,45 @@ def find_files(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
+COUNTS = ("requests", "bytes_in", "bytes_out")
+
+
 def aggregate(files: Iterable[Path], since_ms: int = 0) -> list[dict[str, Any]]:
-    """Sum of the records (ending after ``since_ms``) per (identity, queue)."""
+    """Sum of the records (ending after ``since_ms``) per (identity, queue).
+    A line that is not such a record (a torn last line after a crash, an
+    edited or damaged file) is skipped, and the skips logged per file."""
     total: dict[tuple[str, str], list[int]] = {}
     for f in files:
-        with open(f) as fh:
+        skipped = 0
+        with open(f, errors="replace") as fh:
             for line in fh:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue  # a torn last line after a crash
-                if not isinstance(rec, dict) or int(rec.get("t1", 0)) < since_ms:
+                rec = _record(line)
+                if rec is None:
+                    skipped += bool(line.strip())
                     continue
-                row = total.setdefault((str(rec.get("identity")), str(rec.get("queue"))), [0, 0, 0])
-                for i, k in enumerate(("requests", "bytes_in", "bytes_out")):
-                    row[i] += int(rec.get(k, 0))
+                if rec["t1"] < since_ms:
+                    continue
+                row = total.setdefault((rec["identity"], rec["queue"]), [0, 0, 0])
+                for i, k in enumerate(COUNTS):
+                    row[i] += rec[k]
+        if skipped:
+            log.warning("%s: skipped %d line(s) that are not usage records", f, skipped)
     return [{"identity": i, "queue": q, "requests": r[0], "bytes_in": r[1], "bytes_out": r[2]}
             for (i, q), r in sorted(total.items())]
+
+
+def _record(line: str) -> dict[str, Any] | None:
+    """A usage record with whole-number counts and end time, or None."""
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(rec, dict):
+        return None
+    out: dict[str, Any] = {"identity": str(rec.get("identity")), "queue": str(rec.get("queue"))}
+    for k in ("t1", *COUNTS):
+        v = rec.get(k, 0)
+        if type(v) is not int or v < 0:
+            return None
+        out[k] = v
+    return out
