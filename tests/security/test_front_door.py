@@ -409,3 +409,30 @@ def test_metrics_count_dead_letter_moves_and_replication_lag(secure: SecureClust
                 if line.startswith("zmqueue_replication_lag_records{") and f"{repl.name}/0/" in line]
 
     assert wait_for(lambda: (got := lags()) and all(v == 0 for v in got), 10, "replicas caught up")
+
+
+def test_an_encrypted_queues_dead_letters_stay_encrypted(secure: SecureCluster) -> None:
+    """(The dead-letter queue created for an encrypted queue was not
+    encrypted: dead letters were stored in plaintext.)"""
+    import zmqueue
+
+    alice = secure.clients["alice"]
+    name, dlq = qname("sealsrc"), qname("sealdlq")
+    secure.data_key(name)
+    secure.data_key(dlq)
+    q = alice.create_queue(name, encrypted=True, visibility_timeout=1, dead_letter_queue=dlq,
+                           max_receive_count=1, fsync="always")
+    assert alice.get_queue(dlq).config.encrypted, "the dead-letter queue was created encrypted"
+    secret = b"DEAD-LETTER-NEVER-PLAIN-" + uuid.uuid4().hex.encode()
+    q.send(secret)
+    assert [m.body for m in q.receive(wait_time=5)] == [secret]
+    wait_for(lambda: q.receive(wait_time=1) == [] and alice.get_queue(dlq).stats()["total"] == 1, 30,
+             "the message moved to the dead-letter queue")
+    [d] = alice.get_queue(dlq).receive(wait_time=5)
+    assert d.body == secret and d.dead_letter_source == name
+    blobs = [f.read_bytes() for h in secure.hosts for f in (h.data_dir / "queues" / dlq).rglob("*.seg")]
+    assert blobs and all(secret not in b for b in blobs), "no dead letter in plaintext on disk"
+    plain = qname("plaindlq")
+    alice.create_queue(plain)
+    with pytest.raises(zmqueue.InvalidParameter, match="would be stored there in plaintext"):
+        alice.create_queue(qname("sealsrc2"), encrypted=True, dead_letter_queue=plain)

@@ -114,9 +114,11 @@ class QueueDirectory:
 
     def _ensure_dlq(self, cfg: QueueConfig) -> None:
         """Create the dead-letter queue ``cfg`` names, if any and missing (same
-        type, at least 14 days' retention; an existing one is kept as it is).
-        A dead-letter queue of the other type is refused (ConfigError): a FIFO
-        queue's dead letters keep their groups, a standard queue's have none."""
+        type and encryption, at least 14 days' retention; an existing one is
+        kept as it is). A dead-letter queue of the other type is refused
+        (ConfigError): a FIFO queue's dead letters keep their groups, a
+        standard queue's have none; so is an unencrypted one for an encrypted
+        queue (its dead letters would be stored in plaintext)."""
         if cfg.dead_letter_queue is None:
             return
         name, kind = cfg.dead_letter_queue, "FIFO" if cfg.fifo else "standard"
@@ -131,7 +133,12 @@ class QueueDirectory:
             raise ConfigError(f"queue {name!r} is a {'FIFO' if existing.fifo else 'standard'} queue; "
                               f"the dead-letter queue of {kind} queue {cfg.name!r} must be a {kind} "
                               "queue too (as in SQS): name another one", field="dead_letter_queue")
-        dlq = QueueConfig(name, fifo=cfg.fifo, retention_s=max(cfg.retention_s, 14 * 86400), fsync=cfg.fsync)
+        if isinstance(existing, QueueConfig) and cfg.encrypted and not existing.encrypted:
+            raise ConfigError(f"dead-letter queue {name!r} is not encrypted: the dead letters of encrypted "
+                              f"queue {cfg.name!r} would be stored there in plaintext; name an encrypted "
+                              "queue, or a new one (created encrypted)", field="dead_letter_queue")
+        dlq = QueueConfig(name, fifo=cfg.fifo, retention_s=max(cfg.retention_s, 14 * 86400), fsync=cfg.fsync,
+                          encrypted=cfg.encrypted)
         self._create_one(dlq, exists_ok_any=True)
 
     def _create_one(self, cfg: QueueConfig, exists_ok_any: bool = False) -> None:
