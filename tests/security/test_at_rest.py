@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from pathlib import Path
 
@@ -90,7 +91,14 @@ def test_a_host_without_the_queues_key_refuses_receives_and_takes_nothing(
     h.stop()
     key_file = atrest.key_path(key_dir, name)
     saved = key_file.read_bytes()
-    for broken in (None, b"garbage\n"):  # no key file, then one the host cannot read
+    other_id = tmp_path / "other"  # a key file that holds another key id only (2, not 1)
+    atrest.add_key(other_id, name)
+    atrest.add_key(other_id, name)
+    other = b"".join(line + b"\n"
+                     for line in atrest.key_path(other_id, name).read_bytes().splitlines()[1:])
+    # no key file, one the host cannot read, then one without the messages' key id
+    cases = ((None, "no key for it"), (b"garbage\n", "no key for it"), (other, "no key with id 1"))
+    for broken, says in cases:
         if broken is None:
             key_file.unlink()
         else:
@@ -99,9 +107,12 @@ def test_a_host_without_the_queues_key_refuses_receives_and_takes_nothing(
         wait_for(lambda: all_passing(check_statuses(hosts.agent, node)), 20, "host passing")
         with zmqueue.connect(hosts.agent.http_addr, request_timeout=3) as c:
             q = c.get_queue(name)
-            with pytest.raises(Unavailable, match="no key for it") as refused:
+            with pytest.raises(Unavailable, match=says) as refused:
                 q.receive(max_messages=10, wait_time=0)
-            if broken is not None:
+            for _ in range(3):  # more tries take nothing either, and spend no receive count
+                with contextlib.suppress(Unavailable):
+                    assert q.receive(max_messages=10, wait_time=0) == []
+            if broken == b"garbage\n":
                 assert "fix " in str(refused.value) and "expected" in str(refused.value)
             stats = q.stats()
             assert (stats["visible"], stats["in_flight"]) == (3, 0), stats

@@ -252,3 +252,19 @@ def test_min_free_bytes_refuses_new_messages_but_not_receives_deletes_or_commits
         assert len(store.append_batch([b"e"], 8)) == 1
         store.commit()
         assert store.stats(9)["total"] == 3
+
+
+def test_a_receive_given_back_spends_no_receive_count_also_after_a_restart(tmp_path):
+    """(A message a host could not open, sealed with a key id it no longer
+    holds, spent a receive each time: it reached max_receive_count unseen.)"""
+    with PartitionStore.open(tmp_path, StorageConfig(), now_ms=0) as store:
+        (seq,) = store.append([NewMessage(b"i" * 16, b"x")], 0)
+        for now in (10, 20, 30):
+            (d,), _ = store.receive(1, now, 60_000)
+            assert d.receive_count == 1, "every try is the first receive"
+            store.give_back(seq, d.receive_count, now)
+        store.commit()
+        assert store.stats(40)["visible"] == 1
+    with PartitionStore.open(tmp_path, StorageConfig(), now_ms=50) as store:
+        (d,), _ = store.receive(1, 50, 60_000)
+        assert d.receive_count == 1, "the give-backs were logged and replayed"

@@ -65,8 +65,14 @@ class DeadLetterMover:
             svc.request_refresh()
             self._retry(st.key, dead, now)
             return
-        items = [(d.message_id, *st.open(d.message_id, d.body, d.attributes), d.receive_count, st.queue)
-                 for d in dead]
+        try:
+            items = [(d.message_id, *st.open(d.message_id, d.body, d.attributes), d.receive_count, st.queue)
+                     for d in dead]
+        except ZmqueueError as exc:  # sealed with a key id this host no longer holds
+            log.warning("cannot move %d dead letters of %s: %s; retrying in %d ms", len(dead), st.queue,
+                        exc, RETRY_MS)
+            self._retry(st.key, dead, now)
+            return
         origin = FIFO_ORIGIN if dcfg.fifo else svc.node
         local = svc.set.streams.get((dlq, 0, origin))
         if local is not None and local.writable:

@@ -482,7 +482,9 @@ class Stream:
     def _open_delivered(self, delivered: list[Delivered], now_ms: int) -> list[list[Any]]:
         """The messages of an encrypted queue as wire lists; one this host
         cannot open (sealed with a key id its --key-dir no longer holds) is
-        made visible again, and the receive fails if none could be opened."""
+        made visible again with its receive count as it was (no receive was
+        spent on it: it would otherwise reach max_receive_count unseen), and
+        the receive fails if none could be opened."""
         out: list[list[Any]] = []
         error: Unavailable | None = None
         for d in delivered:
@@ -490,7 +492,7 @@ class Stream:
                 out.append(self.encode_delivered(d))
             except Unavailable as exc:
                 error = exc
-                self.store.change_visibility(d.seq, d.receive_count, 0, now_ms)
+                self.store.give_back(d.seq, d.receive_count, now_ms)
         if error is not None:
             log.warning("%s: %d message(s) left in the queue: %s", "/".join(map(str, self.key)),
                         len(delivered) - len(out), error)

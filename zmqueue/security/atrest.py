@@ -138,7 +138,9 @@ class PayloadCipher:
         aead = self.aeads.get(data[1])
         if aead is None:
             raise Unavailable(f"queue {self.queue!r}: no key with id {data[1]} in this host's "
-                              "--key-dir (rotated away too early?)", queue=self.queue)
+                              "--key-dir (rotated away too early?): put the key back in the "
+                              f"{self.queue}.key file and restart the host", queue=self.queue,
+                              missing_key=True)
         try:
             return aead.decrypt(data[2:HEADER], data[HEADER:], self._aad(message_id, part))
         except InvalidTag:

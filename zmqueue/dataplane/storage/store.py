@@ -378,6 +378,17 @@ class PartitionStore:
         self._log_ref(RecordType.VISIBILITY, i, seq, receive_count, now_ms, deadline)
         return deadline
 
+    def give_back(self, seq: int, receive_count: int, now_ms: int) -> None:
+        """Undo the receive that made ``receive_count`` and handed nothing out
+        (the message could not be opened): visible now, its receive count
+        back to what it was. Logged as a VISIBILITY record with that count,
+        which recovery and replicas apply as any other."""
+        self._check_open(now_ms)
+        i = receive.receipt_slot(self.ring, seq, receive_count)
+        self.ring.receive_count[i] = receive_count - 1
+        deadline = receive.set_deadline(self.ring, i, 0, now_ms)
+        self._log_ref(RecordType.VISIBILITY, i, seq, receive_count - 1, now_ms, deadline)
+
     def mark_dead_lettered(self, seqs: Sequence[int], now_ms: int) -> None:
         """Remove messages handed out as dead letters (ignores seqs not MOVING)."""
         self._check_open(now_ms)
