@@ -12,6 +12,7 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from zmqueue.errors import ConfigError
@@ -310,8 +311,10 @@ class HostConfig:
         _check_int_range(self.min_free_disk_mb, "min_free_disk_mb", 0, 1 << 30)
         _check_int_range(self.segment_roll_ms, "segment_roll_ms", 1000, 1 << 62)
         if self.key_dir is not None:
-            _check(os.path.realpath(self.key_dir) != os.path.realpath(self.data_dir), "key_dir",
-                   "must not be the data directory (keys are never stored beside the data)")
+            keys, data = Path(os.path.realpath(self.key_dir)), Path(os.path.realpath(self.data_dir))
+            _check(keys != data and not keys.is_relative_to(data), "key_dir",
+                   "must not be the data directory or inside it (keys are never stored beside the data: "
+                   "a copy of the data would carry its keys)")
         return self
 
 

@@ -387,7 +387,9 @@ def test_keys_cli_registers_lists_and_revokes(secure: SecureCluster, tmp_path, c
     assert wait_for(carol_pings, 10, "carol admitted")
     assert main(["keys", "revoke", "--name", "carol", "--consul", addr]) == 0
     assert wait_for(lambda: not carol_pings(), 10, "carol refused after the revocation")
+    capsys.readouterr()
     assert main(["keys", "revoke", "--name", "carol", "--consul", addr]) == 1
+    assert capsys.readouterr().err.startswith("zmqueue keys revoke: error: no key 'carol' is registered")
 
 
 def test_metrics_count_dead_letter_moves_and_replication_lag(secure: SecureCluster) -> None:

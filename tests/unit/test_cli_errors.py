@@ -28,6 +28,7 @@ from zmqueue.cli.main import main
     (["analytics", "deliveries", "--data", "{tmp}", "--key-dir", "/nonexistent-keys"],
      "no such key directory"),
     (["analytics", "deliveries", "--data", "{tmp}", "--rows", "-1"], "--rows must be 0 or more"),
+    (["usage", "--data", "{tmp}/empty"], "no usage.jsonl under"),
 ])
 def test_a_bad_argument_is_one_line_and_status_1(
         argv: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -64,3 +65,32 @@ def test_a_local_cluster_of_no_hosts_is_refused_before_anything_starts(tmp_path:
         with pytest.raises(ConfigError, match="at least 1 cluster of 1 host"):
             LocalCluster(tmp_path / "lc", hosts=hosts, clusters=clusters)
     assert not (tmp_path / "lc").exists()
+
+
+def test_keys_generate_keeps_an_existing_pair_unless_forced(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """(A second ``keys generate`` of a name overwrote its pair, locking out
+    the identity registered with the old public key.)"""
+    assert main(["keys", "generate", "--out", str(tmp_path), "--name", "ops"]) == 0
+    secret = tmp_path / "ops.key_secret"
+    first = secret.read_bytes()
+    assert secret.stat().st_mode & 0o777 == 0o600
+    capsys.readouterr()
+    assert main(["keys", "generate", "--out", str(tmp_path), "--name", "ops"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("zmqueue keys generate: error: ") and "pass --force" in err
+    assert secret.read_bytes() == first, "the pair was kept"
+    assert main(["keys", "generate", "--out", str(tmp_path), "--name", "ops", "--force"]) == 0
+    assert secret.read_bytes() != first and secret.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_key_dir_inside_the_data_dir_is_refused(tmp_path: Path) -> None:
+    from zmqueue.config import HostConfig
+    from zmqueue.errors import ConfigError
+
+    for key_dir in (tmp_path / "data", tmp_path / "data" / "atrest"):
+        with pytest.raises(ConfigError, match="must not be the data directory or inside it"):
+            HostConfig(cluster="c1", node="n1", data_dir=str(tmp_path / "data"),
+                       key_dir=str(key_dir)).validate()
+    HostConfig(cluster="c1", node="n1", data_dir=str(tmp_path / "data"),
+               key_dir=str(tmp_path / "keys")).validate()

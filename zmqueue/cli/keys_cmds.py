@@ -12,6 +12,7 @@ from rich.table import Table
 from zmqueue.cli.common import add_consul_flag, console, consul_addresses
 from zmqueue.controlplane import keyring
 from zmqueue.controlplane.consul_client import ConsulClient
+from zmqueue.errors import ConfigError
 from zmqueue.security import atrest, curve
 
 
@@ -22,6 +23,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p = ks.add_parser("generate", help="write NAME.key (public) and NAME.key_secret (keep private)")
     p.add_argument("--out", required=True, metavar="DIR", help="directory for the key files")
     p.add_argument("--name", default="zmqueue", help="file name stem (default zmqueue)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing pair (whoever is registered with its public key is locked out)")
     p.set_defaults(func=cmd_generate)
 
     p = ks.add_parser("register", help="allow a public key in (Consul KV zmqueue/keys/...)")
@@ -54,7 +57,7 @@ def _client(args: argparse.Namespace) -> ConsulClient:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    pub, sec = curve.generate(args.out, args.name)
+    pub, sec = curve.generate(args.out, args.name, force=args.force)
     console.print(f"public key: {pub}\nsecret key: {sec} (mode 0600; never copy it into Consul)")
     return 0
 
@@ -78,8 +81,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_revoke(args: argparse.Namespace) -> int:
     if not keyring.revoke_key(_client(args), args.cluster, args.name):
-        console.print(f"no key {args.name!r} registered for {args.cluster}")
-        return 1
+        raise ConfigError(f"no key {args.name!r} is registered for {args.cluster}; `zmqueue keys list` "
+                          "shows the registered ones (and their scopes: pass --cluster C)", field="name")
     console.print(f"revoked {args.name!r} ({args.cluster})")
     return 0
 

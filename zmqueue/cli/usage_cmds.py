@@ -12,6 +12,7 @@ from typing import Any
 from rich.table import Table
 
 from zmqueue.cli.common import console
+from zmqueue.errors import ConfigError
 from zmqueue.security.usage import aggregate, find_files
 
 COLUMNS = ("identity", "queue", "requests", "bytes_in", "bytes_out")
@@ -29,8 +30,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 def cmd_usage(args: argparse.Namespace) -> int:
     files = find_files(args.data)
     if not files:
-        console.print(f"no usage.jsonl under {' '.join(args.data)}")
-        return 1
+        raise ConfigError(f"no usage.jsonl under {' '.join(args.data)}: give the hosts' --data-dir (a "
+                          "host writes its usage records there every --usage-flush-ms)", field="data")
     since = int((time.time() - args.since_s) * 1000) if args.since_s else 0
     rows = aggregate(files, since)
     if args.csv:

@@ -12,6 +12,8 @@ SUB socket can connect to several servers with different keys).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import struct
 import threading
@@ -23,15 +25,29 @@ import zmq.auth
 
 from zmqueue.errors import ConfigError, Unavailable
 
+log = logging.getLogger(__name__)
+
 Z85_KEY_LEN = 40
 
 
-def generate(out_dir: str | Path, name: str) -> tuple[Path, Path]:
-    """Write ``NAME.key`` and ``NAME.key_secret`` into ``out_dir``."""
+def generate(out_dir: str | Path, name: str, force: bool = False) -> tuple[Path, Path]:
+    """Write ``NAME.key`` and ``NAME.key_secret`` into ``out_dir`` (the
+    secret created 0600: never readable by others, not even for a moment).
+    An existing pair is kept unless ``force``: a new one locks out whoever
+    was registered with the old public key."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    pub, sec = zmq.auth.create_certificates(str(out), name)
+    existing = [p for p in (out / f"{name}.key", out / f"{name}.key_secret") if p.exists()]
+    if existing and not force:
+        raise ConfigError(f"{existing[0]} exists: a new pair would lock out the identity registered with "
+                          "it; pass --force to replace it (then register the new public key)", field="out")
+    old = os.umask(0o077)  # (pyzmq writes the files with the umask: none for group and others)
+    try:
+        pub, sec = zmq.auth.create_certificates(str(out), name)
+    finally:
+        os.umask(old)
     os.chmod(sec, 0o600)
+    os.chmod(pub, 0o644)
     return Path(pub), Path(sec)
 
 
@@ -61,6 +77,10 @@ def load_secret(path: str | Path) -> tuple[bytes, bytes]:
         raise ConfigError(f"cannot load the secret key file {path}: {exc}", field="curve_secret") from None
     if not secret:
         raise ConfigError(f"{path} holds no secret key (pass the .key_secret file)", field="curve_secret")
+    with contextlib.suppress(OSError):
+        if os.stat(path).st_mode & 0o077:
+            log.warning("%s is readable by other users (mode %o): chmod 600 it", path,
+                        os.stat(path).st_mode & 0o777)
     return check_key(public), check_key(secret)
 
 
