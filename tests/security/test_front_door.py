@@ -233,6 +233,7 @@ def test_a_credit_cannot_slip_deletes_past_the_policy(secure: SecureCluster,
         return real(self, conn, body)
 
     monkeypatch.setattr(Subscription, "_credit_request", with_del)
+    q.purge()  # (a probe sent before the policy was in force)
     q.send_batch([f"m{i}".encode() for i in range(10)])
     before = _sum("zmqueue_queue_denied_total", secure, queue=name)
     with bq.subscribe(lambda m: None, prefetch=10) as sub:

@@ -52,7 +52,7 @@ def test_kv_decodes_keys_and_policies_and_reports_bad_ones() -> None:
     ]
     state, problems = kv.parse_tree(items)
     assert state.keys == {("global", "alice"): kv.KeyRecord("x" * 40, "client", "alice")}
-    assert state.policies == {"q": {"send": ("alice",)}, "bad": {}}  # a bad policy denies all
+    assert state.policies == {"q": {"send": ("alice",)}, "bad": {authz.MALFORMED: ()}}  # denies all
     assert sorted(p.key for p in problems) == ["zmqueue/keys/c1/h1", "zmqueue/policies/bad"]
 
 
@@ -220,3 +220,15 @@ def test_usage_lines_that_are_not_records_are_skipped(tmp_path: Path) -> None:
                    + '{"identity": "a", "queue": "q", "t1": 5, "requests": "x"}\n').encode()
                   + b"\xff\xfe not text\n" + good.encode())
     assert aggregate([f]) == [{"identity": "a", "queue": "q", "requests": 2, "bytes_in": 4, "bytes_out": 6}]
+
+
+def test_a_malformed_policy_denies_saying_it_is_malformed() -> None:
+    """(The denial read like any other: "admin may not send", nothing about
+    the policy being broken, which only the hosts' kv: check said.)"""
+    state, problems = kv.parse_tree([{"Key": kv.policy_key("bq"), "Value": b'{"send": ["alice"'}])
+    assert [p.key for p in problems] == [kv.policy_key("bq")]
+    with pytest.raises(AccessDenied, match="is malformed, so it admits nobody until it is fixed"):
+        authz.check(state.policies["bq"], "send", "bq", "alice")
+    with pytest.raises(AccessDenied) as plain:
+        authz.check({"send": ("bob",)}, "send", "bq", "alice")
+    assert "malformed" not in str(plain.value)

@@ -641,7 +641,9 @@ def _apply(
         case ["policies", q]:
             value = decode(decode_policy, key, raw)
             # a malformed policy fails closed: nobody but hosts until it is fixed
-            state.policies[q] = value if isinstance(value, dict) else {}
+            from zmqueue.security.authz import MALFORMED
+
+            state.policies[q] = value if isinstance(value, dict) else {MALFORMED: ()}
         case _:
             return Malformed(key, "unknown key under the zmqueue/ prefix")
     return value if isinstance(value, Malformed) else None

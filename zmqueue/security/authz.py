@@ -54,6 +54,11 @@ def parse_policy(value: Any) -> dict[str, tuple[str, ...]]:
     return out
 
 
+MALFORMED = "~malformed"
+"""The key of the policy that stands in for a malformed one (fails closed):
+it admits nobody, and :func:`check` says why."""
+
+
 def allowed(policy: Policy | None, action: str, identity: str) -> bool:
     if policy is None:
         return True
@@ -63,5 +68,7 @@ def allowed(policy: Policy | None, action: str, identity: str) -> bool:
 
 def check(policy: Policy | None, action: str, queue: str, identity: str) -> None:
     if not allowed(policy, action, identity):
-        raise AccessDenied(f"{identity} may not {action} on queue {queue!r} (policy at "
-                           f"zmqueue/policies/{queue})", action=action, queue=queue, identity=identity)
+        why = (" is malformed, so it admits nobody until it is fixed (the hosts' kv: check names the "
+               "problem)" if policy is not None and MALFORMED in policy else "")
+        raise AccessDenied(f"{identity} may not {action} on queue {queue!r} (the policy at "
+                           f"zmqueue/policies/{queue}{why})", action=action, queue=queue, identity=identity)
