@@ -40,6 +40,12 @@ def test_a_secured_local_cluster_serves_its_registered_client_only(
                              curve_server_keys=own_public) as wrong, \
                 pytest.raises(zmqueue.ZmqueueError, match="CURVE"):
             wrong.ping()
+        # keys pinned for other endpoints only: said so (it read "no healthy host is registered")
+        with zmqueue.connect(lc.consul_addr, request_timeout=1, retries=0,
+                             curve_secret_file=str(lc.client_secret_file),
+                             curve_server_keys={"tcp://127.0.0.1:1": host_key.decode()}) as elsewhere, \
+                pytest.raises(zmqueue.Unavailable, match="knows no CURVE public key for any of them"):
+            elsewhere.create_queue("secured-demo")
         with zmqueue.connect(lc.consul_addr, request_timeout=5,
                              curve_secret_file=str(lc.client_secret_file),
                              curve_server_keys={ep: host_key.decode()}) as pinned:

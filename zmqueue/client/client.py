@@ -108,6 +108,8 @@ class Client:
         self._subs: list[Any] = []
         self._hosts: list[HostInfo] = []
         self._hosts_at = 0.0
+        self._unkeyed = 0
+        """Passing hosts left out of ``hosts()``: no CURVE server key known for them."""
         self.closed = False
         self.curve: CurveKeys | None = None
         self.guards = Guards()
@@ -128,7 +130,9 @@ class Client:
                         self.curve.learn({h.client_endpoint: h.meta["curve_public"].encode()
                                           for h in self._hosts if h.meta.get("curve_public")})
                         # a plaintext host cannot serve a CURVE client
-                        self._hosts = [h for h in self._hosts if self.curve.server_key(h.client_endpoint)]
+                        keyed = [h for h in self._hosts if self.curve.server_key(h.client_endpoint)]
+                        self._unkeyed = len(self._hosts) - len(keyed)
+                        self._hosts = keyed
                 except ConsulUnavailable:
                     if not self._hosts:
                         raise
@@ -244,6 +248,13 @@ class Client:
         retry = RetryBudget(self.retries + 1, self.request_timeout_ms / 1000)
         while retry.again():
             hosts = self.hosts(refresh=retry.attempt > 0)
+            if not hosts and self._unkeyed:
+                last = Unavailable(f"{self._unkeyed} healthy zmqueue host(s) are registered in Consul, but "
+                                   "this client knows no CURVE public key for any of them: the keys given "
+                                   "in curve_server_keys name other endpoints, or the hosts run without "
+                                   "CURVE (then connect without curve_secret_file)")
+                retry.pause()
+                continue
             if not hosts:
                 last = Unavailable("no healthy zmqueue host is registered in Consul at "
                                    f"{', '.join(self.consul_addresses)}; start one with `zmqueue up`")

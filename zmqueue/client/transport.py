@@ -54,11 +54,13 @@ HANDSHAKE_FAILED: dict[int, str] = {
                                      "register its public key (zmqueue keys register) or check "
                                      "curve_secret_file",
     zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "the security handshake failed: CURVE is on at one end only "
-                                         "(pass curve_secret_file to a secured system), or the host's "
-                                         "public key given in curve_server_keys is wrong",
+                                         "(pass curve_secret_file, or the CLI's --curve-secret, to a "
+                                         "secured system), or the host's public key given in "
+                                         "curve_server_keys is wrong",
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "the handshake did not finish in time: the host is frozen, "
-                                          "or CURVE is on at one end only (pass curve_secret_file to "
-                                          "a secured system)",
+                                          "or CURVE is on at one end only (pass curve_secret_file, or "
+                                          "the CLI's --curve-secret, to a secured system), or the "
+                                          "host's public key given in curve_server_keys is wrong",
 }
 """Why a link failed its ZMTP handshake, as a user can act on it."""
 LINK_EVENTS = (zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
