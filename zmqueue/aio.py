@@ -38,7 +38,7 @@ from zmqueue.client.client import Client
 from zmqueue.client.client import connect as connect_blocking
 from zmqueue.client.models import AttributeValue, Message, OutgoingMessage
 from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
-from zmqueue.client.queue import Deletable, Queue
+from zmqueue.client.queue import Deletable, Queue, deletables
 from zmqueue.client.receiver import OnDeleted, ReceivePipeline
 from zmqueue.client.redrive import RedriveReport
 from zmqueue.client.subscription import Subscription, is_async
@@ -157,7 +157,9 @@ class AsyncQueue:
         return await self.client.run(self.sync.send, body, attributes, delay, group_id, dedup_id)
 
     async def send_batch(self, items: Iterable[bytes | str | OutgoingMessage]) -> list[str]:
-        return await self.client.run(self.sync.send_batch, list(items))
+        # (one body alone is refused by send_batch itself, not split into its characters)
+        one = isinstance(items, str | bytes | bytearray | memoryview)
+        return await self.client.run(self.sync.send_batch, items if one else list(items))
 
     async def receive(self, max_messages: int = 1, wait_time: float = 0,
                       visibility_timeout: int | None = None) -> list[Message]:
@@ -166,21 +168,22 @@ class AsyncQueue:
     async def delete_and_receive(self, receipts: Iterable[Deletable], max_messages: int = 1,
                                  wait_time: float = 0, visibility_timeout: int | None = None
                                  ) -> tuple[list[ZmqueueError | None], list[Message]]:
-        return await self.client.run(self.sync.delete_and_receive, list(receipts), max_messages,
-                                     wait_time, visibility_timeout)
+        return await self.client.run(self.sync.delete_and_receive, deletables(receipts, "delete_and_receive"),
+                                     max_messages, wait_time, visibility_timeout)
 
     async def delete(self, receipt: Deletable) -> None:
         await self.client.run(self.sync.delete, receipt)
 
     async def delete_batch(self, receipts: Iterable[Deletable]) -> list[ZmqueueError | None]:
-        return await self.client.run(self.sync.delete_batch, list(receipts))
+        return await self.client.run(self.sync.delete_batch, deletables(receipts, "delete_batch"))
 
     async def change_visibility(self, receipt: Deletable, timeout: int) -> None:
         await self.client.run(self.sync.change_visibility, receipt, timeout)
 
     async def change_visibility_batch(self, receipts: Iterable[Deletable], timeout: int | Sequence[int]
                                       ) -> list[ZmqueueError | None]:
-        return await self.client.run(self.sync.change_visibility_batch, list(receipts), timeout)
+        return await self.client.run(self.sync.change_visibility_batch,
+                                     deletables(receipts, "change_visibility_batch"), timeout)
 
     async def purge(self) -> int:
         return await self.client.run(self.sync.purge)
@@ -275,21 +278,43 @@ class AsyncQueue:
         return AsyncSubscription(sub, started)
 
 
-class AsyncSendPipeline:
-    """A :class:`~zmqueue.client.pipeline.SendPipeline` (``sync``) driven from
-    asyncio; it runs on one thread of its own (its requests in flight share
-    that thread's connections)."""
+class _OnItsThread:
+    """A blocking pipeline (``sync``) driven from asyncio on one thread of its
+    own: it is not thread safe, and its requests in flight share that
+    thread's connections. :meth:`close` is idempotent; a call after it raises
+    ClientClosed."""
 
-    def __init__(self, queue: Queue, window: int, max_requests: int | None = None) -> None:
-        self.sync = SendPipeline(queue, window, max_requests=max_requests)
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="zmqueue-aio-pipeline")
+    sync: SendPipeline | ReceivePipeline
+    what = "pipeline"
+
+    def __init__(self) -> None:
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"zmqueue-aio-{self.what.replace(' ', '-')}")
         self._closed = False
-        self._what = "pipeline"
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:
-            raise ClientClosed(f"this {self._what} was closed; open another")
+            raise ClientClosed(f"this {self.what} was closed; open another")
         return await asyncio.get_running_loop().run_in_executor(self._thread, partial(fn, *args))
+
+    async def close(self) -> None:
+        """Close it (idempotent); later calls raise ClientClosed."""
+        if self._closed:
+            return
+        try:
+            await self._run(self.sync.close)
+        finally:
+            self._closed = True
+            self._thread.shutdown(wait=False)
+
+
+class AsyncSendPipeline(_OnItsThread):
+    """A :class:`~zmqueue.client.pipeline.SendPipeline` (``sync``) driven from asyncio."""
+
+    sync: SendPipeline
+
+    def __init__(self, queue: Queue, window: int, max_requests: int | None = None) -> None:
+        self.sync = SendPipeline(queue, window, max_requests=max_requests)
+        super().__init__()
 
     async def send(self, body: bytes | str, attributes: dict[str, AttributeValue] | None = None,
                    delay: int | None = None, group_id: str | None = None,
@@ -301,16 +326,6 @@ class AsyncSendPipeline:
 
     async def confirm_all(self) -> None:
         await self._run(self.sync.confirm_all)
-
-    async def close(self) -> None:
-        """Close it (idempotent); later calls raise ClientClosed."""
-        if self._closed:
-            return
-        try:
-            await self._run(self.sync.close)
-        finally:
-            self._closed = True
-            self._thread.shutdown(wait=False)
 
     @property
     def retried(self) -> int:
@@ -327,21 +342,15 @@ class AsyncSendPipeline:
             await self.close()
 
 
-class AsyncReceivePipeline:
-    """A :class:`~zmqueue.client.receiver.ReceivePipeline` (``sync``) driven
-    from asyncio, on one thread of its own (it is not thread safe, and its
-    plain receives use that thread's connections)."""
+class AsyncReceivePipeline(_OnItsThread):
+    """A :class:`~zmqueue.client.receiver.ReceivePipeline` (``sync``) driven from asyncio."""
+
+    sync: ReceivePipeline
+    what = "receive pipeline"
 
     def __init__(self, pipe: ReceivePipeline) -> None:
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="zmqueue-aio-receiver")
         self.sync = pipe
-        self._closed = False
-        self._what = "receive pipeline"
-
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._closed:
-            raise ClientClosed(f"this {self._what} was closed; open another")
-        return await asyncio.get_running_loop().run_in_executor(self._thread, partial(fn, *args))
+        super().__init__()
 
     async def receive(self) -> list[Message]:
         return await self._run(self.sync.receive)
@@ -349,7 +358,7 @@ class AsyncReceivePipeline:
     async def delete(self, receipts: Iterable[Deletable]) -> None:
         """Queue these deletes for the next request (on the pipeline's thread:
         after a receive still running there)."""
-        await self._run(self.sync.delete, list(receipts))
+        await self._run(self.sync.delete, deletables(receipts, "AsyncReceivePipeline.delete"))
 
     @property
     def failed_deletes(self) -> list[tuple[Deletable, ZmqueueError]]:
@@ -359,16 +368,6 @@ class AsyncReceivePipeline:
         """Raise the error of the first delete in :attr:`failed_deletes`, if
         any (no I/O: the outcomes are already recorded)."""
         self.sync.raise_failed()
-
-    async def close(self) -> None:
-        """Close it (idempotent); later calls raise ClientClosed."""
-        if self._closed:
-            return
-        try:
-            await self._run(self.sync.close)
-        finally:
-            self._closed = True
-            self._thread.shutdown(wait=False)
 
     async def __aenter__(self) -> AsyncReceivePipeline:
         return self

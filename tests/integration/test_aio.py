@@ -355,8 +355,13 @@ def test_async_pipelines_close_twice_and_refuse_calls_after_close(qcluster: Queu
             await pipe.close()  # (was RuntimeError: cannot schedule new futures after shutdown)
             with pytest.raises(zmqueue.ClientClosed, match="pipeline was closed"):
                 await pipe.send(b"y")
+            with pytest.raises(zmqueue.InvalidParameter, match="list of messages"):
+                await q.send_batch("abc")  # (was three messages: a, b and c)
             rp = q.receive_pipeline(max_messages=10, wait_time=1)
             [m] = await rp.receive()
+            for call in (rp.delete, q.delete_batch):
+                with pytest.raises(zmqueue.InvalidParameter, match="got one str"):
+                    await call(m.receipt)  # (was one malformed receipt per character)
             await rp.delete([m])
             await rp.close()
             await rp.close()
