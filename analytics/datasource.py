@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -31,7 +32,7 @@ from analytics.layout import ReadUnit
 from analytics.options import parse_options
 from analytics.partitions import equal_partitions, partition_count, unit_bytes
 from analytics.reader import read_options, units_for
-from analytics.schema import check_not_null, ddl, default_columns
+from analytics.schema import SQL_TYPES, check_not_null, ddl, default_columns
 
 FORMAT = "zmqueue"
 
@@ -63,7 +64,14 @@ class ZmqueueDataSource(DataSource):
 
     def reader(self, schema: StructType) -> ZmqueueReader:
         not_null = frozenset(f.name for f in schema.fields if not f.nullable)
-        return ZmqueueReader(dict(self.options), [f.name for f in schema.fields], not_null)
+        columns = [f.name for f in schema.fields]
+        ddl(columns)  # unknown columns first: they have no type to compare
+        for f in schema.fields:  # (a wrong type failed later, in a worker, with Spark's traceback)
+            want = SQL_TYPES[f.name].lower().replace(" ", "")
+            if f.dataType.simpleString() != want:
+                raise ValueError(f"zmqueue column {f.name!r} is {want.upper()}, not "
+                                 f"{f.dataType.simpleString().upper()}: fix the schema")
+        return ZmqueueReader(dict(self.options), columns, not_null)
 
 
 class ZmqueueReader(DataSourceReader):
@@ -72,6 +80,10 @@ class ZmqueueReader(DataSourceReader):
         self.options = options
         ddl(columns)  # refuses unknown columns early, on the driver
         check_not_null(not_null)
+        opts = parse_options(options)  # bad option values too (a worker would fail on them later)
+        if opts.key_dir is not None and not Path(opts.key_dir).is_dir():
+            raise ValueError(f"option keyDir {opts.key_dir!r}: no such key directory (the hosts' "
+                             "--key-dir, holding <queue>.key files)")
         self.columns = columns
         self.not_null = not_null
 

@@ -88,19 +88,33 @@ def segment_files(host_dir: Path) -> Iterable[tuple[str, int, str, Path]]:
             if not (pdir.is_dir() and pdir.name.isdigit()):
                 continue
             for seg in sorted(pdir.glob("*.seg")):
-                yield qdir.name, int(pdir.name), "", seg
+                if seg.is_file():
+                    yield qdir.name, int(pdir.name), "", seg
             for odir in _listing(pdir):
-                if odir.is_dir():
+                if odir.is_dir() and not odir.name.endswith(".seg"):
                     for seg in sorted(odir.glob("*.seg")):
-                        yield qdir.name, int(pdir.name), odir.name, seg
+                        if seg.is_file():
+                            yield qdir.name, int(pdir.name), odir.name, seg
+
+
+def host_names(host_dirs: list[Path]) -> dict[Path, str]:
+    """Each host directory's ``host`` column: its node name, or, when several
+    directories claim one node (a live directory beside a copy of it, two
+    snapshots), ``node@<directory>``: each is then a replica of its own,
+    which ``one_replica`` counts once, where a shared name counted both."""
+    names = {d: host_name(d) for d in host_dirs}
+    shared = {n for n in names.values() if list(names.values()).count(n) > 1}
+    return {d: f"{n}@{d}" if n in shared else n for d, n in names.items()}
 
 
 def plan_units(paths: Iterable[str | Path], split_bytes: int = DEFAULT_SPLIT_BYTES,
                queues: set[str] | None = None) -> list[ReadUnit]:
     """Every read unit under ``paths`` (optionally only the named queues)."""
     units: list[ReadUnit] = []
-    for host_dir in find_host_dirs(paths):
-        host = host_name(host_dir)
+    host_dirs = find_host_dirs(paths)
+    names = host_names(host_dirs)
+    for host_dir in host_dirs:
+        host = names[host_dir]
         for queue, part, origin, seg in segment_files(host_dir):
             if queues is not None and queue not in queues:
                 continue

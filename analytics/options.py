@@ -55,6 +55,27 @@ def parse_time_ms(value: str) -> int:
     return int(dt.timestamp() * 1000)
 
 
+def _time(name: str, value: str) -> int:
+    try:
+        return parse_time_ms(value)
+    except ValueError:
+        raise ValueError(f"option {name} {value!r} is not a time: give ISO-8601 (2026-11-29T10:00, "
+                         "2026-11-29T10:00:00Z) or Unix milliseconds") from None
+
+
+def _int(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"option {name} {value!r} is not a whole number") from None
+
+
+def _bool(name: str, value: str) -> bool:
+    if value.strip().lower() not in ("true", "false"):
+        raise ValueError(f"option {name} {value!r} must be true or false")
+    return value.strip().lower() == "true"
+
+
 def _list(value: str | None) -> list[str]:
     return [s.strip() for s in (value or "").split(",") if s.strip()]
 
@@ -73,22 +94,22 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         if bad:
             raise ValueError(f"unknown record types {bad}; known: {sorted(TYPE_CODES)}")
         types = frozenset(TYPE_CODES[t.upper()] for t in _list(opts["types"]))
-    split = int(opts.get("splitbytes") or DEFAULT_SPLIT_BYTES)
+    split = _int("splitBytes", opts["splitbytes"]) if opts.get("splitbytes") else DEFAULT_SPLIT_BYTES
     if split < 1024 * 1024:
         raise ValueError(f"splitBytes {split} is below the 1 MiB minimum")
-    batch_rows = int(opts.get("batchrows") or DEFAULT_BATCH_ROWS)
+    batch_rows = _int("batchRows", opts["batchrows"]) if opts.get("batchrows") else DEFAULT_BATCH_ROWS
     if batch_rows < 1:
         raise ValueError(f"batchRows {batch_rows} must be at least 1")
-    min_partitions = int(opts["minpartitions"]) if opts.get("minpartitions") else None
+    min_partitions = _int("minPartitions", opts["minpartitions"]) if opts.get("minpartitions") else None
     if min_partitions is not None and min_partitions < 1:
         raise ValueError(f"minPartitions {min_partitions} must be at least 1")
     return SourceOptions(
         paths=paths,
-        since_ms=parse_time_ms(opts["since"]) if opts.get("since") else None,
-        until_ms=parse_time_ms(opts["until"]) if opts.get("until") else None,
+        since_ms=_time("since", opts["since"]) if opts.get("since") else None,
+        until_ms=_time("until", opts["until"]) if opts.get("until") else None,
         queues=frozenset(_list(opts["queues"])) if opts.get("queues") else None,
         types=types,
-        payload=opts.get("payload", "false").lower() == "true",
+        payload=_bool("payload", opts.get("payload", "false")),
         split_bytes=split,
         key_dir=opts.get("keydir") or None,
         batch_rows=batch_rows,

@@ -298,3 +298,21 @@ def test_a_segment_compacted_away_while_the_job_runs_is_one_corrupt_row_not_a_fa
     assert lost
     assert [seg for *_, seg in segment_files(host)] == [Path(u.path) for u in units if u.path != gone]
     assert list(segment_files(tmp_path / "no-such-host")) == []  # (a directory gone meanwhile)
+
+
+def test_two_copies_of_one_hosts_log_are_two_replicas_and_dirs_named_seg_are_skipped(
+        tmp_path: Path) -> None:
+    """(A live directory read beside a copy of it had both copies named after
+    the one node, so the counting jobs' one_replica kept both: every count
+    doubled. A directory named like a segment file failed the read.)"""
+    import shutil
+
+    live = tmp_path / "live" / "n1"
+    write_log(live, node="n1", blocks=1, per_block=1)
+    shutil.copytree(live, tmp_path / "backup" / "n1-copy")
+    (live / "queues" / "q" / "0" / "00000000000000000099.seg").mkdir()
+    units = plan_units([tmp_path])
+    assert sorted({u.host for u in units}) == sorted([f"n1@{live.resolve()}",
+                                                     f"n1@{(tmp_path / 'backup' / 'n1-copy').resolve()}"])
+    assert all(Path(u.path).is_file() for u in units)
+    assert [u.host for u in plan_units([live])] == ["n1"], "a node read once keeps its plain name"

@@ -148,10 +148,26 @@ def check_partitions_and_nullability(spark: Any, wl: Workload) -> None:
             str(wl.data_dir)).count()
 
 
+def check_bad_schemas_and_options_fail_on_the_driver_naming_them(spark: Any, wl: Workload) -> None:
+    """(A column of the wrong type, or a bad option value, failed in a Python
+    worker with Spark's traceback: "Expected: seq: string, Found: seq: int64",
+    "invalid literal for int()", "Invalid isoformat string".)"""
+    path = str(wl.data_dir)
+    with pytest.raises(Exception, match="column 'seq' is BIGINT, not STRING"):
+        spark.read.format("zmqueue").schema("queue STRING, seq STRING").load(path).count()
+    for option, value, says in (("since", "yesterday", "option since 'yesterday' is not a time"),
+                                ("splitBytes", "abc", "option splitBytes 'abc' is not a whole number"),
+                                ("payload", "yes", "option payload 'yes' must be true or false"),
+                                ("keyDir", "/nonexistent-keys", "no such key directory")):
+        with pytest.raises(Exception, match=says):
+            spark.read.format("zmqueue").schema("queue STRING").option(option, value).load(path).count()
+
+
 def test_spark_reports_match_what_was_sent_received_and_deleted(spark: Any, workload: Workload,
                                                                 tmp_path: Path) -> None:
     check_filtered_then_unfiltered_counts(spark, workload)
     check_partitions_and_nullability(spark, workload)
+    check_bad_schemas_and_options_fail_on_the_driver_naming_them(spark, workload)
     lag_b = make_replicas(workload, tmp_path / "data")
     out = tmp_path / "report"
     assert main(["analytics", "report", "--data", str(tmp_path / "data"), "--out", str(out),

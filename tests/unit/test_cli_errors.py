@@ -29,6 +29,10 @@ from zmqueue.cli.main import main
      "no such key directory"),
     (["analytics", "deliveries", "--data", "{tmp}", "--rows", "-1"], "--rows must be 0 or more"),
     (["usage", "--data", "{tmp}/empty"], "no usage.jsonl under"),
+    (["analytics", "deliveries", "--data", "{tmp}"], "no zmqueue host data directory under"),
+    (["analytics", "deliveries", "--data", "{tmp}", "--master", "bogus"], "is not a Spark master URL"),
+    (["analytics", "latency", "--data", "{tmp}", "--out", "{tmp}/usage.jsonl/x.parquet"],
+     "usage.jsonl is not a directory"),
 ])
 def test_a_bad_argument_is_one_line_and_status_1(
         argv: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

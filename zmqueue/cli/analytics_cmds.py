@@ -86,6 +86,26 @@ def _check_args(args: argparse.Namespace) -> None:
                           "could match", field="since")
     if getattr(args, "rows", 0) < 0:
         raise ConfigError(f"--rows must be 0 or more, got {args.rows}", field="rows")
+    master = getattr(args, "master", None)
+    if master and not master.startswith(MASTER_SCHEMES):
+        raise ConfigError(f"--master {master!r} is not a Spark master URL: give local[N], spark://HOST:PORT, "
+                          "yarn, k8s://... or mesos://...", field="master")
+    out = getattr(args, "out", None)
+    if out:
+        existing = next(p for p in (Path(out).absolute(), *Path(out).absolute().parents) if p.exists())
+        if existing != Path(out).absolute() and not existing.is_dir():
+            raise ConfigError(f"--out {out}: {existing} is not a directory", field="out")
+    local = [d for d in args.data if "://" not in d]
+    if local and len(local) == len(args.data):
+        from analytics.layout import find_host_dirs
+
+        if not find_host_dirs(local):
+            raise ConfigError(f"no zmqueue host data directory under {' '.join(local)} (one holds "
+                              "queues/ and host.json): give the hosts' --data-dir, or the directory "
+                              "holding them", field="data")
+
+
+MASTER_SCHEMES = ("local", "spark://", "yarn", "k8s://", "mesos://")
 
 
 def cmd_report(args: argparse.Namespace) -> int:

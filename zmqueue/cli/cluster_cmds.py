@@ -54,7 +54,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--hosts", type=int, default=3, help="hosts per cluster (default 3)")
     p.add_argument("--clusters", type=int, default=1, help="number of clusters (default 1)")
     p.add_argument("--data-dir", default=".zmqueue", help="work dir (default ./.zmqueue)")
-    add_consul_flag(p)
+    add_consul_flag(p, "a running Consul's HTTP address(es) to use; without it a Consul dev agent is "
+                       "started (and stopped) with the hosts ($CONSUL_HTTP_ADDR is not read here)")
     p.add_argument("--secure", action="store_true",
                    help="CURVE on every socket with generated, registered keys (docs/SECURITY.md)")
     p.add_argument("--duration", type=float, default=None,

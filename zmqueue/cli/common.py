@@ -34,9 +34,9 @@ def consul_addresses(value: str | None) -> tuple[str, ...]:
     return tuple(addrs)
 
 
-def add_consul_flag(p: argparse.ArgumentParser) -> None:
+def add_consul_flag(p: argparse.ArgumentParser, help: str | None = None) -> None:
     p.add_argument("--consul", metavar="HOST:PORT[,HOST:PORT]",
-                   help="Consul HTTP address(es); default $CONSUL_HTTP_ADDR or 127.0.0.1:8500")
+                   help=help or "Consul HTTP address(es); default $CONSUL_HTTP_ADDR or 127.0.0.1:8500")
 
 
 def hosts_table(hosts: list[HostInfo]) -> Table:
