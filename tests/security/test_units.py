@@ -232,3 +232,14 @@ def test_a_malformed_policy_denies_saying_it_is_malformed() -> None:
     with pytest.raises(AccessDenied) as plain:
         authz.check({"send": ("bob",)}, "send", "bq", "alice")
     assert "malformed" not in str(plain.value)
+
+
+def test_a_host_without_a_key_dir_says_how_to_give_it_one() -> None:
+    """(It said "put secret.key in its --key-dir", which a host of a plain
+    `zmqueue up` does not have.)"""
+    from zmqueue.errors import Unavailable
+    from zmqueue.security.atrest import KeyDir
+
+    with pytest.raises(Unavailable, match="runs without --key-dir: start it with --key-dir DIR") as info:
+        KeyDir(None).cipher("secret").check_readable()
+    assert "zmqueue keys data-key --queue secret" in str(info.value)

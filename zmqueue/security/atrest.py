@@ -165,6 +165,10 @@ class KeyDir:
                     keys = read_keys(key_path(self.path, queue))
                 except (ConfigError, OSError) as exc:  # the stream still opens, and says why
                     problem = f"fix {key_path(self.path, queue)}: {exc}"
+            if self.path is None:
+                problem = (f"it runs without --key-dir: start it with --key-dir DIR holding {queue}.key, "
+                           f"made by `zmqueue keys data-key --queue {queue} --key-dir DIR` (the hosts of "
+                           "`zmqueue up --secure` use <its --data-dir>/atrest)")
             current = max(keys) if keys else None
             c = self.cache[queue] = PayloadCipher(queue, keys, current, problem)
         return c
