@@ -133,9 +133,9 @@ class ReceivePipeline:
         """Batches taken the plain way (:meth:`Queue.delete_and_receive`)."""
         self._asks: deque[_Ask] = deque()
         self._ready: list[Message] = []
+        """A batch taken whose ``receive`` raised (an ``on_deleted`` that raised): the next one returns it."""
         self._deferred: Exception | None = None
         """An ``on_deleted`` exception, raised once the answers read with it are kept."""
-        """A batch taken whose ``receive`` raised (an ``on_deleted`` that raised): the next one returns it."""
         self._acks: list[Deletable] = []
         self._waited: list[Deletable] = []
         """Deletes that did not ride on the last request (another stream's)."""
@@ -434,7 +434,7 @@ class ReceivePipeline:
         """``close``: the answers still to come, their messages made visible
         again, the pending deletes sent."""
         deadline = time.monotonic() + CLOSE_WAIT_S
-        unreturned: list[Message] = []
+        unreturned, self._ready = self._ready, []
         while self._asks and time.monotonic() < deadline:
             unreturned.extend(self._next())
         self._asks.clear()
