@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +104,7 @@ def host_names(host_dirs: list[Path]) -> dict[Path, str]:
     snapshots), ``node@<directory>``: each is then a replica of its own,
     which ``one_replica`` counts once, where a shared name counted both."""
     names = {d: host_name(d) for d in host_dirs}
-    shared = {n for n in names.values() if list(names.values()).count(n) > 1}
+    shared = {n for n, k in Counter(names.values()).items() if k > 1}
     return {d: f"{n}@{d}" if n in shared else n for d, n in names.items()}
 
 

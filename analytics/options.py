@@ -55,11 +55,13 @@ def parse_time_ms(value: str) -> int:
     return int(dt.timestamp() * 1000)
 
 
-def _time(name: str, value: str) -> int:
+def time_option(name: str, value: str) -> int:
+    """:func:`parse_time_ms`, or ValueError naming ``name`` (an option, or the
+    CLI's flag) and the forms it takes."""
     try:
         return parse_time_ms(value)
     except ValueError:
-        raise ValueError(f"option {name} {value!r} is not a time: give ISO-8601 (2026-11-29T10:00, "
+        raise ValueError(f"{name} {value!r} is not a time: give ISO-8601 (2026-11-29T10:00, "
                          "2026-11-29T10:00:00Z) or Unix milliseconds") from None
 
 
@@ -105,8 +107,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise ValueError(f"minPartitions {min_partitions} must be at least 1")
     return SourceOptions(
         paths=paths,
-        since_ms=_time("since", opts["since"]) if opts.get("since") else None,
-        until_ms=_time("until", opts["until"]) if opts.get("until") else None,
+        since_ms=time_option("option since", opts["since"]) if opts.get("since") else None,
+        until_ms=time_option("option until", opts["until"]) if opts.get("until") else None,
         queues=frozenset(_list(opts["queues"])) if opts.get("queues") else None,
         types=types,
         payload=_bool("payload", opts.get("payload", "false")),

@@ -63,7 +63,7 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
 def _check_args(args: argparse.Namespace) -> None:
     """What can be checked before Spark starts (it takes seconds): the local data
     and key directories exist, the times parse and are in order, --rows >= 0."""
-    from analytics.options import parse_time_ms
+    from analytics.options import time_option
 
     for data in args.data:
         if "://" not in data and not Path(data).is_dir():
@@ -77,10 +77,9 @@ def _check_args(args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if value:
             try:
-                times[name] = parse_time_ms(value)
-            except ValueError:
-                raise ConfigError(f"--{name} {value!r} is not a time: give ISO-8601 (2026-11-29T10:00, "
-                                  "2026-11-29T10:00:00Z) or Unix milliseconds", field=name) from None
+                times[name] = time_option(f"--{name}", value)
+            except ValueError as exc:
+                raise ConfigError(str(exc), field=name) from None
     if len(times) == 2 and times["since"] >= times["until"]:
         raise ConfigError(f"--since {args.since} is not before --until {args.until}: no record "
                           "could match", field="since")

@@ -44,8 +44,7 @@ def keep_last_good(prev: kv.ClusterState | None, state: kv.ClusterState,
     drains = dict(state.drains)
     created = dict(state.create_index)
     for p in problems:
-        parts = p.key[len(kv.PREFIX):].split("/") if p.key.startswith(kv.PREFIX) else []
-        match parts:
+        match kv.key_parts(p.key):
             case ["queues", q, "config"] if q in prev.configs:
                 configs[q] = prev.configs[q]
                 if p.key in prev.create_index:  # the queue kept is the queue it was: the next good

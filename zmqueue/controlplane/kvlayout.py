@@ -145,6 +145,20 @@ class ManagerRecord:
 # ---- key builders -------------------------------------------------------------
 
 
+def key_parts(key: str) -> list[str]:
+    """The parts of a key under :data:`PREFIX` (``["queues", q, "config"]``);
+    none for any other key."""
+    return key[len(PREFIX):].split("/") if key.startswith(PREFIX) else []
+
+
+def config_queue(key: str) -> str | None:
+    """The queue whose config ``key`` is, if it is a queue config key."""
+    match key_parts(key):
+        case ["queues", q, "config"] if q:
+            return q
+    return None
+
+
 def queue_config_key(queue: str) -> str:
     return f"{PREFIX}queues/{queue}/config"
 
@@ -670,7 +684,7 @@ def parse_tree(items: list[dict[str, Any]] | None,
         if not isinstance(item.get("Value"), bytes | None):
             problems.append(Malformed(key, "value is not bytes"))
             continue
-        parts = key[len(PREFIX):].split("/")
+        parts = key_parts(key)
         try:
             problem = _apply(state, external, item, parts, decode)
         except _Bad as exc:

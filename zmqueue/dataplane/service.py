@@ -315,9 +315,9 @@ class QueueService:
                 st.lease_until = max(st.lease_until, at + LEASE_S)
                 if st.unconfirmed == by_consul:
                     st.unconfirmed = not by_consul
-                    name = "/".join(map(str, key))
                     if st.config.sync_replication:  # (its writes wait for a majority anyway: nothing to say)
                         continue
+                    name = "/".join(map(str, key))
                     if by_consul:
                         log.info("stream %s: Consul confirms its writer again; asynchronous writes "
                                  "are acknowledged by this host alone again", name)

@@ -49,14 +49,7 @@ def unreadable_configs(snap: Snapshot) -> dict[str, str]:
     """Queues whose config key in ``snap`` is malformed and which it has no
     config for (no earlier good value was kept): what is wrong with each."""
     return {q: f"{p.key}: {p.reason}" for p in snap.problems
-            if (q := _config_queue(p.key)) is not None and q not in snap.state.configs}
-
-
-def _config_queue(key: str) -> str | None:
-    """The queue whose config ``key`` is, if it is one."""
-    _, sep, tail = key.partition("queues/")
-    name, slash, rest = tail.partition("/")
-    return name if sep and slash and rest == "config" and kv.queue_config_key(name) == key else None
+            if (q := kv.config_queue(p.key)) is not None and q not in snap.state.configs}
 
 
 class MetadataCache:
