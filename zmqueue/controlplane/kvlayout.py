@@ -38,6 +38,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from zmqueue.config import QueueConfig
 from zmqueue.errors import ZmqueueError
+from zmqueue.security.authz import MALFORMED, parse_policy
 
 PREFIX = "zmqueue/"
 POSITIONS_PREFIX = "zmqueue-positions/"
@@ -482,8 +483,6 @@ def decode_key_record(key: str, raw: bytes | None) -> KeyRecord | Malformed:
 
 
 def decode_policy(key: str, raw: bytes | None) -> dict[str, tuple[str, ...]] | Malformed:
-    from zmqueue.security.authz import parse_policy
-
     def build(d: dict[str, Any]) -> dict[str, tuple[str, ...]]:
         try:
             return parse_policy(d)
@@ -655,8 +654,6 @@ def _apply(
         case ["policies", q]:
             value = decode(decode_policy, key, raw)
             # a malformed policy fails closed: nobody but hosts until it is fixed
-            from zmqueue.security.authz import MALFORMED
-
             state.policies[q] = value if isinstance(value, dict) else {MALFORMED: ()}
         case _:
             return Malformed(key, "unknown key under the zmqueue/ prefix")

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 RETRY_MS = 1000
+WARN_EVERY_MS = 60_000
+"""A stream's repeated retry warning is logged at most once a minute (the retry runs every second)."""
+WARNINGS = ("unknown", "open", "full", "forward")
 
 
 class DeadLetterMover:
@@ -34,6 +37,26 @@ class DeadLetterMover:
         self.next_try_ms: dict[StreamKey, int] = {}
         self.moved: dict[str, int] = {}
         """Messages moved to a DLQ, by source queue (metrics)."""
+        self.warned_ms: dict[tuple[StreamKey, str], int] = {}
+        """When each stream last logged each kind of retry warning."""
+        self.quiet: dict[tuple[StreamKey, str], int] = {}
+        """Warnings of that kind held back since then (told with the next one)."""
+
+    def _warn(self, key: StreamKey, kind: str, now: int, msg: str, *args: object) -> None:
+        """Log a retry warning, at most once a minute per stream and kind, with a count of the held-back."""
+        last = self.warned_ms.get((key, kind))
+        if last is not None and now - last < WARN_EVERY_MS:
+            self.quiet[(key, kind)] = self.quiet.get((key, kind), 0) + 1
+            return
+        held = self.quiet.pop((key, kind), 0)
+        self.warned_ms[(key, kind)] = now
+        log.warning(msg + (f" ({held} like it in the last minute not logged)" if held else ""), *args)
+
+    def _moved(self, key: StreamKey, queue: str, n: int) -> None:
+        self.moved[queue] = self.moved.get(queue, 0) + n
+        for kind in WARNINGS:  # a later failure is news again
+            self.warned_ms.pop((key, kind), None)
+            self.quiet.pop((key, kind), None)
 
     def add(self, st: Stream, dead: list[Delivered]) -> None:
         self.pending.setdefault(st.key, []).extend(dead)
@@ -60,8 +83,8 @@ class DeadLetterMover:
         dcfg = svc.meta.configs.get(dlq or "")
         info = svc.meta.partitions.get((dlq or "", 0))
         if dlq is None or dcfg is None or info is None:
-            log.warning("dead-letter queue %r of %s is unknown; keeping %d messages", dlq, st.queue,
-                        len(dead))
+            self._warn(st.key, "unknown", now, "dead-letter queue %r of %s is unknown; keeping %d messages",
+                       dlq, st.queue, len(dead))
             svc.request_refresh()
             self._retry(st.key, dead, now)
             return
@@ -69,8 +92,8 @@ class DeadLetterMover:
             items = [(d.message_id, *st.open(d.message_id, d.body, d.attributes), d.receive_count, st.queue)
                      for d in dead]
         except ZmqueueError as exc:  # sealed with a key id this host no longer holds
-            log.warning("cannot move %d dead letters of %s: %s; retrying in %d ms", len(dead), st.queue,
-                        exc, RETRY_MS)
+            self._warn(st.key, "open", now, "cannot move %d dead letters of %s: %s; retrying every %d ms",
+                       len(dead), st.queue, exc, RETRY_MS)
             self._retry(st.key, dead, now)
             return
         origin = FIFO_ORIGIN if dcfg.fifo else svc.node
@@ -79,12 +102,12 @@ class DeadLetterMover:
             try:
                 local.append_dead_letters(items, now)
             except ZmqueueError as exc:  # QueueLimitReached, DiskFull (the reserve), a full block
-                log.warning("dead-letter queue %s cannot take %d messages of %s now: %s; retrying "
-                            "in %d ms", dlq, len(dead), st.queue, exc, RETRY_MS)
+                self._warn(st.key, "full", now, "dead-letter queue %s cannot take %d messages of %s now: "
+                           "%s; retrying every %d ms", dlq, len(dead), st.queue, exc, RETRY_MS)
                 self._retry(st.key, dead, now)
                 return
             st.store.mark_dead_lettered([d.seq for d in dead], now)
-            self.moved[st.queue] = self.moved.get(st.queue, 0) + len(dead)
+            self._moved(st.key, st.queue, len(dead))
             svc.dirty.update({st.key, local.key})
             svc.dlq_targets.add(local.key)
             return
@@ -104,11 +127,12 @@ class DeadLetterMover:
             self.in_flight.discard(key)
             cur = svc.set.streams.get(key)
             if err is not None or cur is None:
-                log.warning("moving %d dead letters to %s failed: %s", len(dead), dlq, err)
-                self._retry(key, dead, now_ms())
+                t = now_ms()
+                self._warn(key, "forward", t, "moving %d dead letters to %s failed: %s", len(dead), dlq, err)
+                self._retry(key, dead, t)
                 return
             cur.store.mark_dead_lettered([d.seq for d in dead], now_ms())
-            self.moved[cur.queue] = self.moved.get(cur.queue, 0) + len(dead)
+            self._moved(key, cur.queue, len(dead))
             svc.dirty.add(key)
 
         svc.forwarder.request(endpoint, Command.SEND, {"q": dlq, "p": 0, "dl": wire}, done, now)
