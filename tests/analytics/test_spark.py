@@ -163,11 +163,42 @@ def check_bad_schemas_and_options_fail_on_the_driver_naming_them(spark: Any, wl:
             spark.read.format("zmqueue").schema("queue STRING").option(option, value).load(path).count()
 
 
+def check_sealed_dead_letters_are_matched_by_id(spark: Any) -> None:
+    """A dead letter sealed at rest, read without keyDir, has no dlq_source: the jobs
+    take it from the DLQ_MOVE naming its id in another queue, the latest such move when
+    a DLQ's own dead letter moved on (they counted no arrival). A redriven message gets a
+    new id and is no arrival."""
+    from datetime import datetime, timedelta
+
+    from analytics.jobs.deliveries import deliveries, dlq_moves
+
+    t0 = datetime(2026, 1, 1)
+
+    def rec(queue: str, rtype: str, mid: str, s: int, src: str | None = None) -> tuple[Any, ...]:
+        return (queue, 0, "", rtype, s, mid, t0 + timedelta(seconds=s), 1, src, None)
+
+    rows = [rec("s", "MESSAGE", "m1", 0), rec("s", "DLQ_MOVE", "m1", 1),
+            rec("a", "MESSAGE", "m1", 2), rec("a", "DLQ_MOVE", "m1", 3),   # sealed: no src
+            rec("b", "MESSAGE", "m1", 4),                                  # a's DLQ, sealed
+            rec("s", "MESSAGE", "m2", 5), rec("s", "DLQ_MOVE", "m2", 6),
+            rec("p", "MESSAGE", "m2", 7, src="s"),                         # a plaintext DLQ
+            rec("s", "MESSAGE", "m3", 8)]                                   # a redriven copy
+    df = spark.createDataFrame(rows, "queue STRING, partition INT, origin STRING, record_type STRING, "
+                                     "target_seq BIGINT, message_id STRING, time TIMESTAMP, "
+                                     "receive_count INT, dlq_source STRING, corrupt STRING")
+    got = {r["queue"]: (r["sent"], r["dlq_moves"], r["dlq_arrivals"])
+           for r in deliveries(df).collect()}
+    assert got == {"s": (3, 2, 0), "a": (1, 1, 1), "b": (1, 0, 1), "p": (1, 0, 1)}
+    moves = {(r["source_queue"], r["message_id"], r["dlq"]) for r in dlq_moves(df).collect()}
+    assert moves == {("s", "m1", "a"), ("a", "m1", "b"), ("s", "m2", "p")}
+
+
 def test_spark_reports_match_what_was_sent_received_and_deleted(spark: Any, workload: Workload,
                                                                 tmp_path: Path) -> None:
     check_filtered_then_unfiltered_counts(spark, workload)
     check_partitions_and_nullability(spark, workload)
     check_bad_schemas_and_options_fail_on_the_driver_naming_them(spark, workload)
+    check_sealed_dead_letters_are_matched_by_id(spark)
     lag_b = make_replicas(workload, tmp_path / "data")
     out = tmp_path / "report"
     assert main(["analytics", "report", "--data", str(tmp_path / "data"), "--out", str(out),
