@@ -86,7 +86,7 @@ def segment_files(host_dir: Path) -> Iterable[tuple[str, int, str, Path]]:
         if not qdir.is_dir():
             continue
         for pdir in _listing(qdir):
-            if not (pdir.is_dir() and pdir.name.isdigit()):
+            if not (pdir.is_dir() and pdir.name.isascii() and pdir.name.isdigit()):  # ("²" is a digit)
                 continue
             for seg in sorted(pdir.glob("*.seg")):
                 if seg.is_file():

@@ -205,6 +205,20 @@ def decode(data: bytes) -> Frame:
     return Frame(command, _FLAGS[flags & 0x7], rid, body)
 
 
+RETRY_MARK = "rt"
+"""Body key of a SEND the client library sends again after its host failed (docs/PROTOCOL.md)."""
+
+
+def request_fingerprint(payload: bytes, body: Any) -> int:
+    """CRC-32 of a request's body bytes, telling a retry (the same request
+    sent again) from another request that reuses its id. A body marked
+    :data:`RETRY_MARK` is fingerprinted as this module encodes it without the
+    mark, which is how the client library encodes the first attempt."""
+    if isinstance(body, dict) and RETRY_MARK in body:
+        return zlib.crc32(_pack({k: v for k, v in body.items() if k != RETRY_MARK}))
+    return zlib.crc32(memoryview(payload)[HEADER_SIZE:])
+
+
 def new_request_id() -> int:
     """A random 63-bit starting request id (callers count up from it)."""
     return secrets.randbits(63) | 1

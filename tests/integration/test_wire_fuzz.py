@@ -59,7 +59,8 @@ def test_random_frames_never_crash_a_host_or_lose_stored_messages(
         target, frames = endpoint, frames_naming()
         if socket == "peer":  # where other hosts send CATCH_UP, POSITION(S), dead letters
             target = client.request(endpoint, Command.STATUS, None)["endpoints"]["peer_endpoint"]
-            frames = frames_naming(f"fuzz/0/{h.node}", h.node)
+            frames = frames_naming(f"fuzz/0/{h.node}", h.node, f"fuzz/\u00b2/{h.node}",
+                                   f"fuzz/{'9' * 5000}/x")
         ctx = zmq.Context()
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -83,6 +84,12 @@ def test_random_frames_never_crash_a_host_or_lose_stored_messages(
                 answered[0] += 1
 
         try:
+            if socket == "peer":  # stream ids whose partition str.isdigit() passed and int() refused:
+                for stream in (f"fuzz/\u00b2/{h.node}", f"fuzz/{'9' * 5000}/{h.node}"):  # (a one-way
+                    for ack in (False, True):  # POSITION raised ValueError out of the loop: a dead host)
+                        sock.send(protocol.encode_request(Command.POSITION, 1, {"s": stream, "ack": ack}))
+                    with pytest.raises(zmqueue.InvalidParameter, match="bad stream id"):
+                        client.request(target, Command.CATCH_UP, {"s": stream, "from": 1})
             fire()
         finally:
             sock.close()
@@ -91,5 +98,6 @@ def test_random_frames_never_crash_a_host_or_lose_stored_messages(
         assert answered[0] > 50
         status: dict[str, Any] = client.request(endpoint, Command.STATUS, None)
         assert status["counters"]["malformed"] > 0
+        assert status["counters"].get("internal_errors", 0) == 0, h.log_tail()
         got = {m.id for m in q.receive(max_messages=100, wait_time=1)}
         assert got == stored

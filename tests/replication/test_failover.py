@@ -255,6 +255,23 @@ def test_a_send_retried_at_another_host_after_its_writer_died_is_answered_not_st
     survivor = client.connection(eps[others[0]])
     fresh = survivor.request(Command.SEND, body, 3000, request_id=survivor.next_request_id())
     assert set(fresh["ids"]).isdisjoint(first["ids"]), "a new request is stored anew"
+    # another client (no CURVE: the same identity '') reusing the id with other messages is
+    # no retry: refused where the retry's reply is cached, stored anew elsewhere (each got
+    # the first host's ids: its messages were confirmed and never stored)
+    other = {"q": "resend", "p": 0, "m": [[f"o{i}".encode(), None, None, None, None] for i in range(5)]}
+    stored_anew = []
+    for node in others:
+        try:
+            reply = client.connection(eps[node]).request(Command.SEND, other, 3000, request_id=rid)
+        except zmqueue.InvalidParameter as exc:
+            assert "was used by a different SEND request" in str(exc)
+        else:
+            assert set(reply["ids"]).isdisjoint(first["ids"]), f"{node} answered with the first ids"
+            stored_anew += reply["ids"]
+    assert stored_anew, "the host that did not answer the retry stored the other client's send"
+    got = drain(q, 5 + len(stored_anew))
+    assert sorted(b for b in got.values() if b.startswith(b"o")) == sorted(
+        [f"o{i}".encode() for i in range(5)] * (len(stored_anew) // 5))
 
 
 def test_a_host_restarted_after_kill_9_answers_a_retry_of_a_send_it_stored_before(

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from tests.conftest import QueueCluster, wait_for
-from zmqueue.dataplane.dispatch import Dispatcher
-from zmqueue.protocol import Command, encode_request
+from zmqueue.dataplane.dispatch import DEFERRED, Dispatcher
+from zmqueue.errors import InvalidParameter, from_wire
+from zmqueue.protocol import Command, decode, encode_request
 
 
 def _writer(qc: QueueCluster, q: Any) -> str:
@@ -84,3 +85,57 @@ def test_the_reply_cache_is_keyed_by_client_identity() -> None:
     assert calls == ["alice", "bob"]
     replies = d.outbox.take()
     assert replies[0][2] == replies[2][2] != replies[1][2]
+
+
+def _error(payload: bytes) -> Any:
+    frame = decode(payload)
+    assert frame.is_error, frame
+    return from_wire(frame.body)
+
+
+def test_another_request_reusing_an_id_is_refused_not_answered_from_the_cache() -> None:
+    """Without CURVE every client has the identity '': a client counting its ids
+    from 1 got another client's reply (its own SEND confirmed with the other's
+    ids, never stored). A retry is the same request byte for byte, or the client
+    library's SEND marked ``rt``."""
+    d = Dispatcher()
+    calls: list[Any] = []
+
+    def handler(req: Any) -> Any:
+        calls.append(req.body["b"])
+        return {"n": len(calls)}
+
+    d.register(Command.SEND, handler)
+    a = encode_request(Command.SEND, 42, {"q": "x", "b": [b"A"]})
+    d.handle("client", [b"id-a", a], None)
+    d.handle("client", [b"id-b", encode_request(Command.SEND, 42, {"q": "y", "b": [b"B"]})], None)
+    d.handle("client", [b"id-a", a], None)  # A's retry
+    d.handle("client", [b"id-a", encode_request(Command.SEND, 42, {"q": "x", "b": [b"A"], "rt": True})], None)
+    d.handle("client", [b"id-c", encode_request(Command.SEND, 42, {"q": "x", "b": [b"C"], "rt": True})], None)
+    assert calls == [[b"A"]]
+    replies = [r[2] for r in d.outbox.take()]
+    assert replies[0] == replies[2] == replies[3]
+    for refused in (replies[1], replies[4]):
+        err = _error(refused)
+        assert isinstance(err, InvalidParameter) and err.details["field"] == "request_id"
+        assert "request id 42 was used by a different SEND request" in str(err)
+        assert "nothing was applied" in str(err)
+    assert d.counters["request_ids_reused"] == 2
+
+
+def test_another_request_reusing_the_id_of_one_in_progress_is_refused_not_joined() -> None:
+    d = Dispatcher()
+    held: list[Any] = []
+
+    def handler(req: Any) -> Any:
+        held.append(req)
+        return DEFERRED  # waiting for its commit
+
+    d.register(Command.DELETE, handler)
+    first = encode_request(Command.DELETE, 7, {"q": "x", "r": ["receipt-1"]})
+    d.handle("client", [b"id-a", first], None)
+    d.handle("client", [b"id-b", encode_request(Command.DELETE, 7, {"q": "x", "r": ["receipt-2"]})], None)
+    d.handle("client", [b"id-a", first], None)  # a retry joins
+    assert len(held) == 1 and held[0].also == [("client", b"id-a")]
+    [(_, to, refused)] = d.outbox.take()
+    assert to == b"id-b" and isinstance(_error(refused), InvalidParameter)

@@ -26,6 +26,7 @@ from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.advisory import NOTES_CHARS_MAX, WarningCheck
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.discovery import KV_CHECK_PREFIX
+from zmqueue.numbers import digits
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,8 @@ def keep_last_good(prev: kv.ClusterState | None, state: kv.ClusterState,
                 configs[q] = prev.configs[q]
                 if p.key in prev.create_index:  # the queue kept is the queue it was: the next good
                     created[p.key] = prev.create_index[p.key]  # edit is checked as an edit
-            case ["queues", q, "partitions", n] if n.isdigit():
-                pid = kv.PartitionId(q, int(n))
+            case ["queues", q, "partitions", n] if (num := digits(n)) is not None:
+                pid = kv.PartitionId(q, num)
                 if pid in prev.assignments:
                     assignments.setdefault(pid, prev.assignments[pid])
             case ["hosts", node, "drain"] if node in prev.drains:

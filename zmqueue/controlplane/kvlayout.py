@@ -38,6 +38,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from zmqueue.config import QueueConfig
 from zmqueue.errors import ZmqueueError
+from zmqueue.numbers import digits
 from zmqueue.security.authz import MALFORMED, parse_policy
 
 PREFIX = "zmqueue/"
@@ -360,8 +361,9 @@ def _stream_keys(items: Iterable[Mapping[str, Any]] | None
     for it in items or []:
         key = str(it.get("Key", ""))
         parts = key[len(POSITIONS_PREFIX):].split("/") if key.startswith(POSITIONS_PREFIX) else []
-        if len(parts) == 4 and parts[1].isdigit() and all(parts):
-            yield (parts[0], int(parts[1]), parts[2]), parts[3], key, it.get("Value")
+        n = digits(parts[1]) if len(parts) == 4 and all(parts) else None
+        if n is not None:
+            yield (parts[0], n, parts[2]), parts[3], key, it.get("Value")
 
 
 def decode_stream_positions(items: Iterable[Mapping[str, Any]] | None
@@ -527,9 +529,10 @@ class ClusterState:
 
 
 def _partition(text: str) -> int:
-    if not text.isascii() or not text.isdigit() or len(text) > 6:
+    n = digits(text)
+    if n is None:
         raise _Bad(f"partition {text!r} is not a small non-negative integer")
-    return int(text)
+    return n
 
 
 Decode = Callable[..., Any]

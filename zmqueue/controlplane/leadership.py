@@ -43,6 +43,7 @@ from zmqueue.controlplane.consul_client import AgentHome, ConsulClient, create_s
 from zmqueue.controlplane.discovery import list_hosts
 from zmqueue.controlplane.election import voters_hold
 from zmqueue.errors import ConsulUnavailable
+from zmqueue.numbers import digits
 
 log = logging.getLogger(__name__)
 
@@ -163,9 +164,10 @@ def lock_key(s: StreamKey) -> str:
 
 def parse_lock_key(key: str) -> StreamKey | None:
     parts = key[len(kv.PREFIX):].split("/")
-    if len(parts) != 4 or parts[0] != "leaders" or not parts[2].isdigit():
+    n = digits(parts[2]) if len(parts) == 4 and parts[0] == "leaders" else None
+    if n is None:
         return None
-    return parts[1], int(parts[2]), parts[3]
+    return parts[1], n, parts[3]
 
 
 def preferred_serves(cand: Candidacy, passing: set[str]) -> bool:

@@ -20,7 +20,7 @@ from typing import Any
 
 from zmqueue import protocol
 from zmqueue.dataplane.reqcache import ReplyCache
-from zmqueue.errors import InternalError, ProtocolError, UnknownCommand, ZmqueueError
+from zmqueue.errors import InternalError, InvalidParameter, ProtocolError, UnknownCommand, ZmqueueError
 from zmqueue.protocol import Command, Frame
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,8 @@ class Request:
     committed: bool = False
     """What the reply acknowledges is already committed (a released
     synchronous ack): it may leave before this loop pass's flush."""
+    fingerprint: int = 0
+    """A mutating request's :func:`protocol.request_fingerprint` (0 for others)."""
 
     @property
     def body(self) -> Any:
@@ -126,7 +128,7 @@ class Request:
         if self.cache is not None:
             key = (self.user or "", int(self.frame.command), self.frame.request_id)
             if cache:
-                self.cache.put(key, payload, now_ms())
+                self.cache.put(key, payload, now_ms(), self.fingerprint)
             self.cache.done(key)
         self.outbox.put(self.sock, self.identity, payload, self.committed)
         for sock, identity in self.also:
@@ -193,25 +195,52 @@ class Dispatcher:
                     return
             except ZmqueueError:
                 pass  # served as a request below: its error goes back to the sender
+            except Exception:  # a bug: logged, and served as a request below (it answers INTERNAL)
+                self.counters["internal_errors"] += 1
+                log.exception("one-way %s failed; answering it as a request", frame.command.name)
         cache = None
+        fp = 0
         ckey = (user or "", int(frame.command), frame.request_id)
         if frame.command in MUTATING:
+            fp = protocol.request_fingerprint(payload, frame.body)
             cached = self.reply_cache.get(ckey, now_ms())
             if cached is not None:
+                if cached[1] != fp:
+                    self._reused_id(sock, identity, frame, user)
+                    return
                 self.counters["retries_answered_from_cache"] += 1
-                self.outbox.put(sock, identity, cached)
+                self.outbox.put(sock, identity, cached[0])
                 return
             original = self.reply_cache.in_progress(ckey)
             if original is not None:
+                if original.fingerprint != fp:
+                    self._reused_id(sock, identity, frame, user)
+                    return
                 self.counters["retries_joined_in_progress"] += 1
                 original.also.append((sock, identity))
                 return
             cache = self.reply_cache
         req = Request(sock, identity, frame, self.outbox, cache, user=user, meter=self.meter,
-                      started=time.monotonic(), note=note)
+                      started=time.monotonic(), note=note, fingerprint=fp)
         if cache is not None:
             cache.start(ckey, req)
         self.dispatch(req)
+
+    def _reused_id(self, sock: str, identity: bytes, frame: Frame, user: str | None) -> None:
+        """Refuse a request whose id a different request of the same identity
+        had within the reply cache's time: answering it from the cache would
+        confirm what was never applied."""
+        self.counters["errors"] += 1
+        self.counters["request_ids_reused"] += 1
+        who = (f"identity {user!r}" if user else
+               "this host's clients (without CURVE every client has the identity '')")
+        exc = InvalidParameter(
+            f"request id {frame.request_id} was used by a different {frame.command.name} request of "
+            f"{who} within the last {self.reply_cache.ttl_ms // 60_000} minutes; nothing was applied. "
+            "Request ids must not repeat: start each connection's ids at a random 64-bit value and "
+            "count up (the client library does), and resend a request only byte for byte",
+            field="request_id")
+        self.outbox.put(sock, identity, protocol.encode_error(frame.command, frame.request_id, exc))
 
     def dispatch(self, req: Request) -> None:
         handler = self.handlers.get(req.frame.command)

@@ -60,6 +60,7 @@ from zmqueue.dataplane.storage.replica import validate
 from zmqueue.dataplane.stream import Role, Stream
 from zmqueue.dataplane.topology import StreamKey
 from zmqueue.errors import InvalidParameter, NotLeader, ProtocolError, StaleEpoch, ZmqueueError
+from zmqueue.numbers import digits
 from zmqueue.protocol import Command
 
 log = logging.getLogger(__name__)
@@ -118,9 +119,10 @@ def parse_stream_id(text: Any) -> StreamKey:
     if not isinstance(text, str) or text.count("/") != 2:
         raise InvalidParameter("bad stream id", field="s")
     q, p, o = text.split("/")
-    if not p.isdigit():
+    n = digits(p)
+    if n is None:
         raise InvalidParameter("bad stream id", field="s")
-    return q, int(p), o
+    return q, n, o
 
 
 def encode_chunks(chunks: list[tuple[Table, bytes]]) -> list[list[bytes]]:

@@ -2,8 +2,8 @@
 SEND retried here after its first host died is answered, not stored twice.
 
 A writer gives every message of a SEND request an id whose first 8 bytes are
-the request's tag (:func:`request_tag`: a hash of the client's identity and
-the request id) and whose last 8 bytes are random. Replicas see those ids in
+the request's tag (:func:`request_tag`: a hash of the client's identity, the
+request id and the request's fingerprint) and whose last 8 bytes are random. Replicas see those ids in
 the records they apply and note, per partition, the ids each tag stored. A
 client whose writer died before confirming retries the same request (the same
 request id) at another host of the partition; if that host applied the
@@ -47,9 +47,12 @@ Key = tuple[str, int, bytes]
 """(queue, partition, request tag)."""
 
 
-def request_tag(user: str, request_id: int) -> bytes:
-    """The 8-byte tag of a client's request: the same on every host."""
-    return hashlib.blake2b(request_id.to_bytes(8, "big") + user.encode(), digest_size=TAG_BYTES).digest()
+def request_tag(user: str, request_id: int, fingerprint: int = 0) -> bytes:
+    """The 8-byte tag of a client's request: the same on every host, for the
+    same request sent again (``fingerprint``: :func:`zmqueue.protocol.request_fingerprint`;
+    without it two clients reusing an id found each other's sends)."""
+    return hashlib.blake2b(request_id.to_bytes(8, "big") + fingerprint.to_bytes(4, "big") + user.encode(),
+                           digest_size=TAG_BYTES).digest()
 
 
 def tagged_ids(tag: bytes, n: int) -> bytes:

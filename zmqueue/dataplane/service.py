@@ -473,7 +473,7 @@ class QueueService:
             info = self.meta.partitions.get(part)
             stored = None
             if info is not None and len(info.replicas) > 1:  # (R=1: no other host holds a copy)
-                tag = request_tag(req.user or "", req.frame.request_id)
+                tag = request_tag(req.user or "", req.frame.request_id, req.fingerprint)
                 stored = self.replicator.resends.get(part[0], part[1], tag, len(items), now)
                 if stored is None and body.get("rt"):
                     # a retry after its first host failed: that host's last

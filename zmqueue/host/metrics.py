@@ -60,7 +60,8 @@ def snapshot(svc: QueueService, door: FrontDoor, zap_counters: dict[str, int],
 
 
 DISPATCHER_EVENTS = ("requests", "errors", "internal_errors", "malformed", "unexpected_reply",
-                     "retries_answered_from_cache", "retries_joined_in_progress", "pass_errors",
+                     "retries_answered_from_cache", "retries_joined_in_progress", "request_ids_reused",
+                     "pass_errors",
                      "polls_served_late", "pushes_served_late")
 """Dispatcher events exported from the start, at 0 (an alert on one that
 should stay 0 can tell 0 from not exported); others appear once counted."""

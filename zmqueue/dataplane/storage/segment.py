@@ -30,6 +30,7 @@ from zmqueue.dataplane.storage.records import (
     decode_payload,
 )
 from zmqueue.errors import CorruptSegment, DiskFull, InternalError
+from zmqueue.numbers import digits
 
 SUFFIX = ".seg"
 SPACE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
@@ -44,8 +45,9 @@ def list_segments(directory: Path) -> list[tuple[int, Path]]:
     found = []
     for path in directory.iterdir():
         stem = path.name[: -len(SUFFIX)]
-        if path.name.endswith(SUFFIX) and len(stem) == 20 and stem.isdigit():
-            found.append((int(stem), path))
+        base = digits(stem, 20) if path.name.endswith(SUFFIX) and len(stem) == 20 else None
+        if base is not None:
+            found.append((base, path))
     return sorted(found)
 
 
