@@ -3,6 +3,7 @@ Consul (two hosts, so queues land on either)."""
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 
@@ -11,7 +12,7 @@ import pytest
 import zmqueue
 from tests.conftest import QueueCluster, wait_for
 from zmqueue import OutgoingMessage
-from zmqueue.protocol import Receipt
+from zmqueue.protocol import Command, Receipt
 
 
 def test_create_queue_is_idempotent_and_refuses_a_different_config(qcluster: QueueCluster) -> None:
@@ -352,6 +353,32 @@ def test_purge_empties_a_queue(qcluster: QueueCluster) -> None:
     q.send_batch([b"x"] * 50)
     assert q.purge() == 50
     assert q.stats()["total"] == 0 and q.receive() == []
+
+
+def test_purge_and_stats_reach_writers_the_handle_did_not_know(qcluster: QueueCluster) -> None:
+    """A handle's routes are what it saw at creation, often before every replica's
+    stream had its writer: purge() and stats() asked those writers only, so a purge
+    left the other streams' messages behind (stats under-counted)."""
+    c = qcluster.client
+    q = c.create_queue(qcluster.queue_name(), replication_factor=2)
+    info = wait_for(lambda: len((i := c.queue_info(q.name))["partitions"][0]["writers"]) == 2 and i, 10,
+                    "both replicas writing their streams")
+    eps = info["partitions"][0]["endpoints"]
+    for ep in eps.values():  # a standard queue: each replica stores what it takes in its own stream
+        c.connection(ep).request(Command.SEND, {"q": q.name, "p": 0, "b": [b"x"] * 5}, 5000)
+    seen = copy.deepcopy(info)  # the routes as read while one writer was still being elected
+    seen["partitions"][0]["writers"] = dict(list(info["partitions"][0]["writers"].items())[:1])
+    q.routes.parts.clear()
+    q.routes.apply(seen)
+    q._refreshed_at = time.monotonic()  # just read
+    assert q.purge() == 10
+    assert c.get_queue(q.name).stats()["total"] == 0
+    unseen = next(n for n in info["partitions"][0]["writers"] if n not in seen["partitions"][0]["writers"])
+    c.connection(eps[unseen]).request(Command.SEND, {"q": q.name, "p": 0, "b": [b"y"] * 3}, 5000)
+    q.routes.parts.clear()
+    q.routes.apply(seen)
+    q._refreshed_at = time.monotonic() - 3  # read a while ago
+    assert q.stats()["total"] == 3
 
 
 def test_retention_drops_messages_older_than_the_retention_period(qcluster: QueueCluster) -> None:

@@ -189,12 +189,12 @@ class Queue:
         return f"Queue({self.name!r}, fifo={self.config.fifo}, partitions={self.config.partitions})"
 
     # --- routing ---------------------------------------------------------------
-    def refresh(self) -> None:
+    def refresh(self, force: bool = False) -> None:
         """Re-read the queue's routes: one quick GET_QUEUE to one known host,
-        at most every REFRESH_MIN_S, never long (it runs inside retry loops
-        that have their own deadlines; during a Consul outage it just fails)."""
+        at most every REFRESH_MIN_S (unless ``force``), never long (it runs inside
+        retry loops that have their own deadlines; during a Consul outage it just fails)."""
         now = time.monotonic()
-        if now - self._refreshed_at < REFRESH_MIN_S:
+        if now - self._refreshed_at < REFRESH_MIN_S and not force:
             return
         self._refreshed_at = now
         known = [ep for p in range(self.config.partitions) for ep in self.routes.all_endpoints(p)]
@@ -458,8 +458,7 @@ class Queue:
 
     def _targets_now(self) -> list[tuple[int, str]]:
         """Where a receive asks now (routes re-read when old, or while empty)."""
-        if time.monotonic() - self._refreshed_at > ROUTES_MAX_AGE_S:
-            self.refresh()
+        self._fresh_routes()
         return self._until_known(self._receive_targets, f"no host serves {self.name!r} now; retry")
 
     def _until_known(self, find: Callable[[], list[T]], unavailable: str) -> list[T]:
@@ -799,8 +798,18 @@ class Queue:
                                  f"partition {p} of {self.name!r} has no reachable host now; "
                                  "retry once its hosts are up (zmqueue status)")
 
+    def _fresh_routes(self, max_age_s: float = ROUTES_MAX_AGE_S) -> None:
+        """Re-read the routes if older than ``max_age_s`` (0: now): a handle's routes
+        are what it last saw (at creation, often before every replica's stream had
+        its writer), and a stream a purge or stats misses is a stream skipped."""
+        if max_age_s <= 0:
+            self.refresh(force=True)
+        elif time.monotonic() - self._refreshed_at > max_age_s:
+            self.refresh()
+
     def purge(self) -> int:
         """Delete every message of the queue; returns how many were removed."""
+        self._fresh_routes(0)  # every stream's writer, as the hosts know them now
         n = 0
         for p in range(self.config.partitions):
             for ep in self._serving(p):
@@ -811,6 +820,7 @@ class Queue:
     def stats(self) -> dict[str, int]:
         """Counters summed over partitions: visible, in_flight, delayed, total, ...
         (each stream counted by the host that writes it)."""
+        self._fresh_routes()
         total: dict[str, int] = {}
         for p in range(self.config.partitions):
             for ep in self._serving(p):
