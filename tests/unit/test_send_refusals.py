@@ -41,7 +41,7 @@ def queue_with(client: ScriptedClient) -> Queue:
     q = Queue.__new__(Queue)
     q.client = client  # type: ignore[assignment]
     q.name = "orders"
-    q.refresh = lambda: None  # type: ignore[method-assign]
+    q.refresh = lambda force=False: None  # type: ignore[method-assign]
     q._follow = lambda p, origin, exc: exc.details.get("endpoint")  # type: ignore[method-assign]
     return q
 
