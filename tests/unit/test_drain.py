@@ -153,3 +153,26 @@ def test_hosts_requests_go_first_and_are_never_kept() -> None:
         for s in [*socks.values(), *dealers.values()]:
             s.close(linger=0)
         ctx.term()
+
+
+def test_a_send_after_a_purge_on_its_connection_waits_for_it(
+        pair: tuple[zmq.Socket[bytes], zmq.Socket[bytes]]) -> None:
+    """(A PURGE then a SEND, pipelined on one connection: the send was served
+    first, acknowledged, then purged.) Another connection's send still goes first."""
+    router, dealer = pair
+    dispatcher = Counting()
+    loop = loop_over(router, dispatcher)
+    other = router.context.socket(zmq.DEALER)
+    other.connect("inproc://drain")
+    try:
+        purge, delete_queue = frame(Command.PURGE_QUEUE, 10), frame(Command.DELETE_QUEUE, 20)
+        mine, theirs = frame(Command.SEND, 30), frame(Command.SEND, 40)
+        for sock, f in ((dealer, purge), (other, theirs), (dealer, mine), (dealer, RECEIVE),
+                        (dealer, delete_queue), (dealer, SEND)):
+            sock.send(f)
+        # (a poll lets the ROUTER see the second pipe before the drain)
+        router.poll(100)
+        passes = run_passes(loop, router, dispatcher, 6)
+        assert passes == [[theirs], [purge, mine, RECEIVE, delete_queue, SEND]]
+    finally:
+        other.close(linger=0)

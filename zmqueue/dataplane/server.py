@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 DRAIN_MAX = 2000
 """Most messages read from one socket per loop iteration (fairness bound)."""
 _SEND = int(Command.SEND)
+_QUEUE_WIDE = frozenset(int(c) for c in (Command.PURGE_QUEUE, Command.DELETE_QUEUE, Command.CREATE_QUEUE,
+                                         Command.SET_QUEUE_ATTRIBUTES))
+"""Requests a later send of the same connection must not overtake (a purge
+would remove it, a queue's deletion or creation decides whether it exists)."""
 POLL_MAX_MS = 50
 
 
@@ -264,17 +268,23 @@ class RequestLoop:
         together with other client requests (receives, deletes), handle the
         sends only (in order: they share one group commit, and their replies
         wait for no other work) and keep the others, in order, for the next
-        pass. Hosts' requests (``peer``) are handled in order, whole: a
-        replica's position must not wait."""
+        pass; a send that came after a kept purge, queue deletion, creation or
+        settings change on the same connection is kept too (a PURGE then a
+        SEND, pipelined: the send went first and was purged). Hosts' requests
+        (``peer``) are handled in order, whole: a replica's position must not wait."""
         handle = self.dispatcher.handle
-        sends: list[bool] | None = None
+        commands: list[int] | None = None
         if len(read) > 1 and name == "client":  # (hosts' requests: positions must not wait)
-            sends = [(h := peek_header(frames[-1])) is not None and h[0] == _SEND for frames in read]
-            if all(sends) or not any(sends):
-                sends = None
+            commands = [h[0] if (h := peek_header(frames[-1])) is not None else -1 for frames in read]
+            sends = commands.count(_SEND)
+            if sends == 0 or sends == len(commands):
+                commands = None
+        held: set[bytes] = set()  # connections with a queue-wide request kept: their later sends wait
         for i, frames in enumerate(read):
             user = None if users is None else users[i]
-            if sends is not None and not sends[i]:
+            if commands is not None and (commands[i] != _SEND or frames[0] in held):
+                if commands[i] in _QUEUE_WIDE:
+                    held.add(frames[0])
                 self.kept.append((name, frames, user))
             else:
                 handle(name, frames, user)
