@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from zmqueue.config import QueueConfig
+from zmqueue.config import QUEUE_NAME_RE, QueueConfig
 from zmqueue.errors import AccessDenied, Throttled, ZmqueueError
 from zmqueue.protocol import Command, Frame, Receipt
 from zmqueue.security import authz
@@ -61,13 +61,20 @@ def queue_of(frame: Frame) -> str:
     return q if isinstance(q, str) else ""
 
 
+UNKNOWN_QUEUE = "~unknown"
+"""The name requests naming no queue the host knows are metered under (not a
+valid queue name): counting each name a client makes up grew the host's
+memory and usage file without bound (a 1 MiB name per request)."""
+
+
 class Admission(NamedTuple):
     """What :meth:`FrontDoor.check` decided about a request."""
 
     refused: ZmqueueError | None
     """The error to answer instead of handling it; None to handle it."""
     queue: str
-    """The queue it acts on ('' when none), given back to :meth:`FrontDoor.on_reply`."""
+    """The queue it is metered under ('' when none, :data:`UNKNOWN_QUEUE` for a
+    name the host does not know), given back to :meth:`FrontDoor.on_reply`."""
 
 
 _HOST_TRAFFIC = Admission(None, "")
@@ -136,7 +143,8 @@ class FrontDoor:
         if sock != "client":
             return _HOST_TRAFFIC
         identity = user or authz.ANONYMOUS
-        queue = queue_of(frame)
+        named = queue_of(frame)
+        queue = self._metered(named, frame)
         if self.usage is not None and queue:
             self.usage.add(identity, queue, 1, size, 0)
         if queue:
@@ -146,13 +154,13 @@ class FrontDoor:
         try:
             action = authz.ACTION_OF.get(frame.command)
             deletes = _carries_deletes(frame)
-            if queue and (action is not None or deletes):
-                policy = self.policies().get(queue)
+            if named and (action is not None or deletes):
+                policy = self.policies().get(named)
                 if action is not None:
-                    authz.check(policy, action, queue, identity)
+                    authz.check(policy, action, named, identity)
                 if deletes:
-                    authz.check(policy, "delete", queue, identity)
-            cfg = self.configs().get(queue) if queue else None
+                    authz.check(policy, "delete", named, identity)
+            cfg = self.configs().get(named) if named else None
             if cfg is not None and (frame.command in RATE_LIMITED or deletes):
                 # (a CREDIT costs a token only when it carries deletes: the
                 # credits alone and keepalives keep a subscription flowing)
@@ -166,6 +174,15 @@ class FrontDoor:
             self._q(queue).throttled += 1
             return Admission(exc, queue)
         return Admission(None, queue)
+
+    def _metered(self, named: str, frame: Frame) -> str:
+        """The queue a request is counted under: ``named`` if the host knows it
+        (or a CREATE_QUEUE of a valid name), else :data:`UNKNOWN_QUEUE`."""
+        if not named or named in self.configs():
+            return named
+        if frame.command == Command.CREATE_QUEUE and QUEUE_NAME_RE.fullmatch(named):
+            return named
+        return UNKNOWN_QUEUE
 
     def _limit(self, cfg: QueueConfig, identity: str, now_s: float) -> None:
         self.limiter.check(("q", cfg.name), cfg.rate_limit_per_s, cfg.rate_burst, now_s,
