@@ -58,6 +58,11 @@ HEADER = struct.Struct(">2sBBB3xQ")
 HEADER_SIZE = HEADER.size  # 16
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 """Largest frame a host decodes; sockets also set ZMQ_MAXMSGSIZE to this."""
+PEER_MAX_FRAME_BYTES = 2 * MAX_FRAME_BYTES
+"""Largest replication frame (REPLICATE, a CATCH_UP reply) a host takes from a
+peer: such a frame carries blocks of up to about 8 MiB plus one block, and a
+block holds up to about 8 MiB plus one client request (itself at most
+MAX_FRAME_BYTES)."""
 FIFO_ORIGIN = "fifo"
 """The origin of a FIFO partition's one replication stream (a standard
 partition's streams are named by the node that accepts their sends): in
@@ -180,12 +185,13 @@ def peek_header(data: bytes) -> tuple[int, int] | None:
     return cmd, rid
 
 
-def decode(data: bytes) -> Frame:
-    """Decode one frame; raises ProtocolError (or a subclass) on any defect."""
+def decode(data: bytes, limit: int = MAX_FRAME_BYTES) -> Frame:
+    """Decode one frame of at most ``limit`` bytes; raises ProtocolError (or a
+    subclass) on any defect."""
     if len(data) < HEADER_SIZE:
         raise ProtocolError(f"frame of {len(data)} bytes is shorter than the {HEADER_SIZE}-byte header")
-    if len(data) > MAX_FRAME_BYTES:
-        raise ProtocolError(f"frame of {len(data)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
+    if len(data) > limit:
+        raise ProtocolError(f"frame of {len(data)} bytes exceeds the {limit}-byte limit")
     magic, version, cmd, flags, rid = HEADER.unpack_from(data)
     if magic != MAGIC:
         raise ProtocolError("bad magic: not a zmqueue frame")

@@ -159,3 +159,28 @@ def test_insert_packed_of_a_batch_larger_than_the_cached_offsets() -> None:
     by_rows.insert(rows, packed.heap)
     by_columns.insert_packed(n, packed, 1, 7, len(packed.heap))
     assert by_columns.meta.tobytes() == by_rows.meta.tobytes()
+
+
+def test_read_chunks_stops_at_a_byte_budget_but_returns_at_least_one_block(tmp_path: Path) -> None:
+    """(A replication or catch-up frame took up to 2000 records whatever their
+    size: 64 MiB and more with large messages, past what a peer takes.)"""
+    config = StorageConfig(ring_slots=64, arena_bytes=1 << 16, fsync="never")
+    with PartitionStore.open(tmp_path, config, now_ms=1) as store:
+        for i in range(4):  # blocks of 3 x 300 kB
+            store.append_batch([bytes([i]) * 300_000] * 3, 1)
+            assert store.staged_bytes == 900_000
+            store.commit()
+            assert store.staged_bytes == 0
+        store.append_batch([b"x"], 1)
+        store.commit()  # (the last block: read_chunks' fast path answers it alone)
+
+        def sizes(max_bytes: int) -> list[int]:
+            chunks = store.read_chunks(1, 2000, max_bytes)
+            assert int(chunks[0][0]["seq"][0]) == 1
+            return [len(t) for t, _ in chunks]
+
+        assert sizes(1 << 30) == [3, 3, 3, 3, 1]
+        assert sizes(2_000_000) == [3, 3]
+        assert sizes(1_000_000) == [3]
+        assert sizes(1) == [3], "always one block, however large"
+        assert [len(t) for t, _ in store.read_chunks(4, 2000, 1)] == [3]

@@ -51,6 +51,7 @@ class Forwarder:
             s = self.ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
             s.setsockopt(zmq.SNDHWM, 10_000)
+            s.setsockopt(zmq.MAXMSGSIZE, protocol.PEER_MAX_FRAME_BYTES)
             if self.curve is not None:
                 try:
                     self.curve.client(s, endpoint)
@@ -98,8 +99,10 @@ class Forwarder:
                 except zmq.Again:
                     break
                 try:
-                    frame = protocol.decode(data)
-                except ProtocolError:
+                    frame = protocol.decode(data, protocol.PEER_MAX_FRAME_BYTES)
+                except ProtocolError as exc:
+                    self.refused_replies += 1
+                    log.warning("refused a reply: %s", exc)
                     continue
                 p = self.pending.pop(frame.request_id, None)
                 if p is not None:

@@ -146,8 +146,11 @@ class Replicator:
     def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], node: str, pub: zmq.Socket[bytes],
                  forwarder: Forwarder, streams: Callable[[], dict[StreamKey, Stream]],
                  peer_endpoint: Callable[[str], str | None], mark_dirty: Callable[[StreamKey], None],
-                 on_resync: Callable[[StreamKey, int], None]) -> None:
+                 on_resync: Callable[[StreamKey, int], None],
+                 commit_if_big: Callable[[Stream], None] = lambda st: None) -> None:
         self.node = node
+        self.commit_if_big = commit_if_big
+        """Called after each chunk a replica stages (the service commits early past a size)."""
         self.pub = pub
         self.forwarder = forwarder
         self.streams = streams
@@ -157,7 +160,7 @@ class Replicator:
         self.sub = ctx.socket(zmq.SUB)
         self.sub.setsockopt(zmq.LINGER, 0)
         self.sub.setsockopt(zmq.RCVHWM, 100_000)
-        self.sub.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
+        self.sub.setsockopt(zmq.MAXMSGSIZE, protocol.PEER_MAX_FRAME_BYTES)
         self.sub.setsockopt(zmq.SUBSCRIBE, HEARTBEAT_TOPIC)
         self.connected: set[str] = set()
         self.subscribed: set[StreamKey] = set()
@@ -172,7 +175,7 @@ class Replicator:
         """What this host stored as a replica, by request (retried sends find it)."""
         self.counters: dict[str, int] = {"gaps": 0, "stale_refused": 0, "resyncs": 0,
                                          "resync_kept": 0, "published": 0, "applied": 0,
-                                         "sends_found_replicated": 0}
+                                         "sends_found_replicated": 0, "early_commits": 0}
 
     # --- topology -------------------------------------------------------------------
     def set_topology(self, pub_endpoints: list[str], writers: dict[StreamKey, str]) -> None:
@@ -315,7 +318,7 @@ class Replicator:
                 break
             if len(frames) == 2:
                 try:
-                    frame = protocol.decode(frames[1])
+                    frame = protocol.decode(frames[1], protocol.PEER_MAX_FRAME_BYTES)
                     self._on_pub(frame.command, frame.body, now_ms)
                 except ZmqueueError as exc:
                     log.debug("dropped a replication frame: %s", exc)
@@ -400,6 +403,8 @@ class Replicator:
             if st.config.fifo:
                 st.note_table(fresh, heap)
             self.counters["applied"] += n
+            self.mark_dirty(st.key)
+            self.commit_if_big(st)
         self.mark_dirty(st.key)
         return True
 

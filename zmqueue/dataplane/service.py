@@ -35,6 +35,7 @@ from zmqueue.dataplane.replication import Replicator
 from zmqueue.dataplane.resends import request_tag
 from zmqueue.dataplane.server import Wakeable
 from zmqueue.dataplane.storage import StorageConfig
+from zmqueue.dataplane.storage.records import BLOCK_TARGET_BYTES
 from zmqueue.dataplane.storage.store import STATS_KEYS
 from zmqueue.dataplane.stream import LEASE_S, SILENT_S, PendingAck, Role, Stream
 from zmqueue.dataplane.streamset import StreamSet
@@ -156,7 +157,8 @@ class QueueService:
         self.handover = Handover(self)
         """Newly elected writers' recovery, and the requests held meanwhile."""
         self.replicator = Replicator(forwarder.ctx, node, pub, forwarder, lambda: self.set.streams,
-                                     self.meta_peer_endpoint, self.dirty.add, self._resync)
+                                     self.meta_peer_endpoint, self.dirty.add, self._resync,
+                                     self.commit_if_big)
         self.dlq = DeadLetterMover(self)
         self.set.on_open = self._note_recent_sends
 
@@ -458,6 +460,7 @@ class QueueService:
         """Reply ``result`` once this iteration's records of ``st`` are replicated."""
         self.dirty.add(st.key)
         self.new_acks.setdefault(st.key, []).append(PendingAck(0, req, result))
+        self.commit_if_big(st)
         return DEFERRED
 
     # --- handlers -------------------------------------------------------------------------
@@ -849,6 +852,53 @@ class QueueService:
             a.request.committed = True  # flush() added it after its commit
             a.request.reply(a.result)
 
+    def _commit(self, key: StreamKey) -> bool:
+        """Commit stream ``key``'s staged records and settle the acks waiting for
+        them (a writer publishes and waits for its replicas); True for a replica
+        that committed (its position is reported)."""
+        st = self.set.streams.get(key)
+        acks = self.new_acks.pop(key, [])
+        if st is None:
+            return False
+        try:
+            st.store.commit()
+        except ZmqueueError as exc:
+            log.warning("commit of %s failed: %s", key, exc)
+            for a in acks:
+                a.request.fail(exc)
+            if st.role is Role.WRITER:  # what was staged is gone: the takeover record too
+                self.handover.unmarked.add(key)
+            return False
+        if st.role is Role.WRITER:
+            if len(st.replicas) > 1:  # R=1: nobody to publish to
+                self.replicator.publish(st)
+            else:
+                st.published_all()
+            stamp = time.monotonic()
+            for a in acks:
+                a.seq, a.at = st.store.last_seq, stamp
+                st.acks.append(a)
+            self._release(st)
+            if st.acks:
+                self.acking[key] = st
+            for a in acks:  # still waiting for replicas: encode the replies meanwhile
+                if not a.request.answered:
+                    a.request.prepare(a.result)
+            return False
+        for a in acks:
+            a.request.reply(a.result)
+        return True
+
+    def commit_if_big(self, st: Stream) -> None:
+        """Commit ``st`` now, in the middle of a loop pass, once its staged records
+        hold :data:`BLOCK_TARGET_BYTES` (large messages arriving together made
+        blocks, and the replication frames carrying them, larger than a peer
+        takes: replicas stopped at them). The stream stays dirty: the pass's
+        flush commits what is staged after, and tells the watches."""
+        if st.store.staged_bytes >= BLOCK_TARGET_BYTES:
+            self.replicator.counters["early_commits"] += 1
+            self._commit(st.key)
+
     def flush(self) -> None:
         reported: set[StreamKey] = set()
         if self.dlq_targets:
@@ -857,37 +907,7 @@ class QueueService:
         else:
             order = list(self.dirty)
         for key in order:
-            st = self.set.streams.get(key)
-            acks = self.new_acks.pop(key, [])
-            if st is None:
-                continue
-            try:
-                st.store.commit()
-            except ZmqueueError as exc:
-                log.warning("commit of %s failed: %s", key, exc)
-                for a in acks:
-                    a.request.fail(exc)
-                if st.role is Role.WRITER:  # what was staged is gone: the takeover record too
-                    self.handover.unmarked.add(key)
-                continue
-            if st.role is Role.WRITER:
-                if len(st.replicas) > 1:  # R=1: nobody to publish to
-                    self.replicator.publish(st)
-                else:
-                    st.published_all()
-                stamp = time.monotonic()
-                for a in acks:
-                    a.seq, a.at = st.store.last_seq, stamp
-                    st.acks.append(a)
-                self._release(st)
-                if st.acks:
-                    self.acking[key] = st
-                for a in acks:  # still waiting for replicas: encode the replies meanwhile
-                    if not a.request.answered:
-                        a.request.prepare(a.result)
-            else:
-                for a in acks:
-                    a.request.reply(a.result)
+            if self._commit(key):
                 reported.add(key)
         for watch in self.watches:  # (what changed after this pass's serve)
             watch.note_changed(self.dirty)

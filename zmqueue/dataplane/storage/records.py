@@ -68,6 +68,12 @@ HEADER = struct.Struct("<4sBBHIQQIII")  # without header_crc
 HEADER_BYTES = HEADER.size + 4
 _CRC = struct.Struct("<I")
 MAX_BLOCK_RAW = 1 << 30
+BLOCK_TARGET_BYTES = 8 << 20
+"""Payload bytes a block should hold at most, plus one request's worth: a host
+commits a stream early once its staged records hold this many, and a
+replication or catch-up frame carries blocks up to this many bytes (at least
+one block), so frames stay far below a peer's frame limit however many
+large messages arrive in one loop pass."""
 
 
 class RecordType(IntEnum):

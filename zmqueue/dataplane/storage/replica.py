@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from zmqueue.dataplane.storage import replay
-from zmqueue.dataplane.storage.records import RECORD_DTYPE, RecordType, Table
+from zmqueue.dataplane.storage.records import BLOCK_TARGET_BYTES, RECORD_DTYPE, RecordType, Table
 from zmqueue.dataplane.storage.segment import cut_log
 from zmqueue.errors import InvalidParameter
 
@@ -31,21 +31,27 @@ _KNOWN_TYPE[[int(t) for t in RecordType]] = True
 """Lookup table: record type byte -> known (cheaper than np.isin per chunk)."""
 
 
-def read_chunks(store: PartitionStore, from_seq: int, max_records: int) -> list[Chunk]:
-    """Committed rows with seq >= ``from_seq``, block by block (each with its heap)."""
+def read_chunks(store: PartitionStore, from_seq: int, max_records: int,
+                max_bytes: int = BLOCK_TARGET_BYTES) -> list[Chunk]:
+    """Committed rows with seq >= ``from_seq``, block by block (each with its
+    heap), until ``max_records`` rows or ``max_bytes`` bytes (always at least
+    one block: what one frame to a replica carries)."""
     last = store.last_block
     if last is not None and int(last[0]["seq"][0]) == from_seq and len(last[0]) <= max_records:
         return [last]  # the block just committed: the common case when publishing
     out: list[Chunk] = []
-    n = 0
+    n = size = 0
     i = store.index.find(from_seq)
-    while i < store.index.count and n < max_records:
+    while i < store.index.count and n < max_records and (not out or size < max_bytes):
         _, base, offset = store.index.entry(i)
         _, table, heap = store.reader.read(base, offset)
         rows = table[table["seq"] >= from_seq][: max_records - n]
         if len(rows):
+            if out and size + rows.nbytes + len(heap) > max_bytes:
+                break
             out.append((rows, heap))
             n += len(rows)
+            size += rows.nbytes + len(heap)
         i += 1
     return out
 

@@ -28,7 +28,13 @@ from zmqueue.dataplane.storage.limits import FreeSpace, check_limits, require_sp
 from zmqueue.dataplane.storage.logwriter import LogWriter
 from zmqueue.dataplane.storage.model import Columns, Delivered, NewMessage, Record
 from zmqueue.dataplane.storage.protocol import PartitionStoreProtocol
-from zmqueue.dataplane.storage.records import MAX_BLOCK_RAW, RecordType, Table, encode_payload
+from zmqueue.dataplane.storage.records import (
+    BLOCK_TARGET_BYTES,
+    MAX_BLOCK_RAW,
+    RecordType,
+    Table,
+    encode_payload,
+)
 from zmqueue.dataplane.storage.recovery import RecoveryReport, recover_directory
 from zmqueue.dataplane.storage.ring import IN_FLIGHT, MetaRows, Ring
 from zmqueue.dataplane.storage.segment import (
@@ -532,9 +538,17 @@ class PartitionStore:
         """Epoch of the last record (committed or staged); 0 when empty."""
         return self._last_epoch
 
-    def read_chunks(self, from_seq: int, max_records: int) -> list[replica.Chunk]:
-        """Committed rows with seq >= from_seq as raw (table, heap) chunks."""
-        return replica.read_chunks(self, from_seq, max_records)
+    def read_chunks(self, from_seq: int, max_records: int,
+                    max_bytes: int = BLOCK_TARGET_BYTES) -> list[replica.Chunk]:
+        """Committed rows with seq >= from_seq as raw (table, heap) chunks, up to
+        ``max_records`` rows or ``max_bytes`` bytes (at least one block)."""
+        return replica.read_chunks(self, from_seq, max_records, max_bytes)
+
+    @property
+    def staged_bytes(self) -> int:
+        """Payload bytes staged since the last commit (the host commits early
+        past :data:`BLOCK_TARGET_BYTES`)."""
+        return self.staged.heap_len
 
     def apply_chunk(self, table: Table, heap: bytes) -> int:
         """Replica side: stage a writer's records verbatim (see replica.py)."""
