@@ -836,7 +836,9 @@ class Queue:
         """Have hosts push messages to ``handler`` (on a background thread),
         never more than ``prefetch`` unfinished per serving host. With
         ``auto_delete`` a message is deleted when the handler returns; if it
-        raises, the message becomes visible again after its visibility timeout."""
+        raises, the message becomes visible again after its visibility timeout
+        (on a FIFO queue, with the later messages of its group that were pushed
+        with it: they are not handed to the handler, and come back behind it)."""
         from zmqueue.client.subscription import Subscription, is_async
 
         if not callable(handler):

@@ -6,6 +6,12 @@ credits of that batch to each host in one ``CREDIT``, which also carries the
 deletes (``auto_delete``) of the handled messages of one stream: one round
 trip per batch of up to ``prefetch`` messages per host, not per message.
 
+On a FIFO queue, once the handler raises on a message, the later messages of
+its group in the same batch are held back: neither handed to the handler nor
+deleted. A host pushes a group's in-flight messages in one batch (the group
+is shut while one is in flight), so they share the failed message's
+visibility deadline and come back with it, behind it, in order.
+
 A subscription follows the queue's routes: every keepalive round it re-reads
 them, subscribes to each host that has come to serve a partition (a new FIFO
 writer after a failover, a host that took over a dead host's stream) and
@@ -83,6 +89,9 @@ class Subscription:
         self.conns: dict[SubKey, tuple[Connection, int]] = {}
         self.handled = 0
         self.failed = 0
+        self.held_back = 0
+        """FIFO messages not handed to the handler because an earlier message of
+        their group failed in the same batch (they come back behind it)."""
         self.max_unfinished_seen = 0
         self.resubscribed = 0
         """Subscriptions opened after ``start`` (failovers, restarted hosts)."""
@@ -244,15 +253,20 @@ class Subscription:
 
     def _handle_all(self) -> None:
         """Hand the handler every message pushed so far (more may be pushed
-        meanwhile: they wait for the next round), then return each host its
+        meanwhile: they wait for the next round), except a FIFO group's
+        messages after one the handler failed on, then return each host its
         credits, with the handled messages' deletes."""
         credits: dict[SubKey, int] = {}
         done: dict[SubKey, list[Message]] = {}
+        failed_groups: set[str] = set()
         for _ in range(len(self.inbox)):
             if self.stopped.is_set():
                 break  # unhandled: delivered again after their visibility timeout
             msg, key = self.inbox.popleft()
             credits[key] = credits.get(key, 0) + 1
+            if msg.group_id in failed_groups:  # behind its group's failed message: comes back after it
+                self.held_back += 1
+                continue
             try:
                 result: Any = self.handler(msg)
                 if inspect.isawaitable(result):  # never awaited here: the message is not handled
@@ -265,6 +279,8 @@ class Subscription:
                     done.setdefault(key, []).append(msg)
             except Exception:  # the handler's failure: the message will come back
                 self.failed += 1
+                if self.queue.config.fifo and msg.group_id is not None:
+                    failed_groups.add(msg.group_id)
                 log.exception("subscription handler failed on message %s", msg.id)
         for key, n in credits.items():
             self._credit(key, n, done.get(key, []))
