@@ -8,6 +8,7 @@ Units are last in names: ``visibility_timeout_s``, ``heartbeat_interval_ms``.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -80,6 +81,42 @@ def validate_queue_name(name: object) -> str:
 
 NOT_SETTINGS = frozenset({"extra", "incarnation", "given"})
 """QueueConfig fields that are not in its JSON."""
+
+EXTRA_DEPTH_MAX = 16
+"""Deepest nesting of lists and maps in the value of an unknown config key."""
+QUEUE_CONFIG_BYTES_MAX = 64 * 1024
+"""Largest queue config, as the JSON stored in Consul KV (whose values are
+refused over 512 KiB), unknown keys included."""
+
+
+def check_extra(extra: dict[Any, Any]) -> None:
+    """ConfigError naming the key unless the unknown config keys ``extra`` can
+    be stored as JSON: string keys (at every level), values of nil, bool,
+    int, finite float, str, list or map, nested at most
+    :data:`EXTRA_DEPTH_MAX` deep. (The size: ``kvlayout.encode_queue_config``.)"""
+    for key, top in extra.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"queue config key {key!r:.40} is not a string; config keys are strings",
+                              field="config")
+        todo: list[tuple[Any, int]] = [(top, 1)]
+        while todo:
+            value, depth = todo.pop()
+            if isinstance(value, dict | list) and depth > EXTRA_DEPTH_MAX:
+                raise ConfigError(f"invalid {key}: unknown config keys are kept as they are, but this "
+                                  f"value nests lists or maps over {EXTRA_DEPTH_MAX} deep", field=key)
+            if isinstance(value, dict):
+                if not all(isinstance(k, str) for k in value):
+                    raise ConfigError(f"invalid {key}: a map in it has a key that is not a string "
+                                      "(it is stored as JSON)", field=key)
+                todo.extend((v, depth + 1) for v in value.values())
+            elif isinstance(value, list):
+                todo.extend((v, depth + 1) for v in value)
+            elif isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"invalid {key}: {value} cannot be stored as JSON", field=key)
+            elif value is not None and not isinstance(value, bool | int | float | str):
+                raise ConfigError(f"invalid {key}: unknown config keys are stored as JSON; a "
+                                  f"{type(value).__name__} cannot be (give a string, number, bool, nil, "
+                                  "list or map)", field=key)
 
 
 @dataclass(frozen=True)
@@ -202,6 +239,8 @@ class QueueConfig:
         placement, partitions and replication, only by a KV edit)."""
         if not isinstance(changes, dict) or not changes:
             raise ConfigError("give at least one setting to change", field="changes")
+        if not all(isinstance(k, str) for k in changes):
+            raise ConfigError("the names of settings to change must be strings", field="changes")
         settable = set(MUTABLE_SETTINGS.values())
         fixed = sorted(k for k in changes if k not in settable)
         if fixed:

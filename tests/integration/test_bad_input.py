@@ -6,11 +6,15 @@ carry (real hosts, real Consul)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import zmqueue
 from tests.conftest import QueueCluster
-from zmqueue.protocol import MAX_FRAME_BYTES, Receipt
+from tests.helpers import consul_for
+from zmqueue.controlplane import kvlayout as kv
+from zmqueue.protocol import MAX_FRAME_BYTES, Command, Receipt
 
 
 @pytest.mark.parametrize("settings", [{"visibility_timeout": 1.5}, {"partitions": 1.5},
@@ -152,3 +156,51 @@ def test_receipts_and_arguments_of_the_wrong_kind_are_refused_at_once(qcluster: 
         qcluster.client.create_queue(qcluster.queue_name() + "\n")
     q.delete(m)
     assert q.stats()["total"] == 0, "nothing was sent by the refused calls"
+
+
+def _nested(depth: int) -> list[object]:
+    v: list[object] = []
+    for _ in range(depth - 1):
+        v = [v]
+    return v
+
+
+@pytest.mark.parametrize(("config", "field", "says"), [
+    ({"note": b"\x00\x01"}, "note", "a bytes cannot be"),
+    ({"note": {"k": [1, {"deep": b"x"}]}}, "note", "a bytes cannot be"),
+    ({"note": float("nan")}, "note", "cannot be stored as JSON"),
+    ({"note": {"k": {7: "v"}}}, "note", "has a key that is not a string"),
+    ({5: 1}, "config", "key 5 is not a string"),
+    ({"note": _nested(900)}, "note", "over 16 deep"),
+    ({"note": "x" * 600_000}, "note", r"over the 65536-byte limit; its largest unknown key is 'note'"),
+    ({"note": ["x" * 1000] * 70}, "note", "over the 65536-byte limit"),
+], ids=["bytes", "nested-bytes", "nan", "nested-int-key", "int-key", "deep", "600KB", "70KB"])
+def test_an_unknown_config_key_kv_cannot_store_is_invalid_parameter_naming_it_and_no_queue_is_made(
+        qcluster: QueueCluster, config: dict[object, object], field: str, says: str) -> None:
+    """(Each was INTERNAL from the admin worker, unlogged and uncounted: json
+    TypeError, '<' between str and int, RecursionError, Consul's 413.)"""
+    c = qcluster.client
+    name = qcluster.queue_name("extra")
+    ep = c.hosts()[0].client_endpoint
+    with pytest.raises(zmqueue.InvalidParameter, match=says) as err:
+        c.request(ep, Command.CREATE_QUEUE, {"config": {"name": name, "dead_letter_queue": name + "-dl",
+                                                        **config}})
+    assert err.value.details.get("field") == field
+    assert not c.list_queues(name), "neither the queue nor its DLQ was made"
+    status = c.request(ep, Command.STATUS, None)
+    assert status["counters"].get("internal_errors", 0) == 0
+
+
+def test_unknown_config_keys_within_the_limits_are_kept(qcluster: QueueCluster) -> None:
+    c = qcluster.client
+    name = qcluster.queue_name("extra")
+    note = {"owner": "team-a", "tags": [1, 2.5, None, True], "deep": _nested(15), "text": "x" * 60_000}
+    reply = c.request(c.hosts()[0].client_endpoint, Command.CREATE_QUEUE, {"config": {"name": name, **note}})
+    assert reply["queue"]["config"]["name"] == name
+    with pytest.raises(zmqueue.InvalidParameter, match="names of settings to change must be strings"):
+        c.request(c.hosts()[0].client_endpoint, Command.SET_QUEUE_ATTRIBUTES,
+                  {"name": name, "changes": {5: 1, "x": 2}})  # (sorting them was '<' TypeError: INTERNAL)
+    c.get_queue(name).set_attributes(visibility_timeout=7)  # rewritten with its unknown keys
+    _, item = consul_for(qcluster.factory.agent).kv.get(kv.queue_config_key(name))
+    stored = json.loads(item["Value"])
+    assert stored["visibility_timeout_s"] == 7 and {k: stored[k] for k in note} == note

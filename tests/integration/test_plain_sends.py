@@ -56,6 +56,19 @@ def test_a_fifo_queue_refuses_plain_bodies_and_says_why(qcluster: QueueCluster) 
         qcluster.client.request(endpoint, Command.SEND, {"q": q.name, "p": 0, "b": [b"a"]})
 
 
+@pytest.mark.parametrize("b", [[b"from b"], None], ids=["bodies", "nil"])
+def test_a_send_with_both_plain_bodies_and_messages_is_refused_and_nothing_is_stored(
+        qcluster: QueueCluster, b: Any) -> None:
+    """(Only ``b`` was stored, the ``m`` messages dropped, and one id answered.)"""
+    q = qcluster.client.create_queue(qcluster.queue_name("plain-both"))
+    endpoint = q.routes.for_send(0)[0]
+    m = [[b"from m-1", None, None, None, None], [b"from m-2", None, None, None, None]]
+    with pytest.raises(InvalidParameter, match=r"plain bodies \(b\) or messages \(m\), not both") as err:
+        qcluster.client.request(endpoint, Command.SEND, {"q": q.name, "p": 0, "m": m, "b": b})
+    assert err.value.details["field"] == "bodies"
+    assert q.stats()["total"] == 0, "nothing of the refused request was stored"
+
+
 @pytest.fixture
 def older_hosts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Hosts as one from before plain bodies sees them: every SEND's ``b``

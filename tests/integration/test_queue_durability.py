@@ -154,3 +154,33 @@ def test_a_dead_letter_move_the_dlq_refuses_is_retried_until_the_dlq_takes_it(
     assert (moved[0].body, moved[0].dead_letter_source) == (b"poison", "src")
     assert q.stats()["total"] == 0
     assert q.receive(wait_time=1) == []
+
+
+@pytest.mark.parametrize("fifo", [False, True], ids=["standard-source", "fifo-source"])
+def test_dead_letters_wait_while_their_dlq_was_created_again_as_the_other_type(
+        hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client, fifo: bool) -> None:
+    """The type rule is checked at create and set_attributes; a DLQ deleted and
+    created again as the other type is caught at the move. (A standard
+    queue's dead letters landed in the FIFO queue without a group id.) The
+    messages wait in their source, and move once the DLQ is of its type again."""
+    h = start_passing(hosts, consul_agent)
+    q = client.create_queue("src", fifo=fifo, visibility_timeout=1, dead_letter_queue="dlq",
+                            max_receive_count=1)
+    client.delete_queue("dlq")
+    client.create_queue("dlq", fifo=not fifo)
+    wait_for(lambda: client.queue_info("dlq")["config"]["fifo"] is not fifo, 10, "the host knows the new DLQ")
+    mid = q.send(b"poison", group_id="g" if fifo else None)
+    assert [m.id for m in q.receive(wait_time=5)] == [mid]
+    assert q.receive(wait_time=3) == []  # past its timeout: taken out of delivery for the move
+    kinds = ("a FIFO queue, the source a standard one", "a standard queue, the source a FIFO one")
+    wait_for(lambda: f"dead-letter queue dlq of src is {kinds[fifo]}" in h.log_tail(),
+             20, "the refused move in the host's log", interval_s=0.2)
+    assert client.get_queue("dlq").stats()["total"] == 0
+    assert q.stats()["total"] == 1, "kept in its source"
+    client.delete_queue("dlq")
+    dlq = client.create_queue("dlq", fifo=fifo)
+    moved = wait_for(lambda: dlq.receive(max_messages=10, wait_time=1), 20,
+                     "the poison message in the DLQ once it is of the source's type")
+    assert [(m.id, m.body, m.dead_letter_source) for m in moved] == [(mid, b"poison", "src")]
+    assert moved[0].group_id == ("g" if fifo else None)
+    assert q.stats()["total"] == 0

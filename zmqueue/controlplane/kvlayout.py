@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, TypeVar
 
-from zmqueue.config import QueueConfig
-from zmqueue.errors import ZmqueueError
+from zmqueue.config import QUEUE_CONFIG_BYTES_MAX, QueueConfig, check_extra
+from zmqueue.errors import ConfigError, ZmqueueError
 from zmqueue.numbers import digits
 from zmqueue.security.authz import MALFORMED, parse_policy
 
@@ -218,7 +218,16 @@ def _dump(obj: Any) -> bytes:
 
 
 def encode_queue_config(cfg: QueueConfig) -> bytes:
-    return _dump({**cfg.extra, **cfg.to_dict()})
+    """The config's JSON; ConfigError naming the field if an unknown key
+    (``extra``) cannot be stored as JSON or the whole is over
+    ``QUEUE_CONFIG_BYTES_MAX`` (Consul refuses a value over 512 KiB)."""
+    check_extra(cfg.extra)
+    raw = _dump({**cfg.extra, **cfg.to_dict()})
+    if len(raw) > QUEUE_CONFIG_BYTES_MAX:
+        big = max(cfg.extra, key=lambda k: len(_dump(cfg.extra[k])), default="config")
+        raise ConfigError(f"queue config is {len(raw)} bytes as JSON, over the {QUEUE_CONFIG_BYTES_MAX}-byte "
+                          f"limit; its largest unknown key is {big!r}: make it smaller or drop it", field=big)
+    return raw
 
 
 def encode_assignment(a: PartitionAssignment) -> bytes:

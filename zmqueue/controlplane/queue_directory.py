@@ -108,6 +108,7 @@ class QueueDirectory:
 
     def create(self, cfg: QueueConfig) -> dict[str, Any]:
         cfg = cfg.validate()
+        kv.encode_queue_config(cfg)  # refuses what KV cannot store before a DLQ is made
         self._ensure_dlq(cfg)
         self._create_one(cfg)
         return self.snapshot().queue_info(cfg.name)

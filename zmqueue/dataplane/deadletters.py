@@ -5,7 +5,9 @@ delivery by the store (state MOVING), copied to partition 0 of the DLQ
 (locally when this host writes a DLQ stream, else forwarded to a host that
 does), and only then marked moved in its source stream. A crash in between
 redelivers it to the DLQ again later: a possible duplicate there, never a
-loss.
+loss. A DLQ that is unknown, or of the other type than its source (deleted
+and created again as the other type), keeps the messages waiting in their
+source, retried every second, with a warning at most once a minute.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ log = logging.getLogger(__name__)
 RETRY_MS = 1000
 WARN_EVERY_MS = 60_000
 """A stream's repeated retry warning is logged at most once a minute (the retry runs every second)."""
-WARNINGS = ("unknown", "open", "full", "forward")
+WARNINGS = ("unknown", "type", "open", "full", "forward")
 
 
 class DeadLetterMover:
@@ -86,6 +88,14 @@ class DeadLetterMover:
             self._warn(st.key, "unknown", now, "dead-letter queue %r of %s is unknown; keeping %d messages",
                        dlq, st.queue, len(dead))
             svc.request_refresh()
+            self._retry(st.key, dead, now)
+            return
+        if dcfg.fifo != st.config.fifo:  # deleted and created again as the other type (create refuses it)
+            kinds = {True: "a FIFO", False: "a standard"}
+            self._warn(st.key, "type", now, "dead-letter queue %s of %s is %s queue, the source %s one; "
+                       "keeping %d messages until the source names a dead-letter queue of its type "
+                       "(set_attributes dead_letter_queue) or %s is created again as one",
+                       dlq, st.queue, kinds[dcfg.fifo], kinds[st.config.fifo], len(dead), dlq)
             self._retry(st.key, dead, now)
             return
         try:

@@ -470,6 +470,10 @@ class QueueService:
             return DEFERRED
         items = tag = None
         plain = "b" in body  # bodies alone (no attributes, delay, group or dedup id)
+        if plain and "m" in body:  # (only b was stored, and one id answered, for all of them)
+            raise InvalidParameter("a SEND carries plain bodies (b) or messages (m), not both; "
+                                   "nothing was stored: send them as two requests, or all as m",
+                                   field="bodies")
         if body.get("dl") is None:
             items = (F.get_list(body, "b", MAX_BATCH, name="bodies") if plain
                      else F.get_list(body, "m", MAX_BATCH, name="messages"))

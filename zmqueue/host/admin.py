@@ -18,6 +18,8 @@ healthy endpoint for, is read from Consul, consistently.
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -30,13 +32,23 @@ from zmqueue.errors import InternalError, ZmqueueError
 from zmqueue.host.metadata import MetadataCache, unreadable_configs
 from zmqueue.protocol import Command
 
+log = logging.getLogger(__name__)
+
 
 class AdminHandlers:
     def __init__(self, cache: MetadataCache) -> None:
         self.cache = cache
+        self.counters: Counter[str] = Counter()
+        """The dispatcher's, once registered: errors of the deferred requests count there."""
         self._read_through = self._deferred(self._get)
 
+    def _fail(self, req: Request, exc: ZmqueueError, counter: str) -> None:
+        """Answer ``req`` with ``exc`` and count it (on the loop: the counters are the dispatcher's)."""
+        self.counters[counter] += 1
+        req.fail(exc)
+
     def register(self, d: Dispatcher) -> None:
+        self.counters = d.counters
         d.register(Command.CREATE_QUEUE, self._deferred(self._create))
         d.register(Command.GET_QUEUE, self._get_cached)
         d.register(Command.LIST_QUEUES, self._deferred(self._list))
@@ -51,12 +63,13 @@ class AdminHandlers:
                 try:
                     result = fn(self.cache.directory(), body)
                 except ZmqueueError as exc:
-                    err = exc
-                    self.cache.post(lambda: req.fail(err))
+                    err = exc  # (``exc`` is unbound when the except clause ends)
+                    self.cache.post(lambda: self._fail(req, err, "errors"))
                     return
-                except Exception as exc:  # a bug: answer, keep serving
-                    bug = InternalError(f"internal error: {exc!r:.200}")
-                    self.cache.post(lambda: req.fail(bug))
+                except Exception as exc:  # a bug: answer, log, count, keep serving (as the dispatcher)
+                    log.exception("admin worker: %s failed", req.frame.command.name)
+                    bug = InternalError(f"internal error handling {req.frame.command.name}: {exc!r:.200}")
+                    self.cache.post(lambda: self._fail(req, bug, "internal_errors"))
                     return
                 self.cache.post(lambda: req.reply(result))
 
