@@ -355,3 +355,28 @@ def test_a_streams_acked_floor_sits_beside_its_positions_and_no_position_reader_
     assert kv.decode_stream_acked(items) == {("orders", 2, "fifo"): 37}
     assert kv.decode_stream_positions(items) == {("orders", 2, "fifo"): {"h1": kv.Position(3, 40)}}
     assert kv.decode_stream_seen(items) == {("orders", 2, "fifo"): {"h1": 0}}
+
+
+def test_deletion_tombstones_name_the_incarnation_deleted() -> None:
+    raw = kv.encode_tombstone(42, 1_700_000_000_000)
+    state, problems = kv.parse_tree([{"Key": kv.deleted_key("orders"), "Value": raw, "CreateIndex": 50},
+                                     {"Key": kv.deleted_key("bad"), "Value": b'{"incarnation": "x"}'}])
+    assert state.deleted == {"orders": 42}
+    assert [p.key for p in problems] == [kv.deleted_key("bad")]
+
+
+def test_a_config_gone_while_its_partitions_remain_keeps_its_last_good_value() -> None:
+    """(Deleting only a queue's config key made every host remove its data.)"""
+    from zmqueue.controlplane.kvhealth import keep_last_good, vanished_configs
+
+    cfg = kv.encode_queue_config(QueueConfig("orders"))
+    part = kv.encode_assignment(kv.PartitionAssignment("c1", ("h1",)))
+    full: list[dict[str, Any]] = [{"Key": kv.queue_config_key("orders"), "Value": cfg, "CreateIndex": 5},
+            {"Key": kv.partition_key(kv.PartitionId("orders", 0)), "Value": part}]
+    prev, _ = kv.parse_tree(full)
+    without, problems = kv.parse_tree(full[1:])
+    found = vanished_configs(prev, without, problems)
+    assert [p.key for p in found] == [kv.queue_config_key("orders")]
+    assert keep_last_good(prev, without, found).configs == prev.configs
+    deleted, problems = kv.parse_tree([])  # DELETE_QUEUE removes the partitions too: no problem
+    assert vanished_configs(prev, deleted, problems) == []

@@ -3,6 +3,7 @@ themselves, through reconcile (open and close) and wipe."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from zmqueue.config import QueueConfig
@@ -13,9 +14,12 @@ from zmqueue.dataplane.topology import Metadata, PartitionInfo
 NOW = 1_000_000
 
 
-def meta(queues: dict[str, int], replicas: tuple[str, ...] = ("h1", "h2")) -> Metadata:
+def meta(queues: dict[str, int], replicas: tuple[str, ...] = ("h1", "h2"),
+         deleted: tuple[str, ...] = ()) -> Metadata:
+    """``deleted``: queues DELETE_QUEUE deleted (tombstones naming incarnation 0, any)."""
     return Metadata(configs={q: QueueConfig(name=q, partitions=n) for q, n in queues.items()},
-                    partitions={(q, p): PartitionInfo(replicas) for q, n in queues.items() for p in range(n)})
+                    partitions={(q, p): PartitionInfo(replicas) for q, n in queues.items() for p in range(n)},
+                    deleted=dict.fromkeys(deleted, 0))
 
 
 def by_scan(ss: StreamSet, part: tuple[str, int]) -> list[tuple[str, int, str]]:
@@ -58,7 +62,7 @@ def test_streams_kept_on_disk_are_reopened_and_removed_ones_are_not(tmp_path: Pa
         # h9 left the replica set; its stream's directory is still on disk: kept
         ss.reconcile(meta({"a": 1}), NOW)
         assert keys(ss) == [("a", 0, "h1"), ("a", 0, "h2"), ("a", 0, "h9")]
-        ss.reconcile(meta({}), NOW)  # queue deleted: every stream and directory removed
+        ss.reconcile(meta({}, deleted=("a",)), NOW)  # queue deleted: every stream and directory removed
         assert keys(ss) == []
         assert not any((tmp_path / "a" / "0" / o).exists() for o in ("h1", "h2", "h9"))
         ss.reconcile(meta({"a": 1}), NOW)  # created again: h9's old directory is gone
@@ -85,7 +89,7 @@ def test_a_removed_stream_leaves_its_place_at_once_and_the_trash_empties(tmp_pat
         st.store.append_batch([b"x" * 100] * 50, NOW)
         st.store.commit()
         assert any((root / "a" / "0" / "h1").glob("*.seg"))
-        ss.reconcile(meta({}), NOW)  # the queue is deleted
+        ss.reconcile(meta({}, deleted=("a",)), NOW)  # the queue is deleted
         assert not (root / "a" / "0" / "h1").exists() and not (root / "a" / "0" / "h2").exists()
         assert ss.trash.idle(10)
         assert list(trash.iterdir()) == []
@@ -137,3 +141,27 @@ def test_a_hosts_stores_flag_every_record_with_whether_the_queue_seals_payloads(
         flags = [int(f) for seg in sorted(d.glob("*.seg")) for block in scan_segment(seg, 0)
                  if isinstance(block, ScannedBlock) for f in block.table["flags"]]
         assert flags and set(flags) == {want}
+
+
+def test_a_queue_gone_from_kv_without_a_deletion_keeps_its_data(tmp_path: Path) -> None:
+    """(A queue's config key deleted by hand, or Consul restarted without its
+    state, looked like DELETE_QUEUE: every host removed the queue's streams,
+    acknowledged messages included.) Only a tombstone naming the queue's
+    incarnation removes data."""
+    ss = StreamSet("h1", tmp_path, StorageConfig(fsync="never"))
+    try:
+        first = replace(meta({"a": 1}), configs={"a": QueueConfig(name="a", incarnation=7)})
+        ss.reconcile(first, NOW)
+        st = ss.streams[("a", 0, "h1")]
+        st.store.append_batch([b"kept"] * 5, NOW)
+        st.store.commit()
+        ss.reconcile(meta({}), NOW)  # gone, no tombstone: closed, data kept
+        assert keys(ss) == []
+        ss.reconcile(replace(meta({}), deleted={"a": 6}), NOW)  # an older incarnation's deletion
+        again = replace(meta({"a": 1}), configs={"a": QueueConfig(name="a", incarnation=9)})
+        ss.reconcile(again, NOW)  # created again (Consul lost its state): the data is back
+        assert ss.streams[("a", 0, "h1")].store.stats(NOW)["visible"] == 5
+        ss.reconcile(replace(meta({}), deleted={"a": 9}), NOW)  # deleted: removed
+        assert keys(ss) == [] and not (tmp_path / "a" / "0" / "h1").exists()
+    finally:
+        ss.close()

@@ -92,6 +92,22 @@ def fixed_setting_edits(prev: kv.ClusterState, state: kv.ClusterState) -> list[k
     return out
 
 
+def vanished_configs(prev: kv.ClusterState, state: kv.ClusterState,
+                     problems: list[kv.Malformed]) -> list[kv.Malformed]:
+    """Queue configs gone from KV while the queue's partition assignments
+    remain: DELETE_QUEUE deletes them together, so the config key was deleted
+    by hand. Each is a problem, and :func:`keep_last_good` keeps the previous
+    config (the queue went on unserved, and with Consul's state lost the same
+    way, every host removed the queue's data)."""
+    bad = {p.key for p in problems}
+    placed = {pid.queue for pid in state.assignments}
+    return [kv.Malformed(key, "missing while the queue's partitions remain (deleted by hand?): the queue "
+                              f"keeps its previous config; put the config back, or delete the queue "
+                              f"(zmqueue queue delete {q})")
+            for q in prev.configs
+            if q not in state.configs and q in placed and (key := kv.queue_config_key(q)) not in bad]
+
+
 def describe(problems: list[kv.Malformed], unserved: Collection[str] = ()) -> str:
     """The ``kv:`` check's notes; ``unserved``: queues whose bad config this
     host knows no earlier good value of (it started since the edit)."""

@@ -210,6 +210,23 @@ def drain_key(node: str) -> str:
     return f"{PREFIX}hosts/{node}/drain"
 
 
+def deleted_key(queue: str) -> str:
+    """The tombstone DELETE_QUEUE writes: ``{"incarnation": N, "at_ms": T}``.
+    Hosts remove a queue's data only for a deletion named here; a queue that
+    vanishes from KV otherwise (its config key deleted by hand, Consul's state
+    lost) keeps its data on disk."""
+    return f"{PREFIX}deleted/{queue}"
+
+
+def encode_tombstone(incarnation: int, at_ms: int) -> bytes:
+    return json.dumps({"incarnation": incarnation, "at_ms": at_ms}, separators=(",", ":")).encode()
+
+
+def decode_tombstone(key: str, raw: bytes | None) -> int | Malformed:
+    """The incarnation (config ``CreateIndex``) of the queue a tombstone deleted."""
+    return _guard(key, raw, lambda d: _int(d, "incarnation"))
+
+
 # ---- encoders -----------------------------------------------------------------
 
 
@@ -531,6 +548,8 @@ class ClusterState:
     """(scope: a cluster or ``global``, name) -> registered CURVE public key."""
     policies: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     """queue -> authorization policy (zmqueue.security.authz)."""
+    deleted: dict[str, int] = field(default_factory=dict)
+    """queue -> incarnation its last DELETE_QUEUE deleted (:func:`deleted_key`)."""
     modify_index: dict[str, int] = field(default_factory=dict)
     create_index: dict[str, int] = field(default_factory=dict)
     """Every decoded key's ``CreateIndex``: a key deleted and written again
@@ -663,6 +682,10 @@ def _apply(
             value = decode(decode_key_record, key, raw)
             if isinstance(value, KeyRecord):
                 state.keys[(scope, name)] = value
+        case ["deleted", q] if q:
+            value = decode(decode_tombstone, key, raw)
+            if isinstance(value, int):
+                state.deleted[q] = value
         case ["policies", q]:
             value = decode(decode_policy, key, raw)
             # a malformed policy fails closed: nobody but hosts until it is fixed

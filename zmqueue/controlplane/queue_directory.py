@@ -12,6 +12,7 @@ and the writers are elected (:mod:`zmqueue.controlplane.leadership`).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,8 +219,16 @@ class QueueDirectory:
         return sorted(n for n in snap.state.configs if n.startswith(prefix))
 
     def delete(self, name: str) -> bool:
+        """Delete a queue: its tombstone first (:func:`kvlayout.deleted_key`:
+        hosts remove the data of the incarnation it names, and only then),
+        then its keys."""
         validate_queue_name(name)
-        existed = bool(self.client.call(lambda c: c.kv.get(kv.queue_config_key(name)))[1])
+        item = self.client.call(lambda c: c.kv.get(kv.queue_config_key(name)))[1]
+        existed = bool(item)
+        created = item.get("CreateIndex") if item else None
+        if isinstance(created, int) and created > 0:
+            tomb = kv.encode_tombstone(created, int(time.time() * 1000))
+            self.client.call(lambda c: c.kv.put(kv.deleted_key(name), tomb))
         for sub in (f"{kv.PREFIX}queues/{name}/", f"{kv.PREFIX}leaders/{name}/",
                     f"{kv.PREFIX}positions/{name}/", f"{kv.POSITIONS_PREFIX}{name}/"):
             self._delete_tree(sub)

@@ -60,6 +60,8 @@ class StreamSet:
         """Bumped whenever a stream opens or closes or its replica set
         changes: what depends only on those (the leadership candidacies) is
         rebuilt when it moves."""
+        self._kept_warned: set[str] = set()
+        """Queues gone from KV without a DELETE_QUEUE whose kept data was logged."""
         self._on_disk: dict[PartKey, set[str]] = {}
         """Origins with a directory under each partition, read from disk once
         per partition, then kept in step by :meth:`open_stream` and
@@ -93,7 +95,7 @@ class StreamSet:
         closed = []
         for key in list(self.streams):
             if key not in want:
-                self.close_stream(key, remove=key[0] not in meta.configs)
+                self.close_stream(key, remove=self._deleted(key, meta))
                 closed.append(key)
         for key, (cfg, info) in want.items():
             replicas = info.replicas
@@ -116,6 +118,27 @@ class StreamSet:
                                                                info.previous, info.version)
             st.handing_over = self.node in info.leaving and not cfg.sync_replication
         return closed
+
+    def _deleted(self, key: StreamKey, meta: Metadata) -> bool:
+        """Whether stream ``key``'s queue was deleted (DELETE_QUEUE's tombstone
+        names its incarnation), so its data goes. A queue gone from KV without
+        one (its config key deleted by hand, Consul's state lost: the hosts saw
+        every stream deleted and removed acknowledged messages) keeps its data:
+        the stream is closed, and opened from disk when the queue is back."""
+        queue = key[0]
+        if queue in meta.configs:
+            return False  # (this host is no longer a replica of the partition)
+        incarnation = self.streams[key].config.incarnation
+        if queue in meta.deleted and meta.deleted[queue] in (incarnation, 0):
+            return True
+        if queue not in self._kept_warned:
+            self._kept_warned.add(queue)
+            log.warning("queue %s is gone from Consul KV without a DELETE_QUEUE (its config key deleted "
+                        "by hand, or Consul lost its state): its streams are closed and their data kept "
+                        "in %s; create the queue again (or put its config back) to serve it, or delete "
+                        "it (zmqueue queue delete %s) to remove the data", queue,
+                        self.path(key).parent.parent, queue)
+        return False
 
     def open_stream(self, key: StreamKey, cfg: QueueConfig, replicas: tuple[str, ...],
                     now_ms: int) -> Stream:

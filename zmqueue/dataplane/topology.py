@@ -54,6 +54,9 @@ class Metadata:
     """Queues whose config in Consul is malformed and of which this host knows
     no earlier good value (one started since the bad edit): what is wrong,
     to answer their requests with (not "does not exist")."""
+    deleted: dict[str, int] = field(default_factory=dict)
+    """queue -> the incarnation a DELETE_QUEUE deleted: only such a queue's
+    data is removed (one that vanished otherwise keeps it on disk)."""
 
     def origins(self, key: PartKey) -> list[str]:
         """The streams of a partition: one for FIFO; otherwise one per replica,
@@ -81,4 +84,4 @@ class Metadata:
     def merged_with(self, older: Metadata) -> Metadata:
         """This state plus whatever ``older`` knew that this one lacks."""
         return Metadata({**older.configs, **self.configs}, {**older.partitions, **self.partitions},
-                        {**older.peers, **self.peers}, self.unreadable)
+                        {**older.peers, **self.peers}, self.unreadable, {**older.deleted, **self.deleted})

@@ -19,7 +19,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.consul_client import ConsulClient
-from zmqueue.controlplane.kvhealth import KvProblemReporter, fixed_setting_edits, keep_last_good
+from zmqueue.controlplane.kvhealth import (
+    KvProblemReporter,
+    fixed_setting_edits,
+    keep_last_good,
+    vanished_configs,
+)
 from zmqueue.controlplane.queue_directory import QueueDirectory, Snapshot
 from zmqueue.controlplane.snapshot_feed import SnapshotFeed
 from zmqueue.dataplane.topology import Metadata, PartitionInfo, PartKey, Peer
@@ -42,7 +47,8 @@ def to_metadata(snap: Snapshot) -> Metadata:
                                                         writers.get((pid.queue, pid.partition), {}),
                                                         a.joining, a.leaving, a.previous, a.version)
              for pid, a in snap.state.assignments.items()}
-    return Metadata(dict(snap.state.configs), parts, peers, unreadable_configs(snap))
+    return Metadata(dict(snap.state.configs), parts, peers, unreadable_configs(snap),
+                    dict(snap.state.deleted))
 
 
 def unreadable_configs(snap: Snapshot) -> dict[str, str]:
@@ -212,6 +218,7 @@ class MetadataCache:
         if prev is None:
             return snap
         problems = snap.problems + fixed_setting_edits(prev.state, snap.state)
+        problems += vanished_configs(prev.state, snap.state, problems)
         if not problems:
             return snap
         state = keep_last_good(prev.state, snap.state, problems)

@@ -1,0 +1,81 @@
+"""A queue that vanishes from Consul KV without a DELETE_QUEUE keeps its data.
+
+(Deleting a queue's config key by hand, or a Consul agent restarted without
+its state, looked to every host like DELETE_QUEUE: each removed the queue's
+streams, acknowledged messages included; putting the config back gave an
+empty queue.) DELETE_QUEUE writes a tombstone naming the queue's
+incarnation; hosts remove data only for such a deletion.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import zmqueue
+from tests.conftest import QueueCluster, wait_for
+from tests.helpers import consul_for
+from zmqueue.controlplane import kvlayout as kv
+
+
+def _drain(q: zmqueue.Queue, expect: int, timeout_s: float = 20) -> list[bytes]:
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < expect and time.monotonic() < deadline:
+        msgs = q.receive(max_messages=100, wait_time=1)
+        got += [m.body for m in msgs]
+        if msgs:
+            q.delete_batch([m.receipt for m in msgs])
+    return got
+
+
+def _stream_dirs(qc: QueueCluster, name: str) -> list[Any]:
+    return [d for h in qc.factory.hosts for d in (h.data_dir / "queues" / name).glob("*/*")]
+
+
+def _sends_work(q: zmqueue.Queue, body: bytes) -> bool:
+    try:
+        q.send(body)
+        return True
+    except zmqueue.ZmqueueError:
+        return False
+
+
+def test_a_config_key_deleted_by_hand_keeps_the_queue_and_its_messages(qcluster: QueueCluster) -> None:
+    c = qcluster.client
+    name = qcluster.queue_name("vanish")
+    q = c.create_queue(name, replication_factor=2)
+    q.send_batch([f"m{i}".encode() for i in range(20)])
+    api = consul_for(qcluster.factory.agent)
+    key = kv.queue_config_key(name)
+    _, item = api.kv.get(key)
+    api.kv.delete(key)
+    # the hosts keep the last good config: still served (a kv warning says why)
+    wait_for(lambda: any("missing while the queue's partitions remain" in (chk.get("Output") or "")
+                         for chk in api.agent.checks().values()), 20, "the kv warning")
+    assert wait_for(lambda: _sends_work(q, b"during"), 10, "a send while the config key is missing")
+    api.kv.put(key, item["Value"])
+    got = _drain(q, 21)
+    assert sorted(got) == sorted([f"m{i}".encode() for i in range(20)] + [b"during"])
+
+
+def test_a_queue_tree_lost_from_kv_keeps_its_data_until_a_delete_queue(qcluster: QueueCluster) -> None:
+    """Consul's state lost looks like this: every key of the queue gone at once."""
+    c = qcluster.client
+    name = qcluster.queue_name("lost")
+    q = c.create_queue(name, replication_factor=2, visibility_timeout=5)
+    q.send_batch([f"m{i}".encode() for i in range(20)])
+    before = _stream_dirs(qcluster, name)
+    assert before
+    api = consul_for(qcluster.factory.agent)
+    api.kv.delete(f"{kv.PREFIX}queues/{name}/", recurse=True)
+    wait_for(lambda: name not in c.list_queues(), 10, "the queue gone from the hosts' view")
+    assert all(d.exists() for d in before), "a queue gone without DELETE_QUEUE keeps its data"
+    again = c.create_queue(name, replication_factor=2, visibility_timeout=5)  # the operator recreates it
+    got = _drain(again, 20)
+    assert sorted(got) == sorted(f"m{i}".encode() for i in range(20))
+    again.send(b"last")
+    c.delete_queue(name)  # an explicit deletion removes the data on every host
+    wait_for(lambda: not _stream_dirs(qcluster, name), 20, "the streams removed after DELETE_QUEUE")
+    fresh = c.create_queue(name, replication_factor=2)
+    assert fresh.receive(max_messages=10, wait_time=1) == []
