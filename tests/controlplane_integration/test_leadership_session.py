@@ -160,3 +160,33 @@ def test_a_stream_asked_to_open_is_marked_in_consul_before_it_hears_so(consul_ag
         lead.stop()
         lead.join(10)
     assert not lead.is_alive()
+
+
+def test_an_epoch_already_used_is_not_granted_again_after_the_lock_key_is_gone(
+        consul_agent: ConsulAgent) -> None:
+    """(A stream's lock key deleted by hand, or recreated by a KV import, starts
+    its LockIndex at 1 again: the new writer's epoch was below what its
+    replicas had seen, they refused every frame, and the stream took no
+    writes for good.) The candidate takes the lock again until its epoch
+    passes the newest one it knows of."""
+    node = f"lead-{uuid.uuid4().hex[:8]}"
+    stream = (f"q-{node}", 0, node)
+    events: queue.Queue[Event] = queue.Queue()
+    lead = Leadership((consul_agent.http_addr,), 2.0, node, [], {"node": node}, events.put)
+    lead.update({stream: Candidacy((node,), node)}, {stream: (7, 120)})  # its log's last record: epoch 7
+    lead.start()
+    try:
+        def elected() -> Elected | None:
+            while not events.empty():
+                ev = events.get_nowait()
+                if isinstance(ev, Elected) and ev.stream == stream:
+                    return ev
+            return None
+
+        won = wait_for(elected, 20, "the election")
+        assert won.epoch == 8, won
+        _, item = kv_client(consul_agent.http_addr).kv.get(lock_key(stream))
+        assert item["LockIndex"] == 8 and item["Session"] == lead.session
+    finally:
+        lead.stop()
+        lead.join(10)

@@ -46,6 +46,9 @@ from zmqueue.errors import ConsulUnavailable
 from zmqueue.numbers import digits
 
 log = logging.getLogger(__name__)
+BUMP_MAX = 10_000
+"""Most times a candidate takes a lock again to move its LockIndex (its
+epoch) past the epochs already used (:meth:`Leadership._acquire`)."""
 
 StreamKey = tuple[str, int, str]
 """(queue, partition, origin); origin is ``fifo`` for a FIFO partition."""
@@ -470,8 +473,9 @@ class Leadership(threading.Thread):
             if confirmed is not None:
                 self._note_waiting(s, cands[s], passing, mine_pos, state.get(s, {}), confirmed, released)
             self._note_floor(s, cands[s], mine_pos, floors.get(s, 0))
+            used = max([mine_pos.epoch, *(p.epoch for p in state.get(s, {}).values())])
             if may_campaign(self.node, cands[s], passing, mine_pos, state.get(s, {}),
-                            confirmed, floors.get(s, 0)) and not self._acquire(s, sid, cands[s].opened):
+                            confirmed, floors.get(s, 0)) and not self._acquire(s, sid, cands[s].opened, used):
                 return True  # the session is gone: a new one campaigns next cycle
         for s in [s for s in self._waiting if s not in free]:  # (taken meanwhile: no longer waiting)
             del self._waiting[s]
@@ -601,19 +605,40 @@ class Leadership(threading.Thread):
             self._lose_all()
             return None
 
-    def _acquire(self, s: StreamKey, sid: str, opened: int) -> bool:
+    def _acquire(self, s: StreamKey, sid: str, opened: int, used: int = 0) -> bool:
         """Try to take ``s``'s lock (for the stream ``opened``); False when the
-        session is invalid."""
+        session is invalid. The epoch is the lock's LockIndex, which must pass
+        ``used``, the newest epoch of a record this host or a peer's published
+        position holds: a lock key deleted (by hand, or a KV export and
+        import) starts again at 1, and replicas refuse a writer whose epoch
+        is below theirs (the stream took no writes, for good). Each release
+        and acquire moves LockIndex up one; at most BUMP_MAX times."""
         key = lock_key(s)
-        ok = self._lock_write(sid, key, acquire=sid)
-        if ok is None:
-            return False
-        if not ok:
+        epoch = 0
+        for attempt in range(BUMP_MAX + 1):
+            if attempt:
+                if attempt == 1:
+                    log.warning("the writer lock of %s was granted at LockIndex %d, but epoch %d is used "
+                                "already (the lock key was deleted, or imported?): taking it again until "
+                                "its LockIndex passes %d", s, epoch, used, used)
+                if self._lock_write(sid, key, release=sid) is None:
+                    return False
+            ok = self._lock_write(sid, key, acquire=sid)
+            if ok is None:
+                return False
+            if not ok:
+                return True
+            _, item = self.client.call(lambda c: c.kv.get(key, consistency="consistent"))
+            if item is None or item.get("Session") != sid:
+                return True
+            epoch = int(item.get("LockIndex") or 0)
+            if epoch > used:
+                break
+        else:
+            log.error("the writer lock of %s is at LockIndex %d after %d tries, not above epoch %d: "
+                      "released; replicas would refuse this writer", s, epoch, BUMP_MAX, used)
+            self._lock_write(sid, key, release=sid)
             return True
-        _, item = self.client.call(lambda c: c.kv.get(key, consistency="consistent"))
-        if item is None or item.get("Session") != sid:
-            return True
-        epoch = int(item.get("LockIndex") or 0)
         self.held[s] = epoch
         self._elected_opened[s] = opened
         log.info("became writer of %s at epoch %d", s, epoch)
