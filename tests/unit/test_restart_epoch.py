@@ -11,6 +11,7 @@ in a forwarded request's callback, ended the joining host's process.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -191,4 +192,23 @@ def test_an_empty_replica_takes_a_published_block_past_seq_1_as_a_gap_not_as_its
         assert (wb.store.last_seq, wb.store.last_epoch, wb.store.stats(NOW)["total"]) == (61, 2, 60)
     finally:
         a.close()
+        b.close()
+
+
+def test_frames_of_an_older_term_are_refused_counted_and_logged_once_a_minute(
+        tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]], caplog: pytest.LogCaptureFixture) -> None:
+    """(A writer whose epoch went back, its lock key having started again at 1,
+    was refused by every replica with nothing in any log: only a counter rose.)"""
+    b = opened("b", tmp_path / "b")
+    try:
+        b.streams[KEY].epoch = 5
+        rb = replicator(ctx, b)
+        caplog.set_level(logging.WARNING, logger="zmqueue.dataplane.replication")
+        for _ in range(3):
+            assert rb._replica_in(KEY, 1) is None
+        assert rb.counters["stale_refused"] == 3
+        warned = [r.getMessage() for r in caplog.records if "refusing frames of term 1" in r.getMessage()]
+        assert len(warned) == 1 and "this copy is at term 5" in warned[0]
+        assert rb._replica_in(KEY, 5) is b.streams[KEY]
+    finally:
         b.close()

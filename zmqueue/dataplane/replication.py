@@ -73,6 +73,7 @@ REPORT_EVERY_MS = 1000
 BATCH_MAX = 1000
 """Streams per heartbeat frame and per POSITIONS request."""
 CATCH_UP_MAX = 2000
+STALE_LOG_EVERY_S = 60.0
 PUBLISH_MAX = 2000
 
 
@@ -150,6 +151,8 @@ class Replicator:
                  commit_if_big: Callable[[Stream], None] = lambda st: None) -> None:
         self.node = node
         self.commit_if_big = commit_if_big
+        self._stale_logged: dict[StreamKey, float] = {}
+        """When each stream last logged a refused stale frame (monotonic s)."""
         """Called after each chunk a replica stages (the service commits early past a size)."""
         self.pub = pub
         self.forwarder = forwarder
@@ -363,6 +366,13 @@ class Replicator:
             return None
         if not isinstance(epoch, int) or epoch < st.epoch:
             self.counters["stale_refused"] += 1
+            now = time.monotonic()
+            if now - self._stale_logged.get(key, -STALE_LOG_EVERY_S) >= STALE_LOG_EVERY_S:
+                self._stale_logged[key] = now
+                log.warning("stream %s: refusing frames of term %r, this copy is at term %d (a deposed "
+                            "writer still sending, or a writer lock key that started again: see "
+                            "zmqueue_replication_events_total{event=\"stale_refused\"}); at most once a "
+                            "minute per stream", stream_id(key), epoch, st.epoch)
             return None
         st.epoch = epoch
         return st
