@@ -170,21 +170,25 @@ def test_an_epoch_already_used_is_not_granted_again_after_the_lock_key_is_gone(
     writes for good.) The candidate takes the lock again until its epoch
     passes the newest one it knows of."""
     node = f"lead-{uuid.uuid4().hex[:8]}"
-    stream = (f"q-{node}", 0, node)
+    stream, empty = (f"q-{node}", 0, node), (f"q-{node}", 1, node)
     events: queue.Queue[Event] = queue.Queue()
     lead = Leadership((consul_agent.http_addr,), 2.0, node, [], {"node": node}, events.put)
-    lead.update({stream: Candidacy((node,), node)}, {stream: (7, 120)})  # its log's last record: epoch 7
+    # its log's last record is of epoch 7; the other stream has no record, but heard term 9
+    lead.update({s: Candidacy((node,), node) for s in (stream, empty)}, {stream: (7, 120), empty: (0, 0)},
+                terms={empty: 9})
     lead.start()
     try:
-        def elected() -> Elected | None:
+        won: dict[tuple[str, int, str], int] = {}
+
+        def elected() -> bool:
             while not events.empty():
                 ev = events.get_nowait()
-                if isinstance(ev, Elected) and ev.stream == stream:
-                    return ev
-            return None
+                if isinstance(ev, Elected):
+                    won[ev.stream] = ev.epoch
+            return len(won) == 2
 
-        won = wait_for(elected, 20, "the election")
-        assert won.epoch == 8, won
+        wait_for(elected, 20, "the elections")
+        assert won == {stream: 8, empty: 10}
         _, item = kv_client(consul_agent.http_addr).kv.get(lock_key(stream))
         assert item["LockIndex"] == 8 and item["Session"] == lead.session
     finally:

@@ -290,6 +290,7 @@ class Leadership(threading.Thread):
         self._lock = threading.Lock()
         self._cands: dict[StreamKey, Candidacy] = {}
         self._positions: dict[StreamKey, tuple[int, int]] = {}
+        self._terms: dict[StreamKey, int] = {}
         self._acked: dict[StreamKey, int] = {}
         """Per stream written here with ``sync_quorum="all"``: what every voter holds."""
         self._confirmed: dict[StreamKey, int] = {}
@@ -334,14 +335,18 @@ class Leadership(threading.Thread):
     def update(self, cands: dict[StreamKey, Candidacy],
                positions: dict[StreamKey, tuple[int, int]],
                confirmed: Mapping[StreamKey, int] | None = None,
-               opening: Collection[StreamKey] = (), acked: Mapping[StreamKey, int] | None = None) -> None:
+               opening: Collection[StreamKey] = (), acked: Mapping[StreamKey, int] | None = None,
+               terms: Mapping[StreamKey, int] | None = None) -> None:
         """``opening``: streams written here whose first records wait for
         their opened mark in Consul (:class:`Opened` answers each).
         ``acked``: per stream written here with ``sync_quorum="all"``, the
-        highest seq every voter holds (published with its position)."""
+        highest seq every voter holds (published with its position).
+        ``terms``: streams whose newest term heard here is newer than their
+        last record's epoch (a new writer's epoch must pass it)."""
         with self._lock:
             changed = cands != self._cands
             self._cands, self._positions = dict(cands), dict(positions)
+            self._terms = dict(terms or {})
             self._confirmed = dict(confirmed or {})
             self._acked = dict(acked or {})
             self._opening = frozenset(opening)
@@ -473,7 +478,7 @@ class Leadership(threading.Thread):
             if confirmed is not None:
                 self._note_waiting(s, cands[s], passing, mine_pos, state.get(s, {}), confirmed, released)
             self._note_floor(s, cands[s], mine_pos, floors.get(s, 0))
-            used = max([mine_pos.epoch, *(p.epoch for p in state.get(s, {}).values())])
+            used = max([mine_pos.epoch, self._terms.get(s, 0), *(p.epoch for p in state.get(s, {}).values())])
             if may_campaign(self.node, cands[s], passing, mine_pos, state.get(s, {}),
                             confirmed, floors.get(s, 0)) and not self._acquire(s, sid, cands[s].opened, used):
                 return True  # the session is gone: a new one campaigns next cycle

@@ -340,23 +340,28 @@ class QueueService:
                 for k, st in self.set.streams.items()}
 
     def leadership_view(self) -> tuple[dict[StreamKey, tuple[int, int]], dict[StreamKey, int],
-                                       dict[StreamKey, int]]:
+                                       dict[StreamKey, int], dict[StreamKey, int]]:
         """What the leadership thread publishes, in one walk over the streams
         (every 0.1 s; a host may keep hundreds): each stream's position
         (epoch of its last record, seq); per stream this host writes, the
         assignment version whose change of the voters it has confirmed
         (``Stream.confirmation``), when any; and per stream it writes with
         ``sync_quorum="all"``, the highest seq every voter holds (its acked
-        floor, ``kvlayout.stream_acked_key``)."""
-        positions, confirmations, acked = {}, {}, {}
+        floor, ``kvlayout.stream_acked_key``); and per stream whose term
+        (``Stream.epoch``, from the frames and heartbeats it heard) is newer than
+        its last record's, that term (a term that wrote nothing here still
+        counts: a replica refuses a writer of an older one)."""
+        positions, confirmations, acked, terms = {}, {}, {}, {}
         for k, st in self.set.streams.items():
-            positions[k] = (st.store.last_epoch, st.store.last_seq)
+            positions[k] = (last_epoch := st.store.last_epoch, st.store.last_seq)
+            if st.epoch > last_epoch:
+                terms[k] = st.epoch
             if st.role is Role.WRITER:
                 if st.previous or st.confirmed:
                     confirmations[k] = st.confirmation()
                 if st.every:
                     acked[k] = st.replicated_seq()
-        return positions, confirmations, acked
+        return positions, confirmations, acked, terms
 
     def _resync(self, key: StreamKey, keep: int) -> None:
         try:

@@ -107,8 +107,8 @@ class HostHooks:
         if svc.set.version != self.cands_version:  # (hundreds of streams: not every time)
             self.cands_version = svc.set.version
             self.cands = {k: Candidacy(*c) for k, c in svc.candidacies().items()}
-        positions, confirmations, acked = svc.leadership_view()
-        self.leadership.update(self.cands, positions, confirmations, svc.opening, acked)
+        positions, confirmations, acked, terms = svc.leadership_view()
+        self.leadership.update(self.cands, positions, confirmations, svc.opening, acked, terms)
 
     def wake_sockets(self) -> list[Wakeable]:
         svc = self.service
