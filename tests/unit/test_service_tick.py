@@ -19,7 +19,7 @@ def stub(waiters_wake: int | None, push_wake: int | None) -> Any:
         forwarder=idle, replicator=idle, handover=idle, dlq=idle, parked=[],
         waiters=SimpleNamespace(serve=lambda svc, now: waiters_wake),
         pusher=SimpleNamespace(push_all=lambda svc, now: push_wake),
-        _expire_acks=lambda: None, next_housekeeping_ms=10**15)
+        _expire_acks=lambda: None, next_housekeeping_ms=10**15, set=SimpleNamespace(failed={}))
 
 
 @pytest.mark.parametrize(("waiters_wake", "push_wake", "expected"), [

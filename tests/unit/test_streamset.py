@@ -3,13 +3,17 @@ themselves, through reconcile (open and close) and wipe."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from zmqueue.config import QueueConfig
-from zmqueue.dataplane.storage import StorageConfig
+from zmqueue.dataplane.storage import NewMessage, PartitionStore, StorageConfig
 from zmqueue.dataplane.streamset import StreamSet
 from zmqueue.dataplane.topology import Metadata, PartitionInfo
+from zmqueue.errors import Unavailable
 
 NOW = 1_000_000
 
@@ -163,5 +167,110 @@ def test_a_queue_gone_from_kv_without_a_deletion_keeps_its_data(tmp_path: Path) 
         assert ss.streams[("a", 0, "h1")].store.stats(NOW)["visible"] == 5
         ss.reconcile(replace(meta({}), deleted={"a": 9}), NOW)  # deleted: removed
         assert keys(ss) == [] and not (tmp_path / "a" / "0" / "h1").exists()
+    finally:
+        ss.close()
+
+
+def test_a_stream_that_cannot_open_is_noted_the_others_open_and_it_opens_once_the_cause_is_gone(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A stray file where queue ``b``'s directory goes (on a real disk): the
+    open's OSError used to leave reconcile and end the host. Now ``a`` opens,
+    ``b`` is kept in ``failed`` with an error naming the file and what to do,
+    logged once per cause, and the next reconcile after the file is moved
+    opens it."""
+    root = tmp_path / "queues"
+    root.mkdir()
+    stray = root / "b"
+    stray.write_text("not a directory")
+    ss = StreamSet("h1", root, StorageConfig(fsync="never"))
+    try:
+        with caplog.at_level(logging.ERROR, logger="zmqueue.dataplane.streamset"):
+            ss.reconcile(meta({"a": 1, "b": 1}), NOW)
+            ss.reconcile(meta({"a": 1, "b": 1}), NOW + 2000)  # a retry: same cause, not logged again
+        assert keys(ss) == [("a", 0, "h1"), ("a", 0, "h2")]
+        assert sorted(ss.failed) == [("b", 0, "h1"), ("b", 0, "h2")]
+        failure = ss.failed[("b", 0, "h1")]
+        assert isinstance(failure.error, Unavailable) and failure.attempts == 2
+        text = str(failure.error)
+        assert f"{stray} is a file where the host needs a directory" in text, text
+        assert "move that file out of the data directory" in text, text
+        assert failure.error.details["stray"] == str(stray)
+        logged = [r.getMessage() for r in caplog.records if "cannot open stream b/0/h1" in r.getMessage()]
+        assert len(logged) == 1, logged
+        stray.unlink()
+        ss.reconcile(meta({"a": 1, "b": 1}), NOW + 4000)
+        assert keys(ss) == [("a", 0, "h1"), ("a", 0, "h2"), ("b", 0, "h1"), ("b", 0, "h2")]
+        assert ss.failed == {}
+    finally:
+        ss.close()
+
+
+def test_a_failed_open_of_a_queue_deleted_meanwhile_is_forgotten(tmp_path: Path) -> None:
+    root = tmp_path / "queues"
+    root.mkdir()
+    (root / "b").write_text("in the way")
+    ss = StreamSet("h1", root, StorageConfig(fsync="never"))
+    try:
+        ss.reconcile(meta({"b": 1}), NOW)
+        assert len(ss.failed) == 2
+        ss.reconcile(meta({}), NOW)
+        assert ss.failed == {}
+    finally:
+        ss.close()
+
+
+def _log_of_blocks(path: Path, blocks: int) -> None:
+    """A stream's log of ``blocks`` blocks of 2 messages each."""
+    store = PartitionStore.open(path, StorageConfig(fsync="never"), now_ms=NOW)
+    for i in range(blocks):
+        store.append([NewMessage(bytes([i % 256]) * 16, b"body %d" % i) for _ in range(2)], NOW)
+        store.commit()
+    store.close()
+
+
+@pytest.mark.parametrize("replicas", [("h1",), ("h1", "h2")])
+def test_a_corrupt_block_found_at_open_is_a_warning_and_counted(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, replicas: tuple[str, ...]) -> None:
+    """Bit rot in the middle of a segment: recovery cuts the log there (the
+    block and every record after it). That used to be said only at INFO, in
+    the RecoveryReport of "opened stream"; on an R=1 queue acknowledged
+    messages were gone without a sign."""
+    root = tmp_path / "queues"
+    seg_dir = root / "q" / "0" / "h1"
+    _log_of_blocks(seg_dir, 40)
+    [seg] = sorted(seg_dir.glob("*.seg"))
+    data = bytearray(seg.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 16] = bytes(b ^ 0xFF for b in data[middle:middle + 16])
+    seg.write_bytes(bytes(data))
+    ss = StreamSet("h1", root, StorageConfig(fsync="never"))
+    try:
+        with caplog.at_level(logging.WARNING, logger="zmqueue.dataplane.streamset"):
+            ss.reconcile(meta({"q": 1}, replicas), NOW)
+        st = ss.streams[("q", 0, "h1")]
+        report = st.store.recovery_report
+        assert len(report.corrupt_blocks) == 1 and report.truncated_bytes > 0
+        assert 0 < st.store.last_seq < 80
+        assert (ss.recovered.corrupt_blocks, ss.recovered.truncated_bytes) == (1, report.truncated_bytes)
+        [warning] = [r for r in caplog.records if r.levelno == logging.WARNING and "q/0/h1" in r.getMessage()]
+        text = warning.getMessage()
+        assert f"cut {report.truncated_bytes} bytes" in text, text
+        assert f"{seg.name} at offset {report.corrupt_blocks[0].offset}" in text, text
+        assert f"every record after seq {st.store.last_seq}" in text, text
+        assert ("(R=1)" in text) == (len(replicas) == 1), text
+        assert ("its replicas hold the records" in text) == (len(replicas) > 1), text
+    finally:
+        ss.close()
+
+
+def test_a_clean_open_warns_of_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    root = tmp_path / "queues"
+    _log_of_blocks(root / "q" / "0" / "h1", 3)
+    ss = StreamSet("h1", root, StorageConfig(fsync="never"))
+    try:
+        with caplog.at_level(logging.WARNING, logger="zmqueue.dataplane.streamset"):
+            ss.reconcile(meta({"q": 1}), NOW)
+        assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+        assert (ss.recovered.corrupt_blocks, ss.recovered.truncated_bytes) == (0, 0)
     finally:
         ss.close()

@@ -159,11 +159,14 @@ class RequestLoop:
         peer, a client or Consul sent, refused somewhere no request's handler
         answers it) is logged and counted (``pass_errors`` among the
         dispatcher's counters), and the host goes on serving: one bad input
-        must not end the process. What the pass had not done yet (the tick's
-        rest, the commit, the replies) the next pass does."""
+        must not end the process. So is an OSError (the last line of defence:
+        the stores turn theirs into ZmqueueErrors naming the file and what
+        to do; a full disk or a stray file must not end the host either).
+        What the pass had not done yet (the tick's rest, the commit, the
+        replies) the next pass does. Other exceptions (bugs) end the host."""
         try:
             self.run_once()
-        except ZmqueueError:
+        except (ZmqueueError, OSError):
             self.dispatcher.counters["pass_errors"] += 1
             now = time.monotonic()
             if now - self.last_error_log >= 1.0:  # (the same error in every pass: once a second)

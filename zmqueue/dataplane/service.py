@@ -38,7 +38,7 @@ from zmqueue.dataplane.storage import StorageConfig
 from zmqueue.dataplane.storage.records import BLOCK_TARGET_BYTES
 from zmqueue.dataplane.storage.store import STATS_KEYS
 from zmqueue.dataplane.stream import LEASE_S, SILENT_S, PendingAck, Role, Stream
-from zmqueue.dataplane.streamset import StreamSet
+from zmqueue.dataplane.streamset import OPEN_RETRY_MS, StreamSet
 from zmqueue.dataplane.topology import FIFO_ORIGIN, Metadata, PartKey, StreamKey, config_unreadable
 from zmqueue.dataplane.waiting import Waiters, has_messages
 from zmqueue.errors import (
@@ -152,6 +152,7 @@ class QueueService:
         self.watches = (self.waiters.watch, self.pusher.watch)
         """What a pass's changes and ``touch`` are handed to (see partwatch)."""
         self.next_housekeeping_ms = 0
+        self.next_open_retry_ms = 0
         self.housekeeping_due: list[StreamKey] = []
         self.housekeeping_slice = 1
         self.handover = Handover(self)
@@ -423,8 +424,15 @@ class QueueService:
                     return n
         return writer
 
-    def not_writer(self, queue: str, p: int, origin: str) -> NotLeader:
+    def not_writer(self, queue: str, p: int, origin: str) -> ZmqueueError:
+        """NotLeader naming the host to try; when none is known and this
+        host's copy failed to open, that failure (the cause, what to do)."""
         writer = self.redirect_to(queue, p, origin)
+        failure = self.set.failed.get((queue, p, origin))
+        if writer is None and failure is not None:
+            err = failure.error
+            return type(err)(f"queue {queue!r} partition {p}: {err} (tried {failure.attempts} times)",
+                             **err.details)
         return NotLeader(f"{queue!r} partition {p} ({origin}) is written by "
                          f"{writer or 'no host yet (election in progress)'}; retry there",
                          leader=writer, endpoint=self.meta.client_endpoint(writer))
@@ -775,9 +783,20 @@ class QueueService:
             wake = push_wake
         self.dlq.move(now)
         self._expire_acks()
+        if self.set.failed and now >= self.next_open_retry_ms:
+            self._retry_opens(now)
         if now >= self.next_housekeeping_ms:
             self._housekeeping(now)
         return wake
+
+    def _retry_opens(self, now: int) -> None:
+        """Open again the streams whose stores failed to open (their queue's
+        metadata did not change: nothing else would)."""
+        self.next_open_retry_ms = now + OPEN_RETRY_MS
+        for key in self.set.reconcile(self.meta, now):
+            self._closed(key)
+        if self.handover.held:  # a stream may be open now
+            self.handover.rerun()
 
     def _housekeeping(self, now: int) -> None:
         """Expiry and compaction, every stream once per ``HOUSEKEEPING_MS``, a

@@ -12,18 +12,54 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from zmqueue.config import QueueConfig
-from zmqueue.dataplane.storage import PartitionStore, PartitionStoreProtocol, StorageConfig
+from zmqueue.dataplane.storage import PartitionStore, PartitionStoreProtocol, RecoveryReport, StorageConfig
 from zmqueue.dataplane.storage.records import FLAG_SEAL_KNOWN, FLAG_SEALED
 from zmqueue.dataplane.stream import Role, Stream
 from zmqueue.dataplane.topology import Metadata, PartitionInfo, PartKey, StreamKey
 from zmqueue.dataplane.trash import Trash
+from zmqueue.errors import ZmqueueError
 
 log = logging.getLogger(__name__)
+
+OPEN_RETRY_MS = 2000
+"""How often a stream whose store failed to open is tried again."""
+
+
+@dataclass
+class OpenFailure:
+    error: ZmqueueError
+    since_ms: int
+    attempts: int = 1
+
+
+@dataclass
+class RecoveryTotals:
+    """What the recovery scans of the streams a host opened cut, summed."""
+
+    corrupt_blocks: int = 0
+    truncated_bytes: int = 0
+
+    def add(self, report: RecoveryReport) -> None:
+        self.corrupt_blocks += len(report.corrupt_blocks)
+        self.truncated_bytes += report.truncated_bytes
+
+
+def recovery_warning(name: str, report: RecoveryReport, last_seq: int, replicas: int) -> str:
+    """The WARNING of a stream whose recovery scan cut its log (a corrupt or
+    torn block: it and everything after it is dropped)."""
+    where = "; ".join(f"{Path(c.path).name} at offset {c.offset}: {c.reason}" for c in report.corrupt_blocks)
+    repair = ("its replicas hold the records and this copy catches up from its writer" if replicas > 1 else
+              "the queue has one replica (R=1): the dropped records are lost unless restored from a "
+              "backup of the segment files")
+    return (f"stream {name}: the recovery scan cut {report.truncated_bytes} bytes of its log "
+            f"({len(report.corrupt_blocks)} bad block(s): {where or 'none'}; segment files removed: "
+            f"{', '.join(report.removed_segments) or 'none'}); every record after seq {last_seq} in "
+            f"this copy is dropped; {repair} (docs/OPERATOR_GUIDE.md, \"Corrupt segments\")")
 
 
 def _carry(fresh: Stream, st: Stream) -> None:
@@ -62,6 +98,13 @@ class StreamSet:
         rebuilt when it moves."""
         self._kept_warned: set[str] = set()
         """Queues gone from KV without a DELETE_QUEUE whose kept data was logged."""
+        self.failed: dict[StreamKey, OpenFailure] = {}
+        """Streams this host should keep whose store failed to open (no
+        space, a stray file, out of file descriptors): retried by every
+        :meth:`reconcile` (the service calls one every ``OPEN_RETRY_MS``
+        while any is left), their requests refused with the cause."""
+        self.recovered = RecoveryTotals()
+        """What the recovery scans of the streams opened found cut (metrics)."""
         self._on_disk: dict[PartKey, set[str]] = {}
         """Origins with a directory under each partition, read from disk once
         per partition, then kept in step by :meth:`open_stream` and
@@ -92,6 +135,8 @@ class StreamSet:
             origins = set(meta.origins(part)) | self._local_origins(part)
             for origin in origins:
                 want[(part[0], part[1], origin)] = (cfg, info)
+        for key in [k for k in self.failed if k not in want]:
+            del self.failed[key]
         closed = []
         for key in list(self.streams):
             if key not in want:
@@ -101,7 +146,10 @@ class StreamSet:
             replicas = info.replicas
             st = self.streams.get(key)
             if st is None:
-                st = self.open_stream(key, cfg, replicas, now_ms)
+                try:
+                    st = self.open_stream(key, cfg, replicas, now_ms)
+                except ZmqueueError:  # (noted in failed: the other streams go on)
+                    continue
             else:
                 if (st.replicas, st.joining, st.leaving, st.previous) != (
                         replicas, info.joining, info.leaving, info.previous):
@@ -142,9 +190,41 @@ class StreamSet:
 
     def open_stream(self, key: StreamKey, cfg: QueueConfig, replicas: tuple[str, ...],
                     now_ms: int) -> Stream:
-        store = PartitionStore.open(self.path(key), storage_config(cfg, self.defaults), now_ms=now_ms)
-        log.info("opened stream %s: %s", "/".join(map(str, key)), store.recovery_report)
+        """Open (recover) the stream's store. A store that cannot be opened
+        raises its ZmqueueError (:func:`oserrors.open_failed`), which is kept
+        in :attr:`failed` until an open succeeds."""
+        name = "/".join(map(str, key))
+        try:
+            store = PartitionStore.open(self.path(key), storage_config(cfg, self.defaults), now_ms=now_ms)
+        except ZmqueueError as exc:
+            self._open_failed(key, exc, now_ms)
+            raise
+        failure = self.failed.pop(key, None)
+        if failure is not None:
+            log.warning("opened stream %s after %d failed attempts (the last: %s)", name,
+                        failure.attempts, failure.error)
+        report = store.recovery_report
+        log.info("opened stream %s: %s", name, report)
+        if report.corrupt_blocks or report.truncated_bytes:
+            self.recovered.add(report)
+            log.warning(recovery_warning(name, report, store.last_seq, len(replicas)))
         return self._add(key, cfg, store, replicas, now_ms)
+
+    def _open_failed(self, key: StreamKey, exc: ZmqueueError, now_ms: int) -> None:
+        """Note a failed open; logged the first time and when its cause changes
+        (retries of the same cause are quiet; ``zmqueue_streams_unopened``
+        counts the streams still waiting)."""
+        failure = self.failed.get(key)
+        if failure is None:
+            self.failed[key] = OpenFailure(exc, now_ms)
+        else:
+            failure.attempts += 1
+            if str(failure.error) == str(exc):
+                return
+            failure.error = exc
+        log.error("cannot open stream %s (%s: %s); this host's other streams go on, its requests get "
+                  "this error, and the host tries again every %.0f s", "/".join(map(str, key)),
+                  type(exc).__name__, exc, OPEN_RETRY_MS / 1000)
 
     def _add(self, key: StreamKey, cfg: QueueConfig, store: PartitionStoreProtocol,
              replicas: tuple[str, ...], now_ms: int) -> Stream:
@@ -198,7 +278,7 @@ class StreamSet:
         st = self.streams[key]
         self.close_stream(key, remove=False)
         self.trash.discard(self.path(key))
-        fresh = self.open_stream(key, st.config, st.replicas, now_ms)
+        fresh = self.open_stream(key, st.config, st.replicas, now_ms)  # (failed: reconcile opens it)
         _carry(fresh, st)
 
     def truncate(self, key: StreamKey, keep: int, now_ms: int) -> None:

@@ -56,7 +56,9 @@ def snapshot(svc: QueueService, door: FrontDoor, zap_counters: dict[str, int],
             "dispatcher": _with_late(dispatcher_counters, svc.waiters.watch.late, svc.pusher.watch.late),
             "replication": {**svc.replicator.counters,
                             "refused_replies": svc.forwarder.refused_replies},
-            "disk": (disk_free(svc.set.root.parent), svc.set.defaults.min_free_bytes)}
+            "disk": (disk_free(svc.set.root.parent), svc.set.defaults.min_free_bytes),
+            "recovery": (svc.set.recovered.corrupt_blocks, svc.set.recovered.truncated_bytes),
+            "unopened": len(svc.set.failed)}
 
 
 DISPATCHER_EVENTS = ("requests", "errors", "internal_errors", "malformed", "unexpected_reply",
@@ -125,6 +127,16 @@ class HostCollector(Collector):
                                 "free bytes on the disk of the host's data directory", value=free)
         yield GaugeMetricFamily("zmqueue_disk_min_free_bytes", "the reserve (--min-free-disk-mb): "
                                 "below it new messages are refused (DISK_FULL)", value=reserve)
+        corrupt, cut = snap["recovery"]
+        yield CounterMetricFamily("zmqueue_recovery_corrupt_blocks", "bad blocks (checksum, torn "
+                                  "write, seq gap) the recovery scans of the streams this host opened "
+                                  "found: each cut its stream's log there", value=corrupt)
+        yield CounterMetricFamily("zmqueue_recovery_truncated_bytes", "bytes of segment files those "
+                                  "recovery scans cut (a bad block and everything after it)", value=cut)
+        yield GaugeMetricFamily("zmqueue_streams_unopened", "streams this host should keep whose files "
+                                "failed to open (no space, a stray file, out of file descriptors): "
+                                "retried every few seconds, their requests refused with the cause",
+                                value=snap["unopened"])
         g = GaugeMetricFamily("zmqueue_replication_lag_records",
                               "records the slowest replica is behind the writer", labels=["stream"])
         for s, n in sorted(snap["lag"].items()):

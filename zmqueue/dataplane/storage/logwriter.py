@@ -17,6 +17,7 @@ and the directory is fsynced after a new file is created.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -107,6 +108,8 @@ class LogWriter:
         self._dirty = False
         self._flusher = _flusher_for(config)
         self._roll_at = self._roll_time()
+        self._limit_noted = -FAILURE_NOTE_S
+        """When a roll forced by the file-size limit was last logged."""
 
     def _roll_time(self) -> int:
         """When the active segment is as old as ``roll_after_ms`` (kept, not
@@ -137,8 +140,9 @@ class LogWriter:
     ) -> None:
         """Write one block, header and compressed payload (rolling first if
         ``roll``, if the active segment would grow past ``segment_bytes_max``
-        or if it is as old as ``roll_after_ms`` at ``now_ms``); raises OSError
-        untouched."""
+        or if it is as old as ``roll_after_ms`` at ``now_ms``, or when the
+        process's file-size limit stops the active segment: EFBIG); raises
+        OSError untouched."""
         with self.lock:
             writer = self.writer
             if writer is None or (writer.size > 0 and (
@@ -147,7 +151,22 @@ class LogWriter:
                 or now_ms >= self._roll_at
             )):
                 writer = self._roll(first_seq, now_ms)
-            offset = writer.write_block(head, payload)
+            try:
+                offset = writer.write_block(head, payload)
+            except OSError as exc:
+                if exc.errno != errno.EFBIG or writer.size == 0 or os.fstat(writer.fd).st_size != writer.size:
+                    raise
+                # the process's file-size limit (ulimit -f) stops this segment: the
+                # block goes to a new one (only once cut back here: a torn block
+                # left behind would make recovery drop every later segment)
+                if time.monotonic() >= self._limit_noted + FAILURE_NOTE_S:  # (every roll: at most so often)
+                    self._limit_noted = time.monotonic()
+                    log.warning("%s reached the host's file-size limit (ulimit -f, RLIMIT_FSIZE) at %d "
+                                "bytes: a new segment starts at seq %d (raise the limit: segments "
+                                "are meant to grow to %d bytes)", writer.path, writer.size, first_seq,
+                                self.config.segment_bytes_max)
+                writer = self._roll(first_seq, now_ms)
+                offset = writer.write_block(head, payload)
             if self.config.fsync == "always":
                 writer.sync()
             elif not self._dirty:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import errno
 import fcntl
 import mmap
 import os
@@ -29,11 +28,10 @@ from zmqueue.dataplane.storage.records import (
     decode_header,
     decode_payload,
 )
-from zmqueue.errors import CorruptSegment, DiskFull, InternalError
+from zmqueue.errors import CorruptSegment, InternalError
 from zmqueue.numbers import digits
 
 SUFFIX = ".seg"
-SPACE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 
 def segment_name(base_seq: int) -> str:
@@ -57,14 +55,6 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def disk_full(path: Path, exc: OSError) -> DiskFull:
-    return DiskFull(
-        f"no space left to write {path} ({exc.strerror}); free space on that disk",
-        path=str(path),
-        stored=False,
-    )
 
 
 @dataclass

@@ -27,6 +27,7 @@ from zmqueue.dataplane.storage.config import StorageConfig
 from zmqueue.dataplane.storage.limits import FreeSpace, check_limits, require_space
 from zmqueue.dataplane.storage.logwriter import LogWriter
 from zmqueue.dataplane.storage.model import Columns, Delivered, NewMessage, Record
+from zmqueue.dataplane.storage.oserrors import open_failed, write_failed
 from zmqueue.dataplane.storage.protocol import PartitionStoreProtocol
 from zmqueue.dataplane.storage.records import (
     BLOCK_TARGET_BYTES,
@@ -37,14 +38,7 @@ from zmqueue.dataplane.storage.records import (
 )
 from zmqueue.dataplane.storage.recovery import RecoveryReport, recover_directory
 from zmqueue.dataplane.storage.ring import IN_FLIGHT, MetaRows, Ring
-from zmqueue.dataplane.storage.segment import (
-    SPACE_ERRNOS,
-    BlockIndex,
-    BlockReader,
-    ScannedBlock,
-    disk_full,
-    lock_directory,
-)
+from zmqueue.dataplane.storage.segment import BlockIndex, BlockReader, ScannedBlock, lock_directory
 from zmqueue.dataplane.storage.staging import Staging
 from zmqueue.errors import InternalError, InvalidReceipt
 
@@ -84,17 +78,29 @@ class PartitionStore:
         self._closed = False
         self._lone_epoch_base = 0
         self.epoch = 0
-        self.recovery_report = self._load(now_ms, restart=True)
+        try:
+            self.recovery_report = self._load(now_ms, restart=True)
+        except BaseException:  # (out of descriptors, say): release what is open, the lock last
+            self._release()
+            raise
 
     @classmethod
     def open(
         cls, directory: str | os.PathLike[str], config: StorageConfig, *, now_ms: int | None = None
     ) -> PartitionStore:
-        """Create the directory if missing, recover the log, return a ready store."""
+        """Create the directory if missing, recover the log, return a ready store.
+
+        A failing system call (no space or inodes, a file where a directory
+        must go, out of file descriptors) raises the zmqueue error of
+        :func:`oserrors.open_failed`, naming the path and what to do; nothing
+        stays open, so opening again later may succeed."""
         config.validate()
         path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
-        return cls(path, config, int(time.time() * 1000) if now_ms is None else now_ms)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            return cls(path, config, int(time.time() * 1000) if now_ms is None else now_ms)
+        except OSError as exc:
+            raise open_failed(path, exc) from exc
 
     # -- loading / rollback -----------------------------------------------------
     def _load(self, now_ms: int, restart: bool) -> RecoveryReport:
@@ -129,9 +135,10 @@ class PartitionStore:
         self.log.close(sync=False)
         self.reader.close()
         self._load(self._now, restart=False)
-        if exc.errno in SPACE_ERRNOS:
+        full = write_failed(path, exc)
+        if full is not None:
             self._space_short = True
-            raise disk_full(path, exc) from exc
+            raise full from exc
         raise InternalError(f"write to {path} failed: {exc}; uncommitted records dropped") from exc
 
     # -- writes -------------------------------------------------------------
@@ -578,6 +585,15 @@ class PartitionStore:
             self.log.close(sync=True)
             self.reader.close()
             os.close(self._lock_fd)
+
+    def _release(self) -> None:
+        """Close what a store that failed to open has open (no commit, no sync)."""
+        self._closed = True
+        if "log" in self.__dict__:
+            self.log.close(sync=False)
+        if "reader" in self.__dict__:
+            self.reader.close()
+        os.close(self._lock_fd)
 
     def __enter__(self) -> PartitionStore:
         return self
