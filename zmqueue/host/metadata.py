@@ -19,7 +19,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.consul_client import ConsulClient
-from zmqueue.controlplane.kvhealth import KvProblemReporter, fixed_setting_edits, keep_last_good
+from zmqueue.controlplane.kvhealth import (
+    KvProblemReporter,
+    fixed_setting_edits,
+    keep_last_good,
+    unknown_replica_edits,
+)
 from zmqueue.controlplane.queue_directory import QueueDirectory, Snapshot
 from zmqueue.controlplane.snapshot_feed import SnapshotFeed
 from zmqueue.dataplane.topology import Metadata, PartitionInfo, PartKey, Peer
@@ -205,13 +210,15 @@ class MetadataCache:
 
     def last_good(self, snap: Snapshot) -> Snapshot:
         """``snap`` with the last good value of each malformed key kept (a
-        queue config edited to change a fixed setting counts as malformed):
+        queue config edited to change a fixed setting counts as malformed, and
+        so does an assignment edited to name hosts its cluster does not have):
         what this host serves, and so what a read-through ``GET_QUEUE``
         reports. Any thread (``last`` is read once)."""
         prev = self.last
         if prev is None:
             return snap
-        problems = snap.problems + fixed_setting_edits(prev.state, snap.state)
+        problems = (snap.problems + fixed_setting_edits(prev.state, snap.state)
+                    + unknown_replica_edits(prev.state, snap.state, snap.hosts))
         if not problems:
             return snap
         state = keep_last_good(prev.state, snap.state, problems)
