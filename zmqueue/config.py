@@ -328,6 +328,10 @@ class HostConfig:
     the queue's retention, if shorter, but at least a minute), so compaction
     removes consumed and expired messages from disk: at the next write, or
     on an idle stream by a record of its writer (docs/SEGMENT_FORMAT.md, "Files")."""
+    outage_grace_ms: int = 60_000
+    """While Consul is unreachable, the host's writers keep their streams this
+    long (no other host can be elected meanwhile), then stop until it is back
+    (docs/REPLICATION.md; ``leadership.OUTAGE_GRACE_S``)."""
 
     @property
     def min_free_bytes(self) -> int:
@@ -349,6 +353,7 @@ class HostConfig:
         _check_int_range(self.usage_flush_interval_ms, "usage_flush_interval_ms", 100, 3_600_000)
         _check_int_range(self.min_free_disk_mb, "min_free_disk_mb", 0, 1 << 30)
         _check_int_range(self.segment_roll_ms, "segment_roll_ms", 1000, 1 << 62)
+        _check_int_range(self.outage_grace_ms, "outage_grace_ms", 1000, 3_600_000)
         if self.key_dir is not None:
             keys, data = Path(os.path.realpath(self.key_dir)), Path(os.path.realpath(self.data_dir))
             _check(keys != data and not keys.is_relative_to(data), "key_dir",

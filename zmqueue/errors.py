@@ -167,6 +167,12 @@ class ConsulUnavailable(Unavailable):
     """Consul could not be reached; details: ``address``."""
 
 
+class NotConsul(ConsulUnavailable):
+    """An HTTP server answered at the Consul address given but is not a Consul
+    agent (a web app on that port): the message names the address and says to
+    check ``--consul`` / ``CONSUL_HTTP_ADDR``."""
+
+
 class StartupError(ZmqueueError):
     """A host or a local cluster cannot start (port in use, data dir not
     writable, Consul unreachable); the message says what to do."""

@@ -380,3 +380,42 @@ def test_a_config_gone_while_its_partitions_remain_keeps_its_last_good_value() -
     assert keep_last_good(prev, without, found).configs == prev.configs
     deleted, problems = kv.parse_tree([])  # DELETE_QUEUE removes the partitions too: no problem
     assert vanished_configs(prev, deleted, problems) == []
+
+
+def _assigned(replicas: list[str], version: int, cluster: str = "c1") -> kv.ClusterState:
+    value = json.dumps({"cluster": cluster, "replicas": replicas, "version": version}).encode()
+    state, problems = kv.parse_tree([item(kv.partition_key(PID), value, index=version)])
+    assert problems == []
+    return state
+
+
+def test_a_replicas_edit_naming_unregistered_hosts_is_a_problem_and_the_old_replicas_are_kept() -> None:
+    """(A mistyped node id was applied: the manager's next change needed the
+    ghosts to confirm it and the partition refused sends until the key was
+    edited again.)"""
+    from zmqueue.controlplane.discovery import HostInfo
+    from zmqueue.controlplane.kvhealth import keep_last_good, unknown_replica_edits
+
+    hosts = [HostInfo("h1", "c1", "1", "tcp://h1:1", "passing"),
+             HostInfo("h2", "c1", "1", "tcp://h2:1", "critical"),  # down, but a host of c1
+             HostInfo("h3", "c1", "1", "tcp://h3:1", "passing"),
+             HostInfo("x1", "c2", "1", "tcp://x1:1", "passing")]
+    old = _assigned(["h1", "h2", "h3"], 3)
+    typo = _assigned(["h1", "hh2", "hh3"], 50)
+    [problem] = unknown_replica_edits(old, typo, hosts)
+    assert problem.key == kv.partition_key(PID)
+    assert "['hh2', 'hh3']" in problem.reason and "not registered hosts of cluster 'c1'" in problem.reason
+    assert "(its hosts: h1, h2, h3)" in problem.reason
+    assert keep_last_good(old, typo, [problem]).assignments[PID] == old.assignments[PID]
+    # the recovery edit the operator guide describes (a down host dropped), a host that is
+    # down named again, a move to another cluster's hosts: not problems
+    assert unknown_replica_edits(old, _assigned(["h1", "h3"], 4), hosts) == []
+    assert unknown_replica_edits(_assigned(["h1", "h3"], 4), _assigned(["h1", "h3", "h2"], 5), hosts) == []
+    assert unknown_replica_edits(old, _assigned(["x1"], 4, cluster="c2"), hosts) == []
+    # a host of another cluster, or a replica that deregistered since: only new names count
+    [wrong] = unknown_replica_edits(old, _assigned(["h1", "x1"], 4), hosts)
+    assert "['x1']" in wrong.reason
+    assert unknown_replica_edits(old, _assigned(["h1", "h2", "h3"], 4), hosts[:1]) == []
+    # the host being added registers: the same value is no longer a problem
+    added = [*hosts, HostInfo("hh2", "c1", "1", "", "passing"), HostInfo("hh3", "c1", "1", "", "passing")]
+    assert unknown_replica_edits(old, typo, added) == []

@@ -48,6 +48,9 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                    help="a stream's segment file rolls once its first record is this old (or the "
                         "queue's retention if shorter, at least 60000), so compaction can remove "
                         "consumed messages from disk (default 3600000: an hour)")
+    p.add_argument("--outage-grace-ms", type=int, default=60_000, metavar="MS",
+                   help="while Consul is unreachable, writers keep their streams this long, then "
+                        "stop until it is back (default 60000)")
     p.set_defaults(func=cmd_host)
 
     p = sub.add_parser("up", help="start Consul (unless --consul) and a local cluster")
@@ -91,7 +94,7 @@ def cmd_host(args: argparse.Namespace) -> int:
         pub_port=args.pub_port, peer_port=args.peer_port, http_port=args.http_port, zone=args.zone,
         curve_secret_file=args.curve_secret, key_dir=args.key_dir,
         usage_flush_interval_ms=args.usage_flush_ms, min_free_disk_mb=args.min_free_disk_mb,
-        segment_roll_ms=args.segment_roll_ms,
+        segment_roll_ms=args.segment_roll_ms, outage_grace_ms=args.outage_grace_ms,
     )
     host = Host(cfg)
     host.install_signal_handlers()

@@ -4,7 +4,10 @@ py-consul's sync client sets no HTTP timeout unless told and is not thread
 safe, so every :class:`ConsulClient` passes a timeout on every call and is
 used by one thread only. A failed call fails over to the next address; when
 every address fails, :class:`~zmqueue.errors.ConsulUnavailable` says which
-addresses were tried and what to do.
+addresses were tried and what to do. An address where some other HTTP server
+answers (a web app on the wrong port) counts as one that failed, with its own
+message (:func:`not_consul`): py-consul's raw "Missing index header" would
+otherwise reach the operator as a traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import TypeVar
 import consul
 import requests
 
-from zmqueue.errors import ConsulUnavailable
+from zmqueue.errors import ConsulUnavailable, NotConsul
 
 T = TypeVar("T")
 
@@ -34,6 +37,28 @@ def server_gone(exc: consul.ConsulException) -> bool:
     if not text.startswith(("500", "503")) or any(r in text for r in REFUSALS):
         return False
     return "rpc error" in text or "no leader" in text or "no cluster leader" in text
+
+
+def not_consul(exc: consul.ConsulException) -> str | None:
+    """Why ``exc`` shows the server that answered is no Consul agent, or None.
+
+    Consul sets ``X-Consul-Index`` on every read that py-consul asks an index
+    of, answers JSON where JSON is expected, and never an HTML page on
+    ``/v1/`` (a web server's error page: ``501 <!DOCTYPE HTML ...``)."""
+    text = str(exc)
+    if text.startswith("Missing index header"):
+        return "no X-Consul-Index header"
+    if text.startswith("Failed to decode JSON"):
+        return "its answer is not JSON"
+    head = text[:200].lower()
+    if "<html" in head or "<!doctype" in head:
+        return "it answered with an HTML page"
+    return None
+
+
+def not_consul_message(address: str, reason: str) -> str:
+    return (f"the server at {address} answered but is not a Consul agent ({reason}): "
+            "check --consul / CONSUL_HTTP_ADDR")
 
 
 class AgentHome:
@@ -109,9 +134,15 @@ class ConsulClient:
         except TRANSPORT_ERRORS as exc:
             raise ConsulUnavailable(f"cannot reach Consul at {address} ({type(exc).__name__})",
                                     addresses=[address]) from None
+        except consul.ConsulException as exc:
+            reason = not_consul(exc)
+            if reason is None:
+                raise
+            raise NotConsul(not_consul_message(address, reason), addresses=[address]) from None
 
     def call(self, fn: Callable[[consul.Consul], T]) -> T:
         errors: list[str] = []
+        impostors: list[str] = []  # where a server other than Consul answered, as messages
         for i in range(len(self.addresses)):
             idx = (self._current + i) % len(self.addresses)
             addr = self.addresses[idx]
@@ -121,6 +152,10 @@ class ConsulClient:
                 errors.append(f"{addr}: {type(exc).__name__}")
                 continue
             except consul.ConsulException as exc:
+                reason = not_consul(exc)
+                if reason is not None:  # the wrong server: try the next address
+                    impostors.append(not_consul_message(addr, reason))
+                    continue
                 if not server_gone(exc):
                     raise
                 if self.agent_local:
@@ -133,6 +168,9 @@ class ConsulClient:
                 continue
             self._current = idx
             return result
+        if impostors:
+            unreachable = f"; cannot reach Consul at {'; '.join(errors)}" if errors else ""
+            raise NotConsul("; ".join(impostors) + unreachable, addresses=list(self.addresses))
         raise ConsulUnavailable(
             f"cannot reach Consul at {', '.join(self.addresses)} ({'; '.join(errors)}); "
             "start it with `zmqueue up` or pass the right --consul HOST:PORT",

@@ -13,19 +13,24 @@ metadata cache therefore:
    once every key is good again, so a clean host shows just its two health
    checks (:mod:`zmqueue.controlplane.advisory`). Discovery keeps ``kv:``
    checks out of a host's health.
+
+Besides keys that do not decode, an edit is a problem when it would do harm
+if applied: a queue config changing what is fixed at creation
+(:func:`fixed_setting_edits`), and a partition's ``replicas`` naming hosts
+its cluster does not have (:func:`unknown_replica_edits`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import replace
 
 from zmqueue.config import FIXED_AT_CREATION
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.advisory import NOTES_CHARS_MAX, WarningCheck
 from zmqueue.controlplane.consul_client import ConsulClient
-from zmqueue.controlplane.discovery import KV_CHECK_PREFIX
+from zmqueue.controlplane.discovery import KV_CHECK_PREFIX, HostInfo
 from zmqueue.numbers import digits
 
 log = logging.getLogger(__name__)
@@ -52,8 +57,8 @@ def keep_last_good(prev: kv.ClusterState | None, state: kv.ClusterState,
                     created[p.key] = prev.create_index[p.key]  # edit is checked as an edit
             case ["queues", q, "partitions", n] if (num := digits(n)) is not None:
                 pid = kv.PartitionId(q, num)
-                if pid in prev.assignments:
-                    assignments.setdefault(pid, prev.assignments[pid])
+                if pid in prev.assignments:  # (replaces a value that decoded but was refused)
+                    assignments[pid] = prev.assignments[pid]
             case ["hosts", node, "drain"] if node in prev.drains:
                 drains.setdefault(node, prev.drains[node])
             case _:
@@ -106,6 +111,39 @@ def vanished_configs(prev: kv.ClusterState, state: kv.ClusterState,
                               f"(zmqueue queue delete {q})")
             for q in prev.configs
             if q not in state.configs and q in placed and (key := kv.queue_config_key(q)) not in bad]
+
+
+def unknown_replica_edits(prev: kv.ClusterState, state: kv.ClusterState,
+                          hosts: Iterable[HostInfo]) -> list[kv.Malformed]:
+    """Partition assignments edited so as to add replicas that are not
+    registered hosts of the assignment's cluster (a mistyped node id, a host
+    not started yet, a wrong ``cluster``): each is a problem, and
+    :func:`keep_last_good` keeps the previous assignment. Applied, such an
+    edit made the ghosts voters: the manager's next change of the voters
+    needed a majority of them to confirm and never completed, and the
+    partition refused sends. A registered host counts whatever its health (a
+    host that is down is still a replica); replicas the partition had before
+    the edit are not checked (a host that deregistered stays a replica until
+    the manager replaces it). Once every node named is registered (the host
+    was started), the same value is no longer a problem and applies."""
+    known: dict[str, set[str]] = {}
+    for h in hosts:
+        known.setdefault(h.cluster, set()).add(h.node)
+    out = []
+    for pid, new in sorted(state.assignments.items()):
+        old = prev.assignments.get(pid)
+        if old is None or old is new or old == new:
+            continue
+        members = known.get(new.cluster, set())
+        ghosts = [n for n in new.replicas if n not in old.replicas and n not in members]
+        if ghosts:
+            listed = ", ".join(sorted(members)) or "none"
+            out.append(kv.Malformed(kv.partition_key(pid), (
+                f"replicas {list(new.replicas)} name {ghosts}, not registered hosts of cluster "
+                f"{new.cluster!r} (its hosts: {listed}); the partition keeps its previous replicas "
+                f"{list(old.replicas)}: fix the node ids (a host being added: the edit applies once "
+                "it has registered)")))
+    return out
 
 
 def describe(problems: list[kv.Malformed], unserved: Collection[str] = ()) -> str:

@@ -158,7 +158,28 @@ class Opened:
     stream: StreamKey
 
 
-Event = Elected | Deposed | Confirmed | Opened
+@dataclass(frozen=True)
+class ConsulOutage:
+    """Consul has not answered the leadership thread since ``since``
+    (time.monotonic()); None: it answers again. The host's writers stop
+    ``grace_s`` into an outage, and its refusals say why
+    (:mod:`zmqueue.dataplane.nowriter`)."""
+
+    since: float | None
+    grace_s: float
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """``stream`` has no writer and its election here waits for its voters:
+    ``note`` says for what, as a client's refusal can say it (None: no
+    longer waiting, or taken)."""
+
+    stream: StreamKey
+    note: str | None
+
+
+Event = Elected | Deposed | Confirmed | Opened | ConsulOutage | Waiting
 
 
 def lock_key(s: StreamKey) -> str:
@@ -187,6 +208,23 @@ def heard_needed(voters: int, sync_quorum: str = "majority") -> int:
     them): n - floor(n/2), so 2 of 3, 1 of 2, 2 of 4, 3 of 5; with
     ``sync_quorum="all"`` (every voter holds each acknowledged record), 1."""
     return voters - acks_needed(voters, sync_quorum) + 1
+
+
+def waiting_note(cand: Candidacy, passing: Collection[str]) -> str:
+    """What the election of a stream that :func:`heard_enough` holds back
+    waits for, for a client: how many voters it needs to hear and how many
+    are up."""
+    voters = sorted(set().union(*cand.voter_sets()))
+    down = [n for n in voters if n not in passing]
+    needs = " and ".join(f"{heard_needed(len(v), cand.quorum)} of {len(v)}" for v in cand.voter_sets() if v)
+    if not down:
+        return (f"its election waits for {needs} voting replicas to report their positions (all "
+                f"{len(voters)} are up): retry in a moment")
+    change = " (a change of the replica set is being confirmed)" if cand.previous else ""
+    return (f"its election waits for a majority of its voting replicas ({needs}) to hold every "
+            f"acknowledged record, and only {len(voters) - len(down)} of {len(voters)} are up "
+            f"(down: {', '.join(down)}){change}: bring a down host back (OPERATOR_GUIDE 'When a cluster "
+            "loses quorum')")
 
 
 def heard_enough(me: str, cand: Candidacy, passing: Collection[str], mine: kv.Position,
@@ -276,9 +314,11 @@ def may_campaign(me: str, cand: Candidacy, passing: set[str], mine: kv.Position,
 class Leadership(threading.Thread):
     def __init__(self, addresses: tuple[str, ...], timeout_s: float, node: str,
                  checks: list[str], value: dict[str, Any], post: Callable[[Event], None],
-                 home: AgentHome | None = None) -> None:
+                 home: AgentHome | None = None, outage_grace_s: float = OUTAGE_GRACE_S) -> None:
         """``home``: where the host's ``checks`` are registered; sessions are
-        created there (see :class:`AgentHome`)."""
+        created there (see :class:`AgentHome`). ``outage_grace_s``: how long
+        writers keep their streams while Consul is unreachable (default
+        :data:`OUTAGE_GRACE_S`; ``HostConfig.outage_grace_ms``)."""
         super().__init__(name="leadership", daemon=True)
         self.client = ConsulClient(addresses, timeout_s, agent_local=True)
         self.home = home
@@ -286,6 +326,7 @@ class Leadership(threading.Thread):
         self.checks = checks
         self.value = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()  # (as kvlayout's)
         self.post = post
+        self.outage_grace_s = outage_grace_s
         self.stopped = threading.Event()
         self._lock = threading.Lock()
         self._cands: dict[StreamKey, Candidacy] = {}
@@ -327,6 +368,8 @@ class Leadership(threading.Thread):
         self._wake = threading.Event()
         self._waiting: dict[StreamKey, tuple[int, float, bool]] = {}
         """Free streams waiting for their voters (:meth:`_note_waiting`): (release, since, said)."""
+        self._waiting_told: dict[StreamKey, str] = {}
+        """The :class:`Waiting` note last posted per stream."""
         self._below_floor: dict[StreamKey, int] = {}
         """Free streams this host may not lead because it holds less than their
         acknowledged floor, and the floor it was told about (said once)."""
@@ -370,13 +413,15 @@ class Leadership(threading.Thread):
                     self._busy_until = time.monotonic() + BUSY_FOR_S
                 if outage_since is not None:
                     log.info("Consul reachable again after %.1f s", time.monotonic() - outage_since)
+                    self.post(ConsulOutage(None, self.outage_grace_s))
                 outage_since = None
             except ConsulUnavailable as exc:
                 now = time.monotonic()
                 if outage_since is None:
                     outage_since, next_note = now, now + OUTAGE_NOTE_S
                     log.warning("Consul unreachable: writers keep their streams for up to %.0f s "
-                                "(%s)", OUTAGE_GRACE_S, exc)
+                                "(%s)", self.outage_grace_s, exc)
+                    self.post(ConsulOutage(outage_since, self.outage_grace_s))
                 elif now >= next_note:  # no election can happen meanwhile: say so now and then
                     next_note = now + OUTAGE_NOTE_S
                     log.warning("Consul still unreachable after %.0f s (%s)", now - outage_since, exc)
@@ -385,7 +430,7 @@ class Leadership(threading.Thread):
                 # and read the locks in full (a restarted agent's index starts over)
                 self._renewed_at = 0.0
                 self._holders_at = None
-                if self.held and now - outage_since < OUTAGE_GRACE_S:
+                if self.held and now - outage_since < self.outage_grace_s:
                     # nobody can take a lock while Consul is down for every
                     # host: keep serving, and if only this one is cut off, a
                     # replica that follows a newer writer no longer counts
@@ -484,6 +529,8 @@ class Leadership(threading.Thread):
                 return True  # the session is gone: a new one campaigns next cycle
         for s in [s for s in self._waiting if s not in free]:  # (taken meanwhile: no longer waiting)
             del self._waiting[s]
+        for s in [s for s in self._waiting_told if s not in free]:
+            self._tell_waiting(s, None)
         self._publish_positions(positions, urgent=bool(free), confirmed=confirmations, opening=opening,
                                 acked=acked)
         epochs = {s: e for s, (_, e, _) in holders.items()}
@@ -508,7 +555,9 @@ class Leadership(threading.Thread):
         (:func:`heard_enough`); a failover's first cycles always wait a moment."""
         if not cand.sync or heard_enough(self.node, cand, passing, mine, positions, confirmed):
             self._waiting.pop(s, None)
+            self._tell_waiting(s, None)
             return
+        self._tell_waiting(s, waiting_note(cand, passing))
         now = time.monotonic()
         at, since, said = self._waiting.get(s, (-1, now, False))
         if at != released:
@@ -527,6 +576,16 @@ class Leadership(threading.Thread):
                         "gone for good, see OPERATOR_GUIDE 'When a cluster loses quorum')",
                         "/".join(map(str, s)), now - since, voters, heard, down, needs,
                         " (a change of the replica set is being confirmed)" if cand.previous else "")
+
+    def _tell_waiting(self, s: StreamKey, note: str | None) -> None:
+        """Post what ``s``'s election waits for, when it changed."""
+        if self._waiting_told.get(s) == note:
+            return
+        if note is None:
+            del self._waiting_told[s]
+        else:
+            self._waiting_told[s] = note
+        self.post(Waiting(s, note))
 
     def _note_floor(self, s: StreamKey, cand: Candidacy, mine: kv.Position, floor: int) -> None:
         """Say once per floor that this host holds less of a ``sync_quorum="all"``

@@ -30,6 +30,7 @@ from zmqueue.dataplane.deadletters import DeadLetterMover
 from zmqueue.dataplane.dispatch import DEFERRED, Dispatcher, Request, now_ms
 from zmqueue.dataplane.forwarder import Forwarder
 from zmqueue.dataplane.handover import Handover
+from zmqueue.dataplane.nowriter import ConsulLost, no_writer
 from zmqueue.dataplane.pushing import Pusher
 from zmqueue.dataplane.replication import Replicator
 from zmqueue.dataplane.resends import request_tag
@@ -142,6 +143,11 @@ class QueueService:
         first records")."""
         self.opening: set[StreamKey] = set()
         """Streams whose acknowledgements wait for their opened mark."""
+        self.consul_lost: ConsulLost | None = None
+        """Since when the leadership thread has not reached Consul (None: it does)."""
+        self.election_waits: dict[StreamKey, str] = {}
+        """Streams without a writer whose election here waits for their voters:
+        what for (the leadership thread's ``Waiting``)."""
         self.opening_asked = False
         """``opening`` gained a stream since the leadership thread last heard."""
         self.marked_replies: dict[StreamKey, list[tuple[Request, Any, float]]] = {}
@@ -426,16 +432,26 @@ class QueueService:
 
     def not_writer(self, queue: str, p: int, origin: str) -> ZmqueueError:
         """NotLeader naming the host to try; when none is known and this
-        host's copy failed to open, that failure (the cause, what to do)."""
+        host's copy failed to open, that failure (the cause, what to do); else
+        why no host writes it (:func:`no_writer`: Consul lost, an election
+        waiting for a majority)."""
         writer = self.redirect_to(queue, p, origin)
         failure = self.set.failed.get((queue, p, origin))
         if writer is None and failure is not None:
             err = failure.error
             return type(err)(f"queue {queue!r} partition {p}: {err} (tried {failure.attempts} times)",
                              **err.details)
-        return NotLeader(f"{queue!r} partition {p} ({origin}) is written by "
-                         f"{writer or 'no host yet (election in progress)'}; retry there",
-                         leader=writer, endpoint=self.meta.client_endpoint(writer))
+        return no_writer(queue, p, origin, writer, self.meta.client_endpoint(writer), lost=self.consul_lost,
+                         waiting=self.election_waits.get((queue, p, origin)), now=time.monotonic())
+
+    def on_consul_outage(self, since: float | None, grace_s: float) -> None:
+        self.consul_lost = None if since is None else ConsulLost(since, grace_s)
+
+    def on_waiting(self, key: StreamKey, note: str | None) -> None:
+        if note is None:
+            self.election_waits.pop(key, None)
+        else:
+            self.election_waits[key] = note
 
     def writer_stream(self, queue: str, p: int, origin: str) -> Stream:
         st = self.set.streams.get((queue, p, origin))

@@ -27,7 +27,16 @@ from zmqueue.config import HostConfig
 from zmqueue.controlplane.advisory import WarningCheck
 from zmqueue.controlplane.consul_client import AgentHome, ConsulClient
 from zmqueue.controlplane.discovery import DISK_CHECK_PREFIX, list_hosts
-from zmqueue.controlplane.leadership import Candidacy, Confirmed, Deposed, Elected, Leadership, Opened
+from zmqueue.controlplane.leadership import (
+    Candidacy,
+    ConsulOutage,
+    Deposed,
+    Elected,
+    Event,
+    Leadership,
+    Opened,
+    Waiting,
+)
 from zmqueue.controlplane.managers import ManagerRoles, RolesConfig
 from zmqueue.controlplane.queue_directory import Snapshot
 from zmqueue.controlplane.registry import Heartbeat, Registrar, Registration
@@ -237,7 +246,8 @@ class Host:
             # lock when that one Consul server dies (see docs/REPLICATION.md)
             [reg.check_id, f"http:{reg.service_id}"],
             {"node": cfg.node, "endpoint": self.sockets.endpoints.client, "epoch": 0},
-            lambda ev: cache.post(lambda: self._on_leadership(ev)), home)
+            lambda ev: cache.post(lambda: self._on_leadership(ev)), home,
+            outage_grace_s=cfg.outage_grace_ms / 1000)
         self.hooks.leadership = self.leadership
         self.leadership.start()
         self.roles = ManagerRoles(RolesConfig(cfg.node, cfg.cluster, reg.service_id, cfg.consul,
@@ -274,10 +284,14 @@ class Host:
         self.security.on_snapshot(snap)
         self.hooks.service.apply_metadata(to_metadata(snap), int(time.time() * 1000), forward)
 
-    def _on_leadership(self, ev: Elected | Deposed | Confirmed | Opened) -> None:
+    def _on_leadership(self, ev: Event) -> None:
         assert self.hooks is not None
         svc = self.hooks.service
-        if isinstance(ev, Elected):
+        if isinstance(ev, ConsulOutage):
+            svc.on_consul_outage(ev.since, ev.grace_s)
+        elif isinstance(ev, Waiting):
+            svc.on_waiting(ev.stream, ev.note)
+        elif isinstance(ev, Elected):
             svc.on_elected(ev.stream, ev.epoch)
         elif isinstance(ev, Deposed):
             svc.on_deposed(ev.stream)

@@ -23,6 +23,7 @@ from zmqueue.controlplane.kvhealth import (
     KvProblemReporter,
     fixed_setting_edits,
     keep_last_good,
+    unknown_replica_edits,
     vanished_configs,
 )
 from zmqueue.controlplane.queue_directory import QueueDirectory, Snapshot
@@ -211,13 +212,15 @@ class MetadataCache:
 
     def last_good(self, snap: Snapshot) -> Snapshot:
         """``snap`` with the last good value of each malformed key kept (a
-        queue config edited to change a fixed setting counts as malformed):
+        queue config edited to change a fixed setting counts as malformed, and
+        so does an assignment edited to name hosts its cluster does not have):
         what this host serves, and so what a read-through ``GET_QUEUE``
         reports. Any thread (``last`` is read once)."""
         prev = self.last
         if prev is None:
             return snap
-        problems = snap.problems + fixed_setting_edits(prev.state, snap.state)
+        problems = (snap.problems + fixed_setting_edits(prev.state, snap.state)
+                    + unknown_replica_edits(prev.state, snap.state, snap.hosts))
         problems += vanished_configs(prev.state, snap.state, problems)
         if not problems:
             return snap

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.discovery import HostInfo, list_hosts
-from zmqueue.errors import ConfigError, StartupError
+from zmqueue.errors import ConfigError, ConsulUnavailable, NotConsul, StartupError
 from zmqueue.localcluster.consul_agent import ConsulAgent, has_leader
 from zmqueue.localcluster.proc import ManagedProcess
 
@@ -140,6 +140,7 @@ class LocalCluster:
                 self.agent = ConsulAgent(self.work_dir / "consul").start()
                 self.consul_addr = self.agent.http_addr
             elif not has_leader(self.consul_addr):
+                self._check_is_consul()
                 raise StartupError(f"no Consul answers at {self.consul_addr}; start one or omit "
                                    "--consul to let zmqueue start a dev agent")
             if self.secure:
@@ -174,6 +175,15 @@ class LocalCluster:
             raise StartupError(f"host {node} is still running (pid {old.pid}); stop it first")
         self.hosts.remove(old)
         return self.add_host(old.cluster, node)
+
+    def _check_is_consul(self) -> None:
+        """StartupError when another HTTP server answers at ``--consul``."""
+        try:
+            list_hosts(self.consul_client())
+        except NotConsul as exc:
+            raise StartupError(str(exc)) from None
+        except ConsulUnavailable:
+            pass
 
     def consul_client(self) -> ConsulClient:
         assert self.consul_addr is not None
