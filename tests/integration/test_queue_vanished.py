@@ -9,24 +9,13 @@ incarnation; hosts remove data only for such a deletion.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import zmqueue
 from tests.conftest import QueueCluster, wait_for
 from tests.helpers import consul_for
+from tests.replication.test_failover import drain_in_order
 from zmqueue.controlplane import kvlayout as kv
-
-
-def _drain(q: zmqueue.Queue, expect: int, timeout_s: float = 20) -> list[bytes]:
-    got: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < expect and time.monotonic() < deadline:
-        msgs = q.receive(max_messages=100, wait_time=1)
-        got += [m.body for m in msgs]
-        if msgs:
-            q.delete_batch([m.receipt for m in msgs])
-    return got
 
 
 def _stream_dirs(qc: QueueCluster, name: str) -> list[Any]:
@@ -55,7 +44,7 @@ def test_a_config_key_deleted_by_hand_keeps_the_queue_and_its_messages(qcluster:
                          for chk in api.agent.checks().values()), 20, "the kv warning")
     assert wait_for(lambda: _sends_work(q, b"during"), 10, "a send while the config key is missing")
     api.kv.put(key, item["Value"])
-    got = _drain(q, 21)
+    got = drain_in_order(q, 21, 20)
     assert sorted(got) == sorted([f"m{i}".encode() for i in range(20)] + [b"during"])
 
 
@@ -72,7 +61,7 @@ def test_a_queue_tree_lost_from_kv_keeps_its_data_until_a_delete_queue(qcluster:
     wait_for(lambda: name not in c.list_queues(), 10, "the queue gone from the hosts' view")
     assert all(d.exists() for d in before), "a queue gone without DELETE_QUEUE keeps its data"
     again = c.create_queue(name, replication_factor=2, visibility_timeout=5)  # the operator recreates it
-    got = _drain(again, 20)
+    got = drain_in_order(again, 20, 20)
     assert sorted(got) == sorted(f"m{i}".encode() for i in range(20))
     again.send(b"last")
     c.delete_queue(name)  # an explicit deletion removes the data on every host
