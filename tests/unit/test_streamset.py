@@ -274,3 +274,28 @@ def test_a_clean_open_warns_of_nothing(tmp_path: Path, caplog: pytest.LogCapture
         assert (ss.recovered.corrupt_blocks, ss.recovered.truncated_bytes) == (0, 0)
     finally:
         ss.close()
+
+
+def test_a_queue_deleted_and_created_again_before_a_host_saw_it_gone_starts_empty(tmp_path: Path) -> None:
+    """(A host that saw the new queue's config before it saw the old one gone kept
+    the deleted queue's messages, and served them in the new queue.) A new
+    incarnation without a tombstone for the old one keeps the data (the queue
+    created again after Consul lost its state)."""
+    ss = StreamSet("h1", tmp_path, StorageConfig(fsync="never"))
+    try:
+        def at(incarnation: int, deleted: dict[str, int] | None = None) -> Metadata:
+            return replace(meta({"a": 1}), configs={"a": QueueConfig(name="a", incarnation=incarnation)},
+                           deleted=deleted or {})
+
+        ss.reconcile(at(7), NOW)
+        st = ss.streams[("a", 0, "h1")]
+        st.store.append_batch([b"old"] * 5, NOW)
+        st.store.commit()
+        assert ss.reconcile(at(9), NOW) == []  # no tombstone: kept
+        assert ss.streams[("a", 0, "h1")].store.stats(NOW)["visible"] == 5
+        closed = ss.reconcile(at(11, {"a": 9}), NOW)  # incarnation 9 was deleted, 11 is new
+        assert ("a", 0, "h1") in closed
+        fresh = ss.streams[("a", 0, "h1")]
+        assert fresh.config.incarnation == 11 and fresh.store.stats(NOW)["total"] == 0
+    finally:
+        ss.close()

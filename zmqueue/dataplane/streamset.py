@@ -145,6 +145,10 @@ class StreamSet:
         for key, (cfg, info) in want.items():
             replicas = info.replicas
             st = self.streams.get(key)
+            if st is not None and self._recreated(st, cfg, meta):
+                self.close_stream(key, remove=True)
+                closed.append(key)
+                st = None
             if st is None:
                 try:
                     st = self.open_stream(key, cfg, replicas, now_ms)
@@ -166,6 +170,16 @@ class StreamSet:
                                                                info.previous, info.version)
             st.handing_over = self.node in info.leaving and not cfg.sync_replication
         return closed
+
+    @staticmethod
+    def _recreated(st: Stream, cfg: QueueConfig, meta: Metadata) -> bool:
+        """Whether ``st``'s queue was deleted (a tombstone names the incarnation
+        it belongs to) and ``cfg`` is a new queue of that name: created again
+        before this host saw the queue gone, the deleted queue's messages went
+        on in the new one. (Without a tombstone a new incarnation keeps the data:
+        the queue created again after Consul lost its state.)"""
+        old = st.config.incarnation
+        return bool(old) and cfg.incarnation != old and meta.deleted.get(st.queue) == old
 
     def _deleted(self, key: StreamKey, meta: Metadata) -> bool:
         """Whether stream ``key``'s queue was deleted (DELETE_QUEUE's tombstone
