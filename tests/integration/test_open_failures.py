@@ -73,7 +73,14 @@ def test_a_corrupt_block_found_at_start_is_a_warning_and_counted(
 
     h = hosts.restart(h)
     wait_for(lambda: all_passing(check_statuses(consul_agent, h.node)), 60, "the host passing again")
-    metrics = wait_for(lambda: _metrics(h.data_dir), 10, "the metrics")
+    def restarted_metrics() -> dict[str, float] | None:
+        try:  # (until the new process has written host.json, it names the stopped one's port)
+            found = _metrics(h.data_dir)
+        except OSError:  # (urllib's URLError is one)
+            return None
+        return found if "zmqueue_recovery_corrupt_blocks_total" in found else None
+
+    metrics = wait_for(restarted_metrics, 20, "the restarted host's metrics")
     assert metrics["zmqueue_recovery_corrupt_blocks_total"] == 1, metrics
     assert metrics["zmqueue_recovery_truncated_bytes_total"] > 0, metrics
     log = h.log_tail(200_000)
