@@ -81,7 +81,7 @@ from zmqueue.errors import (
     ZmqueueError,
     from_wire,
 )
-from zmqueue.protocol import Command, refused_plain_bodies, sent_ids
+from zmqueue.protocol import RETRY_MARK, Command, refused_plain_bodies, sent_ids
 
 if TYPE_CHECKING:
     from zmqueue.client.queue import Queue
@@ -491,7 +491,7 @@ class SendPipeline:
             try:
                 body = self._body(req)
                 if req.request_id:
-                    body["rt"] = True  # (a retry: see Queue.call)
+                    body[RETRY_MARK] = True  # (a retry: see Queue.call)
                 reply = self.queue.call(p, Command.SEND, body, partial(self.queue.routes.for_send, p),
                                         FIFO_ORIGIN if self.fifo else None,
                                         request_id=req.request_id or None)

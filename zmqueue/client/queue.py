@@ -37,6 +37,7 @@ from zmqueue.errors import (
     from_wire,
 )
 from zmqueue.protocol import (
+    RETRY_MARK,
     Command,
     Receipt,
     ReceiptEncoder,
@@ -289,8 +290,8 @@ class Queue:
                 if command == Command.SEND and maybe_stored is None and may_be_stored(exc):
                     maybe_stored = exc
                 tried += 1
-                if command == Command.SEND and "rt" not in body:
-                    body = {**body, "rt": True}  # the next host may hold what this one stored
+                if command == Command.SEND and RETRY_MARK not in body:
+                    body = {**body, RETRY_MARK: True}  # the next host may hold what this one stored
                 self.refresh()
                 retry.pause()
         assert last is not None

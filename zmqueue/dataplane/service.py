@@ -51,7 +51,7 @@ from zmqueue.errors import (
     ZmqueueError,
     to_wire,
 )
-from zmqueue.protocol import Command, Receipt, hex_ids
+from zmqueue.protocol import RETRY_MARK, Command, Receipt, hex_ids
 
 log = logging.getLogger(__name__)
 
@@ -511,7 +511,7 @@ class QueueService:
             if info is not None and len(info.replicas) > 1:  # (R=1: no other host holds a copy)
                 tag = request_tag(req.user or "", req.frame.request_id, req.fingerprint)
                 stored = self.replicator.resends.get(part[0], part[1], tag, len(items), now)
-                if stored is None and body.get("rt"):
+                if stored is None and body.get(RETRY_MARK):
                     # a retry after its first host failed: that host's last
                     # records may still be queued here, unapplied
                     self.replicator.take_pending(now)

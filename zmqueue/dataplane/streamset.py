@@ -179,7 +179,7 @@ class StreamSet:
         on in the new one. (Without a tombstone a new incarnation keeps the data:
         the queue created again after Consul lost its state.)"""
         old = st.config.incarnation
-        return bool(old) and cfg.incarnation != old and meta.deleted.get(st.queue) == old
+        return cfg.incarnation != old and meta.deleted.get(st.queue) == old
 
     def _deleted(self, key: StreamKey, meta: Metadata) -> bool:
         """Whether stream ``key``'s queue was deleted (DELETE_QUEUE's tombstone
@@ -190,8 +190,7 @@ class StreamSet:
         queue = key[0]
         if queue in meta.configs:
             return False  # (this host is no longer a replica of the partition)
-        incarnation = self.streams[key].config.incarnation
-        if queue in meta.deleted and meta.deleted[queue] in (incarnation, 0):
+        if meta.deleted.get(queue) == self.streams[key].config.incarnation:
             return True
         if queue not in self._kept_warned:
             self._kept_warned.add(queue)
