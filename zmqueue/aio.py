@@ -100,9 +100,10 @@ class AsyncClient:
         """Create a queue; ``settings`` as :meth:`Client.create_queue`'s."""
         return AsyncQueue(self, await self.run(self.sync.create_queue, name, **settings))
 
-    async def get_queue(self, name: str) -> AsyncQueue:
-        """The queue named ``name``; QueueNotFound if there is none."""
-        return AsyncQueue(self, await self.run(self.sync.get_queue, name))
+    async def get_queue(self, name: str, consistent: bool = False) -> AsyncQueue:
+        """The queue named ``name``; QueueNotFound if there is none
+        (``consistent`` as :meth:`Client.get_queue`'s)."""
+        return AsyncQueue(self, await self.run(self.sync.get_queue, name, consistent))
 
     async def list_queues(self, prefix: str = "") -> list[str]:
         return await self.run(self.sync.list_queues, prefix)

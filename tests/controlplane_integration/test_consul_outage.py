@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 import zmqueue
 from tests.conftest import wait_for
 from tests.controlplane_integration.conftest import lock_holder
@@ -68,6 +70,9 @@ def test_hosts_keep_serving_through_a_consul_outage_and_re_register(tmp_path: Pa
         # a known queue's routes are still served (from each host's cache)
         info = client.queue_info("outage")
         assert info["partitions"][0]["writers"], info
+        # ... unless the client asks for a consistent read, which needs Consul
+        with pytest.raises(zmqueue.Unavailable):
+            client.queue_info("outage", consistent=True)
         while time.monotonic() - stopped_at < 10:  # Consul is down for 10 s
             round_trip(q, b"during")
             time.sleep(0.5)

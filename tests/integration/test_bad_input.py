@@ -204,3 +204,11 @@ def test_unknown_config_keys_within_the_limits_are_kept(qcluster: QueueCluster) 
     _, item = consul_for(qcluster.factory.agent).kv.get(kv.queue_config_key(name))
     stored = json.loads(item["Value"])
     assert stored["visibility_timeout_s"] == 7 and {k: stored[k] for k in note} == note
+
+
+def test_get_queue_refuses_a_consistent_flag_that_is_not_a_bool(qcluster: QueueCluster) -> None:
+    q = qcluster.client.create_queue(qcluster.queue_name())
+    for bad in ("yes", 1, None):
+        with pytest.raises(zmqueue.InvalidParameter, match="consistent must be true or false"):
+            qcluster.client.any_host(Command.GET_QUEUE, {"name": q.name, "consistent": bad})
+    assert qcluster.client.get_queue(q.name, consistent=True).name == q.name

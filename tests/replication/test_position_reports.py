@@ -99,10 +99,9 @@ class Peer:
 def test_positions_are_reported_in_batches_and_heartbeats_name_streams_behind(
         hosts: HostFactory, consul_agent: ConsulAgent) -> None:
     h1, h2 = hosts.start("h1"), hosts.start("h2")
-    # a host writes host.json just after it registers: its checks may pass first
-    wait_for(lambda: all(all_passing(check_statuses(consul_agent, h.node))
-                         and (h.data_dir / "host.json").exists() for h in (h1, h2)), 60,
-             "hosts passing, their host.json written")
+    # a host writes host.json before it registers: once passing, the file is there
+    wait_for(lambda: all(all_passing(check_statuses(consul_agent, h.node)) for h in (h1, h2)), 60,
+             "hosts passing")
     peers = {h.node: Peer(json.loads((h.data_dir / "host.json").read_text())) for h in (h1, h2)}
     try:
         with zmqueue.connect(consul_agent.http_addr, request_timeout=10) as client:

@@ -315,12 +315,16 @@ class Client:
             info = self.queue_info(name)
         return info
 
-    def get_queue(self, name: str) -> Queue:
-        """The queue named ``name``; QueueNotFound if there is none."""
-        return Queue(self, self.queue_info(name))
+    def get_queue(self, name: str, consistent: bool = False) -> Queue:
+        """The queue named ``name``; QueueNotFound if there is none. A host
+        answers from its metadata cache, which follows Consul a moment behind
+        (a queue deleted through another host may still be found);
+        ``consistent=True`` has it read Consul instead."""
+        return Queue(self, self.queue_info(name, consistent))
 
-    def queue_info(self, name: str) -> dict[str, Any]:
-        info = self.any_host(Command.GET_QUEUE, {"name": name})["queue"]
+    def queue_info(self, name: str, consistent: bool = False) -> dict[str, Any]:
+        body: dict[str, Any] = {"name": name, "consistent": True} if consistent else {"name": name}
+        info = self.any_host(Command.GET_QUEUE, body)["queue"]
         if not isinstance(info, dict):
             raise QueueNotFound(f"queue {name!r} does not exist", queue=name)
         return info

@@ -66,7 +66,7 @@ def _check(dlq: Queue, to: str | None, max_messages: int | None, visibility_time
 def _target(dlq: Queue, name: str) -> Queue:
     """The queue ``name``, if the DLQ's messages can go there (a FIFO queue
     needs group ids, which only a FIFO DLQ's messages have)."""
-    q = dlq.client.get_queue(name)
+    q = dlq.client.get_queue(name, consistent=True)  # not a queue deleted a moment ago
     if q.config.fifo and not dlq.config.fifo:
         raise InvalidParameter(f"cannot redrive the standard queue {dlq.name!r} into the FIFO queue "
                                f"{name!r}: its messages have no group_id; redrive to a standard queue",

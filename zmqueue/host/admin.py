@@ -13,7 +13,9 @@ Consul with a blocking query, so its writers lag a lock change by
 milliseconds, and a client that follows a stale route is answered
 ``NOT_LEADER`` and asks again. A queue the cache does not know (created a
 moment ago through another host), or one with a writer the cache has no
-healthy endpoint for, is read from Consul, consistently.
+healthy endpoint for, is read from Consul, consistently; so is any queue
+when the request asks ``consistent`` (a delete made a moment ago through
+another host shows at once).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from zmqueue.controlplane.queue_directory import QueueDirectory
 from zmqueue.dataplane import fields as F
 from zmqueue.dataplane.dispatch import DEFERRED, Dispatcher, Request
 from zmqueue.dataplane.topology import config_unreadable
-from zmqueue.errors import InternalError, ZmqueueError
+from zmqueue.errors import InternalError, InvalidParameter, ZmqueueError
 from zmqueue.host.metadata import MetadataCache, unreadable_configs
 from zmqueue.protocol import Command
 
@@ -92,8 +94,12 @@ class AdminHandlers:
 
     def _get_cached(self, req: Request) -> Any:
         snap = self.cache.last
-        name = F.get_queue(F.body_map(req.body), "name")
-        if snap is not None and name in snap.state.configs:
+        body = F.body_map(req.body)
+        name = F.get_queue(body, "name")
+        consistent = body.get("consistent", False)
+        if not isinstance(consistent, bool):
+            raise InvalidParameter("consistent must be true or false", field="consistent")
+        if snap is not None and name in snap.state.configs and not consistent:
             info = snap.queue_info(name)
             # a writer without an endpoint: the cache's view of host health
             # (read every 2 s) may be stale, say just after a host restarted
@@ -114,8 +120,6 @@ class AdminHandlers:
     def _list(self, d: QueueDirectory, body: dict[str, Any]) -> Any:
         prefix = body.get("prefix") or ""
         if not isinstance(prefix, str) or len(prefix) > 80:
-            from zmqueue.errors import InvalidParameter
-
             raise InvalidParameter("prefix must be a string of at most 80 characters", field="prefix")
         # as served: a queue whose config is bad in KV runs on with its last good one
         state = self.cache.last_good(d.snapshot()).state

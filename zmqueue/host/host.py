@@ -223,6 +223,8 @@ class Host:
                 raise StartupError(
                     f"node {cfg.node!r} is already running: the host registered under that id "
                     f"answers at {twin}. Give each host its own --node, or stop the other one first")
+            # before registering: once its checks pass, host.json names this process
+            self._write_info(endpoints)
             registrar.register()
         except ConsulUnavailable as exc:
             self.close()
@@ -235,7 +237,6 @@ class Host:
         self.heartbeat = Heartbeat(hb_registrar, cfg.heartbeat_interval_ms, self.healthy,
                                    lambda: disk.report(self.disk_note()))
         self.heartbeat.start()
-        self._write_info(endpoints)
         cache.service_id = reg.service_id
         cache.start()
         self._drop_stale_sessions()
