@@ -57,14 +57,19 @@ def test_hosts_keep_serving_through_a_consul_outage_and_re_register(tmp_path: Pa
     agent = persistent_agent(tmp_path / "consul").start()
     hosts = [HostProcess("oc", f"o{i}", tmp_path / f"d{i}", agent.http_addr, tmp_path / "logs")
              for i in (1, 2)]
-    client = None
+    clients: list[zmqueue.Client] = []
     try:
         for h in hosts:
             h.start()
         wait_for(lambda: passing_nodes([agent.http_addr]) == {"o1", "o2"}, 30, "hosts passing")
         client = zmqueue.connect(agent.http_addr, request_timeout=5)
+        clients.append(client)
         q = client.create_queue("outage")
         first_round_trip(q)
+        changer = zmqueue.connect(agent.http_addr, request_timeout=3)
+        clients.append(changer)
+        changer.own_change_s = 300.0  # (not 5 s: however long stopping the agent takes)
+        changer.get_queue("outage").set_attributes(visibility_timeout=31)
         agent.stop()
         stopped_at = time.monotonic()
         # a known queue's routes are still served (from each host's cache)
@@ -73,6 +78,9 @@ def test_hosts_keep_serving_through_a_consul_outage_and_re_register(tmp_path: Pa
         # ... unless the client asks for a consistent read, which needs Consul
         with pytest.raises(zmqueue.Unavailable):
             client.queue_info("outage", consistent=True)
+        # ... as a client does for a queue it changed itself (read your own writes)
+        with pytest.raises(zmqueue.Unavailable):
+            changer.queue_info("outage")
         while time.monotonic() - stopped_at < 10:  # Consul is down for 10 s
             round_trip(q, b"during")
             time.sleep(0.5)
@@ -99,8 +107,8 @@ def test_hosts_keep_serving_through_a_consul_outage_and_re_register(tmp_path: Pa
             log = (tmp_path / "logs" / f"host-{h.node}.log").read_text()
             assert "leadership cycle: 500 invalid session" not in log, h.log_tail()
     finally:
-        if client is not None:
-            client.close()
+        for c in clients:
+            c.close()
         for h in hosts:
             h.stop()
         agent.stop()

@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 HOSTS_TTL_S = 2.0
 MAX_THROTTLE_WAIT_S = 5.0
 REAP_S = 60.0
+OWN_CHANGE_S = 5.0
+"""How long this client reads a queue it deleted or changed from Consul, not
+from a host's metadata cache (which follows Consul a moment behind)."""
 """How long a client closed while other threads hold its sockets waits for them."""
 
 
@@ -108,6 +111,8 @@ class Client:
         self._subs: list[Any] = []
         self._hosts: list[HostInfo] = []
         self._hosts_at = 0.0
+        self._own_changes: dict[str, float] = {}  # queue → until when its reads are consistent
+        self.own_change_s = OWN_CHANGE_S
         self._unkeyed = 0
         """Passing hosts left out of ``hosts()``: no CURVE server key known for them."""
         self.closed = False
@@ -318,11 +323,13 @@ class Client:
     def get_queue(self, name: str, consistent: bool = False) -> Queue:
         """The queue named ``name``; QueueNotFound if there is none. A host
         answers from its metadata cache, which follows Consul a moment behind
-        (a queue deleted through another host may still be found);
-        ``consistent=True`` has it read Consul instead."""
+        (a queue deleted by another client may still be found);
+        ``consistent=True`` has it read Consul instead, as this client does
+        for 5 s after it deleted or changed the queue itself."""
         return Queue(self, self.queue_info(name, consistent))
 
     def queue_info(self, name: str, consistent: bool = False) -> dict[str, Any]:
+        consistent = consistent or self._changed_lately(name)
         body: dict[str, Any] = {"name": name, "consistent": True} if consistent else {"name": name}
         info = self.any_host(Command.GET_QUEUE, body)["queue"]
         if not isinstance(info, dict):
@@ -349,9 +356,26 @@ class Client:
                 sources.append(other)
         return sorted(sources)
 
+    def changed(self, name: str) -> None:
+        """Note that this client deleted or changed queue ``name``: read it
+        consistently for a while (read your own writes)."""
+        now = time.monotonic()
+        with self._lock:
+            for old in [n for n, until in self._own_changes.items() if until <= now]:
+                del self._own_changes[old]
+            self._own_changes[name] = now + self.own_change_s
+
+    def _changed_lately(self, name: str) -> bool:
+        with self._lock:
+            return self._own_changes.get(name, 0.0) > time.monotonic()
+
     def delete_queue(self, name: str) -> None:
         """Delete a queue and its messages; QueueNotFound if there is none."""
-        if not self.any_host(Command.DELETE_QUEUE, {"name": name})["deleted"]:
+        try:
+            deleted = self.any_host(Command.DELETE_QUEUE, {"name": name})["deleted"]
+        finally:  # (also when the reply was lost: the delete may have been made)
+            self.changed(name)
+        if not deleted:
             raise QueueNotFound(f"queue {name!r} does not exist", queue=name)
 
     def ping(self) -> list[dict[str, Any]]:

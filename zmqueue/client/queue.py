@@ -787,7 +787,10 @@ class Queue:
                               field=unknown[0])
         changes = {MUTABLE_SETTINGS[k]: v for k, v in settings.items()}
         self.config.updated(changes)  # a bad value fails here, before any request
-        info = self.client.any_host(Command.SET_QUEUE_ATTRIBUTES, {"name": self.name, "changes": changes})
+        try:
+            info = self.client.any_host(Command.SET_QUEUE_ATTRIBUTES, {"name": self.name, "changes": changes})
+        finally:
+            self.client.changed(self.name)
         self.config = QueueConfig.from_dict(info["queue"]["config"])
         self.routes.apply(info["queue"])
         return self.config
