@@ -399,6 +399,16 @@ def test_closing_a_pipeline_fails_what_it_never_sent_with_not_sent(qcluster: Que
     # the requests in flight at the close are stored (their replies were dropped), nothing else
     wait_for(lambda: q.stats()["total"] == len(unknown), 10, "the sends in flight at the close stored")
     assert sorted(drain(q, len(unknown)).values()) == sorted(p.wire[0] for p in unknown)
+    # a closed pipeline refuses further calls (a send after close was stored
+    # and its PendingSend never settled; flush() then answered [])
+    total = q.stats()["total"]
+    for call in (lambda: pipe.send(b"late"), pipe.flush, pipe.confirm_all):
+        with pytest.raises(zmqueue.ClientClosed, match="this send pipeline was closed"):
+            call()
+    pipe.close()  # closing again does nothing
+    with q.pipeline() as closed_inside:
+        closed_inside.close()  # (and leaving the block then does not raise)
+    assert q.stats()["total"] == total
     for bad in ("2", 1.5):
         with pytest.raises(zmqueue.InvalidParameter, match="max_requests"):
             q.pipeline(max_requests=bad)

@@ -15,6 +15,7 @@ import logging
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -108,6 +109,8 @@ class Client:
         self._consul = ConsulClient(consul, timeout_s=3.0)
         self._local = threading.local()
         self._all_conns: list[Connection] = []
+        self._finalizer = weakref.finalize(self, _release, self.ctx, self._all_conns)
+        self._finalizer.atexit = False  # (at exit pyzmq leaves contexts alone, as it should)
         self._subs: list[Any] = []
         self._hosts: list[HostInfo] = []
         self._hosts_at = 0.0
@@ -396,6 +399,7 @@ class Client:
             if self.closed:
                 return
             self.closed = True
+            self._finalizer.detach()
             conns, self._all_conns = self._all_conns, []
         busy = [c for c in conns if not c.close_if_idle()]
         for c in busy:  # in a socket call on another thread: that thread closes it
@@ -425,3 +429,21 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _release(ctx: zmq.Context[zmq.Socket[bytes]], conns: list[Connection]) -> None:
+    """Release what a client collected without :meth:`Client.close` held: its
+    sockets, then its ZeroMQ context, on a thread of its own. (Left to pyzmq,
+    a client in a reference cycle hung the collecting thread for good: the
+    context's ``__del__`` ran after the weak references to its sockets were
+    cleared, so it closed none of them and ``term()`` waited for them.) The
+    thread holds the context until ``term()`` returns, once every socket of
+    it is closed, also those collected with the client."""
+    def run() -> None:
+        for c in list(conns):
+            with contextlib.suppress(Exception):
+                c.close()
+        with contextlib.suppress(Exception):
+            ctx.term()
+
+    threading.Thread(target=run, name="zmqueue-client-release", daemon=True).start()

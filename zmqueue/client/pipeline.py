@@ -206,6 +206,7 @@ class SendPipeline:
         self._broken: ZmqueueError | None = None
         """FIFO: the error of a send that failed for good; the later sends fail
         with it, unsent, until the next flush."""
+        self._closed = False
 
     # --- the API ---------------------------------------------------------------------
     def send(self, body: bytes | str, attributes: dict[str, AttributeValue] | None = None,
@@ -213,6 +214,7 @@ class SendPipeline:
              dedup_id: str | None = None) -> PendingSend:
         """Send one message; returns at once unless ``window`` sends are
         unanswered. ``group_id`` (required) and ``dedup_id``: FIFO queues."""
+        self._check_open()
         if self.fifo and not group_id:
             raise InvalidParameter(f"{self.queue.name!r} is a FIFO queue: each send needs a group_id",
                                    field="group_id")
@@ -248,6 +250,7 @@ class SendPipeline:
         """Wait until every send is confirmed or has failed for good; returns
         the sends that failed since the last flush, in send order (empty when
         every one was confirmed)."""
+        self._check_open()
         if not self.fifo:
             # nothing more will join the waiting messages: they go now, beside the
             # requests in flight, not one round trip after them
@@ -271,7 +274,11 @@ class SendPipeline:
         sends keep ``id`` and ``error`` None: whether they were stored is
         unknown), and sends not sent yet fail with :class:`NotSent` (they were
         not stored). Sends waiting for a retry keep ``id`` and ``error`` None
-        too (an earlier try may have been stored). ``on_done`` is not called."""
+        too (an earlier try may have been stored). ``on_done`` is not called.
+        Calls after it raise :class:`ClientClosed`; closing again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         unsent = [m for msgs in self._waiting.values() for m in msgs]
         unsent += [m for req in self._retry if not req.request_id for m in req.sends]
         if unsent:
@@ -291,10 +298,14 @@ class SendPipeline:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        if exc_type is not None:
+        if exc_type is not None or self._closed:
             self.close()
             return
         self.confirm_all()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed("this send pipeline was closed; open another with queue.pipeline()")
 
     # --- requests in flight --------------------------------------------------------
     def _pump(self, flushing: bool = False) -> None:

@@ -1,0 +1,44 @@
+"""A client the program forgot to close is released when it is collected,
+also from a reference cycle (pyzmq's own Context.__del__ ran there after the
+weak references to the sockets were cleared, and its term() hung the
+collecting thread for good). Real ZeroMQ sockets; no host or Consul needed:
+connections are made lazily and connect in the background."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent("""
+    import gc
+    import zmqueue
+    c = zmqueue.connect("127.0.0.1:1")
+    c.connection("tcp://127.0.0.1:9")
+    c.dedicated_connection("tcp://127.0.0.1:9")
+    ctx = c.ctx
+    c.cycle = c
+    del c
+    gc.collect()
+    print("collected", flush=True)
+    import time
+    deadline = time.monotonic() + 20
+    while not ctx.closed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print("context closed" if ctx.closed else "context open")
+""")
+
+
+def test_a_client_in_a_reference_cycle_is_collected_without_hanging_and_releases_its_context() -> None:
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["collected", "context closed"], (done.stdout, done.stderr)
+
+
+def test_a_closed_client_is_not_released_twice() -> None:
+    import zmqueue
+
+    c = zmqueue.connect("127.0.0.1:1")
+    c.connection("tcp://127.0.0.1:9")
+    c.close()
+    assert c.ctx.closed and not c._finalizer.alive
