@@ -21,6 +21,7 @@ from zmqueue.client import (
     Subscription,
     connect,
 )
+from zmqueue.client.breaker import BulkheadFull, CircuitOpen
 from zmqueue.config import HostConfig, QueueConfig
 from zmqueue.errors import (
     AccessDenied,
@@ -52,6 +53,8 @@ from zmqueue.version import __version__
 __all__ = [
     "AccessDenied",
     "BackPressure",
+    "BulkheadFull",
+    "CircuitOpen",
     "Client",
     "ClientClosed",
     "ConfigError",
