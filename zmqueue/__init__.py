@@ -3,7 +3,7 @@
 ```python
 import zmqueue
 with zmqueue.connect(consul="127.0.0.1:8500") as client:
-    q = client.create_queue("orders")
+    q = client.create_queue("purchases")
     q.send(b"hello")
     for m in q.receive(max_messages=10, wait_time=5):
         q.delete(m.receipt)
@@ -21,6 +21,7 @@ from zmqueue.client import (
     Subscription,
     connect,
 )
+from zmqueue.client.breaker import BulkheadFull, CircuitOpen
 from zmqueue.config import HostConfig, QueueConfig
 from zmqueue.errors import (
     AccessDenied,
@@ -52,6 +53,8 @@ from zmqueue.version import __version__
 __all__ = [
     "AccessDenied",
     "BackPressure",
+    "BulkheadFull",
+    "CircuitOpen",
     "Client",
     "ClientClosed",
     "ConfigError",

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import zmqueue
 from zmqueue import errors, protocol
 from zmqueue.errors import ErrorCode, ProtocolError, UnknownCommand, UnsupportedVersion
 from zmqueue.protocol import Command, Flags
@@ -34,6 +37,26 @@ def test_every_error_code_maps_to_exactly_one_exception_class() -> None:
     for code in ErrorCode:
         cls = type(errors.from_wire({"code": int(code), "message": "m"}))
         assert cls.code == code, code
+
+
+def _user_guide_exceptions() -> list[str]:
+    """The class names in docs/USER_GUIDE.md's table under "### Errors" (its
+    first column: each name in backticks, subclasses in brackets)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "USER_GUIDE.md").read_text(encoding="utf-8")
+    section = text.split("\n### Errors\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return [name for row in rows for name in re.findall(r"`(\w+)`", row.split("|")[1])]
+
+
+def test_every_exception_the_user_guide_lists_is_exported_from_zmqueue() -> None:
+    """The guide says every exception is exported from ``zmqueue``
+    (CircuitOpen and BulkheadFull live in zmqueue.client.breaker)."""
+    names = _user_guide_exceptions()
+    assert {"InvalidParameter", "CircuitOpen", "BulkheadFull", "NotSent"} <= set(names), names  # parsed
+    for name in names:
+        assert name in zmqueue.__all__, name
+        cls = getattr(zmqueue, name)
+        assert isinstance(cls, type) and issubclass(cls, zmqueue.ZmqueueError), name
 
 
 def test_an_unknown_error_code_becomes_an_internal_error() -> None:

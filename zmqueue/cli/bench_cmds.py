@@ -25,7 +25,7 @@ workloads (presets; explicit options override them):
   W3   W1 with batches of 100 (send_batch, receive 100, delete_batch)
   W4   4 producers, 4 consumers
   W5   W1 with replication factor 3, synchronous;  W5b: W3 with R=3 sync
-  W1p  W1 with 100 single-message sends in flight (Queue.pipeline);  W5p: W5 so
+  W1p  W1 with 100 single-message sends in flight (Queue.pipeline);  W5p: W5 the same way
 
 Every run checks each message id it sent: "lost" counts confirmed sends never
 received, "dup" counts extra receipts. One JSON line per run goes to stdout.
