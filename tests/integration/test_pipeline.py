@@ -237,6 +237,41 @@ def test_calls_waiting_in_other_threads_get_client_closed_when_the_client_closes
     wait_for(lambda: c.ctx.closed, 10, "the client's ZeroMQ context released")
 
 
+def test_close_while_another_thread_subscribes_returns_and_releases_the_context(
+        qcluster: QueueCluster) -> None:
+    """(close() closed the subscriptions it had when it started: one made
+    meanwhile was tracked in a list nobody closed, its sockets kept the
+    ZeroMQ context from terminating, and close() hung for good.)"""
+    c = zmqueue.connect(qcluster.client.consul_addresses[0], request_timeout=5)
+    q = c.create_queue(qcluster.queue_name("sub-closing"), partitions=2)
+    subs: list[zmqueue.Subscription] = []
+    outcomes: list[BaseException | None] = []
+    three = threading.Event()
+
+    def subscriber() -> None:
+        try:
+            for _ in range(100):  # (closing the first ones takes longer than making one)
+                subs.append(q.subscribe(lambda m: None))
+                if len(subs) == 3:
+                    three.set()
+            outcomes.append(None)
+        except BaseException as exc:  # the outcome is what the test checks
+            outcomes.append(exc)
+
+    t = threading.Thread(target=subscriber, daemon=True)
+    t.start()
+    assert three.wait(30), outcomes
+    closer = threading.Thread(target=c.close, daemon=True)
+    closer.start()
+    closer.join(30)
+    assert not closer.is_alive(), "close() returned"
+    t.join(30)
+    assert not t.is_alive() and len(outcomes) == 1
+    assert isinstance(outcomes[0], zmqueue.ClientClosed), (len(subs), repr(outcomes[0]))
+    wait_for(lambda: c.ctx.closed, 30, "the client's ZeroMQ context released")
+    assert all(not s.thread.is_alive() for s in subs)
+
+
 def test_a_thread_idle_when_the_client_closes_gets_client_closed_on_its_next_call(
         qcluster: QueueCluster) -> None:
     """The idle thread's connection is closed by close() itself (no call of

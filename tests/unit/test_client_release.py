@@ -42,3 +42,34 @@ def test_a_closed_client_is_not_released_twice() -> None:
     c.connection("tcp://127.0.0.1:9")
     c.close()
     assert c.ctx.closed and not c._finalizer.alive
+
+
+FORK_SCRIPT = textwrap.dedent("""
+    import os, sys
+    import zmqueue
+    c = zmqueue.connect("127.0.0.1:1")
+    c.connection("tcp://127.0.0.1:9")
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's sockets are unusable here
+        for call in (lambda: c.connection("tcp://127.0.0.1:9"), lambda: c.hosts(),
+                     lambda: c.dedicated_connection("tcp://127.0.0.1:9")):
+            try:
+                call()
+            except zmqueue.ClientClosed as exc:
+                assert "before a fork" in str(exc), exc
+            else:
+                os._exit(3)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    c.connection("tcp://127.0.0.1:9")  # the parent's client is unaffected
+    c.close()
+    print("child exit", os.waitstatus_to_exitcode(status))
+""")
+
+
+def test_a_client_used_in_a_forked_child_says_so_instead_of_hanging() -> None:
+    """(A request in the child waited forever: ZeroMQ sockets do not survive
+    fork, and the request's timeout never fired.)"""
+    done = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "child exit 0", (done.stdout, done.stderr)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import random
 import threading
 import time
@@ -119,6 +120,12 @@ class Client:
         self._unkeyed = 0
         """Passing hosts left out of ``hosts()``: no CURVE server key known for them."""
         self.closed = False
+        self._closing = threading.Event()
+        """Set when :meth:`close` starts: new subscriptions are refused from
+        then on (the open ones are closed first, and may still delete)."""
+        self._closed_ev = threading.Event()
+        """Set with ``closed``: a pause before a retry ends at once."""
+        self._pid = os.getpid()
         self.curve: CurveKeys | None = None
         self.guards = Guards()
         self.throttle_retries = 20
@@ -128,7 +135,24 @@ class Client:
         from then on."""
 
     # --- plumbing ------------------------------------------------------------
+    def check_open(self) -> None:
+        """ClientClosed if this client is closed (or closing), or was made in
+        another process (ZeroMQ sockets do not survive ``fork``: a request
+        there waited forever)."""
+        if self.closed:
+            raise ClientClosed(CLOSED)
+        if os.getpid() != self._pid:
+            raise ClientClosed(f"this zmqueue client was made in process {self._pid}, before a fork; "
+                               "ZeroMQ sockets do not survive fork: connect again with zmqueue.connect() "
+                               "in this process")
+
+    @property
+    def closing(self) -> bool:
+        """Whether :meth:`close` has started (new subscriptions are refused)."""
+        return self._closing.is_set()
+
     def hosts(self, refresh: bool = False) -> list[HostInfo]:
+        self.check_open()
         with self._lock:
             if refresh or time.monotonic() - self._hosts_at > HOSTS_TTL_S or not self._hosts:
                 try:
@@ -150,6 +174,8 @@ class Client:
         """This thread's connection to ``endpoint`` (ZeroMQ sockets are not
         thread safe, and a long poll must not hold up other threads)."""
         conns: dict[str, Connection] | None = getattr(self._local, "conns", None)
+        if os.getpid() != self._pid:
+            self.check_open()
         if self.closed:  # a clear error, not a ZMQError; this thread's sockets are its to close
             for c in (conns or {}).values():
                 c.close_if_idle()  # (or the closing client's reaper does)
@@ -171,6 +197,7 @@ class Client:
         shared one (no other call reads its replies: a receive pipeline's
         requests stay in flight across the thread's other calls); closed by
         :meth:`forget_connection`, or with the client."""
+        self.check_open()
         with self._lock:
             if self.closed:
                 raise ClientClosed(CLOSED)
@@ -225,7 +252,8 @@ class Client:
                     raise
                 wait_ms = exc.details.get("retry_after_ms")
                 wait_s = min(MAX_THROTTLE_WAIT_S, wait_ms / 1000 if isinstance(wait_ms, int) else 0.1)
-                time.sleep(wait_s * random.uniform(1.0, 1.2))
+                if self._closed_ev.wait(wait_s * random.uniform(1.0, 1.2)):
+                    raise ClientClosed(CLOSED) from None
         raise AssertionError("unreachable")
 
     def _request_once(self, endpoint: str, command: Command, body: Any, request_id: int | None,
@@ -386,12 +414,19 @@ class Client:
 
     # --- lifecycle -------------------------------------------------------------
     def track(self, subscription: Any) -> None:
-        """Close this subscription when the client closes."""
+        """Close this subscription when the client closes (at once, and
+        ClientClosed, if it is closing: its sockets would keep the ZeroMQ
+        context from being released)."""
         with self._lock:
-            self._subs.append(subscription)
+            if not (self.closed or self._closing.is_set()):
+                self._subs.append(subscription)
+                return
+        subscription.close()
+        raise ClientClosed(CLOSED)
 
     def close(self) -> None:
         with self._lock:
+            self._closing.set()
             subs, self._subs = self._subs, []
         for s in subs:
             s.close()
@@ -399,6 +434,7 @@ class Client:
             if self.closed:
                 return
             self.closed = True
+            self._closed_ev.set()
             self._finalizer.detach()
             conns, self._all_conns = self._all_conns, []
         busy = [c for c in conns if not c.close_if_idle()]

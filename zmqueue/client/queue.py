@@ -21,7 +21,7 @@ from zmqueue.client.models import AttributeValue, Message, OutgoingMessage, Stre
 from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
 from zmqueue.client.retry import RetryBudget, may_be_stored, reported
 from zmqueue.client.routing import FIFO_ORIGIN, Routes
-from zmqueue.client.transport import Connection, LinkWatch
+from zmqueue.client.transport import CLOSED, Connection, LinkWatch
 from zmqueue.config import MAX_VISIBILITY_S, MUTABLE_SETTINGS, QueueConfig
 from zmqueue.errors import (
     ClientClosed,
@@ -202,6 +202,7 @@ class Queue:
         if self._ask_any([*dict.fromkeys(known)][:3]):
             return
         # none of the known hosts answered (restarted on new ports?): ask Consul
+        self.client.check_open()
         with contextlib.suppress(ZmqueueError):
             fresh = [h.client_endpoint for h in self.client.hosts(refresh=True) if h.client_endpoint]
             self._ask_any([ep for ep in fresh if ep not in known][:3])
@@ -212,6 +213,7 @@ class Queue:
         breakers = self.client.guards.breakers
         endpoints = sorted(endpoints, key=lambda ep: (b := breakers.get(ep)) is not None and b.failures > 0)
         for ep in endpoints:
+            self.client.check_open()  # (ClientClosed is not a host failing to answer)
             with contextlib.suppress(ZmqueueError):
                 reply = self.client.connection(ep).request(Command.GET_QUEUE, {"name": self.name},
                                                            REFRESH_TIMEOUT_MS)
@@ -471,6 +473,7 @@ class Queue:
             return found
         retry = RetryBudget(0, self.client.request_timeout_ms / 1000)
         while not (found := find()):
+            self.client.check_open()
             if not retry.again():
                 raise Unavailable(unavailable, queue=self.name)
             if retry.attempt:
@@ -853,8 +856,9 @@ class Queue:
                                    "thread and cannot await it; pass a plain function, or subscribe "
                                    "with zmqueue.aio (AsyncQueue.subscribe runs it on your event loop)",
                                    field="handler")
-        if self.client.closed:
-            raise ClientClosed("this zmqueue client is closed; connect again with zmqueue.connect()")
+        self.client.check_open()
+        if self.client.closing:
+            raise ClientClosed(CLOSED)
         sub = Subscription(self, handler, prefetch, visibility_timeout, auto_delete).start()
         self.client.track(sub)
         return sub

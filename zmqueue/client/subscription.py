@@ -33,6 +33,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import zmq
+
 from zmqueue.client.models import Message
 from zmqueue.client.queue import delete_refs
 from zmqueue.client.transport import Connection, LinkWatch
@@ -232,7 +234,10 @@ class Subscription:
         next_keepalive = time.monotonic() + KEEPALIVE_S
         next_resync = next_keepalive
         while not self.stopped.is_set():
-            readable, dropped = self._watch.poll(PUMP_MS)
+            try:
+                readable, dropped = self._watch.poll(PUMP_MS)
+            except zmq.ContextTerminated:  # made as the client closed: close() ends it
+                return
             for conn in readable:
                 conn.pump(0)
             for key, (conn, _) in list(self.conns.items()):
@@ -364,9 +369,11 @@ class Subscription:
         if self.thread.is_alive() and threading.current_thread() is not self.thread:
             self.thread.join(timeout=5)
         for conn, sub_id in list(self.conns.values()):
-            with contextlib.suppress(ZmqueueError):
-                conn.request(Command.UNSUBSCRIBE, {"sub": sub_id}, CONTROL_TIMEOUT_MS)
-            conn.close()
+            try:  # (a ZMQError: the client's context is being terminated)
+                with contextlib.suppress(ZmqueueError, zmq.ZMQError):
+                    conn.request(Command.UNSUBSCRIBE, {"sub": sub_id}, CONTROL_TIMEOUT_MS)
+            finally:
+                conn.close()
         self.conns.clear()
 
     def __enter__(self) -> Subscription:

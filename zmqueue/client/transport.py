@@ -28,6 +28,7 @@ closes the connections whose lock is free and marks the others
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -294,7 +295,8 @@ class Connection:
             if self.closed:
                 return
             self.closed = True
-            self.sock.disable_monitor()
+            with contextlib.suppress(zmq.ZMQError):  # (ETERM: the context is being terminated)
+                self.sock.disable_monitor()
             self.monitor.close(linger=0)
             self.sock.close(linger=0)
 
