@@ -449,3 +449,43 @@ def test_closing_a_pipeline_fails_what_it_never_sent_with_not_sent(qcluster: Que
             q.pipeline(max_requests=bad)
     with pytest.raises(zmqueue.InvalidParameter, match="on_done"):
         q.pipeline(on_done=5)
+
+
+def test_an_on_done_that_raises_does_not_disturb_the_pipeline(
+        qcluster: QueueCluster, caplog: pytest.LogCaptureFixture) -> None:
+    """(An exception from ``on_done`` came out of ``send``: that send's message
+    was never sent and had no PendingSend; the replies read with the one being
+    settled were thrown away, so their requests waited out the request timeout
+    and were sent again; and the later messages of the same reply never heard
+    ``on_done``.) Now it is logged and counted, and everything settles."""
+    q = qcluster.client.create_queue(qcluster.queue_name("piped-on-done"), visibility_timeout=60)
+    heard: list[int] = []
+    raise_on = {1, 300, 301, 700, 1000}  # calls of on_done (the last one: from flush)
+
+    def on_done(p: zmqueue.PendingSend) -> None:
+        heard.append(p.index)
+        if len(heard) in raise_on:
+            raise RuntimeError("the application's callback fails")
+
+    bodies = [b"m%d" % i for i in range(1000)]
+    pipe = q.pipeline(window=400, on_done=on_done, max_requests=400)
+    pending: list[zmqueue.PendingSend] = []
+    escaped = 0
+    for b in bodies:
+        try:
+            pending.append(pipe.send(b))
+        except RuntimeError:
+            escaped += 1
+    try:
+        failed = pipe.flush()
+    except RuntimeError:
+        escaped, failed = escaped + 1, []
+    assert escaped == 0, "no callback exception came out of send or flush"
+    assert failed == [] and len(pending) == 1000 and all(p.id and p.error is None for p in pending)
+    assert sorted(heard) == list(range(1000)), "on_done once for every send, the raising ones too"
+    assert pipe.callback_errors == len(raise_on), "each exception counted"
+    assert sum("on_done raised" in r.getMessage() for r in caplog.records) == len(raise_on), "and logged"
+    assert pipe.retried == 0, "no reply was thrown away (its request would have timed out and gone again)"
+    got = drain(q, 1000)
+    assert got == {p.id: b for p, b in zip(pending, bodies, strict=True)}, "each stored once, under its id"
+    assert q.receive(max_messages=10, wait_time=0.5) == [], "nothing stored twice"

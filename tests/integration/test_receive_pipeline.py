@@ -176,7 +176,8 @@ def test_deletes_pending_when_the_client_closes_are_reported_failed_not_dropped(
 
 def test_an_on_deleted_that_raises_loses_no_batch(qcluster: QueueCluster) -> None:
     """(The batch that came with the deletes' answer was dropped when
-    ``on_deleted`` raised: invisible until its visibility timeout.)"""
+    ``on_deleted`` raised: invisible until its visibility timeout.) The
+    exception is logged and counted, not raised by ``receive``."""
     q = qcluster.client.create_queue(qcluster.queue_name("rp-on-deleted"), visibility_timeout=60)
     q.send_batch([f"m{i}".encode() for i in range(40)])
     raised: list[int] = []
@@ -189,14 +190,51 @@ def test_an_on_deleted_that_raises_loses_no_batch(qcluster: QueueCluster) -> Non
     got: dict[str, bytes] = {}
     with q.receive_pipeline(max_messages=10, wait_time=1, on_deleted=on_deleted) as rp:
         for _ in range(30):
-            try:
-                msgs = rp.receive()
-            except RuntimeError:
-                continue
+            msgs = rp.receive()  # (the callback's exception does not come out of it)
             got.update((m.id, m.body) for m in msgs)
             rp.delete(msgs)
             if len(got) == 40:
                 break
-    assert len(raised) == 2, "the callback raised twice, out of receive"
+    assert len(raised) == 2 and rp.callback_errors == 2, "the callback raised twice, counted"
     assert sorted(got.values()) == sorted(f"m{i}".encode() for i in range(40)), "every batch came"
+    assert rp.failed_deletes == []
     assert q.stats()["total"] == 0, "and was deleted"
+
+
+def test_an_on_deleted_that_raises_does_not_cut_close_short(
+        qcluster: QueueCluster, caplog: pytest.LogCaptureFixture) -> None:
+    """(``close`` raised the callback's exception from the answers it waited
+    for: the pending deletes were neither sent nor reported failed, and the
+    messages received ahead stayed invisible for their visibility timeout.)"""
+    q = qcluster.client.create_queue(qcluster.queue_name("rp-on-deleted-close"), visibility_timeout=300)
+    q.send_batch([b"c%d" % i for i in range(60)])
+    heard: list[int] = []
+    raising = [False]
+
+    def on_deleted(items: list[object], errors: list[object]) -> None:
+        heard.append(len(items))
+        if raising[0]:
+            raise RuntimeError("the application's callback fails")
+
+    pipe = q.receive_pipeline(max_messages=10, wait_time=1, in_flight=3, on_deleted=on_deleted)
+    returned = []
+    for _ in range(3):  # the plain way, then from requests ahead (the deletes riding on them)
+        msgs = pipe.receive()
+        assert len(msgs) == 10
+        returned += msgs
+        pipe.delete(msgs)
+    assert pipe.requests >= 4, "requests went ahead, some carrying deletes"
+    heard_before = len(heard)
+    raising[0] = True  # from here on every on_deleted raises: close must do its work regardless
+    pipe.close()  # returns: the callback's exceptions do not come out of it
+    raised = len(heard) - heard_before
+    assert raised >= 1 and sum(heard) == 30, "every delete's outcome was heard"
+    assert pipe.callback_errors == raised, "each exception counted"
+    assert sum("on_deleted raised" in r.getMessage() for r in caplog.records) == raised, "and logged"
+    assert pipe.failed_deletes == []
+    stats = q.stats()
+    # the 30 returned were deleted; the rest (received ahead, or never received) are visible
+    # now, not in 300 s
+    assert (stats["total"], stats["in_flight"], stats["visible"]) == (30, 0, 30)
+    rest = q.receive(max_messages=10, wait_time=1)
+    assert rest and {m.id for m in rest}.isdisjoint({m.id for m in returned})

@@ -60,6 +60,7 @@ Not thread safe: one pipeline per thread (it uses the thread's connections).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,6 +86,8 @@ from zmqueue.protocol import RETRY_MARK, Command, refused_plain_bodies, sent_ids
 
 if TYPE_CHECKING:
     from zmqueue.client.queue import Queue
+
+log = logging.getLogger(__name__)
 
 MAX_WINDOW = 1000
 DEFAULT_WINDOW = 32
@@ -151,8 +154,10 @@ class SendPipeline:
     ``max_requests`` requests; see the module doc.
 
     ``on_done`` is called (on this thread, from ``send`` or ``flush``) for
-    each message as it is confirmed or fails for good; an exception it raises
-    comes out of that ``send`` or ``flush``."""
+    each message as it is confirmed or fails for good. An exception it raises
+    does not disturb the pipeline (as a subscription's handler's does not):
+    it is logged and counted in :attr:`callback_errors`, and every message
+    still settles and gets its own ``on_done`` call."""
 
     def __init__(self, queue: Queue, window: int = DEFAULT_WINDOW,
                  on_done: Callable[[PendingSend], None] | None = None,
@@ -201,6 +206,8 @@ class SendPipeline:
         self.requests = 0
         """SEND requests sent (first tries), for tests and tools: fewer than the
         messages when sends were coalesced."""
+        self.callback_errors = 0
+        """Exceptions raised by ``on_done`` (each logged, none raised to the caller)."""
         self._polled = 0.0
         """``time.monotonic()`` of ``send``'s last look for replies."""
         self._broken: ZmqueueError | None = None
@@ -485,9 +492,7 @@ class SendPipeline:
             self._retry_all()
 
     def _retry_all(self) -> None:
-        """Each request of the retry path in turn, in send order (they stay
-        listed until taken: an ``on_done`` that raises leaves the rest for the
-        next flush)."""
+        """Each request of the retry path in turn, in send order."""
         retry = self._retry
         retry.sort(key=lambda r: r.sends[0].index)
         self._forget_sockets()  # a retry may replace a connection (CURVE reconnects)
@@ -513,8 +518,8 @@ class SendPipeline:
 
     def _finish(self, sends: list[PendingSend], ids: list[str] | None,
                 error: ZmqueueError | None) -> None:
-        """Settle ``sends`` (with ``ids``, in order, or ``error``): every one
-        is recorded before ``on_done`` runs, so one that raises loses none."""
+        """Settle ``sends`` (with ``ids``, in order, or ``error``), then call
+        ``on_done`` for each (see :meth:`_done`)."""
         now = time.monotonic()
         done = list(sends)
         if (self.fifo and error is not None and self._broken is None
@@ -529,7 +534,18 @@ class SendPipeline:
                 self._failed.append(m)
         if self.on_done is not None:
             for m in done:
-                self.on_done(m)
+                self._done(self.on_done, m)
+
+    def _done(self, on_done: Callable[[PendingSend], None], m: PendingSend) -> None:
+        """``on_done(m)``; an exception it raises is the application's: logged
+        and counted, never raised here (the pipeline's state, the replies read
+        with this one and the other messages' callbacks must not depend on it)."""
+        try:
+            on_done(m)
+        except Exception:
+            self.callback_errors += 1
+            log.exception("send pipeline to %r: on_done raised on send %d (id %s); the pipeline "
+                          "goes on", self.queue.name, m.index, m.id)
 
     def _forget_sockets(self) -> None:
         self._watch.clear()

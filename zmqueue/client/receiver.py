@@ -39,7 +39,11 @@ Semantics:
   visibility timeout ran out and it went to another consumer), or failed
   for good when the pipeline closed, is added to
   :attr:`ReceivePipeline.failed_deletes` with its error. Such a message may
-  be delivered again (at-least-once), never lost;
+  be delivered again (at-least-once), never lost. An exception raised by
+  ``on_deleted`` does not disturb the pipeline (as a subscription's
+  handler's does not): it is logged and counted in
+  :attr:`ReceivePipeline.callback_errors`, never raised by ``receive`` or
+  ``close``;
 - :meth:`~ReceivePipeline.close` (or leaving a ``with`` block) waits for the
   requests in flight, makes the messages received but not yet returned
   visible again at once (they are not left invisible for their visibility
@@ -57,6 +61,7 @@ hosts (so requests of the thread's other calls do not read its replies).
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -82,6 +87,8 @@ from zmqueue.protocol import Command
 
 if TYPE_CHECKING:
     from zmqueue.client.queue import Queue
+
+log = logging.getLogger(__name__)
 
 OnDeleted = Callable[[list[Deletable], list[ZmqueueError | None]], None]
 """Called with deletes whose outcome is known, one outcome each (None =
@@ -131,11 +138,9 @@ class ReceivePipeline:
         """RECEIVE requests sent ahead."""
         self.fallbacks = 0
         """Batches taken the plain way (:meth:`Queue.delete_and_receive`)."""
+        self.callback_errors = 0
+        """Exceptions raised by ``on_deleted`` (each logged, none raised to the caller)."""
         self._asks: deque[_Ask] = deque()
-        self._ready: list[Message] = []
-        """A batch taken whose ``receive`` raised (an ``on_deleted`` that raised): the next one returns it."""
-        self._deferred: Exception | None = None
-        """An ``on_deleted`` exception, raised once the answers read with it are kept."""
         self._acks: list[Deletable] = []
         self._waited: list[Deletable] = []
         """Deletes that did not ride on the last request (another stream's)."""
@@ -152,9 +157,6 @@ class ReceivePipeline:
         """The next batch (up to ``max_messages``); empty after ``wait_time``
         without a message."""
         self._check_open()
-        if self._ready:  # a batch whose receive raised (on_deleted did): it is the next
-            msgs, self._ready = self._ready, []
-            return msgs
         while True:
             self._top_up()
             if not self._asks:
@@ -303,8 +305,14 @@ class ReceivePipeline:
         if not items:
             return
         self.failed_deletes.extend((m, e) for m, e in zip(items, errors, strict=True) if e is not None)
-        if self.on_deleted is not None:
+        if self.on_deleted is None:
+            return
+        try:
             self.on_deleted(items, errors)
+        except Exception:  # the application's: the answers, deletes and close go on regardless
+            self.callback_errors += 1
+            log.exception("receive pipeline of %r: on_deleted raised on %d deletes; the pipeline goes on",
+                          self.queue.name, len(items))
 
     # --- answers -----------------------------------------------------------------
     def _next(self) -> list[Message]:
@@ -325,9 +333,6 @@ class ReceivePipeline:
                 self._unanswered([ask], RequestTimeout(
                     f"RECEIVE to {ask.conn.endpoint} got no reply within "
                     f"{self.queue.client.request_timeout_ms} ms", endpoint=ask.conn.endpoint))
-            if self._deferred is not None:  # (the answers stay: the next receive returns them)
-                exc, self._deferred = self._deferred, None
-                raise exc
         self._asks.popleft()
         return ask.msgs
 
@@ -365,10 +370,7 @@ class ReceivePipeline:
                 n = len(ask.carried)
                 errors: list[ZmqueueError | None] = [None] * n
                 _outcomes(list(range(n)), results, errors)
-                try:
-                    self._outcome(ask.carried, errors)
-                except Exception as exc:  # on_deleted's: raised once every answer read is kept
-                    self._deferred = self._deferred or exc
+                self._outcome(ask.carried, errors)
 
     def _unanswered(self, asks: list[_Ask], err: ZmqueueError) -> None:
         """Requests that cannot be answered now: their deletes go again (a
@@ -395,11 +397,7 @@ class ReceivePipeline:
             self._acks[:0] = acks  # outcome unknown: they go again next time
             raise
         self._ahead = len(msgs) == self.max_messages and self.queue._lucky is not None
-        try:
-            self._outcome(acks, errors)
-        except BaseException:  # on_deleted raised: the batch is the next receive's
-            self._ready = msgs
-            raise
+        self._outcome(acks, errors)
         return msgs
 
     def _delete_and_receive(self, acks: list[Deletable]
@@ -434,7 +432,7 @@ class ReceivePipeline:
         """``close``: the answers still to come, their messages made visible
         again, the pending deletes sent."""
         deadline = time.monotonic() + CLOSE_WAIT_S
-        unreturned, self._ready = self._ready, []
+        unreturned: list[Message] = []
         while self._asks and time.monotonic() < deadline:
             unreturned.extend(self._next())
         self._asks.clear()
