@@ -272,6 +272,25 @@ def test_close_while_another_thread_subscribes_returns_and_releases_the_context(
     assert all(not s.thread.is_alive() for s in subs)
 
 
+def test_closed_clients_keep_no_sockets(qcluster: QueueCluster) -> None:
+    """(Each closed client kept its HTTP connection to the Consul agent open
+    for as long as it was referenced.)"""
+    import os
+
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    qcluster.client.list_queues()
+    before = fds()
+    kept = []
+    for _ in range(20):
+        c = zmqueue.connect(qcluster.client.consul_addresses[0], request_timeout=5)
+        c.list_queues()
+        c.close()
+        kept.append(c)
+    assert fds() - before < 10, f"{fds() - before} more file descriptors open after 20 closed clients"
+
+
 def test_a_thread_idle_when_the_client_closes_gets_client_closed_on_its_next_call(
         qcluster: QueueCluster) -> None:
     """The idle thread's connection is closed by close() itself (no call of

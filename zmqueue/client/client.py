@@ -436,6 +436,7 @@ class Client:
             self.closed = True
             self._closed_ev.set()
             self._finalizer.detach()
+            self._consul.close()  # (its keep-alive socket to the agent)
             conns, self._all_conns = self._all_conns, []
         busy = [c for c in conns if not c.close_if_idle()]
         for c in busy:  # in a socket call on another thread: that thread closes it

@@ -117,6 +117,14 @@ class ConsulClient:
             self._clients[addr] = c
         return c
 
+    def close(self) -> None:
+        """Close the HTTP connections kept to the agents (a later call opens new ones)."""
+        clients, self._clients = self._clients, {}
+        for c in clients.values():
+            session = getattr(getattr(c, "http", None), "session", None)
+            if isinstance(session, requests.Session):
+                session.close()
+
     @property
     def address(self) -> str:
         return self.addresses[self._current]
