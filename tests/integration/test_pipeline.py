@@ -195,6 +195,9 @@ def test_a_closed_client_says_so_instead_of_a_zeromq_error(qcluster: QueueCluste
         pipe.send(b"after")
     with pytest.raises(zmqueue.ClientClosed, match="connect again"):  # (was a ZMQError)
         q.subscribe(lambda m: None)
+    idle = q.pipeline()  # nothing in flight: the send is refused, not settled with the error
+    with pytest.raises(zmqueue.ClientClosed, match="connect again"):
+        idle.send(b"after")
 
 
 def waiting_in(thread: threading.Thread, function: str) -> bool:

@@ -222,6 +222,8 @@ class SendPipeline:
         """Send one message; returns at once unless ``window`` sends are
         unanswered. ``group_id`` (required) and ``dedup_id``: FIFO queues."""
         self._check_open()
+        if self.queue.client.closed and not self._inflight:  # (else _wait says what became of those)
+            raise ClientClosed("this zmqueue client is closed; connect again with zmqueue.connect()")
         if self.fifo and not group_id:
             raise InvalidParameter(f"{self.queue.name!r} is a FIFO queue: each send needs a group_id",
                                    field="group_id")
