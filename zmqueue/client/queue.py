@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from zmqueue.client.breaker import CircuitOpen
 from zmqueue.client.models import AttributeValue, Message, OutgoingMessage, StreamRef, batch_wire, column_ref
 from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
-from zmqueue.client.retry import RetryBudget, may_be_stored, reported
+from zmqueue.client.retry import RetryBudget, backoff, may_be_stored, reported
 from zmqueue.client.routing import FIFO_ORIGIN, Routes
 from zmqueue.client.transport import CLOSED, Connection, LinkWatch
 from zmqueue.config import MAX_VISIBILITY_S, MUTABLE_SETTINGS, QueueConfig
@@ -32,6 +32,7 @@ from zmqueue.errors import (
     NotLeader,
     ProtocolError,
     QueueNotFound,
+    RequestTimeout,
     Unavailable,
     ZmqueueError,
     from_wire,
@@ -117,6 +118,29 @@ class _Carry:
         request[self.field] = self.items
         if self.incarnation is not None:
             request["inc"] = self.incarnation
+
+
+@dataclass
+class _Tried:
+    """What one receive's requests came to so far: whether any host answered
+    (messages or none: the queue is then reachable, and ``[]`` means empty),
+    how many attempts (sweeps, long polls) were made, and the last failure
+    (an error reply, no reply, a refused link, the client's own guards)."""
+
+    give_up_at: float
+    """While no host answered: when the receive stops retrying (the request timeout after it began)."""
+    answered: bool = False
+    attempts: int = 0
+    error: ZmqueueError | None = None
+
+    def failure(self, queue: str) -> ZmqueueError:
+        """The error a receive that no host answered raises: the last
+        attempt's, of its class (RequestTimeout, CircuitOpen, NotLeader...),
+        naming the queue and saying what to do."""
+        err = self.error or Unavailable("no host answered")
+        return type(err)(f"no host serving {queue!r} answered this receive after {self.attempts} "
+                         f"attempt(s) (last: {err.message}); its messages are kept: retry once its "
+                         "hosts are up (zmqueue status)", **{**err.details, "queue": queue})
 
 
 def _text(item: Deletable) -> str:
@@ -394,7 +418,10 @@ class Queue:
                 visibility_timeout: int | None = None) -> list[Message]:
         """Up to ``max_messages`` (1-1000) messages. With ``wait_time`` (0-20 s)
         a long poll: returns as soon as a message is available anywhere in the
-        queue, or empty after the wait."""
+        queue, or empty after the wait. Hosts that fail are skipped while
+        others answer; when none answered at all (every try, retried for the
+        request timeout, failed), the last failure is raised (an Unavailable:
+        RequestTimeout, CircuitOpen, ...), never ``[]``: empty means empty."""
         self._check_receive(max_messages, wait_time)
         return self._receive(max_messages, wait_time, visibility_timeout)
 
@@ -496,12 +523,27 @@ class Queue:
         body: dict[str, Any] = {"q": self.name, "max": max_messages, "cols": True}
         if visibility_timeout is not None:
             body["vis_s"] = visibility_timeout
-        deadline = time.monotonic() + wait_time
-        got = self._sweep(targets, body, max_messages, carry)
+        now = time.monotonic()
+        deadline = now + wait_time
+        tried = _Tried(now + self.client.request_timeout_ms / 1000)
+        got = self._sweep(targets, body, max_messages, carry, tried)
         targets = self._receive_targets() or targets  # the sweep may have re-routed
-        while not got and time.monotonic() < deadline:
-            wait_ms = int((deadline - time.monotonic()) * 1000)
-            got, failed = self._long_poll(targets, body, wait_ms)
+        while not got:
+            now = time.monotonic()
+            if now >= deadline:
+                if tried.answered:  # the queue is reachable, and empty (or on hosts that failed)
+                    break
+                if tried.attempts >= 2 and now >= tried.give_up_at:
+                    err = tried.failure(self.name)
+                    raise err from tried.error
+                # no host answered yet (a failover, a host restarting): sweep again,
+                # for as long as a request is retried
+                time.sleep(backoff(tried.attempts))
+                self.refresh()
+                targets = self._receive_targets() or targets
+                got = self._sweep(targets, body, max_messages, None, tried)
+                continue
+            got, failed = self._long_poll(targets, body, int((deadline - now) * 1000), tried)
             if got or not failed:
                 break
             time.sleep(0.05)  # a host refused (not the writer yet): re-route and wait again
@@ -527,12 +569,16 @@ class Queue:
         return msgs[:max_n]
 
     def _sweep(self, targets: list[tuple[int, str]], body: dict[str, Any], max_n: int,
-               carry: _Carry | None = None) -> list[Message]:
+               carry: _Carry | None = None, tried: _Tried | None = None) -> list[Message]:
         """Ask each target once without waiting, until max_n are collected;
         the first carries ``carry``'s deletes (``carry`` is the first target).
         A host that answered with messages and ``"x": false`` (its copies of
         the partition's other streams hold nothing visible) ends the sweep of
-        that partition: one round trip where a sweep of R hosts took R."""
+        that partition: one round trip where a sweep of R hosts took R.
+        A target that fails is skipped (the others may answer); ``tried``
+        hears whether any answered, and the last failure."""
+        if tried is not None:
+            tried.attempts += 1
         out: list[Message] = []
         stale = False
         final: Unavailable | None = None
@@ -551,12 +597,18 @@ class Queue:
             except NotLeader as exc:  # FIFO: the one stream's writer is named; else re-read routes
                 named = self.config.fifo and self._follow(p, FIFO_ORIGIN, exc) is not None
                 stale = stale or not named
+                if tried is not None:
+                    tried.error = exc
                 continue
             except Unavailable as exc:
                 stale = True
                 if ends_receive(exc):
                     final = exc
+                if tried is not None:
+                    tried.error = exc
                 continue
+            if tried is not None:
+                tried.answered = True
             if k == 0 and carry is not None:
                 carry.results = reply.get("dr")  # None from a host that predates "del" / "dref"
             got = self.messages_of(p, reply)
@@ -571,8 +623,8 @@ class Queue:
             raise final  # (no retry within the wait changes it: the messages wait for their key)
         return out
 
-    def _long_poll(self, targets: list[tuple[int, str]], body: dict[str, Any], wait_ms: int
-                   ) -> tuple[list[Message], bool]:
+    def _long_poll(self, targets: list[tuple[int, str]], body: dict[str, Any], wait_ms: int,
+                   tried: _Tried | None = None) -> tuple[list[Message], bool]:
         """Park a long poll on every target at once; the first answer with
         messages wins, the others are cancelled and their answers merged.
         Also says whether any target refused (error reply or no reply).
@@ -581,7 +633,11 @@ class Queue:
         circuit breaker is asked first (an open one is skipped, as a refusal)
         and told the outcome: an answer is a success, silence a failure.
         An answer that :func:`ends_receive` (the queue deleted while the poll
-        waited, say) ends the poll and is raised if nothing else arrived."""
+        waited, say) ends the poll and is raised if nothing else arrived.
+        ``tried`` hears whether any target answered, and the last failure."""
+        if tried is None:
+            tried = _Tried(0.0)
+        tried.attempts += 1
         pending: dict[int, tuple[int, str]] = {}
         watch = LinkWatch()
         failed = False
@@ -591,8 +647,9 @@ class Queue:
             if ep not in asked:
                 try:
                     self.client.guards.for_endpoint(ep)[0].before()
-                except CircuitOpen:
+                except CircuitOpen as exc:
                     failed = True
+                    tried.error = exc
                     continue
                 asked.add(ep)
             conn = self.client.connection(ep)
@@ -612,25 +669,33 @@ class Queue:
                 # (a dropped link: the host died or restarted; answers that
                 # came first are taken, the others cannot come)
                 for data in conn.recv_queued():
+                    waiting = len(pending)
                     err = self._take_reply(conn, data, pending, out)
                     if err is not None:
                         failed = True
+                        tried.error = err
                         if ends_receive(err):
                             final = err
+                    elif len(pending) < waiting:
+                        tried.answered = True
             for conn in dropped:
                 lost = [rid for rid, (_, ep) in pending.items() if ep == conn.endpoint]
                 for rid in lost:
                     del pending[rid]
                 if lost:
                     silent.add(conn.endpoint)
+                    tried.error = conn.lost("RECEIVE")
             if (out or final) and not cancelled:
                 cancelled = True
                 for rid, (p, ep) in pending.items():
                     conn = self.client.connection(ep)
                     conn.send(Command.CANCEL, {"q": self.name, "p": p, "rid": rid}, conn.next_request_id())
                 deadline = min(deadline, time.monotonic() + CANCEL_GRACE_MS / 1000)
-        if not cancelled:
+        if not cancelled and pending:
             silent.update(ep for _, ep in pending.values())
+            ep = next(iter(pending.values()))[1]
+            tried.error = RequestTimeout(f"RECEIVE to {ep} got no reply within {wait_ms} ms of waiting and "
+                                         f"{self.client.request_timeout_ms} ms more", endpoint=ep)
         for ep in asked:
             breaker = self.client.guards.for_endpoint(ep)[0]
             if ep in silent:
