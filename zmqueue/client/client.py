@@ -50,10 +50,10 @@ log = logging.getLogger(__name__)
 HOSTS_TTL_S = 2.0
 MAX_THROTTLE_WAIT_S = 5.0
 REAP_S = 60.0
+"""How long a client closed while other threads hold its sockets waits for them."""
 OWN_CHANGE_S = 5.0
 """How long this client reads a queue it deleted or changed from Consul, not
 from a host's metadata cache (which follows Consul a moment behind)."""
-"""How long a client closed while other threads hold its sockets waits for them."""
 
 
 def connect(consul: str | Sequence[str] | None = None, *, request_timeout: float = 10.0,
@@ -136,7 +136,7 @@ class Client:
 
     # --- plumbing ------------------------------------------------------------
     def check_open(self) -> None:
-        """ClientClosed if this client is closed (or closing), or was made in
+        """ClientClosed if this client is closed, or was made in
         another process (ZeroMQ sockets do not survive ``fork``: a request
         there waited forever)."""
         if self.closed:
