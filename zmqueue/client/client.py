@@ -47,6 +47,11 @@ from zmqueue.security.curve import CurveKeys, check_key
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
+_FORKS = [0]
+"""How many forks made this process (a client compares it with the count at
+its creation: ZeroMQ sockets do not survive ``fork``)."""
+os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))
+
 HOSTS_TTL_S = 2.0
 MAX_THROTTLE_WAIT_S = 5.0
 REAP_S = 60.0
@@ -125,7 +130,7 @@ class Client:
         then on (the open ones are closed first, and may still delete)."""
         self._closed_ev = threading.Event()
         """Set with ``closed``: a pause before a retry ends at once."""
-        self._pid = os.getpid()
+        self._forks = _FORKS[0]
         self.curve: CurveKeys | None = None
         self.guards = Guards()
         self.throttle_retries = 20
@@ -141,8 +146,8 @@ class Client:
         there waited forever)."""
         if self.closed:
             raise ClientClosed(CLOSED)
-        if os.getpid() != self._pid:
-            raise ClientClosed(f"this zmqueue client was made in process {self._pid}, before a fork; "
+        if _FORKS[0] != self._forks:
+            raise ClientClosed("this zmqueue client was made in the parent process, before a fork; "
                                "ZeroMQ sockets do not survive fork: connect again with zmqueue.connect() "
                                "in this process")
 
@@ -174,7 +179,7 @@ class Client:
         """This thread's connection to ``endpoint`` (ZeroMQ sockets are not
         thread safe, and a long poll must not hold up other threads)."""
         conns: dict[str, Connection] | None = getattr(self._local, "conns", None)
-        if os.getpid() != self._pid:
+        if _FORKS[0] != self._forks:  # (a list read: no system call on every request)
             self.check_open()
         if self.closed:  # a clear error, not a ZMQError; this thread's sockets are its to close
             for c in (conns or {}).values():
@@ -418,7 +423,7 @@ class Client:
         ClientClosed, if it is closing: its sockets would keep the ZeroMQ
         context from being released)."""
         with self._lock:
-            if not (self.closed or self._closing.is_set()):
+            if not self._closing.is_set():  # (set before closed, never cleared)
                 self._subs.append(subscription)
                 return
         subscription.close()

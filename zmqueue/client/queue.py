@@ -577,8 +577,9 @@ class Queue:
         that partition: one round trip where a sweep of R hosts took R.
         A target that fails is skipped (the others may answer); ``tried``
         hears whether any answered, and the last failure."""
-        if tried is not None:
-            tried.attempts += 1
+        if tried is None:
+            tried = _Tried(0.0)
+        tried.attempts += 1
         out: list[Message] = []
         stale = False
         final: Unavailable | None = None
@@ -597,18 +598,15 @@ class Queue:
             except NotLeader as exc:  # FIFO: the one stream's writer is named; else re-read routes
                 named = self.config.fifo and self._follow(p, FIFO_ORIGIN, exc) is not None
                 stale = stale or not named
-                if tried is not None:
-                    tried.error = exc
+                tried.error = exc
                 continue
             except Unavailable as exc:
                 stale = True
                 if ends_receive(exc):
                     final = exc
-                if tried is not None:
-                    tried.error = exc
+                tried.error = exc
                 continue
-            if tried is not None:
-                tried.answered = True
+            tried.answered = True
             if k == 0 and carry is not None:
                 carry.results = reply.get("dr")  # None from a host that predates "del" / "dref"
             got = self.messages_of(p, reply)
