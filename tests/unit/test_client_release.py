@@ -73,3 +73,32 @@ def test_a_client_used_in_a_forked_child_says_so_instead_of_hanging() -> None:
     done = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "child exit 0", (done.stdout, done.stderr)
+
+
+def test_the_connections_of_a_thread_that_ended_are_closed_and_forgotten() -> None:
+    """(They piled up until close(): a client used from short-lived threads
+    held threads x hosts sockets, up to the context's socket limit.)"""
+    import threading
+
+    import zmqueue
+
+    c = zmqueue.connect("127.0.0.1:1")
+    try:
+        mine = c.connection("tcp://127.0.0.1:9")
+        made: list[object] = []
+
+        def use() -> None:
+            made.append(c.connection("tcp://127.0.0.1:9"))
+            made.append(c.connection("tcp://127.0.0.1:10"))
+
+        threads = [threading.Thread(target=use) for _ in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert len(made) == 40 and all(conn.closed for conn in made)  # type: ignore[attr-defined]
+        assert c._all_conns == [mine] and not mine.closed
+        assert c.connection("tcp://127.0.0.1:9") is mine  # this thread's own is kept
+    finally:
+        c.close()
+    assert c.ctx.closed and mine.closed

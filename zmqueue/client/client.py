@@ -187,6 +187,10 @@ class Client:
             raise ClientClosed(CLOSED)
         if conns is None:
             conns = self._local.conns = {}
+            # the mark goes with the thread's local data when the thread ends
+            # (the dict too, but a finalizer on the mark may hold the dict)
+            mark = self._local.mark = _ThreadMark()
+            weakref.finalize(mark, _thread_ended, conns, self._all_conns).atexit = False
         conn = conns.get(endpoint)
         if conn is None:
             with self._lock:
@@ -442,7 +446,8 @@ class Client:
             self._closed_ev.set()
             self._finalizer.detach()
             self._consul.close()  # (its keep-alive socket to the agent)
-            conns, self._all_conns = self._all_conns, []
+            conns = self._all_conns[:]  # (the list stays: ended threads' finalizers hold it)
+            self._all_conns.clear()
         busy = [c for c in conns if not c.close_if_idle()]
         for c in busy:  # in a socket call on another thread: that thread closes it
             c.closing = True
@@ -471,6 +476,27 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _ThreadMark:
+    """Kept in a thread's local data beside its connections: collected when
+    the thread ends, and its finalizer closes them."""
+
+    __slots__ = ("__weakref__",)
+
+
+def _thread_ended(conns: dict[str, Connection], all_conns: list[Connection]) -> None:
+    """Close the connections of a thread that ended (nothing else can use
+    them: a thread's connections are its own), so a client used from
+    short-lived threads holds sockets for the live ones only. (Not under the
+    client's lock, which a Consul lookup may hold for seconds: only this
+    thread's connections are removed here, and a list's remove is atomic.)"""
+    for c in conns.values():
+        with contextlib.suppress(ValueError):  # (gone: the client was closed meanwhile)
+            all_conns.remove(c)
+        with contextlib.suppress(Exception):
+            c.close()
+    conns.clear()
 
 
 def _release(ctx: zmq.Context[zmq.Socket[bytes]], conns: list[Connection]) -> None:
