@@ -41,7 +41,7 @@ from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
 from zmqueue.client.queue import Deletable, Queue, deletables
 from zmqueue.client.receiver import OnDeleted, ReceivePipeline
 from zmqueue.client.redrive import RedriveReport
-from zmqueue.client.subscription import Subscription, is_async
+from zmqueue.client.subscription import Subscription, Unhandled, is_async
 from zmqueue.config import QueueConfig
 from zmqueue.errors import ClientClosed, ConfigError, InvalidParameter, ZmqueueError
 
@@ -121,13 +121,22 @@ class AsyncClient:
         """New calls raise ClientClosed at once; calls queued for a thread are
         cancelled, the running ones finish (each within its wait time plus
         the request timeout), then the client's sockets and subscriptions are
-        closed."""
+        closed. Called from a coroutine handler of one of this client's
+        subscriptions, it returns at once and the close goes on once the
+        handler returns (its message then deleted, as after any handler):
+        waiting there would wait for the handler itself."""
         if self.closed:
             return
         self.closed = True
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, partial(self._pool.shutdown, wait=True, cancel_futures=True))
-        await loop.run_in_executor(None, self.sync.close)
+        closing = asyncio.get_running_loop().run_in_executor(None, self._close)
+        handling = _HANDLING.get()
+        if handling and any(sub.queue.client is self.sync for sub in handling):
+            return
+        await closing
+
+    def _close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.sync.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -235,13 +244,11 @@ class AsyncQueue:
         loop = asyncio.get_running_loop()
         coroutine_function = is_async(handler)
 
-        def orphaned() -> RuntimeError:
+        def orphaned() -> Unhandled:
             """The program's loop ended without closing this subscription."""
-            log.warning("subscription to %r stops: its event loop was closed; the message in "
-                        "hand comes back after its visibility timeout", self.name)
             for sub in started:
                 sub.stopped.set()
-            return RuntimeError("the subscription's event loop was closed")
+            return Unhandled("its event loop was closed", stop=True)
 
         async def in_handler(awaitable: Awaitable[None]) -> None:
             _HANDLING.set(started)  # (AsyncSubscription.close from inside it does not wait for it)
@@ -269,6 +276,8 @@ class AsyncQueue:
                 try:
                     done.result(timeout=1.0)
                     return
+                except concurrent.futures.CancelledError:  # (the loop ending cancels its tasks)
+                    raise Unhandled("its handler was cancelled") from None
                 except concurrent.futures.TimeoutError:
                     if loop.is_closed():
                         raise orphaned() from None

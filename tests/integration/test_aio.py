@@ -6,6 +6,7 @@ close."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -264,7 +265,7 @@ def test_a_subscription_whose_event_loop_ended_stops_instead_of_failing_every_me
         q = qcluster.client.get_queue(name)
         mid = q.send(b"after the loop ended")
         wait_for(lambda: sub.stopped.is_set(), 20, "the subscription stopped by itself")
-        assert sub.handled == 0 and sub.failed == 1
+        assert sub.handled == 0 and sub.failed == 0  # (never handed to the handler)
         # it came back after its visibility timeout, not dead-lettered by failures
         [m] = wait_for(lambda: q.receive(wait_time=1), 20, "the message back in its queue")
         assert m.id == mid and m.receive_count == 2
@@ -403,3 +404,83 @@ def test_closing_a_subscription_from_its_own_coroutine_handler_does_not_wait_for
             await until(stopped, 10, "the subscription's thread ended")
 
     asyncio.run(main())
+
+
+def test_closing_the_client_from_its_own_coroutine_handler_does_not_wait_for_itself(
+        qcluster: QueueCluster) -> None:
+    """(It waited out the subscription thread's 5 s join, and the message in
+    hand was never deleted: the thread waited for the handler, which waited
+    for the close.) The close goes on once the handler returns: its message
+    is deleted as after any handler, then the client's sockets close."""
+    name = qcluster.queue_name("aio-client-self-close")
+
+    async def main() -> None:
+        client = await zmqueue.aio.connect(addr(qcluster))
+        q = await client.create_queue(name, visibility_timeout=30)
+        closed = asyncio.Event()
+        subs: list[zmqueue.aio.AsyncSubscription] = []
+
+        async def handler(m: zmqueue.Message) -> None:
+            await client.close()
+            closed.set()
+
+        subs.append(await q.subscribe(handler))
+        await q.send(b"stop")
+        await asyncio.wait_for(closed.wait(), timeout=4)  # the join alone took 5 s
+
+        async def released() -> bool:
+            return client.sync.ctx.closed and not subs[0].sync.thread.is_alive()
+
+        await until(released, 10, "the subscription ended and the client released its sockets")
+        assert subs[0].sync.handled == 1
+
+    asyncio.run(main())
+    with zmqueue.connect(addr(qcluster)) as other:  # deleted: not back after its visibility timeout
+        wait_for(lambda: other.get_queue(name).stats()["total"] == 0, 10, "the handled message deleted")
+
+
+def test_a_handler_cancelled_as_its_event_loop_ends_counts_once_without_a_traceback(
+        qcluster: QueueCluster, caplog: pytest.LogCaptureFixture) -> None:
+    """(The message in hand was logged as a handler failure with the
+    CancelledError's traceback, and the next one pushed was failed as well.)"""
+    name = qcluster.queue_name("aio-cancelled")
+    left: dict[str, Any] = {}
+
+    async def main() -> None:  # ends with its handler in hand, the subscription open
+        client = await zmqueue.aio.connect(addr(qcluster))
+        q = await client.create_queue(name, visibility_timeout=1)
+        started = asyncio.Event()
+
+        async def handler(m: zmqueue.Message) -> None:
+            started.set()
+            await asyncio.sleep(60)
+
+        left["client"], left["sub"] = client, await q.subscribe(handler, prefetch=2)
+        await q.send(b"a")
+        await q.send(b"b")
+        await asyncio.wait_for(started.wait(), 10)
+
+    with caplog.at_level(logging.WARNING, logger="zmqueue"):
+        asyncio.run(main())
+        sub = left["sub"].sync
+        try:
+            wait_for(lambda: not sub.thread.is_alive(), 20, "the subscription stopped by itself")
+            assert sub.handled == 0 and sub.failed == 1
+            q = qcluster.client.get_queue(name)
+            got: list[bytes] = []
+
+            def both_back() -> bool:
+                msgs = q.receive(max_messages=2, wait_time=1)
+                got.extend(m.body for m in msgs)
+                if msgs:
+                    q.delete_batch(msgs)
+                return len(got) >= 2
+
+            wait_for(both_back, 20, "both messages back in their queue")
+            assert sorted(got) == [b"a", b"b"]
+        finally:
+            left["client"].sync.close()
+    mine = [r for r in caplog.records if r.name.startswith("zmqueue")]
+    assert not [r for r in mine if r.levelno >= logging.ERROR or r.exc_info], \
+        [r.getMessage() for r in mine]
+    assert any("handler was cancelled" in r.getMessage() for r in mine)

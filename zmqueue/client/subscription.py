@@ -76,6 +76,19 @@ def is_async(handler: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
 
 
+class Unhandled(Exception):
+    """Raised by a handler wrapper (:mod:`zmqueue.aio`'s) for a message its
+    handler did not handle to the end through no fault of the message: its
+    handling was cancelled (counted failed: a FIFO group waits behind it), or
+    it could not be handed over at all (``stop``: the subscription stops, not
+    counted). Logged as a warning, without a traceback; the message comes back
+    after its visibility timeout."""
+
+    def __init__(self, why: str, stop: bool = False) -> None:
+        super().__init__(why)
+        self.stop = stop
+
+
 class Subscription:
     def __init__(self, queue: Queue, handler: Callable[[Message], None], prefetch: int,
                  visibility_timeout: int | None, auto_delete: bool) -> None:
@@ -282,6 +295,16 @@ class Subscription:
                 self.handled += 1
                 if self.auto_delete:
                     done.setdefault(key, []).append(msg)
+            except Unhandled as exc:
+                log.warning("subscription to %r: message %s not handled: %s; it comes back after its "
+                            "visibility timeout%s", self.queue.name, msg.id, exc,
+                            "; the subscription stops" if exc.stop else "")
+                if exc.stop:
+                    self.stopped.set()
+                    break
+                self.failed += 1
+                if self.queue.config.fifo and msg.group_id is not None:
+                    failed_groups.add(msg.group_id)
             except Exception:  # the handler's failure: the message will come back
                 self.failed += 1
                 if self.queue.config.fifo and msg.group_id is not None:
