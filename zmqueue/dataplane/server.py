@@ -4,7 +4,8 @@ Sockets (all bound on the host's bind address):
 
 - ``client``: ROUTER for client DEALERs (requests, replies, pushes);
 - ``peer``: ROUTER for other hosts (catch-up requests, durable positions);
-- ``pub``: PUB for replication records, topic = partition.
+- ``pub``: PUB for replication records, topic = partition; ZMTP heartbeats
+  drop a subscriber that stops reading (:data:`PUB_HEARTBEAT_TIMEOUT_MS`).
 
 With a CURVE key pair every socket is a CURVE server; ZAP (the host's
 handler, zmqueue.security.zap) admits client and host keys on ``client``
@@ -44,6 +45,14 @@ _QUEUE_WIDE = frozenset(int(c) for c in (Command.PURGE_QUEUE, Command.DELETE_QUE
 """Requests a later send of the same connection must not overtake (a purge
 would remove it, a queue's deletion or creation decides whether it exists)."""
 POLL_MAX_MS = 50
+PUB_HEARTBEAT_IVL_MS = 1000
+PUB_HEARTBEAT_TIMEOUT_MS = 5000
+"""ZMTP heartbeats on the PUB socket: a subscriber that answers no PING for
+this long is disconnected (it reconnects by itself, and a replica repairs the
+gap by catch-up). A subscriber that stopped reading (a frozen replica host, a
+stuck process, a stray SUB on the port) otherwise kept its connection for
+good while the PUB queued every frame for it: gigabytes within a minute of
+traffic."""
 
 
 Wakeable = zmq.Socket[bytes] | int
@@ -110,6 +119,8 @@ class Sockets:
             s.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
             s.setsockopt(zmq.SNDHWM, 100_000)
             s.setsockopt(zmq.RCVHWM, 100_000)
+        self.pub.setsockopt(zmq.HEARTBEAT_IVL, PUB_HEARTBEAT_IVL_MS)
+        self.pub.setsockopt(zmq.HEARTBEAT_TIMEOUT, PUB_HEARTBEAT_TIMEOUT_MS)
         self.secure = curve is not None
         if curve is not None:
             for s, domain in ((self.client, b"client"), (self.peer, b"peer"), (self.pub, b"peer")):
