@@ -63,6 +63,15 @@ PEER_MAX_FRAME_BYTES = 2 * MAX_FRAME_BYTES
 peer: such a frame carries blocks of up to about 8 MiB plus one block, and a
 block holds up to about 8 MiB plus one client request (itself at most
 MAX_FRAME_BYTES)."""
+MAX_REQUEST_ITEMS = 256 * 1024
+"""Most values (array elements and map entries, nested ones too) a host
+decodes from one request body. Decoding builds a Python object per value: one
+byte of msgpack (an empty array, ``0x90``) costs a 56-byte list and the loop
+its time, with no other thread able to run (the decoder holds the GIL), so a
+frame of a few MB of them stalled a host past its health checks. Legitimate
+requests hold far fewer (a SEND of 1,000 messages with 10 attributes each is
+about 40,000); a body of at most this many bytes cannot hold more, so only
+larger bodies are counted."""
 FIFO_ORIGIN = "fifo"
 """The origin of a FIFO partition's one replication stream (a standard
 partition's streams are named by the node that accepts their sends): in
@@ -185,9 +194,10 @@ def peek_header(data: bytes) -> tuple[int, int] | None:
     return cmd, rid
 
 
-def decode(data: bytes, limit: int = MAX_FRAME_BYTES) -> Frame:
-    """Decode one frame of at most ``limit`` bytes; raises ProtocolError (or a
-    subclass) on any defect."""
+def decode(data: bytes, limit: int = MAX_FRAME_BYTES, max_items: int | None = None) -> Frame:
+    """Decode one frame of at most ``limit`` bytes, whose body holds at most
+    ``max_items`` values (:data:`MAX_REQUEST_ITEMS`; None: not counted);
+    raises ProtocolError (or a subclass) on any defect."""
     if len(data) < HEADER_SIZE:
         raise ProtocolError(f"frame of {len(data)} bytes is shorter than the {HEADER_SIZE}-byte header")
     if len(data) > limit:
@@ -203,12 +213,42 @@ def decode(data: bytes, limit: int = MAX_FRAME_BYTES) -> Frame:
     if command is None:
         raise UnknownCommand(f"unknown command code {cmd}", command=cmd)
     try:
-        body = msgpack.unpackb(
-            memoryview(data)[HEADER_SIZE:], raw=False, strict_map_key=False, use_list=True
-        )
+        if max_items is None or len(data) - HEADER_SIZE <= max_items:  # (a value takes a byte at least)
+            body = msgpack.unpackb(
+                memoryview(data)[HEADER_SIZE:], raw=False, strict_map_key=False, use_list=True
+            )
+        else:
+            body = _unpack_counted(memoryview(data)[HEADER_SIZE:], command, max_items)
+    except ProtocolError:
+        raise
     except Exception as exc:  # msgpack raises many types on garbage
+        if isinstance(exc, ValueError) and "exceeds max_" in str(exc):  # (one array or map alone)
+            raise _too_many(command, max_items) from None
         raise ProtocolError(f"malformed body of {command.name}: {type(exc).__name__}") from None
     return Frame(command, _FLAGS[flags & 0x7], rid, body)
+
+
+def _too_many(command: Command, max_items: int | None) -> ProtocolError:
+    return ProtocolError(f"body of {command.name} holds more than {max_items} values (array elements and "
+                         "map entries): split the request")
+
+
+def _unpack_counted(body: memoryview, command: Command, max_items: int) -> Any:
+    """Unpack ``body``, counting each array's and map's values as it is built
+    and stopping once they pass ``max_items`` (no one array or map may hold
+    more either, refused before it is built)."""
+    left = max_items
+
+    def counted(obj: Any) -> Any:
+        nonlocal left
+        left -= len(obj)
+        if left < 0:
+            raise _too_many(command, max_items)
+        return obj
+
+    return msgpack.unpackb(body, raw=False, strict_map_key=False, use_list=True,
+                           max_array_len=max_items, max_map_len=max_items,
+                           list_hook=counted, object_hook=counted)
 
 
 RETRY_MARK = "rt"

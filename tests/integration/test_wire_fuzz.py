@@ -101,3 +101,40 @@ def test_random_frames_never_crash_a_host_or_lose_stored_messages(
         assert status["counters"].get("internal_errors", 0) == 0, h.log_tail()
         got = {m.id for m in q.receive(max_messages=100, wait_time=1)}
         assert got == stored
+
+
+def test_a_request_of_millions_of_tiny_values_gets_a_clear_error_on_both_sockets(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    """(8 MB of one-byte empty arrays were decoded into 8 M Python lists with
+    the GIL held: 600 MB and seconds of a stalled host, whose health checks
+    then failed and whose streams failed over.)"""
+    h = hosts.start("amp")
+    wait_for(lambda: all_passing(check_statuses(consul_agent, h.node)), 60, "host passing")
+    with zmqueue.connect(consul_agent.http_addr, request_timeout=5) as client:
+        q = client.create_queue("amp")
+        endpoint = q.routes.for_send(0)[0]
+        assert endpoint is not None
+        peer = client.request(endpoint, Command.STATUS, None)["endpoints"]["peer_endpoint"]
+        n = 8 << 20
+        frame = protocol.HEADER.pack(protocol.MAGIC, protocol.VERSION, int(Command.SEND), 0, 77) + \
+            b"\xdd" + n.to_bytes(4, "big") + b"\x90" * n
+        ctx = zmq.Context()
+        try:
+            for target in (endpoint, peer):
+                sock = ctx.socket(zmq.DEALER)
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.connect(target)
+                try:
+                    sock.send(frame)
+                    assert sock.poll(30_000), f"no reply from {target}"
+                    reply = protocol.decode(sock.recv())
+                    assert reply.is_error and reply.request_id == 77
+                    err = zmqueue.errors.from_wire(reply.body)
+                    assert isinstance(err, zmqueue.ProtocolError), err
+                    assert "more than 262144 values" in str(err) and "split the request" in str(err)
+                finally:
+                    sock.close()
+        finally:
+            ctx.term()
+        assert q.send(b"still serving") and h.alive()
+        assert all_passing(check_statuses(consul_agent, h.node))

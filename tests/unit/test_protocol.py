@@ -291,3 +291,32 @@ def test_receipts_carry_the_queue_incarnation_and_version_2_handles_are_still_re
     assert ReceiptEncoder("q", 1, "n1").read(v2.encode()) == (5, 2)
     with pytest.raises(errors.InvalidReceipt):
         Receipt.decode(Receipt("q", 1, "n1", 5, 2, 3, incarnation=-1).encode())
+
+
+def _body_frame(body: bytes) -> bytes:
+    return protocol.HEADER.pack(protocol.MAGIC, protocol.VERSION, int(Command.SEND), 0, 1) + body
+
+
+@pytest.mark.parametrize("body", [
+    b"\xdd" + (3 << 20).to_bytes(4, "big") + b"\x90" * (3 << 20),  # 3 M empty arrays in one (56 B each)
+    # 5 arrays of 65,535 two-letter strings: no one array too long, too many in all
+    b"\x95" + (b"\xdc\xff\xff" + b"\xa2ab" * 65535) * 5,
+    b"\x91" * 50 + b"\xdf" + (300_000).to_bytes(4, "big") + b"\x01\x90" * 300_000,  # nested, a map
+])
+def test_a_request_body_of_too_many_values_is_refused_before_it_is_built(body: bytes) -> None:
+    """(A few MB of one-byte empty arrays decoded into a Python list each,
+    ~70x the frame in memory and seconds with the GIL held: a host stalled past
+    its health checks and lost its leadership locks.)"""
+    with pytest.raises(ProtocolError, match=r"more than 262144 values .*split the request"):
+        protocol.decode(_body_frame(body), max_items=protocol.MAX_REQUEST_ITEMS)
+    protocol.decode(_body_frame(body))  # (replies and peers' frames are not counted)
+
+
+def test_a_large_request_of_few_values_decodes_as_before() -> None:
+    body = {"q": "x", "m": [{"b": b"x" * 300, "a": {f"k{i}": "v" for i in range(10)}} for _ in range(1000)],
+            "big": [b"y" * 1000] * 2000}
+    data = protocol.encode_request(Command.SEND, 5, body)
+    assert len(data) > protocol.MAX_REQUEST_ITEMS  # (counted: the body is larger than the bound)
+    assert protocol.decode(data, max_items=protocol.MAX_REQUEST_ITEMS).body == body
+    small = protocol.encode_request(Command.SEND, 6, [0] * 1000)  # under the bound in bytes: not counted
+    assert protocol.decode(small, max_items=1000).body == [0] * 1000

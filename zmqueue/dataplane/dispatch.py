@@ -172,7 +172,7 @@ class Dispatcher:
             return
         identity, payload = frames
         try:
-            frame = protocol.decode(payload)
+            frame = protocol.decode(payload, max_items=protocol.MAX_REQUEST_ITEMS)
         except ProtocolError as exc:
             self.counters["malformed"] += 1
             self._reply_malformed(sock, identity, payload, exc)
