@@ -72,7 +72,7 @@ def validate_ident(value: object, field_name: str) -> str:
 def validate_queue_name(name: object) -> str:
     if not isinstance(name, str) or not QUEUE_NAME_RE.fullmatch(name):
         raise ConfigError(
-            f"invalid queue name {name!r}: use 1-80 letters, digits, '-' or '_'"
+            f"invalid queue name {name!r:.100}: use 1-80 letters, digits, '-' or '_'"
             " (FIFO queues may end in '.fifo')",
             field="name",
         )
@@ -190,11 +190,12 @@ class QueueConfig:
         _check_int_range(self.replication_factor, "replication_factor", 1, 5)
         _check(isinstance(self.sync_replication, bool), "sync_replication", "must be a bool")
         _check(self.sync_quorum in SYNC_QUORUMS, "sync_quorum",
-               f"must be one of {SYNC_QUORUMS}, got {self.sync_quorum!r}")
+               f"must be one of {SYNC_QUORUMS}, got {self.sync_quorum!r:.40}")
         _check(self.fsync in FSYNC_POLICIES, "fsync", f"must be one of {FSYNC_POLICIES}")
         if self.max_messages is not None:
             _check_int_range(self.max_messages, "max_messages", 1, 10**12)
         _check(isinstance(self.encrypted, bool), "encrypted", "must be true or false")
+        _check(isinstance(self.content_based_dedup, bool), "content_based_dedup", "must be true or false")
         for rate in ("rate_limit_per_s", "client_rate_limit_per_s"):
             if getattr(self, rate) is not None:
                 _check_range(getattr(self, rate), rate, 0.001, 1e7)
@@ -247,7 +248,8 @@ class QueueConfig:
             known = {f.name for f in fields(QueueConfig)} - NOT_SETTINGS
             unknown = [k for k in fixed if k not in known]
             if unknown:
-                raise ConfigError(f"unknown queue settings {unknown}; settable: {sorted(settable)}",
+                shown = ", ".join(f"{k!r:.40}" for k in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+                raise ConfigError(f"unknown queue settings [{shown}]; settable: {sorted(settable)}",
                                   field="changes")
             if any(k in FIXED_AT_CREATION for k in fixed):
                 raise ConfigError(f"{', '.join(fixed)} cannot change after a queue is created; "

@@ -212,3 +212,37 @@ def test_get_queue_refuses_a_consistent_flag_that_is_not_a_bool(qcluster: QueueC
         with pytest.raises(zmqueue.InvalidParameter, match="consistent must be true or false"):
             qcluster.client.any_host(Command.GET_QUEUE, {"name": q.name, "consistent": bad})
     assert qcluster.client.get_queue(q.name, consistent=True).name == q.name
+
+
+@pytest.mark.parametrize("value", [b"yes", "no", [], {"x": [1]}, 1, None])
+def test_content_based_dedup_that_is_not_a_bool_is_refused_on_create_and_set(
+        qcluster: QueueCluster, value: object) -> None:
+    """(Bytes were INTERNAL from the admin worker's JSON dump; the rest were
+    stored as sent, and "no", truthy, turned deduplication on.)"""
+    c = qcluster.client
+    name = qcluster.queue_name("cbd")
+    ep = c.hosts()[0].client_endpoint
+    with pytest.raises(zmqueue.InvalidParameter, match=r"content_based_dedup.*must be true or false") as err:
+        c.request(ep, Command.CREATE_QUEUE, {"config": {"name": name, "content_based_dedup": value}})
+    assert err.value.details.get("field") == "content_based_dedup"
+    assert not c.list_queues(name)
+    q = c.create_queue(name)
+    with pytest.raises(zmqueue.InvalidParameter, match=r"content_based_dedup.*must be true or false"):
+        c.request(ep, Command.SET_QUEUE_ATTRIBUTES, {"name": name, "changes": {"content_based_dedup": value}})
+    assert c.get_queue(name, consistent=True).config.content_based_dedup is False
+    assert q.send(b"same") != q.send(b"same")  # (no deduplication: two messages)
+    assert c.request(ep, Command.STATUS, None)["counters"].get("internal_errors", 0) == 0
+
+
+def test_errors_echo_at_most_a_bounded_part_of_what_was_sent(qcluster: QueueCluster) -> None:
+    """(An 8 MB queue name, quorum or setting name came back whole in an 8 MB error reply.)"""
+    c = qcluster.client
+    ep = c.hosts()[0].client_endpoint
+    huge = "x" * 1_000_000
+    q = c.create_queue(qcluster.queue_name("echo"))
+    for command, body in ((Command.CREATE_QUEUE, {"config": {"name": huge}}),
+                          (Command.CREATE_QUEUE, {"config": {"name": q.name + "2", "sync_quorum": huge}}),
+                          (Command.SET_QUEUE_ATTRIBUTES, {"name": q.name, "changes": {huge: 1}})):
+        with pytest.raises(zmqueue.InvalidParameter) as err:
+            c.request(ep, command, body)
+        assert 20 < len(str(err.value)) < 1000, (command, len(str(err.value)))

@@ -301,7 +301,7 @@ class Replicator:
     def _stream(self, sid: Any) -> Stream:
         st = self.streams().get(parse_stream_id(sid))
         if st is None:
-            raise InvalidParameter(f"this host has no stream {sid!r}", field="s")
+            raise InvalidParameter(f"this host has no stream {sid!r:.200}", field="s")
         return st
 
     # --- replica side ------------------------------------------------------------------
