@@ -246,3 +246,30 @@ def test_errors_echo_at_most_a_bounded_part_of_what_was_sent(qcluster: QueueClus
         with pytest.raises(zmqueue.InvalidParameter) as err:
             c.request(ep, command, body)
         assert 20 < len(str(err.value)) < 1000, (command, len(str(err.value)))
+
+
+def test_a_refused_message_of_a_batch_is_named_and_the_errors_say_what_to_do(qcluster: QueueCluster) -> None:
+    """(Too many attributes, a long attribute name and a message too large did
+    not say which message of a batch; a fractional delay did not say that it
+    must be whole; a full queue did not say what to do.)"""
+    c = qcluster.client
+    q = c.create_queue(qcluster.queue_name("named"), max_message_bytes=1024, max_messages=3)
+    ok = zmqueue.OutgoingMessage(b"ok")
+    for bad, words in (
+            (zmqueue.OutgoingMessage(b"x", attributes={f"a{i}": "v" for i in range(11)}),
+             r"message 2: too many attributes: 11"),
+            (zmqueue.OutgoingMessage(b"x", attributes={"n" * 300: "v"}),
+             r"message 2: attribute name .* must be"),
+            (zmqueue.OutgoingMessage(b"x" * 2000),
+             r"message 2: 2000 bytes .* exceed the queue's limit of 1024")):
+        with pytest.raises(zmqueue.InvalidParameter, match=words):
+            q.send_batch([ok, ok, bad])
+    with pytest.raises(zmqueue.InvalidParameter,
+                       match=r"message 0: delay must be a whole number .* got 1\.5"):
+        c.request(q.routes.for_send(0)[0], Command.SEND,  # (the client library refuses it before sending)
+                  {"q": q.name, "p": 0, "m": [[b"x", None, 1.5, None, None]]})
+    assert q.receive(max_messages=10) == [], "nothing of a refused batch was stored"
+    q.send_batch([ok] * 3)
+    with pytest.raises(zmqueue.QueueLimitReached,
+                       match=r"receive and delete messages, or raise .*max_messages"):
+        q.send(b"one too many")

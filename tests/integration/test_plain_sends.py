@@ -37,7 +37,7 @@ def test_plain_bodies_are_stored_in_order_and_answered_with_joined_ids(qcluster:
     ([b"ok"] * 1001, InvalidParameter, "bodies must be a list of 1 to 1000"),
     ([b"ok", "text", b"ok"], InvalidParameter, "message 1: body must be bytes"),
     ([b"ok", None], InvalidParameter, "message 1: body must be bytes"),
-    ([b"ok", b"x" * 2048], MessageTooLarge, "exceeds the queue's limit of 1024 bytes"),
+    ([b"ok", b"x" * 2048], MessageTooLarge, "message 1: 2048 bytes .* exceed the queue's limit of 1024"),
 ])
 def test_a_bad_plain_batch_is_refused_whole_with_what_to_fix(
         qcluster: QueueCluster, b: Any, error: type[Exception], words: str) -> None:

@@ -35,20 +35,22 @@ def group_hash(group: str | None) -> int:
     return h or 1
 
 
-def validate_attributes(attrs: Any) -> dict[str, Any]:
+def validate_attributes(attrs: Any, at: int | None = None) -> dict[str, Any]:
+    """``attrs`` checked; an error names message ``at`` of the request, if given."""
     if attrs is None:
         return {}
+    where = "" if at is None else f"message {at}: "
     if not isinstance(attrs, dict):
-        raise InvalidParameter("attributes must be a map of name -> value", field="attributes")
+        raise InvalidParameter(f"{where}attributes must be a map of name -> value", field="attributes")
     if len(attrs) > MAX_ATTRIBUTES:
-        raise InvalidParameter(f"too many attributes: {len(attrs)} (the limit is {MAX_ATTRIBUTES})",
+        raise InvalidParameter(f"{where}too many attributes: {len(attrs)} (the limit is {MAX_ATTRIBUTES})",
                                field="attributes", count=len(attrs), limit=MAX_ATTRIBUTES)
     for k, v in attrs.items():
         if not isinstance(k, str) or not 0 < len(k) <= MAX_ATTRIBUTE_NAME:
-            raise InvalidParameter(f"attribute name {k!r:.60} must be 1-{MAX_ATTRIBUTE_NAME} chars",
+            raise InvalidParameter(f"{where}attribute name {k!r:.60} must be 1-{MAX_ATTRIBUTE_NAME} chars",
                                    field="attributes")
         if not isinstance(v, str | int | float | bytes) or isinstance(v, bool):
-            raise InvalidParameter(f"attribute {k!r} must be a str, int, float or bytes",
+            raise InvalidParameter(f"{where}attribute {k!r:.60} must be a str, int, float or bytes",
                                    field="attributes")
     return attrs
 
@@ -79,9 +81,12 @@ def decode_blob(blob: bytes) -> dict[str, Any]:
     return out if isinstance(out, dict) else {}
 
 
-def check_size(body: bytes, blob: bytes, limit: int) -> None:
+def check_size(body: bytes, blob: bytes, limit: int, at: int | None = None) -> None:
+    """MessageTooLarge if body and attributes pass ``limit``, naming message
+    ``at`` of the request, if given."""
     size = len(body) + len(blob)
     if size > limit:
+        where = "message" if at is None else f"message {at}:"
         raise MessageTooLarge(
-            f"message of {size} bytes (body + attributes) exceeds the queue's limit of {limit} "
+            f"{where} {size} bytes (body + attributes) exceed the queue's limit of {limit} "
             "bytes; send a smaller body or raise max_message_bytes", size=size, limit=limit)

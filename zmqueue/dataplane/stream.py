@@ -406,7 +406,8 @@ class Stream:
             raise InvalidParameter(f"message {bad}: body must be bytes", field="body")
         limit = self.config.max_message_bytes
         if max(map(len, bodies)) > limit:
-            check_size(next(b for b in bodies if len(b) > limit), b"", limit)
+            big = next(i for i, b in enumerate(bodies) if len(b) > limit)
+            check_size(bodies[big], b"", limit, big)
         return self._append_bodies(bodies, now_ms, tag)
 
     def _append_bodies(self, bodies: list[bytes], now_ms: int, tag: bytes | None) -> bytes:
@@ -425,18 +426,19 @@ class Stream:
         body, attrs, delay, group, dedup = item
         if not isinstance(body, bytes):
             raise InvalidParameter(f"message {i}: body must be bytes", field="body")
-        attrs = validate_attributes(attrs)
+        attrs = validate_attributes(attrs, i)
         for name, val, limit in (("group_id", group, 128), ("dedup_id", dedup, 128)):
             if val is not None and (not isinstance(val, str) or not 0 < len(val) <= limit):
                 raise InvalidParameter(f"message {i}: {name} must be 1-{limit} characters", field=name)
         if delay is None:
             delay = cfg.delay_s
         if not isinstance(delay, int) or isinstance(delay, bool) or not 0 <= delay <= 900:
-            raise InvalidParameter(f"message {i}: delay must be 0-900 seconds", field="delay")
+            raise InvalidParameter(f"message {i}: delay must be a whole number of seconds from 0 to 900, "
+                                   f"got {delay!r:.40}", field="delay")
         if cfg.fifo and group is None:
             raise InvalidParameter(f"message {i}: FIFO queues need a group_id", field="group_id")
         blob = encode_blob(attrs, group, dedup)
-        check_size(body, blob, cfg.max_message_bytes)
+        check_size(body, blob, cfg.max_message_bytes, i)
         sealed, sealed_blob = self.seal(mid, body, blob)
         msg = NewMessage(mid, sealed, sealed_blob, group_hash(group) if cfg.fifo else 0, delay * 1000)
         return msg, dedup_key(cfg, body, dedup)

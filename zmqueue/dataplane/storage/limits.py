@@ -63,14 +63,16 @@ def check_limits(
     limit = config.max_messages
     if limit is not None and stored + n > limit:
         raise QueueLimitReached(
-            f"queue limit max_messages={limit} reached ({stored} stored)",
+            f"queue limit max_messages={limit} reached ({stored} stored): receive and delete messages, "
+            "or raise the queue's max_messages (set_attributes, or zmqueue queue set --max-messages)",
             limit="max_messages",
             value=limit,
         )
     limit = config.max_bytes
     if limit is not None and stored_bytes + size > limit:
         raise QueueLimitReached(
-            f"queue limit max_bytes={limit} reached ({stored_bytes} bytes stored)",
+            f"queue limit max_bytes={limit} reached ({stored_bytes} bytes stored): receive and delete "
+            "messages, or raise the limit",
             limit="max_bytes",
             value=limit,
         )
