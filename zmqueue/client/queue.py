@@ -34,6 +34,7 @@ from zmqueue.errors import (
     QueueNotFound,
     RequestTimeout,
     Unavailable,
+    WrongPartition,
     ZmqueueError,
     from_wire,
 )
@@ -65,6 +66,10 @@ REFRESH_TIMEOUT_MS = 1000
 LEFTOVERS_CHECK_S = REFRESH_MIN_S
 """Kept messages are handed out only after the queue was re-read at most this
 long ago (a queue deleted and created again: the kept ones are of the old one)."""
+CONFIG_MAX_AGE_S = 2.0
+"""A send re-reads the queue (one GET_QUEUE) when its config was read longer
+ago than this: a handle that only sends follows a change of partitions (a
+KV edit, the queue deleted and created again) within a couple of seconds."""
 ROUTES_MAX_AGE_S = 2.0
 """A receive re-reads the routes (one GET_QUEUE) when they are older than this:
 a stream's writer can change without this client seeing an error (a dead
@@ -221,6 +226,8 @@ class Queue:
         next sweep asks it first, except every SHUFFLE_EVERY-th one."""
         self._sweeps = itertools.count(1)
         self._refreshed_at = 0.0
+        self._config_at = time.monotonic()
+        """When the config was last read (or a send last tried to re-read it)."""
         self._streams: dict[tuple[int, str, int, int | None], StreamRef] = {}
         """The StreamRef of each (partition, origin, epoch, incarnation) received from."""
         self._reader: tuple[ReceiptEncoder | None, tuple[int, str]] = (None, (0, ""))
@@ -277,6 +284,7 @@ class Queue:
         except (ConfigError, KeyError, TypeError):
             return
         self.incarnation = _incarnation(info) or self.incarnation
+        self._config_at = time.monotonic()
         if cfg != self.config:
             self.config = cfg
 
@@ -357,11 +365,35 @@ class Queue:
         return ep
 
     # --- send ----------------------------------------------------------------------
+    def follow_config(self) -> None:
+        """Re-read the queue when its config is older than CONFIG_MAX_AGE_S
+        (every send calls it: a clock read, and one GET_QUEUE every 2 s)."""
+        now = time.monotonic()
+        if now - self._config_at > CONFIG_MAX_AGE_S:
+            self._config_at = now
+            self.refresh()
+
+    def misrouted(self, exc: ZmqueueError) -> bool:
+        """Whether a SEND was refused for its partition, by a host whose
+        partition count differs from this handle's (WrongPartition: a FIFO
+        group sent to another partition than its own; a partition beyond the
+        queue's): nothing was stored. The config is re-read (True: it was, and
+        the messages' partitions are to be worked out again)."""
+        if not (isinstance(exc, WrongPartition) or (isinstance(exc, InvalidParameter)
+                                                     and exc.details.get("field") == "partition")):
+            return False
+        self.refresh(force=True)
+        return True
+
     def partition_for(self, msg: OutgoingMessage) -> int:
         """The partition a message goes to: its group's (FIFO), else the next in turn."""
+        return self.partition_of(msg.group_id)
+
+    def partition_of(self, group_id: str | None) -> int:
+        """The partition of a message of group ``group_id`` (FIFO), else the next in turn."""
         n = self.config.partitions
-        if n > 1 and self.config.fifo and msg.group_id:
-            return group_partition(msg.group_id, n)
+        if n > 1 and self.config.fifo and group_id:
+            return group_partition(group_id, n)
         return self.next_partition()
 
     def next_partition(self) -> int:
@@ -387,6 +419,7 @@ class Queue:
         items = list(items)
         if not 1 <= len(items) <= MAX_BATCH:
             raise InvalidParameter(f"send_batch takes 1 to {MAX_BATCH} messages, got {len(items)}")
+        self.follow_config()
         if self.config.partitions == 1 and set(map(type, items)) == _BYTES_ONLY:  # the plain fast path
             if self.client.plain_sends and not self.config.fifo:
                 try:
@@ -403,16 +436,30 @@ class Queue:
             return self._ids(reply, len(items))
         msgs = [i if isinstance(i, OutgoingMessage) else OutgoingMessage(i) for i in items]
         wires = batch_wire(msgs)  # every message checked before any request is sent
-        by_part: dict[int, list[int]] = {}
-        for i, m in enumerate(msgs):
-            by_part.setdefault(self.partition_for(m), []).append(i)
         ids: list[str] = [""] * len(msgs)
-        for p, idxs in by_part.items():
-            body = {"q": self.name, "p": p, "m": [wires[i] for i in idxs]}
-            origin = FIFO_ORIGIN if self.config.fifo else None
-            reply = self.call(p, Command.SEND, body, partial(self.routes.for_send, p), origin)
-            for i, mid in zip(idxs, self._ids(reply, len(idxs)), strict=True):
-                ids[i] = mid
+        todo = list(range(len(msgs)))
+        retry = RetryBudget(self.client.retries + 2, self.client.request_timeout_ms / 1000)
+        while todo:
+            by_part: dict[int, list[int]] = {}
+            for i in todo:
+                by_part.setdefault(self.partition_for(msgs[i]), []).append(i)
+            todo = []
+            for p, idxs in by_part.items():
+                body = {"q": self.name, "p": p, "m": [wires[i] for i in idxs]}
+                origin = FIFO_ORIGIN if self.config.fifo else None
+                try:
+                    reply = self.call(p, Command.SEND, body, partial(self.routes.for_send, p), origin)
+                except (WrongPartition, InvalidParameter) as exc:
+                    # (hosts may disagree for a moment while partitions are added)
+                    if not (retry.again() and self.misrouted(exc)):
+                        raise
+                    todo += idxs  # nothing of it was stored: to its partition by the config re-read
+                    continue
+                for i, mid in zip(idxs, self._ids(reply, len(idxs)), strict=True):
+                    ids[i] = mid
+            if todo and retry.attempt > 1:
+                retry.pause()
+            todo.sort()  # (in the batch's order: a group's messages stay in order)
         return ids
 
     @staticmethod
