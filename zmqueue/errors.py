@@ -37,6 +37,7 @@ class ErrorCode(IntEnum):
     ACCESS_DENIED = 15
     STALE_EPOCH = 16
     TIMEOUT = 17
+    WRONG_PARTITION = 18
 
 
 class ZmqueueError(Exception):
@@ -135,6 +136,17 @@ class NotLeader(Unavailable):
     code = ErrorCode.NOT_LEADER
 
 
+class WrongPartition(ZmqueueError):
+    """A FIFO send reached a partition its message group does not map to,
+    by the host's partition count (the sender's count is stale: partitions
+    were added, or the queue was created again with another count). Nothing
+    was stored. details: ``group``, ``partition`` (the group's, by the host's
+    count), ``partitions`` (the host's count). The client library re-reads
+    the queue and sends the messages to their groups' partitions."""
+
+    code = ErrorCode.WRONG_PARTITION
+
+
 class StaleEpoch(ZmqueueError):
     """A write carried an epoch older than the current leadership term."""
 
@@ -212,6 +224,7 @@ for _cls in (
     AccessDenied,
     StaleEpoch,
     RequestTimeout,
+    WrongPartition,
 ):
     _BY_CODE[int(_cls.code)] = _cls
 

@@ -39,7 +39,10 @@ Semantics (the same promise as :meth:`Queue.send`, per message):
   good, gets its ``error``. A coalesced request refused for one of its
   messages (InvalidParameter, e.g. MessageTooLarge: a host checks the whole
   request before it stores any of it) is sent again one message per request,
-  so only the bad message fails. Nothing is dropped silently:
+  so only the bad message fails. A request refused for its partition (the
+  queue's partitions changed: WrongPartition on FIFO; nothing was stored)
+  goes again, first, to the partitions of the re-read config (at most
+  MAX_REROUTES times). Nothing is dropped silently:
   :meth:`SendPipeline.flush` waits for every send and returns the ones that
   failed, and leaving a ``with`` block raises the first failure's error;
 - FIFO queues: a pipeline keeps one request in flight (``max_requests=1``,
@@ -101,6 +104,8 @@ POLL_EVERY_S = 100e-6
 and no reply comes back sooner than ~150 us on loopback: a producer sending
 back to back pays one look per ~20 sends, not one per send, and its waiting
 messages go out in larger groups."""
+MAX_REROUTES = 5
+"""A request refused for its partition is sent to the re-read one at most this often."""
 RETRYABLE = (Unavailable, Throttled)
 """Failures of one request that say nothing about its messages (Unavailable
 covers NotLeader, RequestTimeout and an open circuit): sent again."""
@@ -142,6 +147,9 @@ class _Request:
     """``time.monotonic()`` when it was first sent (its deadline counts from it)."""
     as_bodies: bool = False
     """Last sent as plain bodies (``b``), not ``m`` lists."""
+    rerouted: int = 0
+    """How often its messages were sent to other partitions after a host
+    refused their partition (:meth:`zmqueue.client.queue.Queue.misrouted`)."""
 
 
 def _size(wire: list[Any]) -> int:
@@ -227,6 +235,8 @@ class SendPipeline:
         if self.fifo and not group_id:
             raise InvalidParameter(f"{self.queue.name!r} is a FIFO queue: each send needs a group_id",
                                    field="group_id")
+        if not self._inflight:  # (a re-read while SENDs are in flight would read past their replies)
+            self.queue.follow_config()
         if (isinstance(body, bytes) and not attributes and delay is None and group_id is None
                 and dedup_id is None):
             wire: list[Any] = [body, None, None, None, None]
@@ -464,6 +474,15 @@ class SendPipeline:
         if req.as_bodies and refused_plain_bodies(err):
             self.queue.client.plain_sends = False
             self._retry.append(_Request(req.partition, req.sends))  # (nothing of it was stored)
+            return
+        if req.rerouted < MAX_REROUTES and self.queue.misrouted(err):
+            # the queue's partitions changed: nothing was stored, each message goes
+            # (first, in send order) to its group's partition by the config re-read
+            by_part: dict[int, list[PendingSend]] = {}
+            for m in req.sends:
+                m.partition = self.queue.partition_of(m.wire[3])
+                by_part.setdefault(m.partition, []).append(m)
+            self._retry[:0] = [_Request(p, sends, rerouted=req.rerouted + 1) for p, sends in by_part.items()]
             return
         if len(req.sends) > 1 and (unsent or isinstance(err, InvalidParameter)):
             self._retry[:0] = [_Request(req.partition, [m]) for m in req.sends]

@@ -10,13 +10,13 @@ import contextlib
 import itertools
 import random
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from zmqueue.client.breaker import CircuitOpen
+from zmqueue.client.leftovers import Leftovers
 from zmqueue.client.models import AttributeValue, Message, OutgoingMessage, StreamRef, batch_wire, column_ref
 from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
 from zmqueue.client.retry import RetryBudget, backoff, may_be_stored, reported
@@ -34,6 +34,7 @@ from zmqueue.errors import (
     QueueNotFound,
     RequestTimeout,
     Unavailable,
+    WrongPartition,
     ZmqueueError,
     from_wire,
 )
@@ -62,6 +63,13 @@ _BYTES_ONLY = {bytes}
 CANCEL_GRACE_MS = 2000
 REFRESH_MIN_S = 0.2
 REFRESH_TIMEOUT_MS = 1000
+LEFTOVERS_CHECK_S = REFRESH_MIN_S
+"""Kept messages are handed out only after the queue was re-read at most this
+long ago (a queue deleted and created again: the kept ones are of the old one)."""
+CONFIG_MAX_AGE_S = 2.0
+"""A send re-reads the queue (one GET_QUEUE) when its config was read longer
+ago than this: a handle that only sends follows a change of partitions (a
+KV edit, the queue deleted and created again) within a couple of seconds."""
 ROUTES_MAX_AGE_S = 2.0
 """A receive re-reads the routes (one GET_QUEUE) when they are older than this:
 a stream's writer can change without this client seeing an error (a dead
@@ -132,6 +140,10 @@ class _Tried:
     answered: bool = False
     attempts: int = 0
     error: ZmqueueError | None = None
+    taken_at: float = 0.0
+    """When the messages returned were taken, as this client can tell: the start
+    of the sweep that got them, or the arrival of a long poll's first answer
+    with messages (:mod:`zmqueue.client.leftovers`)."""
 
     def failure(self, queue: str) -> ZmqueueError:
         """The error a receive that no host answered raises: the last
@@ -141,6 +153,13 @@ class _Tried:
         return type(err)(f"no host serving {queue!r} answered this receive after {self.attempts} "
                          f"attempt(s) (last: {err.message}); its messages are kept: retry once its "
                          "hosts are up (zmqueue status)", **{**err.details, "queue": queue})
+
+
+def _incarnation(info: dict[str, Any]) -> int | None:
+    """The queue incarnation a queue-info map names (``inc``; None from a host
+    that names none)."""
+    inc = info.get("inc")
+    return inc if type(inc) is int and inc > 0 else None
 
 
 def _text(item: Deletable) -> str:
@@ -198,12 +217,17 @@ class Queue:
         self.routes = Routes(self.config.fifo)
         self.routes.apply(info)
         self._rr = itertools.count(random.randrange(1 << 16))
-        self._buffer: deque[Message] = deque()
+        self.incarnation: int | None = _incarnation(info)
+        """The queue's incarnation as a host last named it (None: not known)."""
+        self._leftovers = Leftovers(self.config.fifo)
+        """Messages a receive took beyond ``max_messages``, handed out by the next ones."""
         self._lucky: tuple[int, str] | None = None
         """The (partition, endpoint) whose sweep answer last had messages: the
         next sweep asks it first, except every SHUFFLE_EVERY-th one."""
         self._sweeps = itertools.count(1)
         self._refreshed_at = 0.0
+        self._config_at = time.monotonic()
+        """When the config was last read (or a send last tried to re-read it)."""
         self._streams: dict[tuple[int, str, int, int | None], StreamRef] = {}
         """The StreamRef of each (partition, origin, epoch, incarnation) received from."""
         self._reader: tuple[ReceiptEncoder | None, tuple[int, str]] = (None, (0, ""))
@@ -238,12 +262,17 @@ class Queue:
         endpoints = sorted(endpoints, key=lambda ep: (b := breakers.get(ep)) is not None and b.failures > 0)
         for ep in endpoints:
             self.client.check_open()  # (ClientClosed is not a host failing to answer)
-            with contextlib.suppress(ZmqueueError):
+            try:
                 reply = self.client.connection(ep).request(Command.GET_QUEUE, {"name": self.name},
                                                            REFRESH_TIMEOUT_MS)
-                self.routes.apply(reply["queue"])
-                self._take_config(reply["queue"])
+            except QueueNotFound:
+                self._leftovers.clear()  # (messages of a deleted queue are gone)
                 return True
+            except ZmqueueError:
+                continue
+            self.routes.apply(reply["queue"])
+            self._take_config(reply["queue"])
+            return True
         return False
 
     def _take_config(self, info: dict[str, Any]) -> None:
@@ -254,6 +283,8 @@ class Queue:
             cfg = QueueConfig.from_dict(info["config"])
         except (ConfigError, KeyError, TypeError):
             return
+        self.incarnation = _incarnation(info) or self.incarnation
+        self._config_at = time.monotonic()
         if cfg != self.config:
             self.config = cfg
 
@@ -334,11 +365,35 @@ class Queue:
         return ep
 
     # --- send ----------------------------------------------------------------------
+    def follow_config(self) -> None:
+        """Re-read the queue when its config is older than CONFIG_MAX_AGE_S
+        (every send calls it: a clock read, and one GET_QUEUE every 2 s)."""
+        now = time.monotonic()
+        if now - self._config_at > CONFIG_MAX_AGE_S:
+            self._config_at = now
+            self.refresh()
+
+    def misrouted(self, exc: ZmqueueError) -> bool:
+        """Whether a SEND was refused for its partition, by a host whose
+        partition count differs from this handle's (WrongPartition: a FIFO
+        group sent to another partition than its own; a partition beyond the
+        queue's): nothing was stored. The config is re-read (True: it was, and
+        the messages' partitions are to be worked out again)."""
+        if not (isinstance(exc, WrongPartition) or (isinstance(exc, InvalidParameter)
+                                                     and exc.details.get("field") == "partition")):
+            return False
+        self.refresh(force=True)
+        return True
+
     def partition_for(self, msg: OutgoingMessage) -> int:
         """The partition a message goes to: its group's (FIFO), else the next in turn."""
+        return self.partition_of(msg.group_id)
+
+    def partition_of(self, group_id: str | None) -> int:
+        """The partition of a message of group ``group_id`` (FIFO), else the next in turn."""
         n = self.config.partitions
-        if n > 1 and self.config.fifo and msg.group_id:
-            return group_partition(msg.group_id, n)
+        if n > 1 and self.config.fifo and group_id:
+            return group_partition(group_id, n)
         return self.next_partition()
 
     def next_partition(self) -> int:
@@ -364,6 +419,7 @@ class Queue:
         items = list(items)
         if not 1 <= len(items) <= MAX_BATCH:
             raise InvalidParameter(f"send_batch takes 1 to {MAX_BATCH} messages, got {len(items)}")
+        self.follow_config()
         if self.config.partitions == 1 and set(map(type, items)) == _BYTES_ONLY:  # the plain fast path
             if self.client.plain_sends and not self.config.fifo:
                 try:
@@ -380,16 +436,30 @@ class Queue:
             return self._ids(reply, len(items))
         msgs = [i if isinstance(i, OutgoingMessage) else OutgoingMessage(i) for i in items]
         wires = batch_wire(msgs)  # every message checked before any request is sent
-        by_part: dict[int, list[int]] = {}
-        for i, m in enumerate(msgs):
-            by_part.setdefault(self.partition_for(m), []).append(i)
         ids: list[str] = [""] * len(msgs)
-        for p, idxs in by_part.items():
-            body = {"q": self.name, "p": p, "m": [wires[i] for i in idxs]}
-            origin = FIFO_ORIGIN if self.config.fifo else None
-            reply = self.call(p, Command.SEND, body, partial(self.routes.for_send, p), origin)
-            for i, mid in zip(idxs, self._ids(reply, len(idxs)), strict=True):
-                ids[i] = mid
+        todo = list(range(len(msgs)))
+        retry = RetryBudget(self.client.retries + 2, self.client.request_timeout_ms / 1000)
+        while todo:
+            by_part: dict[int, list[int]] = {}
+            for i in todo:
+                by_part.setdefault(self.partition_for(msgs[i]), []).append(i)
+            todo = []
+            for p, idxs in by_part.items():
+                body = {"q": self.name, "p": p, "m": [wires[i] for i in idxs]}
+                origin = FIFO_ORIGIN if self.config.fifo else None
+                try:
+                    reply = self.call(p, Command.SEND, body, partial(self.routes.for_send, p), origin)
+                except (WrongPartition, InvalidParameter) as exc:
+                    # (hosts may disagree for a moment while partitions are added)
+                    if not (retry.again() and self.misrouted(exc)):
+                        raise
+                    todo += idxs  # nothing of it was stored: to its partition by the config re-read
+                    continue
+                for i, mid in zip(idxs, self._ids(reply, len(idxs)), strict=True):
+                    ids[i] = mid
+            if todo and retry.attempt > 1:
+                retry.pause()
+            todo.sort()  # (in the batch's order: a group's messages stay in order)
         return ids
 
     @staticmethod
@@ -446,7 +516,8 @@ class Queue:
         out: list[ZmqueueError | None] = [None] * len(receipts)
         carry: _Carry | None = None
         targets: list[tuple[int, str]] | None = None
-        if not self._buffer:
+        self._leftovers.prune(time.monotonic(), self.incarnation)
+        if not self._leftovers:
             targets = self._targets_now()
             for (p, origin), idxs in sorted(groups.items(), key=lambda g: -len(g[1])):
                 eps = self.routes.for_stream(p, origin)
@@ -511,13 +582,15 @@ class Queue:
     def _receive(self, max_messages: int, wait_time: float, visibility_timeout: int | None,
                  carry: _Carry | None = None, targets: list[tuple[int, str]] | None = None
                  ) -> list[Message]:
-        """Buffered messages first, else a sweep of ``targets`` (default: the
-        current ones; ``carry`` rides on the first), then a long poll."""
-        out: list[Message] = []
-        while self._buffer and len(out) < max_messages:
-            out.append(self._buffer.popleft())
-        if out:
-            return out
+        """Kept messages first (:mod:`zmqueue.client.leftovers`), else a sweep
+        of ``targets`` (default: the current ones; ``carry`` rides on the
+        first), then a long poll."""
+        if self._leftovers:
+            self._fresh_routes(LEFTOVERS_CHECK_S)  # (the queue deleted and created again?)
+            out, release = self._leftovers.take(max_messages, time.monotonic(), self.incarnation)
+            self._release(release)
+            if out:
+                return out
         if targets is None:
             targets = self._targets_now()
         body: dict[str, Any] = {"q": self.name, "max": max_messages, "cols": True}
@@ -549,7 +622,10 @@ class Queue:
             time.sleep(0.05)  # a host refused (not the writer yet): re-route and wait again
             self.refresh()
             targets = self._receive_targets() or targets
-        return self._keep(got, max_messages)
+        vis = self.config.visibility_timeout_s if visibility_timeout is None else visibility_timeout
+        out, release = self._leftovers.split(got, max_messages, tried.taken_at, vis)
+        self._release(release)
+        return out
 
     def _receive_targets(self) -> list[tuple[int, str]]:
         n = self.config.partitions
@@ -564,9 +640,14 @@ class Queue:
             pairs.insert(0, lucky)
         return pairs
 
-    def _keep(self, msgs: list[Message], max_n: int) -> list[Message]:
-        self._buffer.extend(msgs[max_n:])
-        return msgs[:max_n]
+    def _release(self, msgs: list[Message]) -> None:
+        """Make messages this handle took but will not hand out visible now
+        (FIFO: the kept ones of a group it hands a message of out, so they come
+        back behind it); if that fails they come back after their visibility
+        timeout."""
+        if msgs:
+            with contextlib.suppress(ZmqueueError):
+                self.change_visibility_batch(msgs, 0)
 
     def _sweep(self, targets: list[tuple[int, str]], body: dict[str, Any], max_n: int,
                carry: _Carry | None = None, tried: _Tried | None = None) -> list[Message]:
@@ -580,6 +661,7 @@ class Queue:
         if tried is None:
             tried = _Tried(0.0)
         tried.attempts += 1
+        started = time.monotonic()
         out: list[Message] = []
         stale = False
         final: Unavailable | None = None
@@ -619,6 +701,8 @@ class Queue:
             self.refresh()
         if final is not None and not out:
             raise final  # (no retry within the wait changes it: the messages wait for their key)
+        if out:
+            tried.taken_at = started
         return out
 
     def _long_poll(self, targets: list[tuple[int, str]], body: dict[str, Any], wait_ms: int,
@@ -685,6 +769,7 @@ class Queue:
                     tried.error = conn.lost("RECEIVE")
             if (out or final) and not cancelled:
                 cancelled = True
+                tried.taken_at = time.monotonic()
                 for rid, (p, ep) in pending.items():
                     conn = self.client.connection(ep)
                     conn.send(Command.CANCEL, {"q": self.name, "p": p, "rid": rid}, conn.next_request_id())
@@ -858,6 +943,7 @@ class Queue:
         finally:
             self.client.changed(self.name)
         self.config = QueueConfig.from_dict(info["queue"]["config"])
+        self.incarnation = _incarnation(info["queue"]) or self.incarnation
         self.routes.apply(info["queue"])
         return self.config
 

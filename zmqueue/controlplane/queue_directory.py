@@ -68,7 +68,10 @@ class Snapshot:
                           "endpoints": {n: ep for n in replicas if (ep := self.endpoint_of(n))},
                           # replicas whose host is not passing (critical, or gone from the catalog)
                           "down": sorted(n for n in replicas if n not in passing)})
-        return {"config": cfg.to_dict(), "partitions": parts}
+        info: dict[str, Any] = {"config": cfg.to_dict(), "partitions": parts}
+        if cfg.incarnation:  # (0: not read from KV yet)
+            info["inc"] = cfg.incarnation
+        return info
 
 
 def config_diff(a: QueueConfig, b: QueueConfig) -> list[str]:

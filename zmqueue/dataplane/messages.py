@@ -21,7 +21,8 @@ from typing import Any
 
 import msgpack
 
-from zmqueue.errors import InvalidParameter, MessageTooLarge
+from zmqueue.errors import InvalidParameter, MessageTooLarge, WrongPartition
+from zmqueue.protocol import group_partition
 
 MAX_ATTRIBUTES = 10
 MAX_ATTRIBUTE_NAME = 256
@@ -90,3 +91,25 @@ def check_size(body: bytes, blob: bytes, limit: int, at: int | None = None) -> N
         raise MessageTooLarge(
             f"{where} {size} bytes (body + attributes) exceed the queue's limit of {limit} "
             "bytes; send a smaller body or raise max_message_bytes", size=size, limit=limit)
+
+
+def check_groups(items: list[Any], queue: str, partition: int, partitions: int) -> None:
+    """A FIFO SEND's messages (``m`` items) belong to ``partition``: each
+    group maps there by ``partitions`` (this host's count), else
+    WrongPartition naming the group's partition, before anything is stored.
+    A group on the wrong partition would be two streams, each in order, but
+    not in order with each other. Malformed items are left to the send's
+    own checks."""
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        group = item[3] if isinstance(item, list) and len(item) == 5 else None
+        if not isinstance(group, str) or group in seen:
+            continue
+        seen.add(group)
+        right = group_partition(group, partitions)
+        if right != partition:
+            raise WrongPartition(
+                f"message {i}: group {group!r:.140} belongs to partition {right} of queue {queue!r}, "
+                f"which has {partitions} partitions, not to partition {partition}; nothing was "
+                "stored: re-read the queue (its partitions changed) and send again",
+                group=group, partition=right, partitions=partitions)

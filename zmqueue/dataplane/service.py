@@ -30,6 +30,7 @@ from zmqueue.dataplane.deadletters import DeadLetterMover
 from zmqueue.dataplane.dispatch import DEFERRED, Dispatcher, Request, now_ms
 from zmqueue.dataplane.forwarder import Forwarder
 from zmqueue.dataplane.handover import Handover
+from zmqueue.dataplane.messages import check_groups
 from zmqueue.dataplane.nowriter import ConsulLost, no_writer
 from zmqueue.dataplane.pushing import Pusher
 from zmqueue.dataplane.replication import Replicator
@@ -524,7 +525,10 @@ class QueueService:
                 origin = self.replicator.resends.origin(part[0], part[1], tag or b"")
                 return self._answer_when_opened(req, (part[0], part[1], origin),
                                                 {"ib": stored} if plain else {"ids": hex_ids(stored)})
-        key = (part[0], part[1], FIFO_ORIGIN if self.meta.configs[part[0]].fifo else self.node)
+        cfg = self.meta.configs[part[0]]
+        key = (part[0], part[1], FIFO_ORIGIN if cfg.fifo else self.node)
+        if cfg.fifo and cfg.partitions > 1 and items is not None and not plain:
+            check_groups(items, part[0], part[1], cfg.partitions)
         if self.handover.hold(req, [key], now):
             return DEFERRED
         st = self.writer_stream(*key)
