@@ -46,6 +46,7 @@ from zmqueue.errors import (
     StaleEpoch,
     Throttled,
     Unavailable,
+    WrongPartition,
     ZmqueueError,
 )
 from zmqueue.version import __version__
@@ -85,6 +86,7 @@ __all__ = [
     "Subscription",
     "Throttled",
     "Unavailable",
+    "WrongPartition",
     "ZmqueueError",
     "__version__",
     "connect",
