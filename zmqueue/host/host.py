@@ -99,6 +99,9 @@ def check_data_dir_owner(path: Path, node: str, cluster: str) -> None:
     except (OSError, ValueError) as exc:
         raise StartupError(f"cannot read {info_path} ({exc}): it names the node this data dir "
                            "belongs to; restore it, or give a fresh --data-dir") from None
+    if not isinstance(info, dict):
+        raise StartupError(f"{info_path} is not a JSON object: it names the node this data dir belongs "
+                           "to; restore it, or give a fresh --data-dir")
     owner, owner_cluster = info.get("node"), info.get("cluster")
     if owner != node or owner_cluster != cluster:
         raise StartupError(
