@@ -377,6 +377,8 @@ def test_a_config_gone_while_its_partitions_remain_keeps_its_last_good_value() -
     without, problems = kv.parse_tree(full[1:])
     found = vanished_configs(prev, without, problems)
     assert [p.key for p in found] == [kv.queue_config_key("orders")]
+    assert "put the config back (a new incarnation" in found[0].reason  # (in-flight receipts)
+    assert "messages in flight are delivered again" in found[0].reason
     assert keep_last_good(prev, without, found).configs == prev.configs
     deleted, problems = kv.parse_tree([])  # DELETE_QUEUE removes the partitions too: no problem
     assert vanished_configs(prev, deleted, problems) == []

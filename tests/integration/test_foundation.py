@@ -12,6 +12,7 @@ from pathlib import Path
 
 import zmq
 
+import zmqueue
 from tests.conftest import HostFactory, wait_for
 from tests.helpers import check_statuses, service_entry
 from zmqueue import protocol
@@ -164,6 +165,33 @@ def test_two_hosts_cannot_share_a_data_dir(hosts: HostFactory, consul_agent: Con
     assert_one_line_error(res, "in use by another host")
     info = json.loads((h.data_dir / "host.json").read_text())
     assert info["pid"] == h.pid
+
+
+def test_a_host_refuses_a_data_dir_another_node_wrote_and_its_owner_still_has_its_messages(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    """(A host started with --node c1-h5 on the directory of a killed c1-h4
+    served c1-h4's streams as a replica of its own: the manager counted it
+    caught up at once, and an R=1 partition was left with replicas
+    [c1-h4, c1-h7], refusing every send.)"""
+    h = hosts.start("n1")
+    wait_for(lambda: passing(consul_agent, h.node), 30, "host passing")
+    with zmqueue.connect(consul_agent.http_addr, request_timeout=5) as client:
+        q = client.create_queue(f"owned-{hosts.uid}", replication_factor=1)
+        q.send(b"kept")
+    h.kill9()
+    other = f"n2-{hosts.uid}"
+    res = run_cli("host", "--cluster", h.cluster, "--node", other, "--data-dir", str(h.data_dir),
+                  "--consul", consul_agent.http_addr, timeout=20)
+    assert_one_line_error(res, f"belongs to node '{h.node}'", f"not to node '{other}'",
+                          f"--node {h.node}", "fresh, empty --data-dir")
+    assert json.loads((h.data_dir / "host.json").read_text())["node"] == h.node
+    assert not [p for p in (h.data_dir / "queues").rglob(other)], "opened streams of its own"
+    h2 = hosts.restart(h)
+    wait_for(lambda: passing(consul_agent, h2.node), 30, "owner passing again")
+    with zmqueue.connect(consul_agent.http_addr, request_timeout=5) as client:
+        q = client.get_queue(f"owned-{hosts.uid}")
+        got = wait_for(lambda: q.receive(wait_time=1), 30, "the owner's message")
+        assert [m.body for m in got] == [b"kept"]
 
 
 def test_a_fresh_host_exports_every_dispatcher_event_an_alert_watches_at_zero(

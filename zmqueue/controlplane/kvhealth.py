@@ -107,8 +107,9 @@ def vanished_configs(prev: kv.ClusterState, state: kv.ClusterState,
     bad = {p.key for p in problems}
     placed = {pid.queue for pid in state.assignments}
     return [kv.Malformed(key, "missing while the queue's partitions remain (deleted by hand?): the queue "
-                              f"keeps its previous config; put the config back, or delete the queue "
-                              f"(zmqueue queue delete {q})")
+                              "keeps its previous config; put the config back (a new incarnation: "
+                              "receipts handed out before then delete nothing, so messages in flight "
+                              f"are delivered again), or delete the queue (zmqueue queue delete {q})")
             for q in prev.configs
             if q not in state.configs and q in placed and (key := kv.queue_config_key(q)) not in bad]
 

@@ -83,6 +83,33 @@ def lock_data_dir(path: Path) -> TextIO:
     return lock
 
 
+def check_data_dir_owner(path: Path, node: str, cluster: str) -> None:
+    """StartupError unless ``host.json`` in the (locked) data dir names this
+    node and cluster, or is missing (a fresh directory).
+
+    A data dir holds the streams of the node that wrote it: their directories
+    are named after that node, and its replica slots and positions in Consul
+    are under its id. Another node on that directory would serve them as its
+    own (OPERATOR_GUIDE § A host's data directory)."""
+    info_path = path / "host.json"
+    try:
+        info = json.loads(info_path.read_text())
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as exc:
+        raise StartupError(f"cannot read {info_path} ({exc}): it names the node this data dir "
+                           "belongs to; restore it, or give a fresh --data-dir") from None
+    if not isinstance(info, dict):
+        raise StartupError(f"{info_path} is not a JSON object: it names the node this data dir belongs "
+                           "to; restore it, or give a fresh --data-dir")
+    owner, owner_cluster = info.get("node"), info.get("cluster")
+    if owner != node or owner_cluster != cluster:
+        raise StartupError(
+            f"data dir {path} belongs to node {owner!r} of cluster {owner_cluster!r} (its host.json), "
+            f"not to node {node!r} of cluster {cluster!r}: start the host with --node {owner} "
+            f"--cluster {owner_cluster}, or give node {node!r} a fresh, empty --data-dir")
+
+
 class HostHooks:
     """Loop hooks: run what other threads posted, then the queue service;
     every few ticks, tell the leadership thread what to campaign for."""
@@ -185,6 +212,7 @@ class Host:
 
         cfg = self.config
         self._lock = lock_data_dir(self.data_dir)
+        check_data_dir_owner(self.data_dir, cfg.node, cfg.cluster)
         self._ctx = zmq.Context()
         self.security.start_zap(self._ctx, ConsulClient(cfg.consul, cfg.consul_timeout_ms / 1000))
         self.sockets = Sockets(self._ctx, cfg.bind_host, cfg.client_port, cfg.pub_port, cfg.peer_port,

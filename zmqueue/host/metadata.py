@@ -30,6 +30,7 @@ from zmqueue.controlplane.queue_directory import QueueDirectory, Snapshot
 from zmqueue.controlplane.snapshot_feed import SnapshotFeed
 from zmqueue.dataplane.topology import Metadata, PartitionInfo, PartKey, Peer
 from zmqueue.errors import ConsulUnavailable
+from zmqueue.host.kv_index import KvIndexWatch
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +75,10 @@ class MetadataCache:
         self.last: Snapshot | None = None
         self.service_id: str | None = None
         """The host's service id: bad KV values are reported in its ``kv:`` check."""
-        self.max_index = 0
+        self.index_watch = KvIndexWatch()
+        self._index_lock = threading.Lock()
         self._last_fingerprint: tuple[object, ...] | None = None
+        self._last_forward = True
         self.problems_reported: set[str] = set()
         self._refresh_pending = threading.Event()
         self._pending: tuple[Snapshot, bool] | None = None
@@ -131,23 +134,22 @@ class MetadataCache:
         loop a reconcile for every position write)."""
         self.feed.put(snap)
         fingerprint = self._fingerprint(snap)
-        if not always and fingerprint == self._last_fingerprint and snap.index >= self.max_index:
+        with self._index_lock:  # (the watcher and the admin worker both publish)
+            forward, note = self.index_watch.observe(snap.index)
+        if note is not None and not forward:
+            log.warning("%s", note)
+        elif note is not None:
+            log.info("%s", note)
+        # (unchanged and as far forward as the last one applied: applying it would change nothing)
+        if not always and fingerprint == self._last_fingerprint and forward == self._last_forward:
             self.last = snap
-            self.max_index = snap.index
             return
-        self._last_fingerprint = fingerprint
+        self._last_fingerprint, self._last_forward = fingerprint, forward
         for p in snap.problems:
             if p.key not in self.problems_reported:
                 self.problems_reported.add(p.key)
                 log.warning("bad value in Consul KV at %s: %s (ignored)", p.key, p.reason)
         self.last = snap
-        forward = snap.index >= self.max_index
-        if not forward:
-            log.warning("Consul KV index went back from %d to %d (agent lost its state?): keeping "
-                        "every known queue; nothing is removed until the state moves forward",
-                        self.max_index, snap.index)
-        else:
-            self.max_index = snap.index
         with self._pending_lock:
             # only the newest snapshot is applied: a loop that fell behind (a
             # burst of queue creations on a host with hundreds of queues)
