@@ -5,6 +5,7 @@ delete + next receive, one RECEIVE) and a push subscription's auto_delete
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
@@ -283,7 +284,14 @@ def test_a_credit_for_a_subscription_the_host_dropped_says_to_subscribe_again(
     log showed after a drain moved the partition away.)"""
     q = qcluster.client.create_queue(qcluster.queue_name("dar-push-gone"))
     conn = qcluster.client.connection(q.routes.for_receive(0)[0])
-    sub = conn.request(Command.SUBSCRIBE, {"q": q.name, "p": 0, "prefetch": 1, "cols": True})["sub"]
+
+    def subscribed() -> dict[str, Any] | None:  # (create_queue waits 5 s at most for the election)
+        try:
+            return dict(conn.request(Command.SUBSCRIBE, {"q": q.name, "p": 0, "prefetch": 1, "cols": True}))
+        except zmqueue.NotLeader:
+            return None
+
+    sub = wait_for(subscribed, 30, "a subscription once the partition's writer is elected")["sub"]
     assert conn.request(Command.CREDIT, {"sub": sub, "n": 0})["credit"] == 1
     conn.request(Command.UNSUBSCRIBE, {"sub": sub})
     with pytest.raises(zmqueue.InvalidParameter,

@@ -66,6 +66,8 @@ REFRESH_TIMEOUT_MS = 1000
 LEFTOVERS_CHECK_S = REFRESH_MIN_S
 """Kept messages are handed out only after the queue was re-read at most this
 long ago (a queue deleted and created again: the kept ones are of the old one)."""
+FOLLOW_ASK = 2
+"""Known hosts a send's config re-read asks at most (:meth:`Queue.follow_config`)."""
 CONFIG_MAX_AGE_S = 2.0
 """A send re-reads the queue (one GET_QUEUE) when its config was read longer
 ago than this: a handle that only sends follows a change of partitions (a
@@ -247,7 +249,7 @@ class Queue:
             return
         self._refreshed_at = now
         known = [ep for p in range(self.config.partitions) for ep in self.routes.all_endpoints(p)]
-        if self._ask_any([*dict.fromkeys(known)][:3]):
+        if self._ask_any([*dict.fromkeys(known)], 3):
             return
         # none of the known hosts answered (restarted on new ports?): ask Consul
         self.client.check_open()
@@ -255,11 +257,12 @@ class Queue:
             fresh = [h.client_endpoint for h in self.client.hosts(refresh=True) if h.client_endpoint]
             self._ask_any([ep for ep in fresh if ep not in known][:3])
 
-    def _ask_any(self, endpoints: list[str]) -> bool:
+    def _ask_any(self, endpoints: list[str], most: int | None = None, changed_only: bool = False) -> bool:
         # hosts that just failed (a timeout: the host that died, in a failover)
         # last, so a refresh does not wait out REFRESH_TIMEOUT_MS on them first
         breakers = self.client.guards.breakers
         endpoints = sorted(endpoints, key=lambda ep: (b := breakers.get(ep)) is not None and b.failures > 0)
+        endpoints = endpoints[:most]
         for ep in endpoints:
             self.client.check_open()  # (ClientClosed is not a host failing to answer)
             try:
@@ -270,10 +273,20 @@ class Queue:
                 return True
             except ZmqueueError:
                 continue
+            if changed_only and not self._differs(reply["queue"]):
+                return True
             self.routes.apply(reply["queue"])
             self._take_config(reply["queue"])
             return True
         return False
+
+    def _differs(self, info: dict[str, Any]) -> bool:
+        """Whether a queue-info map names another config or incarnation than this handle's."""
+        try:
+            return (QueueConfig.from_dict(info["config"]) != self.config
+                    or _incarnation(info) not in (None, self.incarnation))
+        except (ConfigError, KeyError, TypeError):
+            return False
 
     def _take_config(self, info: dict[str, Any]) -> None:
         """The queue's config as a host reads it now: changed by another client or
@@ -367,11 +380,19 @@ class Queue:
     # --- send ----------------------------------------------------------------------
     def follow_config(self) -> None:
         """Re-read the queue when its config is older than CONFIG_MAX_AGE_S
-        (every send calls it: a clock read, and one GET_QUEUE every 2 s)."""
+        (every send calls it: a clock read, and one GET_QUEUE every 2 s).
+        Never long: at most FOLLOW_ASK known hosts are asked, hosts that just
+        failed last, and never Consul (:meth:`refresh` asks Consul when no
+        known host answers, which during a Consul outage cost a send its
+        client's Consul timeout every 2 s). No answer: tried again 2 s later.
+        The routes are taken only with a changed config or incarnation (a
+        host's view of them in a Consul outage could send the next send to a
+        replica whose stream cannot open)."""
         now = time.monotonic()
         if now - self._config_at > CONFIG_MAX_AGE_S:
             self._config_at = now
-            self.refresh()
+            known = [ep for p in range(self.config.partitions) for ep in self.routes.all_endpoints(p)]
+            self._ask_any([*dict.fromkeys(known)], FOLLOW_ASK, changed_only=True)
 
     def misrouted(self, exc: ZmqueueError) -> bool:
         """Whether a SEND was refused for its partition, by a host whose
