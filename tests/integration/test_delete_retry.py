@@ -26,6 +26,7 @@ from tests.conftest import HostFactory, all_passing, running_agent, wait_for
 from tests.helpers import check_statuses
 from zmqueue import protocol
 from zmqueue.errors import QueueNotFound
+from zmqueue.localcluster.hosts import HostProcess
 from zmqueue.protocol import Command
 from zmqueue.version import __version__
 
@@ -86,27 +87,51 @@ def _client_endpoint(data_dir: Path) -> str:
     return str(json.loads((data_dir / "host.json").read_text())["client_endpoint"])
 
 
-def test_delete_queue_succeeds_when_its_first_attempt_deleted_the_queue_but_got_no_reply(
-        hosts: HostFactory, tmp_path: Path) -> None:
+def _two_hosts(hosts: HostFactory) -> tuple[HostProcess, HostProcess]:
     h1, h2 = hosts.start("h1"), hosts.start("h2")
     wait_for(lambda: all(all_passing(check_statuses(hosts.agent, h.node)) for h in (h1, h2)), 30,
              "both hosts passing")
-    name = f"gone-{hosts.uid}"
-    with zmqueue.connect(hosts.agent.http_addr, request_timeout=5) as admin:
-        admin.create_queue(name, replication_factor=2)
+    return h1, h2
+
+
+def _delete_through_a_lost_reply(h1: HostProcess, h2: HostProcess, tmp_path: Path, name: str) -> None:
+    """``delete_queue(name)`` whose first attempt reaches h1 and whose reply is
+    lost, and whose retry is answered by h2."""
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     proxy = FirstReplyLost(ctx, _client_endpoint(h1.data_dir), _client_endpoint(h2.data_dir))
     try:
         with running_agent(tmp_path / "consul-b") as agent_b:
             _register(agent_b.http_addr, proxy.endpoint)
             with zmqueue.connect(agent_b.http_addr, request_timeout=1.5, retries=2) as client:
-                client.delete_queue(name)  # QueueNotFound before the fix
-            assert proxy.dropped.is_set()
-            assert proxy.commands[:2] == [Command.DELETE_QUEUE, Command.DELETE_QUEUE]
-        with zmqueue.connect(hosts.agent.http_addr, request_timeout=5) as admin:
-            assert name not in admin.list_queues()
-            with pytest.raises(QueueNotFound):  # a first answered attempt that finds none
-                admin.delete_queue(name)
+                try:
+                    client.delete_queue(name)
+                finally:
+                    assert proxy.dropped.is_set()
+                    assert proxy.commands[:2] == [Command.DELETE_QUEUE, Command.DELETE_QUEUE]
     finally:
         proxy.stop()
         ctx.term()
+
+
+def test_delete_queue_succeeds_when_its_first_attempt_deleted_the_queue_but_got_no_reply(
+        hosts: HostFactory, tmp_path: Path) -> None:
+    name = f"gone-{hosts.uid}"
+    h1, h2 = _two_hosts(hosts)
+    with zmqueue.connect(hosts.agent.http_addr, request_timeout=5) as admin:
+        admin.create_queue(name, replication_factor=2)
+    _delete_through_a_lost_reply(h1, h2, tmp_path, name)  # QueueNotFound before the fix
+    with zmqueue.connect(hosts.agent.http_addr, request_timeout=5) as admin:
+        assert name not in admin.list_queues()
+        with pytest.raises(QueueNotFound):  # another request: the tombstone is not its own
+            admin.delete_queue(name)
+
+
+def test_delete_queue_of_no_queue_is_queue_not_found_also_after_an_unanswered_attempt(
+        hosts: HostFactory, tmp_path: Path) -> None:
+    """(A client that took any unanswered attempt as "may have deleted it"
+    returned normally for a queue that never existed, whenever a dead or
+    frozen host was still listed: the retry's answer is trusted only if the
+    tombstone names this very request.)"""
+    h1, h2 = _two_hosts(hosts)
+    with pytest.raises(QueueNotFound):
+        _delete_through_a_lost_reply(h1, h2, tmp_path, f"never-{hosts.uid}")

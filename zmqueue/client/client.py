@@ -14,6 +14,7 @@ import itertools
 import logging
 import os
 import random
+import secrets
 import threading
 import time
 import weakref
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 
 import zmq
 
-from zmqueue.client.breaker import BulkheadFull, CircuitOpen, Guards
+from zmqueue.client.breaker import Guards
 from zmqueue.client.queue import Queue
 from zmqueue.client.retry import RetryBudget
 from zmqueue.client.transport import CLOSED, LINK_CHECK_MS, Connection
@@ -282,17 +283,12 @@ class Client:
                     self.drop_connection(endpoint)
                 raise
 
-    def any_host(self, command: Command, body: Any, unsure: list[ZmqueueError] | None = None) -> Any:
+    def any_host(self, command: Command, body: Any) -> Any:
         """Send an administrative request to any healthy host, failing over, by
         the rule of ``Queue.call``: at least ``retries + 1`` attempts, and for
         at least the request timeout, with back-off after a quick failure (no
         healthy host registered: their Consul checks can flap for a moment
-        under load; a lost connection: a host restarting).
-
-        ``unsure`` gets the error of each failed attempt that a host may have
-        applied: no reply (a timeout, the connection lost) or UNAVAILABLE from
-        the host (its Consul failed midway). A retry on another host then finds
-        what that attempt did, not the state before it."""
+        under load; a lost connection: a host restarting)."""
         rid = None
         last: ZmqueueError | None = None
         retry = RetryBudget(self.retries + 1, self.request_timeout_ms / 1000)
@@ -317,15 +313,10 @@ class Client:
                 return self.request(host.client_endpoint, command, body, rid)
             except RequestTimeout as exc:
                 last = exc
-                if unsure is not None:
-                    unsure.append(exc)
                 if isinstance(exc, ConnectionLost):  # failed fast: give a restarting host a moment
                     retry.pause()  # (a plain timeout has waited already)
             except (Unavailable, NotLeader) as exc:
                 last = exc
-                if unsure is not None and isinstance(exc, Unavailable) and not isinstance(
-                        exc, (CircuitOpen, BulkheadFull)):  # (those two were never sent)
-                    unsure.append(exc)
                 retry.pause()
         assert last is not None
         raise last
@@ -422,20 +413,18 @@ class Client:
     def delete_queue(self, name: str) -> None:
         """Delete a queue and its messages; QueueNotFound if there is none.
 
-        QueueNotFound only when the first answered attempt finds no queue: an
-        attempt that went unanswered (the host died after deleting it, say)
-        may have deleted it, and then the retry that finds none succeeds. The
-        queue is gone either way."""
-        unsure: list[ZmqueueError] = []
+        Every attempt carries one random token, which the host records in the
+        queue's tombstone: a retry that finds no queue (the host that took an
+        earlier attempt deleted it and failed before replying) finds its own
+        token there and succeeds; a queue that never existed, or was deleted
+        by another request, is QueueNotFound."""
         try:
-            deleted = self.any_host(Command.DELETE_QUEUE, {"name": name}, unsure)["deleted"]
+            body = {"name": name, "token": secrets.token_hex(8)}  # (the same in every attempt)
+            deleted = self.any_host(Command.DELETE_QUEUE, body)["deleted"]
         finally:  # (also when the reply was lost: the delete may have been made)
             self.changed(name)
-        if not deleted and not unsure:
-            raise QueueNotFound(f"queue {name!r} does not exist", queue=name)
         if not deleted:
-            log.debug("delete_queue(%r): a retry found no queue after an attempt that got no answer "
-                     "(%s): taken as deleted by that attempt", name, unsure[0])
+            raise QueueNotFound(f"queue {name!r} does not exist", queue=name)
 
     def ping(self) -> list[dict[str, Any]]:
         return [self.request(h.client_endpoint, Command.PING, None) for h in self.hosts(True)]

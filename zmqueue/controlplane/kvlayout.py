@@ -218,8 +218,21 @@ def deleted_key(queue: str) -> str:
     return f"{PREFIX}deleted/{queue}"
 
 
-def encode_tombstone(incarnation: int, at_ms: int) -> bytes:
-    return json.dumps({"incarnation": incarnation, "at_ms": at_ms}, separators=(",", ":")).encode()
+def encode_tombstone(incarnation: int, at_ms: int, by: str | None = None) -> bytes:
+    """``by``: the deleting request's token (a retry of it finds its own deletion)."""
+    tomb: dict[str, Any] = {"incarnation": incarnation, "at_ms": at_ms}
+    if by is not None:
+        tomb["by"] = by
+    return json.dumps(tomb, separators=(",", ":")).encode()
+
+
+def tombstone_token(raw: bytes | None) -> str | None:
+    """The token of the DELETE_QUEUE a tombstone records (None: none, or unreadable)."""
+    try:
+        by = _load_object(raw).get("by")
+    except (_Bad, ZmqueueError, TypeError, ValueError, AttributeError):
+        return None
+    return by if isinstance(by, str) else None
 
 
 def decode_tombstone(key: str, raw: bytes | None) -> int | Malformed:

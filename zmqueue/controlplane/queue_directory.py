@@ -221,17 +221,22 @@ class QueueDirectory:
         snap = self.snapshot()
         return sorted(n for n in snap.state.configs if n.startswith(prefix))
 
-    def delete(self, name: str) -> bool:
+    def delete(self, name: str, token: str | None = None) -> bool:
         """Delete a queue: its tombstone first (:func:`kvlayout.deleted_key`:
         hosts remove the data of the incarnation it names, and only then),
-        then its keys."""
+        then its keys. True if it existed, or if the tombstone records this
+        request's ``token``: an earlier attempt of the same request deleted
+        it (its host failed before replying, and the retry came here)."""
         validate_queue_name(name)
         item = self.client.call(lambda c: c.kv.get(kv.queue_config_key(name)))[1]
         existed = bool(item)
         created = item.get("CreateIndex") if item else None
         if isinstance(created, int) and created > 0:
-            tomb = kv.encode_tombstone(created, int(time.time() * 1000))
+            tomb = kv.encode_tombstone(created, int(time.time() * 1000), token)
             self.client.call(lambda c: c.kv.put(kv.deleted_key(name), tomb))
+        elif not existed and token is not None:
+            prev = self.client.call(lambda c: c.kv.get(kv.deleted_key(name)))[1]
+            existed = prev is not None and kv.tombstone_token(prev.get("Value")) == token
         for sub in (f"{kv.PREFIX}queues/{name}/", f"{kv.PREFIX}leaders/{name}/",
                     f"{kv.PREFIX}positions/{name}/", f"{kv.POSITIONS_PREFIX}{name}/"):
             self._delete_tree(sub)

@@ -126,6 +126,9 @@ class AdminHandlers:
         return {"queues": sorted(n for n in state.configs if n.startswith(prefix))}
 
     def _delete(self, d: QueueDirectory, body: dict[str, Any]) -> Any:
-        existed = d.delete(F.get_queue(body, "name"))
+        token = body.get("token")
+        if token is not None and (not isinstance(token, str) or not 0 < len(token) <= 64):
+            raise InvalidParameter("token must be a string of 1 to 64 characters", field="token")
+        existed = d.delete(F.get_queue(body, "name"), token)
         self.cache.refresh()
         return {"deleted": existed}
