@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
 import zmqueue
 from tests.conftest import QueueCluster, wait_for
 from zmqueue.client.transport import Connection
@@ -111,3 +113,23 @@ def test_a_kept_message_of_a_queue_deleted_and_created_again_is_not_handed_out(
     q.send(b"new")
     got = wait_for(lambda: q.receive(max_messages=10, wait_time=1), 10, "the new queue's message")
     assert [m.body for m in got] == [b"new"]
+
+
+def test_a_message_the_handle_gives_back_keeps_its_receive_count(qcluster: QueueCluster) -> None:
+    """(A kept FIFO message released when another of its group was handed out
+    counted a receive nobody saw: with max_receive_count=1 it went to the
+    dead-letter queue unseen.) CHANGE_VISIBILITY ``back`` undoes the receive."""
+    c = qcluster.client
+    name = qcluster.queue_name("give-back") + ".fifo"
+    q = c.create_queue(name, fifo=True, max_receive_count=1, dead_letter_queue=name[:-5] + "-dl.fifo")
+    mid = q.send(b"once", group_id="g")
+    [m] = wait_for(lambda: q.receive(wait_time=1), 10, "the message")
+    assert m.receive_count == 1
+    q._release([m])  # (what the handle does with a kept message it will not hand out)
+    [again] = wait_for(lambda: q.receive(wait_time=1), 10, "the message back at once, not dead-lettered")
+    assert (again.id, again.receive_count) == (mid, 1)
+    q.delete(again)
+    assert c.get_queue(name[:-5] + "-dl.fifo").receive(wait_time=0) == []
+    with pytest.raises(zmqueue.InvalidParameter, match="back must be true or false"):
+        c.request(q.routes.for_receive(0)[0], Command.CHANGE_VISIBILITY,
+                  {"q": name, "p": 0, "r": [[again.receipt, 0]], "back": "yes"})

@@ -662,13 +662,14 @@ class Queue:
         return pairs
 
     def _release(self, msgs: list[Message]) -> None:
-        """Make messages this handle took but will not hand out visible now
-        (FIFO: the kept ones of a group it hands a message of out, so they come
-        back behind it); if that fails they come back after their visibility
-        timeout."""
+        """Give back messages this handle took but will not hand out: visible
+        now, their receive counts as before (CHANGE_VISIBILITY ``back``: a
+        message nobody saw must not near max_receive_count; FIFO: the kept
+        ones of a group it hands a message of out come back behind it); if
+        that fails they come back after their visibility timeout."""
         if msgs:
             with contextlib.suppress(ZmqueueError):
-                self.change_visibility_batch(msgs, 0)
+                self._batch(Command.CHANGE_VISIBILITY, list(msgs), [0] * len(msgs), {"back": True})
 
     def _sweep(self, targets: list[tuple[int, str]], body: dict[str, Any], max_n: int,
                carry: _Carry | None = None, tried: _Tried | None = None) -> list[Message]:
@@ -890,12 +891,13 @@ class Queue:
                                        f"got {t!r}", field="visibility_timeout")
         return self._batch(Command.CHANGE_VISIBILITY, items, timeouts)
 
-    def _batch(self, command: Command, receipts: list[Deletable], timeouts: list[int] | None
-               ) -> list[ZmqueueError | None]:
-        """DELETE (``timeouts`` None) or CHANGE_VISIBILITY (one timeout per receipt)."""
+    def _batch(self, command: Command, receipts: list[Deletable], timeouts: list[int] | None,
+               extra: dict[str, Any] | None = None) -> list[ZmqueueError | None]:
+        """DELETE (``timeouts`` None) or CHANGE_VISIBILITY (one timeout per
+        receipt; ``extra``: more keys of each request's body)."""
         out: list[ZmqueueError | None] = [None] * len(receipts)
         for (p, origin), idxs in self.by_stream(receipts).items():
-            self._apply(command, receipts, idxs, p, origin, timeouts, out)
+            self._apply(command, receipts, idxs, p, origin, timeouts, out, extra)
         return out
 
     def by_stream(self, receipts: Sequence[Deletable]) -> dict[tuple[int, str], list[int]]:
@@ -933,12 +935,15 @@ class Queue:
         return groups
 
     def _apply(self, command: Command, receipts: list[Deletable], idxs: list[int], p: int, origin: str,
-               timeouts: list[int] | None, out: list[ZmqueueError | None]) -> None:
+               timeouts: list[int] | None, out: list[ZmqueueError | None],
+               extra: dict[str, Any] | None = None) -> None:
         """One DELETE / CHANGE_VISIBILITY of one stream's receipts; outcomes into ``out``."""
         items: list[Any] = [_text(receipts[i]) if timeouts is None else [_text(receipts[i]), timeouts[i]]
                             for i in idxs]
-        reply = self.call(p, command, {"q": self.name, "p": p, "r": items},
-                          partial(self.routes.for_stream, p, origin), origin)
+        body = {"q": self.name, "p": p, "r": items}
+        if extra:
+            body.update(extra)
+        reply = self.call(p, command, body, partial(self.routes.for_stream, p, origin), origin)
         _outcomes(idxs, reply["results"], out)
 
     # --- whole queue -----------------------------------------------------------------

@@ -658,6 +658,9 @@ class QueueService:
         items = self._receipts(body)
         if not all(isinstance(i, list) and len(i) == 2 for i in items):
             raise InvalidParameter("change_visibility items must be [receipt, timeout_s]")
+        back = body.get("back", False)
+        if not isinstance(back, bool):
+            raise InvalidParameter("back must be true or false", field="back")
         st = self._receipt_stream(req, Receipt.decode(items[0][0]), now)
         if st is None:
             return DEFERRED
@@ -667,7 +670,10 @@ class QueueService:
                 if not isinstance(timeout_s, int) or not 0 <= timeout_s <= MAX_VISIBILITY_S:
                     raise InvalidParameter(f"visibility timeout must be 0-{MAX_VISIBILITY_S} seconds",
                                            field="visibility_timeout")
-                st.change_visibility(Receipt.decode(text), timeout_s, now)
+                if back:  # (the receive undone: visible now, its count as before)
+                    st.give_back(Receipt.decode(text), now)
+                else:
+                    st.change_visibility(Receipt.decode(text), timeout_s, now)
                 results.append(None)
             except ZmqueueError as exc:
                 results.append(to_wire(exc))

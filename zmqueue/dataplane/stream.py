@@ -578,5 +578,14 @@ class Stream:
         return self.store.change_visibility(receipt.seq, receipt.receive_count, timeout_s * 1000,
                                             now_ms)
 
+    def give_back(self, receipt: Receipt, now_ms: int) -> None:
+        """Undo the receive ``receipt`` came from (a client that took the
+        message and handed it out to nobody): visible now, its receive count
+        as before."""
+        self._own(receipt)
+        if self.earlier_queue(receipt.incarnation):
+            raise self._gone_with_earlier_queue()
+        self.store.give_back(receipt.seq, receipt.receive_count, now_ms)
+
     def visibility_ms(self, override_s: int | None) -> int:
         return (self.config.visibility_timeout_s if override_s is None else override_s) * 1000
