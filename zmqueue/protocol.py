@@ -63,6 +63,9 @@ PEER_MAX_FRAME_BYTES = 2 * MAX_FRAME_BYTES
 peer: such a frame carries blocks of up to about 8 MiB plus one block, and a
 block holds up to about 8 MiB plus one client request (itself at most
 MAX_FRAME_BYTES)."""
+MAX_BATCH = 1000
+"""Most messages, receipts or dead letters one request carries (SEND ``m``/``b``/``dl``,
+RECEIVE ``max``, DELETE and CHANGE_VISIBILITY ``r``)."""
 MAX_REQUEST_ITEMS = 256 * 1024
 """Most values (array elements and map entries, nested ones too) a host
 decodes from one request body. Decoding builds a Python object per value: one

@@ -577,3 +577,35 @@ def test_dead_letters_of_a_deleted_source_queue_are_skipped_and_named(
 
     assert main(["queue", "redrive", dlq_name, "--consul", qcluster.factory.agent.http_addr]) == 0
     assert f"whose source queue no longer exists ({name})" in capsys.readouterr().out
+
+
+def test_more_dead_letters_at_once_than_one_request_carries_all_reach_a_dlq_on_another_host(
+        qcluster: QueueCluster) -> None:
+    """(Dead letters waiting for a DLQ written by another host were forwarded
+    in one SEND however many there were: past 1,000 the host refused it ("dl
+    must be a list of 1 to 1000 items") every second for good, and the
+    messages stayed in flight.)"""
+    c = qcluster.client
+    dlq = c.create_queue(qcluster.queue_name("many-dl"))
+    dl_host = dlq.routes.for_send(0)[0]
+    for _ in range(20):  # a source whose partition another host writes
+        q = c.create_queue(qcluster.queue_name("many-src"), max_receive_count=1, dead_letter_queue=dlq.name)
+        if q.routes.for_send(0)[0] != dl_host:
+            break
+    else:  # (2 hosts: placement spreads partitions over them)
+        raise AssertionError("20 source queues all landed on the DLQ's host")
+    n = 3000
+    for i in range(0, n, 1000):
+        q.send_batch([b"d%d" % j for j in range(i, i + 1000)])
+    taken = 0
+    while taken < n:  # received once each, visible again 2 s later
+        got = q.receive(max_messages=1000, wait_time=1, visibility_timeout=2)
+        assert got, f"the messages were sent ({taken} received)"
+        taken += len(got)
+
+    def all_moved() -> bool:  # their second receive: past max_receive_count, dead letters
+        assert q.receive(max_messages=1000, wait_time=0.5) == []
+        return bool(dlq.stats()["total"] == n)
+
+    wait_for(all_moved, 30, f"all {n} dead letters in the DLQ")
+    assert q.stats()["total"] == 0

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from zmqueue.dataplane.service import MAX_BATCH, _delete_refs
+from zmqueue.dataplane.service import _delete_refs
 from zmqueue.errors import InvalidParameter
+from zmqueue.protocol import MAX_BATCH
 
 
 def test_a_valid_dref_comes_back_as_its_three_columns() -> None:

@@ -39,6 +39,7 @@ from zmqueue.errors import (
     from_wire,
 )
 from zmqueue.protocol import (
+    MAX_BATCH,
     RETRY_MARK,
     Command,
     Receipt,
@@ -56,7 +57,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-MAX_BATCH = 1000
 _BYTES_ONLY = {bytes}
 """``set(map(type, items)) == _BYTES_ONLY``: a batch of plain bodies, tested in C
 (a generator of isinstance calls costs ~0.1 us per item)."""

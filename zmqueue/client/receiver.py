@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any
 
 from zmqueue.client.breaker import CircuitBreaker
 from zmqueue.client.models import Message
-from zmqueue.client.queue import MAX_BATCH, Deletable, _Carry, _outcomes, deletables
+from zmqueue.client.queue import Deletable, _Carry, _outcomes, deletables
 from zmqueue.client.routing import FIFO_ORIGIN
 from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.errors import (
@@ -83,7 +83,7 @@ from zmqueue.errors import (
     ZmqueueError,
     from_wire,
 )
-from zmqueue.protocol import Command
+from zmqueue.protocol import MAX_BATCH, Command
 
 if TYPE_CHECKING:
     from zmqueue.client.queue import Queue

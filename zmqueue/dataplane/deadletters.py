@@ -19,7 +19,7 @@ from zmqueue.dataplane.storage import Delivered
 from zmqueue.dataplane.stream import Stream
 from zmqueue.dataplane.topology import FIFO_ORIGIN, StreamKey
 from zmqueue.errors import ZmqueueError
-from zmqueue.protocol import Command
+from zmqueue.protocol import MAX_BATCH, Command
 
 if TYPE_CHECKING:
     from zmqueue.dataplane.service import QueueService
@@ -73,7 +73,11 @@ class DeadLetterMover:
             if st is None:
                 self.pending.pop(key)
                 continue
-            self._move(st, self.pending.pop(key), now)
+            dead = self.pending.pop(key)
+            if len(dead) > MAX_BATCH:  # (a SEND carries MAX_BATCH dead letters at most: the rest
+                self.pending[key] = dead[MAX_BATCH:]  # go in the next passes, one batch in flight)
+                dead = dead[:MAX_BATCH]
+            self._move(st, dead, now)
 
     def _retry(self, key: StreamKey, dead: list[Delivered], now: int) -> None:
         self.pending.setdefault(key, []).extend(dead)

@@ -52,11 +52,10 @@ from zmqueue.errors import (
     ZmqueueError,
     to_wire,
 )
-from zmqueue.protocol import RETRY_MARK, Command, Receipt, hex_ids
+from zmqueue.protocol import MAX_BATCH, RETRY_MARK, Command, Receipt, hex_ids
 
 log = logging.getLogger(__name__)
 
-MAX_BATCH = 1000
 MAX_WAIT_MS = 20_000
 PARK_TIMEOUT_MS = 3000
 HOUSEKEEPING_MS = 1000
