@@ -51,10 +51,11 @@ DEFAULT_THREADS = 16
 MAX_THREADS = 256
 
 Handler = Callable[[Message], None] | Callable[[Message], Awaitable[None]]
-_HANDLING: contextvars.ContextVar[list[Subscription] | None] = contextvars.ContextVar(
+_HANDLING: contextvars.ContextVar[tuple[AsyncClient, list[Subscription]] | None] = contextvars.ContextVar(
     "zmqueue_handling", default=None)
-"""In a coroutine handler's task: the subscription it handles a message of (the
-list that holds it, which its AsyncSubscription keeps)."""
+"""In a coroutine handler's task: the client whose subscription it handles a
+message of, and the subscription (the list that holds it once ``subscribe``
+returned, which its AsyncSubscription keeps)."""
 
 
 async def connect(consul: str | Sequence[str] | None = None, *, threads: int = DEFAULT_THREADS,
@@ -130,7 +131,9 @@ class AsyncClient:
         self.closed = True
         closing = asyncio.get_running_loop().run_in_executor(None, self._close)
         handling = _HANDLING.get()
-        if handling and any(sub.queue.client is self.sync for sub in handling):
+        if handling is not None and handling[0] is self:
+            for sub in handling[1]:  # (ends its thread sooner; no handler is called after a close)
+                sub.stopped.set()
             return
         await closing
 
@@ -251,10 +254,14 @@ class AsyncQueue:
             return Unhandled("its event loop was closed", stop=True)
 
         async def in_handler(awaitable: Awaitable[None]) -> None:
-            _HANDLING.set(started)  # (AsyncSubscription.close from inside it does not wait for it)
+            _HANDLING.set((self.client, started))  # (a close from inside it does not wait for it)
             await awaitable
 
         def on_message(msg: Message) -> None:
+            if self.client.closed:  # (closed meanwhile, by a handler say: its close goes on)
+                for sub in started:
+                    sub.stopped.set()
+                raise Unhandled("the client was closed", stop=True)
             if coroutine_function and loop.is_closed():
                 raise orphaned()
             result = handler(msg)
@@ -400,7 +407,8 @@ class AsyncSubscription:
         and returns at once (the rest of the close runs once the handler
         returns)."""
         closing = asyncio.get_running_loop().run_in_executor(None, self.sync.close)
-        if self._started is not None and _HANDLING.get() is self._started:
+        handling = _HANDLING.get()
+        if self._started is not None and handling is not None and handling[1] is self._started:
             self.sync.stopped.set()
             return
         await closing

@@ -420,23 +420,27 @@ def test_closing_the_client_from_its_own_coroutine_handler_does_not_wait_for_its
         closed = asyncio.Event()
         subs: list[zmqueue.aio.AsyncSubscription] = []
 
+        seen: list[bytes] = []
+
         async def handler(m: zmqueue.Message) -> None:
+            seen.append(m.body)
             await client.close()
             closed.set()
 
+        await q.send_batch([b"stop", b"after"])  # (pushed together: prefetch 10)
         subs.append(await q.subscribe(handler))
-        await q.send(b"stop")
         await asyncio.wait_for(closed.wait(), timeout=4)  # the join alone took 5 s
 
         async def released() -> bool:
             return client.sync.ctx.closed and not subs[0].sync.thread.is_alive()
 
         await until(released, 10, "the subscription ended and the client released its sockets")
-        assert subs[0].sync.handled == 1
+        assert subs[0].sync.handled == 1 and len(seen) == 1, seen  # nothing handed over after the close
 
     asyncio.run(main())
-    with zmqueue.connect(addr(qcluster)) as other:  # deleted: not back after its visibility timeout
-        wait_for(lambda: other.get_queue(name).stats()["total"] == 0, 10, "the handled message deleted")
+    with zmqueue.connect(addr(qcluster)) as other:  # the handled one deleted, the other left in the queue
+        q = other.get_queue(name)
+        wait_for(lambda: q.stats()["total"] == 1, 10, "the handled message deleted")
 
 
 def test_a_handler_cancelled_as_its_event_loop_ends_counts_once_without_a_traceback(
