@@ -40,7 +40,7 @@ class Cache:
 
 
 class Directory:
-    def delete(self, name: str) -> bool:
+    def delete(self, name: str, token: str | None = None) -> bool:
         raise RuntimeError("a bug")
 
     def update(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
