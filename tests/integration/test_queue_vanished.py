@@ -9,6 +9,8 @@ incarnation; hosts remove data only for such a deletion.
 
 from __future__ import annotations
 
+import base64
+import time
 from typing import Any
 
 import zmqueue
@@ -68,3 +70,57 @@ def test_a_queue_tree_lost_from_kv_keeps_its_data_until_a_delete_queue(qcluster:
     wait_for(lambda: not _stream_dirs(qcluster, name), 20, "the streams removed after DELETE_QUEUE")
     fresh = c.create_queue(name, replication_factor=2)
     assert fresh.receive(max_messages=10, wait_time=1) == []
+
+
+def _stored_anywhere(qc: QueueCluster, name: str, marker: bytes) -> bool:
+    """Whether a segment file of queue ``name`` on any host holds ``marker``
+    (bodies are stored as sent in an unencrypted queue)."""
+    for d in _stream_dirs(qc, name):
+        for f in d.glob("*.seg"):
+            try:
+                if marker in f.read_bytes():
+                    return True
+            except FileNotFoundError:  # (removed meanwhile)
+                pass
+    return False
+
+
+def test_a_queue_created_again_before_a_host_saw_it_gone_serves_none_of_the_deleted_messages(
+        qcluster: QueueCluster) -> None:
+    """(CREATE_QUEUE writes the config, then the partitions. A host that saw the
+    new config before the new partitions, and the old queue gone only then,
+    closed the deleted queue's streams keeping their data, opened them again
+    from disk once the new partitions came, and served the deleted messages
+    in the new queue.) The deletion and the new config land here in one
+    Consul transaction, so every host sees them at once."""
+    c = qcluster.client
+    api = consul_for(qcluster.factory.agent)
+    settings: dict[str, Any] = dict(partitions=4, replication_factor=2, visibility_timeout=60)
+    name = qcluster.queue_name("again")
+    key = kv.queue_config_key(name)
+    for round_ in range(3):  # (a host may also see the new partitions in the same snapshot: that case held)
+        q = c.create_queue(name, **settings)
+        q.send_batch([b"deleted-%d" % i for i in range(20)])
+        assert q.receive(max_messages=1, wait_time=1)
+        assert _stored_anywhere(qcluster, name, b"deleted-")
+        _, item = api.kv.get(key)
+        tomb = kv.encode_tombstone(item["CreateIndex"], int(time.time() * 1000))
+        ops: list[dict[str, Any]] = [{"KV": {"Verb": "set", "Key": kv.deleted_key(name),
+                                             "Value": base64.b64encode(tomb).decode()}}]
+        ops += [{"KV": {"Verb": "delete-tree", "Key": f"{prefix}{name}/"}}
+                for prefix in (f"{kv.PREFIX}queues/", f"{kv.PREFIX}leaders/", f"{kv.PREFIX}positions/",
+                               kv.POSITIONS_PREFIX)]
+        ops.append({"KV": {"Verb": "set", "Key": key, "Value": base64.b64encode(item["Value"]).decode()}})
+        api.txn.put(ops)
+        assert api.kv.get(key)[1]["CreateIndex"] != item["CreateIndex"]
+        wait_for(lambda: not _stored_anywhere(qcluster, name, b"deleted-"), 10,
+                 f"round {round_}: the deleted queue's messages removed on every host")
+        again = c.create_queue(name, **settings)  # (its partitions: written by now, or now)
+        again.send(b"new")
+        fresh = zmqueue.connect(qcluster.factory.agent.http_addr, request_timeout=10)
+        try:
+            got = drain_in_order(fresh.get_queue(name), 1, 15)
+            got += drain_in_order(fresh.get_queue(name), 1, 1)  # (anything else visible)
+        finally:
+            fresh.close()
+        assert got == [b"new"], f"round {round_}: {got}"

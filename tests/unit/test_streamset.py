@@ -299,3 +299,58 @@ def test_a_queue_deleted_and_created_again_before_a_host_saw_it_gone_starts_empt
         assert fresh.config.incarnation == 11 and fresh.store.stats(NOW)["total"] == 0
     finally:
         ss.close()
+
+
+def test_a_queue_created_again_before_its_partitions_are_assigned_drops_the_deleted_ones_data(
+        tmp_path: Path) -> None:
+    """(CREATE_QUEUE writes the config, then the partitions: a host that saw
+    the new config, without partitions yet, and the deleted queue's tombstone
+    closed the old streams keeping their data, and opened them again from disk
+    in the new queue once its partitions came: the deleted messages were
+    served under the new incarnation.)"""
+    ss = StreamSet("h1", tmp_path, StorageConfig(fsync="never"))
+    try:
+        def at(incarnation: int, assigned: bool = True, deleted: dict[str, int] | None = None) -> Metadata:
+            m = meta({"a": 1})
+            return replace(m, configs={"a": QueueConfig(name="a", incarnation=incarnation)},
+                           partitions=m.partitions if assigned else {}, deleted=deleted or {})
+
+        ss.reconcile(at(7), NOW)
+        st = ss.streams[("a", 0, "h1")]
+        st.store.append_batch([b"old"] * 5, NOW)
+        st.store.commit()
+        assert ss.reconcile(at(7, assigned=True, deleted={"a": 7}), NOW) == []  # a deletion under way
+        assert ss.reconcile(at(9, assigned=False, deleted={"a": 7}), NOW)  # 7 deleted, 9 not placed yet
+        assert not (tmp_path / "a" / "0" / "h1").exists()
+        ss.reconcile(at(9, deleted={"a": 7}), NOW)
+        assert ss.streams[("a", 0, "h1")].store.stats(NOW)["total"] == 0
+    finally:
+        ss.close()
+
+
+def test_a_stream_closed_with_its_data_kept_goes_when_its_queue_is_deleted(tmp_path: Path) -> None:
+    """A host that left a partition's replica set keeps the stream on disk;
+    the queue deleted meanwhile (and created again) must not find it there."""
+    ss = StreamSet("h1", tmp_path, StorageConfig(fsync="never"))
+    try:
+        def at(incarnation: int, replicas: tuple[str, ...],
+               deleted: dict[str, int] | None = None) -> Metadata:
+            return replace(meta({"a": 1}, replicas), deleted=deleted or {},
+                           configs={"a": QueueConfig(name="a", incarnation=incarnation)})
+
+        ss.reconcile(at(7, ("h1", "h2")), NOW)
+        st = ss.streams[("a", 0, "h1")]
+        st.store.append_batch([b"old"] * 5, NOW)
+        st.store.commit()
+        ss.reconcile(at(7, ("h2", "h3")), NOW)  # this host left: closed, kept on disk
+        assert keys(ss) == [] and (tmp_path / "a" / "0" / "h1").exists()
+        ss.reconcile(at(7, ("h2", "h3"), {"a": 7}), NOW)  # tombstone written, config still there
+        assert (tmp_path / "a" / "0" / "h1").exists()
+        ss.reconcile(at(9, ("h2", "h3"), {"a": 7}), NOW)  # deleted and created again
+        assert not (tmp_path / "a" / "0" / "h1").exists()
+        ss.reconcile(at(9, ("h1", "h2"), {"a": 7}), NOW)  # placed here again: starts empty
+        assert ss.streams[("a", 0, "h1")].store.stats(NOW)["total"] == 0
+        ss.reconcile(at(9, ("h2", "h3"), {"a": 7}), NOW)  # left again: kept (no tombstone names 9)
+        assert (tmp_path / "a" / "0" / "h1").exists()
+    finally:
+        ss.close()

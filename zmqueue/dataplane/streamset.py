@@ -62,6 +62,11 @@ def recovery_warning(name: str, report: RecoveryReport, last_seq: int, replicas:
             f"this copy is dropped; {repair} (docs/OPERATOR_GUIDE.md, \"Corrupt segments\")")
 
 
+def _tombstoned(meta: Metadata, queue: str, incarnation: int) -> bool:
+    """Whether a DELETE_QUEUE's tombstone names ``queue``'s ``incarnation``."""
+    return meta.deleted.get(queue) == incarnation
+
+
 def _carry(fresh: Stream, st: Stream) -> None:
     """What a stream started again around its store (a wipe, a cut) keeps of
     the one it replaces: its term and where it stands in its replica set."""
@@ -98,6 +103,12 @@ class StreamSet:
         rebuilt when it moves."""
         self._kept_warned: set[str] = set()
         """Queues gone from KV without a DELETE_QUEUE whose kept data was logged."""
+        self._kept: dict[StreamKey, int] = {}
+        """Streams closed with their data kept (this host left the partition's
+        replica set, the queue vanished from KV without a DELETE_QUEUE) -> the
+        incarnation of the queue they belong to: removed when a tombstone
+        names it (the queue was deleted while they were closed), never opened
+        again under another incarnation of that name."""
         self.failed: dict[StreamKey, OpenFailure] = {}
         """Streams this host should keep whose store failed to open (no
         space, a stray file, out of file descriptors): retried by every
@@ -127,6 +138,7 @@ class StreamSet:
     def reconcile(self, meta: Metadata, now_ms: int) -> list[StreamKey]:
         """Open what ``meta`` assigns here, close what it no longer does;
         returns the keys closed."""
+        self._drop_deleted_kept(meta)
         want: dict[StreamKey, tuple[QueueConfig, PartitionInfo]] = {}
         for part, info in meta.partitions.items():
             cfg = meta.configs.get(part[0])
@@ -140,7 +152,10 @@ class StreamSet:
         closed = []
         for key in list(self.streams):
             if key not in want:
-                self.close_stream(key, remove=self._deleted(key, meta))
+                inc, remove = self.streams[key].config.incarnation, self._deleted(key, meta)
+                self.close_stream(key, remove=remove)
+                if not remove:
+                    self._kept[key] = inc
                 closed.append(key)
         for key, (cfg, info) in want.items():
             replicas = info.replicas
@@ -188,9 +203,14 @@ class StreamSet:
         every stream deleted and removed acknowledged messages) keeps its data:
         the stream is closed, and opened from disk when the queue is back."""
         queue = key[0]
-        if queue in meta.configs:
-            return False  # (this host is no longer a replica of the partition)
-        if meta.deleted.get(queue) == self.streams[key].config.incarnation:
+        inc = self.streams[key].config.incarnation
+        cfg = meta.configs.get(queue)
+        if cfg is not None:
+            # this host is no longer a replica of the partition, or the queue was
+            # created again and its partitions are not assigned yet (the config is
+            # written first): the old queue's data, kept, came back in the new one
+            return _tombstoned(meta, queue, inc) and cfg.incarnation != inc
+        if _tombstoned(meta, queue, inc):
             return True
         if queue not in self._kept_warned:
             self._kept_warned.add(queue)
@@ -200,6 +220,25 @@ class StreamSet:
                         "it (zmqueue queue delete %s) to remove the data", queue,
                         self.path(key).parent.parent, queue)
         return False
+
+    def _drop_deleted_kept(self, meta: Metadata) -> None:
+        """Remove the data of closed streams whose queue a tombstone names
+        (deleted while they were closed; a tombstone beside the config of
+        that same incarnation is a DELETE_QUEUE under way)."""
+        for key, inc in list(self._kept.items()):
+            cfg = meta.configs.get(key[0])
+            if key in self.streams:
+                del self._kept[key]  # (opened again)
+            elif _tombstoned(meta, key[0], inc) and (cfg is None or cfg.incarnation != inc):
+                del self._kept[key]
+                self.trash.discard(self.path(key))
+                part = (key[0], key[1])
+                on_disk = self._local_origins(part)
+                on_disk.discard(key[2])
+                if not on_disk:
+                    del self._on_disk[part]
+                log.info("queue %s deleted: removed stream %s/%s (closed on this host)", key[0], key[1],
+                         key[2])
 
     def open_stream(self, key: StreamKey, cfg: QueueConfig, replicas: tuple[str, ...],
                     now_ms: int) -> Stream:
