@@ -92,3 +92,13 @@ class Cuttable:
     def close(self) -> None:
         self.listener.close()
         self.cut()
+
+
+def take_and_delete(q: Any, max_messages: int, into: list[bytes], wait_time: float = 1) -> int:
+    """One receive of ``q`` (a zmqueue Queue): the bodies appended to
+    ``into``, the messages deleted; returns how many came."""
+    msgs = q.receive(max_messages=max_messages, wait_time=wait_time)
+    into.extend(m.body for m in msgs)
+    if msgs:
+        q.delete_batch(msgs)
+    return len(msgs)

@@ -16,6 +16,7 @@ import pytest
 import zmqueue
 import zmqueue.aio
 from tests.conftest import QueueCluster, wait_for
+from tests.helpers import take_and_delete
 
 
 def addr(qcluster: QueueCluster) -> str:
@@ -474,10 +475,7 @@ def test_a_handler_cancelled_as_its_event_loop_ends_counts_once_without_a_traceb
             got: list[bytes] = []
 
             def both_back() -> bool:
-                msgs = q.receive(max_messages=2, wait_time=1)
-                got.extend(m.body for m in msgs)
-                if msgs:
-                    q.delete_batch(msgs)
+                take_and_delete(q, 2, got)
                 return len(got) >= 2
 
             wait_for(both_back, 20, "both messages back in their queue")

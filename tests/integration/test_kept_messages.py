@@ -13,6 +13,7 @@ import pytest
 
 import zmqueue
 from tests.conftest import QueueCluster, wait_for
+from tests.helpers import take_and_delete
 from zmqueue.client.transport import Connection
 from zmqueue.protocol import Command, group_partition
 
@@ -86,11 +87,7 @@ def test_a_kept_message_is_not_handed_out_after_another_consumer_received_and_de
         seen: list[bytes] = []
 
         def drained() -> bool:
-            msgs = producer.receive(max_messages=10, wait_time=1)
-            seen.extend(m.body for m in msgs)
-            if msgs:
-                producer.delete_batch(msgs)
-            return not msgs and producer.stats()["total"] == 0
+            return not take_and_delete(producer, 10, seen) and producer.stats()["total"] == 0
 
         wait_for(drained, 30, "the other consumer to receive and delete every message")
         assert len(set(seen)) == 2 * PARTITIONS
