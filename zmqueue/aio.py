@@ -248,9 +248,7 @@ class AsyncQueue:
         coroutine_function = is_async(handler)
 
         def orphaned() -> Unhandled:
-            """The program's loop ended without closing this subscription."""
-            for sub in started:
-                sub.stopped.set()
+            """The program's loop ended without closing this subscription (which stops on it)."""
             return Unhandled("its event loop was closed", stop=True)
 
         async def in_handler(awaitable: Awaitable[None]) -> None:
@@ -259,8 +257,6 @@ class AsyncQueue:
 
         def on_message(msg: Message) -> None:
             if self.client.closed:  # (closed meanwhile, by a handler say: its close goes on)
-                for sub in started:
-                    sub.stopped.set()
                 raise Unhandled("the client was closed", stop=True)
             if coroutine_function and loop.is_closed():
                 raise orphaned()

@@ -40,20 +40,22 @@ def validate_attributes(attrs: Any, at: int | None = None) -> dict[str, Any]:
     """``attrs`` checked; an error names message ``at`` of the request, if given."""
     if attrs is None:
         return {}
-    where = "" if at is None else f"message {at}: "
     if not isinstance(attrs, dict):
-        raise InvalidParameter(f"{where}attributes must be a map of name -> value", field="attributes")
+        raise _bad_attributes(at, "attributes must be a map of name -> value")
     if len(attrs) > MAX_ATTRIBUTES:
-        raise InvalidParameter(f"{where}too many attributes: {len(attrs)} (the limit is {MAX_ATTRIBUTES})",
-                               field="attributes", count=len(attrs), limit=MAX_ATTRIBUTES)
+        raise _bad_attributes(at, f"too many attributes: {len(attrs)} (the limit is {MAX_ATTRIBUTES})",
+                              count=len(attrs), limit=MAX_ATTRIBUTES)
     for k, v in attrs.items():
         if not isinstance(k, str) or not 0 < len(k) <= MAX_ATTRIBUTE_NAME:
-            raise InvalidParameter(f"{where}attribute name {k!r:.60} must be 1-{MAX_ATTRIBUTE_NAME} chars",
-                                   field="attributes")
+            raise _bad_attributes(at, f"attribute name {k!r:.60} must be 1-{MAX_ATTRIBUTE_NAME} chars")
         if not isinstance(v, str | int | float | bytes) or isinstance(v, bool):
-            raise InvalidParameter(f"{where}attribute {k!r:.60} must be a str, int, float or bytes",
-                                   field="attributes")
+            raise _bad_attributes(at, f"attribute {k!r:.60} must be a str, int, float or bytes")
     return attrs
+
+
+def _bad_attributes(at: int | None, why: str, **details: Any) -> InvalidParameter:
+    """InvalidParameter on ``attributes``, naming message ``at`` of the request if given."""
+    return InvalidParameter(why if at is None else f"message {at}: {why}", field="attributes", **details)
 
 
 def encode_blob(attrs: dict[str, Any], group: str | None, dedup: str | None,
