@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import logging
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +110,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     consul = consul_addresses(args.consul)[0] if args.consul else None
     cluster = LocalCluster(Path(args.data_dir), hosts=args.hosts, clusters=args.clusters,
                            consul=consul, secure=args.secure)
-    interrupt_on_signals()
+    stop = interrupt_on_signals()
     try:
         with console.status("starting Consul and hosts..."):
             cluster.start()  # on failure or Ctrl-C it stops what it started
@@ -124,7 +123,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if cluster.client_secret_file is not None:
             console.print(f"secured: connect with curve_secret_file='{cluster.client_secret_file}'")
         console.print(f"logs and data in {Path(args.data_dir).resolve()}; Ctrl-C stops everything")
-        threading.Event().wait(args.duration)
+        stop.wait(args.duration)  # (set by a signal whose KeyboardInterrupt was lost, too)
     except KeyboardInterrupt:
         pass
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 from typing import NoReturn
 
 from rich.console import Console
@@ -53,20 +54,27 @@ def hosts_table(hosts: list[HostInfo]) -> Table:
     return table
 
 
-def interrupt_on_signals() -> None:
+def interrupt_on_signals() -> threading.Event:
     """Make Ctrl-C (SIGINT) and SIGTERM raise KeyboardInterrupt in the main
-    thread, once, so a command that started processes stops them by pid.
+    thread, once, so a command that started processes stops them by pid;
+    the returned event is set too, for the command's waits.
 
     Needed twice over: a process started as a background job inherits SIGINT
     *ignored* (so Ctrl-C or ``kill -INT`` would do nothing), and SIGTERM's
     default action kills the command at once, leaving its hosts running.
     After the first signal both are ignored, so a second one cannot cut the
-    stopping short."""
+    stopping short. The event matters because the KeyboardInterrupt can be
+    lost: raised while a finalizer runs (urllib3 closing a collected
+    connection pool), Python prints it as "Exception ignored" and goes on, and
+    ``zmqueue up`` then ran out its whole --duration with both signals ignored."""
+    stop = threading.Event()
 
     def interrupt(signum: int, frame: object) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        stop.set()
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
+    return stop

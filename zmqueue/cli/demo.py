@@ -169,7 +169,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise ConfigError(f"the demo needs at least 1 host, got --hosts {args.hosts}", field="hosts")
     work = Path(args.data_dir or tempfile.mkdtemp(prefix="zmqueue-demo-"))
     cluster = LocalCluster(work, hosts=args.hosts)
-    interrupt_on_signals()
+    stop = interrupt_on_signals()
     with console.status("starting Consul and hosts..."):
         cluster.start()
     try:
@@ -200,7 +200,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         console.print(f"Consul UI: [bold]{cluster.ui_url}[/] (services: zmqueue; KV: zmqueue/)")
         if args.keep > 0:
             console.print(f"keeping the cluster up for {args.keep:.0f} s; Ctrl-C to stop now")
-            time.sleep(args.keep)
+            stop.wait(args.keep)  # (set by a signal whose KeyboardInterrupt was lost, too)
     except KeyboardInterrupt:
         pass
     finally:
