@@ -221,9 +221,8 @@ class QueueConfig:
         """Build from a JSON object; unknown keys go to ``extra``; validates."""
         if not isinstance(data, dict):
             raise ConfigError("queue config must be a JSON object", field="config")
-        known = {f.name for f in fields(cls)} - NOT_SETTINGS
-        kwargs = {k: v for k, v in data.items() if k in known}
-        extra = {k: v for k, v in data.items() if k not in known}
+        kwargs = {k: v for k, v in data.items() if k in QUEUE_SETTINGS}
+        extra = {k: v for k, v in data.items() if k not in QUEUE_SETTINGS}
         try:
             cfg = cls(**kwargs, extra=extra, given=frozenset(kwargs))
         except TypeError as exc:
@@ -245,8 +244,7 @@ class QueueConfig:
         settable = set(MUTABLE_SETTINGS.values())
         fixed = sorted(k for k in changes if k not in settable)
         if fixed:
-            known = {f.name for f in fields(QueueConfig)} - NOT_SETTINGS
-            unknown = [k for k in fixed if k not in known]
+            unknown = [k for k in fixed if k not in QUEUE_SETTINGS]
             if unknown:
                 shown = ", ".join(f"{k!r:.40}" for k in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
                 raise ConfigError(f"unknown queue settings [{shown}]; settable: {sorted(settable)}",
@@ -267,6 +265,8 @@ acknowledged on that quorum (the writer election counts on it: after a
 change from ``majority`` to ``all`` it would elect a replica without records
 a majority acknowledged; a host refuses a KV edit of them, see
 ``controlplane/kvhealth.py``)."""
+QUEUE_SETTINGS = frozenset(f.name for f in fields(QueueConfig)) - NOT_SETTINGS
+"""The names of a queue config's settings, as in its JSON in KV."""
 
 MUTABLE_SETTINGS: dict[str, str] = {
     "visibility_timeout": "visibility_timeout_s",

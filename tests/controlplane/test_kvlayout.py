@@ -302,6 +302,41 @@ def test_a_config_edit_that_drops_a_setting_is_a_problem_naming_it_and_the_typo(
     assert fixed_setting_edits(old, kv.parse_tree([same_item])[0]) == []
 
 
+def test_a_config_edit_adding_a_misspelled_setting_is_a_problem_naming_the_setting() -> None:
+    """(An operator adding ``visibilty_timeout_s: 60`` beside the real
+    setting saw the edit accepted: kept as an unknown field, it changed
+    nothing.) Unknown fields far from every setting's name stay accepted."""
+    import json
+
+    from zmqueue.controlplane.kvhealth import fixed_setting_edits, keep_last_good
+
+    key = kv.queue_config_key("orders")
+    old = _config_state(QueueConfig("orders", visibility_timeout_s=30), created=5, modified=5)
+
+    def edited(index: int, **fields: object) -> kv.ClusterState:
+        raw = json.loads(kv.encode_queue_config(QueueConfig("orders", visibility_timeout_s=30)))
+        raw.update(fields)
+        it = item(key, json.dumps(raw).encode(), index=index)
+        it["CreateIndex"] = 5
+        state, problems = kv.parse_tree([it])
+        assert problems == []
+        return state
+
+    typo = edited(9, visibilty_timeout_s=60, delay_s=5)
+    [problem] = fixed_setting_edits(old, typo)
+    assert problem.key == key
+    assert "unknown field 'visibilty_timeout_s' (a typo of 'visibility_timeout_s'?)" in problem.reason
+    kept = keep_last_good(old, typo, [problem]).configs["orders"]
+    assert kept.delay_s == 0 and kept.visibility_timeout_s == 30
+    # still refused while the field stays (the kept config is compared with the next snapshot)
+    still = edited(11, visibilty_timeout_s=60)
+    assert len(fixed_setting_edits(keep_last_good(old, typo, [problem]), still)) == 1
+    # a field no setting is near (a newer version's setting, a note) is kept, not a problem
+    noted = edited(13, owner_team="payments", delay_s=5)
+    assert fixed_setting_edits(old, noted) == []
+    assert noted.configs["orders"].extra == {"owner_team": "payments"}
+
+
 def test_a_positions_listing_decodes_by_stream_and_skips_what_it_cannot_read():
     from zmqueue.controlplane.kvlayout import POSITIONS_PREFIX, Position, decode_stream_positions
 

@@ -22,11 +22,12 @@ its cluster does not have (:func:`unknown_replica_edits`).
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Collection, Iterable
 from dataclasses import replace
 
-from zmqueue.config import FIXED_AT_CREATION
+from zmqueue.config import FIXED_AT_CREATION, QUEUE_SETTINGS
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.advisory import NOTES_CHARS_MAX, WarningCheck
 from zmqueue.controlplane.consul_client import ConsulClient
@@ -94,6 +95,28 @@ def fixed_setting_edits(prev: kv.ClusterState, state: kv.ClusterState) -> list[k
             unknown = f"; unknown field(s) {', '.join(sorted(new.extra))}: a typo?" if new.extra else ""
             out.append(kv.Malformed(key, f"missing {was}, which would reset to the default{unknown}; the "
                                          "queue keeps its previous config: put the setting back"))
+            continue
+        near = misspelled_settings(set(new.extra) - set(old.extra))
+        if near:
+            named = "; ".join(f"unknown field {k!r:.60} (a typo of {s!r}?)" for k, s in near)
+            out.append(kv.Malformed(key, f"{named}: it would change nothing, the queue keeps its previous "
+                                         "config; set the setting by its name and remove the misspelled "
+                                         "field"))
+    return out
+
+
+def misspelled_settings(unknown: Iterable[str]) -> list[tuple[str, str]]:
+    """The unknown config fields in ``unknown`` that look like a setting's
+    name misspelled (``visibilty_timeout_s``), each with that name. An edit
+    adding one is refused as a problem: kept as an unknown field, it would
+    change nothing while the operator believes it did. Unknown fields far
+    from every setting's name stay accepted (a newer version's settings)."""
+    names = sorted(QUEUE_SETTINGS)
+    out = []
+    for key in sorted(unknown):
+        close = difflib.get_close_matches(key, names, n=1, cutoff=0.8)
+        if close:
+            out.append((key, close[0]))
     return out
 
 
