@@ -25,7 +25,7 @@ from analytics.layout import ReadUnit
 from analytics.options import DEFAULT_BATCH_ROWS
 from analytics.schema import TS, arrow_schema
 from analytics.sealed import BODY, FLAG_SEAL_KNOWN, FLAG_SEALED, OVERHEAD, KeyRing, is_sealed
-from analytics.segments import RECORD_TYPES, BadBlock, Block, iter_blocks
+from analytics.segments import RECORD_TYPES, BadBlock, Block, BlockHeader, iter_blocks, missing
 
 
 def strings(values: list[str]) -> pa.Array:
@@ -208,13 +208,17 @@ def read_unit(unit: ReadUnit, opts: ReadOptions) -> Iterator[pa.RecordBatch]:
     batch), and a one-row batch per bad block."""
     pending: list[pa.RecordBatch] = []
     rows = 0
+    last: BlockHeader | None = None
+    bad = False
     for item in iter_blocks(unit.path, unit.start, unit.end):
         if isinstance(item, BadBlock):
+            bad = True
             if pending:
                 yield _concat(pending)
                 pending, rows = [], 0
             yield bad_block_batch(unit, item, opts.columns, opts.not_null)
             continue
+        last = item.header
         batch = block_batch(unit, item, opts)
         if batch is None:
             continue
@@ -225,6 +229,11 @@ def read_unit(unit: ReadUnit, opts: ReadOptions) -> Iterator[pa.RecordBatch]:
             pending, rows = [], 0
     if pending:
         yield _concat(pending)
+    ends_file = unit.end is None  # (a range cut from a file's unit keeps its next_seq: not its end)
+    if unit.next_seq is not None and ends_file and last is not None and not bad and \
+            last.last_seq + 1 != unit.next_seq:
+        gap = BadBlock(last.end, missing(last.last_seq, unit.next_seq), fatal=True)
+        yield bad_block_batch(unit, gap, opts.columns, opts.not_null)
 
 
 def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:

@@ -18,7 +18,7 @@ import itertools
 import json
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analytics.segments import block_offsets, file_size
@@ -38,6 +38,10 @@ class ReadUnit:
     path: str
     start: int = 0
     end: int | None = None
+    next_seq: int | None = None
+    """The first seq of the stream's next segment file (its name), on the unit
+    that reads a file to its end (``end`` None): the reader reports a gap
+    between the two (:func:`analytics.segments.missing`)."""
 
 
 def host_name(host_dir: Path) -> str:
@@ -116,11 +120,20 @@ def plan_units(paths: Iterable[str | Path], split_bytes: int = DEFAULT_SPLIT_BYT
     names = host_names(host_dirs)
     for host_dir in host_dirs:
         host = names[host_dir]
-        for queue, part, origin, seg in segment_files(host_dir):
-            if queues is not None and queue not in queues:
-                continue
-            units.extend(_split(host, queue, part, origin, seg, split_bytes))
+        files = [f for f in segment_files(host_dir) if queues is None or f[0] in queues]
+        for i, (queue, part, origin, seg) in enumerate(files):
+            cut = _split(host, queue, part, origin, seg, split_bytes)
+            after = files[i + 1] if i + 1 < len(files) else None
+            if cut and after is not None and after[:3] == (queue, part, origin):
+                cut[-1] = replace(cut[-1], next_seq=_base_seq(after[3]))
+            units.extend(cut)
     return units
+
+
+def _base_seq(seg: Path) -> int | None:
+    """A segment file's first seq, from its name (None: not a seq)."""
+    stem = seg.name.removesuffix(".seg")
+    return int(stem) if stem.isascii() and stem.isdigit() else None
 
 
 def _split(host: str, queue: str, part: int, origin: str, seg: Path, split_bytes: int) -> list[ReadUnit]:

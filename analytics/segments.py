@@ -180,6 +180,15 @@ GONE = ("segment file removed while the job ran (a running host's compaction rem
 """The reason of the row for a file that was listed but is gone when read."""
 
 
+def missing(last_seq: int, next_seq: int) -> str:
+    """The reason of the row for a gap between a stream's segment files: the
+    next file's first seq (its name) does not follow this file's last record."""
+    return (f"the stream's next segment file starts at seq {next_seq}, this one ends at seq "
+            f"{last_seq}: the records between are missing (a segment file lost or removed by hand; "
+            "the engine's recovery ends the log here and drops the later files, "
+            "docs/SEGMENT_FORMAT.md), or the log was cut while the job ran")
+
+
 def file_size(path: Path | str) -> int:
     """The file's size; 0 when it is gone (removed since it was listed)."""
     try:

@@ -14,6 +14,7 @@ from analytics.batches import read_unit
 from analytics.blob import decode_blob
 from analytics.layout import find_host_dirs, plan_units, segment_files
 from analytics.options import parse_options
+from analytics.partitions import equal_partitions
 from analytics.reader import read_options, read_table
 from analytics.segments import (
     GONE,
@@ -298,6 +299,46 @@ def test_a_segment_compacted_away_while_the_job_runs_is_one_corrupt_row_not_a_fa
     assert lost
     assert [seg for *_, seg in segment_files(host)] == [Path(u.path) for u in units if u.path != gone]
     assert list(segment_files(tmp_path / "no-such-host")) == []  # (a directory gone meanwhile)
+
+
+def test_a_segment_file_missing_between_two_others_is_a_corrupt_row_naming_the_gap(tmp_path: Path) -> None:
+    """(A stream's files were read one after another whatever their seqs: a
+    file lost in the middle left a silent hole in the job's records, where the
+    engine's recovery ends the log before it.) The gap is one corrupt row on
+    the file before it; a complete log has none, split into ranges or not."""
+    host = tmp_path / "h1"
+    (host / "queues").mkdir(parents=True)
+    (host / "host.json").write_text(json.dumps({"node": "node-a", "cluster": "c", "pid": 1}))
+    store = PartitionStore.open(host / "queues" / "q" / "0",
+                                StorageConfig(fsync="never", segment_bytes_max=4096), now_ms=T0)
+    for i in range(12):  # random bodies: each block ~1 KiB, files roll every few blocks
+        store.append([NewMessage(uuid.uuid4().bytes, os.urandom(1000))], T0 + i)
+        store.commit()
+    store.close()
+    opts = read_options(parse_options({"paths": str(tmp_path)}))
+
+    def rows(split_bytes: int, parts: int = 0) -> list[dict[str, object]]:
+        units = plan_units([tmp_path], split_bytes=split_bytes)
+        if parts:  # (Spark's minPartitions cuts units at block starts)
+            units = [u for p in equal_partitions(units, parts) for u in p]
+        return [r for u in units for b in read_unit(u, opts) for r in b.to_pylist()]
+
+    assert [r["seq"] for r in rows(1 << 20)] == list(range(1, 13))
+    assert [r["seq"] for r in rows(2048)] == list(range(1, 13))
+    assert [r["seq"] for r in rows(1 << 20, parts=7)] == list(range(1, 13))
+    files = [seg for *_, seg in segment_files(host)]
+    assert len(files) >= 3
+    before_ends = max(int(s) for b in iter_blocks(files[0]) if not isinstance(b, BadBlock)
+                      for s in b.table["seq"])
+    os.unlink(files[1])
+    for split in (1 << 20, 2048):
+        got = rows(split)
+        [bad] = [r for r in got if r["corrupt"]]
+        assert bad["segment"] == files[0].name and bad["seq"] is None
+        assert (f"next segment file starts at seq {int(files[2].stem)}, this one ends at seq {before_ends}"
+                in str(bad["corrupt"]))
+        assert {r["seq"] for r in got if not r["corrupt"]} == set(range(1, 13)) - set(
+            range(before_ends + 1, int(files[2].stem)))
 
 
 def test_two_copies_of_one_hosts_log_are_two_replicas_and_dirs_named_seg_are_skipped(
