@@ -354,3 +354,53 @@ def test_a_stream_closed_with_its_data_kept_goes_when_its_queue_is_deleted(tmp_p
         assert (tmp_path / "a" / "0" / "h1").exists()
     finally:
         ss.close()
+
+
+def test_a_restarted_host_drops_its_copies_of_a_queue_deleted_while_it_was_down(tmp_path: Path) -> None:
+    """(A host knew its streams' incarnation only while it ran: down while a
+    queue was deleted and created again, it opened its copies of the deleted
+    queue in the new one and served their messages.) A stream's directory
+    records its incarnation; a started host removes the copies a deletion's
+    tombstone names, opened here or not, and keeps the others."""
+    def at(inc: int, replicas: tuple[str, ...] = ("h1", "h2"), deleted: int | None = None) -> Metadata:
+        return Metadata(configs={q: QueueConfig(name=q, incarnation=inc) for q in ("a", "b")},
+                        partitions={(q, 0): PartitionInfo(replicas if q == "a" else ("h2", "h3"))
+                                    for q in ("a", "b")},
+                        deleted={} if deleted is None else {"a": deleted, "b": deleted})
+
+    first = StreamSet("h1", tmp_path, StorageConfig(fsync="never"))
+    try:
+        first.reconcile(at(5, ("h1", "h2", "h3")), NOW)
+        for st in first.streams.values():
+            st.store.append_batch([b"old"] * 3, NOW)
+            st.store.commit()
+        first.reconcile(at(5, ("h1", "h2")), NOW)  # h3 left a's set: its copy stays, closed
+        assert (tmp_path / "a" / "0" / "h3" / "incarnation").read_text() == "5\n"
+    finally:
+        first.close()
+    (tmp_path / "b" / "0" / "h2").mkdir(parents=True)  # a copy of a partition not placed here
+    (tmp_path / "b" / "0" / "h2" / "incarnation").write_text("5\n")
+
+    # Consul lost its state and the queue was created again by hand: no tombstone, the data is kept
+    kept = StreamSet("h1", tmp_path, StorageConfig(fsync="never"))
+    try:
+        kept.reconcile(at(7), NOW)
+        assert keys(kept) == [("a", 0, "h1"), ("a", 0, "h2"), ("a", 0, "h3")]
+        assert all(st.store.last_seq == 3 for st in kept.streams.values())
+        assert (tmp_path / "a" / "0" / "h1" / "incarnation").read_text() == "7\n"
+        assert (tmp_path / "b" / "0" / "h2").is_dir()
+    finally:
+        kept.close()
+
+    # deleted (the tombstone names incarnation 7) and created again (9) while this host was down
+    ss = StreamSet("h1", tmp_path, StorageConfig(fsync="never"))
+    try:
+        ss.reconcile(at(9, deleted=7), NOW)
+        assert keys(ss) == [("a", 0, "h1"), ("a", 0, "h2")]  # (h3's copy was of the deleted queue)
+        assert all(st.store.last_seq == 0 for st in ss.streams.values())
+        assert not (tmp_path / "a" / "0" / "h3").exists()
+        assert (tmp_path / "b" / "0" / "h2").is_dir(), "b's copy is of incarnation 5, which no tombstone names"
+        ss.reconcile(at(9, deleted=5), NOW)
+        assert not (tmp_path / "b" / "0" / "h2").exists()
+    finally:
+        ss.close()

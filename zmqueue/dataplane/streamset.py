@@ -1,7 +1,10 @@
 """The streams this host keeps: opened, reconciled with metadata, wiped.
 
 Layout: ``<data dir>/queues/<queue>/<partition>/<origin>/`` holds one
-stream's segment files; a removed stream's directory goes to the trash
+stream's segment files and ``incarnation`` (the incarnation of the queue the
+stream belongs to, as text: a host down while its queue was deleted and
+created again removes its copies of the deleted one when it comes back,
+instead of serving them in the new one); a removed stream's directory goes to the trash
 (:mod:`zmqueue.dataplane.trash`) and is deleted in the background. A stream
 is kept while its queue exists and this host is a replica of its partition,
 or while it still holds messages (a standard stream whose origin left the
@@ -11,6 +14,7 @@ replica set keeps its messages deliverable).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,11 +27,23 @@ from zmqueue.dataplane.stream import Role, Stream
 from zmqueue.dataplane.topology import Metadata, PartitionInfo, PartKey, StreamKey
 from zmqueue.dataplane.trash import Trash
 from zmqueue.errors import ZmqueueError
+from zmqueue.numbers import digits
 
 log = logging.getLogger(__name__)
 
 OPEN_RETRY_MS = 2000
 """How often a stream whose store failed to open is tried again."""
+INCARNATION_FILE = "incarnation"
+"""The file in a stream's directory naming its queue's incarnation."""
+
+
+def read_incarnation(stream_dir: Path) -> int | None:
+    """The incarnation a stream's directory records (None: none, or unreadable)."""
+    try:
+        text = (stream_dir / INCARNATION_FILE).read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return digits(text, 20)
 
 
 @dataclass
@@ -103,6 +119,8 @@ class StreamSet:
         rebuilt when it moves."""
         self._kept_warned: set[str] = set()
         """Queues gone from KV without a DELETE_QUEUE whose kept data was logged."""
+        self._scanned = False
+        """Whether the first reconcile read the incarnations of the streams on disk."""
         self._kept: dict[StreamKey, int] = {}
         """Streams closed with their data kept (this host left the partition's
         replica set, the queue vanished from KV without a DELETE_QUEUE) -> the
@@ -138,6 +156,9 @@ class StreamSet:
     def reconcile(self, meta: Metadata, now_ms: int) -> list[StreamKey]:
         """Open what ``meta`` assigns here, close what it no longer does;
         returns the keys closed."""
+        if not self._scanned:
+            self._scanned = True
+            self._scan_disk()
         self._drop_deleted_kept(meta)
         want: dict[StreamKey, tuple[QueueConfig, PartitionInfo]] = {}
         for part, info in meta.partitions.items():
@@ -175,6 +196,8 @@ class StreamSet:
                     self.version += 1
                     # (a host that left the set no longer counts toward acks)
                     st.follower_pos = {n: q for n, q in st.follower_pos.items() if n in replicas}
+                if st.config.incarnation != cfg.incarnation:  # (its config put back in KV by hand)
+                    self._note_incarnation(key, cfg.incarnation)
                 if st.config is not cfg and st.config != cfg:  # changed (set_attributes, a KV edit)
                     st.store.reconfigure(storage_config(cfg, self.defaults))
                     if st.config.sync_replication != cfg.sync_replication:
@@ -221,6 +244,43 @@ class StreamSet:
                         self.path(key).parent.parent, queue)
         return False
 
+    def _scan_disk(self) -> None:
+        """Note every stream on disk whose directory records an incarnation as
+        closed with its data kept (a host knows nothing of its streams when it
+        starts): those of a queue deleted while the host was down, named by
+        the deletion's tombstone, are then removed, and never opened in a
+        queue of that name created again meanwhile. The others are opened as
+        the metadata says, or stay closed."""
+        try:
+            for qdir in self.root.iterdir() if self.root.is_dir() else ():
+                for pdir in qdir.iterdir() if qdir.is_dir() else ():
+                    n = digits(pdir.name)
+                    if n is None or not pdir.is_dir():
+                        continue
+                    for odir in pdir.iterdir():
+                        inc = read_incarnation(odir)
+                        key = (qdir.name, n, odir.name)
+                        if inc and key not in self.streams:
+                            self._kept.setdefault(key, inc)
+        except OSError as exc:
+            log.warning("could not list the streams in %s (%s): copies of a queue deleted while this host "
+                        "was down may stay on disk until it is deleted again", self.root, exc)
+
+    def _note_incarnation(self, key: StreamKey, incarnation: int) -> None:
+        """Record the incarnation of stream ``key``'s queue in its directory
+        (0: not known, nothing written)."""
+        path = self.path(key)
+        if incarnation <= 0 or read_incarnation(path) == incarnation:
+            return
+        tmp = path / f"{INCARNATION_FILE}.tmp"
+        try:
+            tmp.write_text(f"{incarnation}\n", encoding="ascii")
+            os.replace(tmp, path / INCARNATION_FILE)
+        except OSError as exc:
+            log.warning("stream %s: could not record its queue's incarnation (%s); if this host is down "
+                        "while the queue is deleted and created again, it keeps this copy (and may serve "
+                        "it in the new queue)", "/".join(map(str, key)), exc)
+
     def _drop_deleted_kept(self, meta: Metadata) -> None:
         """Remove the data of closed streams whose queue a tombstone names
         (deleted while they were closed; a tombstone beside the config of
@@ -251,6 +311,7 @@ class StreamSet:
         except ZmqueueError as exc:
             self._open_failed(key, exc, now_ms)
             raise
+        self._note_incarnation(key, cfg.incarnation)
         failure = self.failed.pop(key, None)
         if failure is not None:
             log.warning("opened stream %s after %d failed attempts (the last: %s)", name,
