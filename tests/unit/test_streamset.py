@@ -399,7 +399,7 @@ def test_a_restarted_host_drops_its_copies_of_a_queue_deleted_while_it_was_down(
         assert keys(ss) == [("a", 0, "h1"), ("a", 0, "h2")]  # (h3's copy was of the deleted queue)
         assert all(st.store.last_seq == 0 for st in ss.streams.values())
         assert not (tmp_path / "a" / "0" / "h3").exists()
-        assert (tmp_path / "b" / "0" / "h2").is_dir(), "b's copy is of incarnation 5, which no tombstone names"
+        assert (tmp_path / "b" / "0" / "h2").is_dir(), "b's copy: incarnation 5, no tombstone names it"
         ss.reconcile(at(9, deleted=5), NOW)
         assert not (tmp_path / "b" / "0" / "h2").exists()
     finally:
