@@ -38,7 +38,8 @@ from zmqueue.client.client import Client
 from zmqueue.client.client import connect as connect_blocking
 from zmqueue.client.models import AttributeValue, Message, OutgoingMessage
 from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
-from zmqueue.client.queue import Deletable, Queue, deletables
+from zmqueue.client.queue import Queue
+from zmqueue.client.receipts import Deletable, deletables
 from zmqueue.client.receiver import OnDeleted, ReceivePipeline
 from zmqueue.client.redrive import RedriveReport
 from zmqueue.client.subscription import Subscription, Unhandled, is_async

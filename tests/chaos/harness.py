@@ -25,7 +25,7 @@ import consul
 
 import zmqueue
 from tests.helpers import Cuttable
-from zmqueue.client.queue import Deletable
+from zmqueue.client.receipts import Deletable
 from zmqueue.localcluster import ConsulAgent, HostProcess
 
 STALL_WINDOW_S = 20.0

@@ -14,6 +14,7 @@ import pytest
 import zmqueue
 from tests.conftest import QueueCluster, wait_for
 from tests.helpers import take_and_delete
+from zmqueue.client.receiving import give_back
 from zmqueue.client.transport import Connection
 from zmqueue.protocol import Command, group_partition
 
@@ -122,7 +123,7 @@ def test_a_message_the_handle_gives_back_keeps_its_receive_count(qcluster: Queue
     mid = q.send(b"once", group_id="g")
     [m] = wait_for(lambda: q.receive(wait_time=1), 10, "the message")
     assert m.receive_count == 1
-    q._release([m])  # (what the handle does with a kept message it will not hand out)
+    give_back(q, [m])  # (what the handle does with a kept message it will not hand out)
     [again] = wait_for(lambda: q.receive(wait_time=1), 10, "the message back at once, not dead-lettered")
     assert (again.id, again.receive_count) == (mid, 1)
     q.delete(again)

@@ -221,16 +221,16 @@ def test_calls_waiting_in_other_threads_get_client_closed_when_the_client_closes
     q = c.create_queue(qcluster.queue_name("closing"))
     outcomes: list[BaseException | None] = []
 
-    def long_poll() -> None:
+    def receive_waiting() -> None:
         try:
             q.receive(wait_time=20)
             outcomes.append(None)
         except BaseException as exc:  # the outcome is what the test checks
             outcomes.append(exc)
 
-    t = threading.Thread(target=long_poll, daemon=True)
+    t = threading.Thread(target=receive_waiting, daemon=True)
     t.start()
-    wait_for(lambda: waiting_in(t, "poll") and waiting_in(t, "_long_poll"), 10, "the long poll waiting")
+    wait_for(lambda: waiting_in(t, "poll") and waiting_in(t, "long_poll"), 10, "the long poll waiting")
     c.close()
     t.join(10)
     assert not t.is_alive(), "the long poll ended once its client closed"

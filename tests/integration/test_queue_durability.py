@@ -13,6 +13,7 @@ import pytest
 import zmqueue
 from tests.conftest import HostFactory, all_passing, wait_for
 from tests.helpers import check_statuses
+from zmqueue.client.receiving import receive_targets
 from zmqueue.localcluster import ConsulAgent, HostProcess
 from zmqueue.protocol import Command
 
@@ -108,7 +109,7 @@ def test_a_receive_waits_out_the_restart_of_the_only_host_serving_the_queue(
         def no_targets() -> bool:
             q._refreshed_at = 0.0  # allow a refresh now
             q.refresh()
-            return not q._receive_targets()
+            return not receive_targets(q)
 
         wait_for(no_targets, 30, "routes without a host serving the queue")
         # stats with no host to ask: a clear Unavailable, not an empty answer

@@ -6,12 +6,14 @@ from __future__ import annotations
 import copy
 import threading
 import time
+from typing import Any
 
 import pytest
 
 import zmqueue
 from tests.conftest import QueueCluster, wait_for
 from zmqueue import OutgoingMessage
+from zmqueue.client import receiving
 from zmqueue.protocol import Command, Receipt
 
 
@@ -209,7 +211,7 @@ def test_change_visibility_batch_releases_extends_and_answers_for_each_receipt(
 
 @pytest.mark.parametrize("fifo", [False, True], ids=["standard", "fifo"])
 def test_a_long_poll_on_a_queue_deleted_while_it_waits_raises_queue_not_found(
-        qcluster: QueueCluster, fifo: bool) -> None:
+        qcluster: QueueCluster, fifo: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """As a receive without a wait does, and well before its wait ends (it
     returned [] after the whole wait)."""
     c = qcluster.client
@@ -218,13 +220,13 @@ def test_a_long_poll_on_a_queue_deleted_while_it_waits_raises_queue_not_found(
     assert q.receive(wait_time=0) == []
     out: dict[str, object] = {}
     polling = threading.Event()
-    long_poll = q._long_poll
+    long_poll = receiving.long_poll
 
-    def spy(*args: object) -> object:  # (the real long poll, once it starts)
+    def spy(*args: Any) -> Any:  # (the real long poll, once it starts)
         polling.set()
         return long_poll(*args)
 
-    q._long_poll = spy
+    monkeypatch.setattr(receiving, "long_poll", spy)
 
     def poll() -> None:
         t0 = time.monotonic()

@@ -9,6 +9,7 @@ from typing import Any
 
 import zmqueue
 from tests.conftest import QueueCluster, wait_for
+from zmqueue.client.receiving import receive_targets
 from zmqueue.client.routing import FIFO_ORIGIN
 from zmqueue.protocol import Command
 
@@ -26,7 +27,7 @@ def test_a_receive_re_reads_stale_routes_and_finds_messages_on_a_host_it_did_not
         # stale: this consumer believes a also writes b's stream (as while a had
         # taken it over), so b, which writes it again, is not asked
         route.writers[b] = a
-        assert [ep for _, ep in consumer._receive_targets()] == [route.endpoint(a)]
+        assert [ep for _, ep in receive_targets(consumer)] == [route.endpoint(a)]
         producer = qcluster.client.get_queue(name)
         producer.routes.part(0).home = b  # sends go to b's own stream
         producer.send(b"on-b")
@@ -138,7 +139,7 @@ def test_a_fifo_receive_follows_the_writer_a_not_leader_names_without_re_reading
         [not_writer] = [n for n in route.replicas if n != writer]
         route.writers[FIFO_ORIGIN] = not_writer  # stale: points at the replica
         consumer._refreshed_at = time.monotonic() + 3600  # and no re-read of the routes
-        assert [ep for _, ep in consumer._receive_targets()] == [route.endpoint(not_writer)]
+        assert [ep for _, ep in receive_targets(consumer)] == [route.endpoint(not_writer)]
         msgs = consumer.receive(max_messages=1, wait_time=5)
         assert [m.body for m in msgs] == [b"one"]
         assert consumer.routes.part(0).writers[FIFO_ORIGIN] == writer

@@ -18,6 +18,7 @@ import zmqueue
 from tests.conftest import HostFactory, all_passing, wait_for
 from tests.helpers import check_statuses
 from zmqueue.client.breaker import BulkheadFull, CircuitOpen, Guards
+from zmqueue.client.receiving import receive_targets
 from zmqueue.localcluster import ConsulAgent, HostProcess
 
 TIMEOUT_S = 2.0
@@ -93,7 +94,7 @@ def test_a_receive_the_clients_guards_refuse_raises_their_error(
     with zmqueue.connect(consul_agent.http_addr, request_timeout=TIMEOUT_S, guards=guards) as c:
         q = c.create_queue("guarded")
         mid = q.send(b"kept")
-        [(_, ep)] = q._receive_targets()
+        [(_, ep)] = receive_targets(q)
         breaker, bulkhead = guards.for_endpoint(ep)
 
         breaker.failure()  # open

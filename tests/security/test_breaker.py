@@ -18,6 +18,7 @@ from zmqueue import protocol
 from zmqueue.client.breaker import BulkheadFull, CircuitOpen, Guards
 from zmqueue.client.client import Client
 from zmqueue.client.queue import Queue
+from zmqueue.client.receiving import long_poll
 from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.errors import ConnectionLost, RequestTimeout
 from zmqueue.protocol import Command
@@ -147,12 +148,12 @@ def test_long_polls_go_through_the_circuit_breaker(peer: SilentablePeer) -> None
     body = {"q": "lp", "max": 1}
     try:
         for _ in range(2):
-            assert q._long_poll([(0, peer.endpoint)], body, 50) == ([], True)
+            assert long_poll(q, [(0, peer.endpoint)], body, 50) == ([], True)
         breaker, _ = client.guards.for_endpoint(peer.endpoint)
         assert breaker.state == breaker.OPEN and breaker.failures == 2
         wait_for(lambda: peer.seen == 2, 5, "both long polls reached the peer")
         started = time.monotonic()
-        assert q._long_poll([(0, peer.endpoint)], body, 50) == ([], True)
+        assert long_poll(q, [(0, peer.endpoint)], body, 50) == ([], True)
         assert time.monotonic() - started < 0.05 and peer.seen == 2  # skipped: nothing sent
     finally:
         client.close()

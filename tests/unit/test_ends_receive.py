@@ -1,10 +1,10 @@
 """Which error replies end a receive, in the sweep and in the long poll alike
-(``zmqueue.client.queue.ends_receive``): the ones no retry within the wait
+(``zmqueue.client.receiving.ends_receive``): the ones no retry within the wait
 can change. Pure logic."""
 
 from __future__ import annotations
 
-from zmqueue.client.queue import ends_receive
+from zmqueue.client.receiving import ends_receive
 from zmqueue.errors import NotLeader, QueueNotFound, RequestTimeout, Unavailable
 
 

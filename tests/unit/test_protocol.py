@@ -218,7 +218,8 @@ def test_receipts_are_grouped_by_stream_in_order_and_results_land_at_their_index
     stream's order; _outcomes puts each host result at its receipt's index
     and refuses a results list of the wrong shape."""
     from zmqueue.client.models import Message, StreamRef
-    from zmqueue.client.queue import Queue, _outcomes
+    from zmqueue.client.queue import Queue
+    from zmqueue.client.receipts import _outcomes
     from zmqueue.config import QueueConfig
     from zmqueue.errors import InvalidReceipt
     from zmqueue.protocol import Receipt, ReceiptEncoder

@@ -2,7 +2,9 @@
 subscribe. Requests go to the hosts that write each partition's streams
 (:mod:`zmqueue.client.routing`); routing follows NotLeader replies and is
 refreshed after timeouts. Every retry reuses its request id, so a host that
-already applied a request answers from its reply cache."""
+already applied a request answers from its reply cache. How a receive finds
+its messages is :mod:`zmqueue.client.receiving`; batches of receipts (deletes,
+visibility changes) are :mod:`zmqueue.client.receipts`."""
 
 from __future__ import annotations
 
@@ -11,38 +13,34 @@ import itertools
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from zmqueue.client.breaker import CircuitOpen
+from zmqueue.client import receiving
 from zmqueue.client.leftovers import Leftovers
-from zmqueue.client.models import AttributeValue, Message, OutgoingMessage, StreamRef, batch_wire, column_ref
+from zmqueue.client.models import AttributeValue, Message, OutgoingMessage, StreamRef, batch_wire
 from zmqueue.client.pipeline import DEFAULT_WINDOW, PendingSend, SendPipeline
-from zmqueue.client.retry import RetryBudget, backoff, may_be_stored, reported
-from zmqueue.client.routing import FIFO_ORIGIN, Routes
-from zmqueue.client.transport import CLOSED, Connection, LinkWatch
+from zmqueue.client.receipts import Deletable, batch, by_stream, deletables
+from zmqueue.client.retry import RetryBudget, may_be_stored, reported
+from zmqueue.client.routing import FIFO_ORIGIN, REFRESH_MIN_S, Routes
+from zmqueue.client.transport import CLOSED
 from zmqueue.config import MAX_VISIBILITY_S, MUTABLE_SETTINGS, QueueConfig
 from zmqueue.errors import (
     ClientClosed,
     ConfigError,
     DiskFull,
     InvalidParameter,
-    InvalidReceipt,
     NotLeader,
     ProtocolError,
     QueueNotFound,
-    RequestTimeout,
     Unavailable,
     WrongPartition,
     ZmqueueError,
-    from_wire,
 )
 from zmqueue.protocol import (
     MAX_BATCH,
     RETRY_MARK,
     Command,
-    Receipt,
     ReceiptEncoder,
     group_partition,
     refused_plain_bodies,
@@ -60,12 +58,7 @@ T = TypeVar("T")
 _BYTES_ONLY = {bytes}
 """``set(map(type, items)) == _BYTES_ONLY``: a batch of plain bodies, tested in C
 (a generator of isinstance calls costs ~0.1 us per item)."""
-CANCEL_GRACE_MS = 2000
-REFRESH_MIN_S = 0.2
 REFRESH_TIMEOUT_MS = 1000
-LEFTOVERS_CHECK_S = REFRESH_MIN_S
-"""Kept messages are handed out only after the queue was re-read at most this
-long ago (a queue deleted and created again: the kept ones are of the old one)."""
 FOLLOW_ASK = 2
 """Known hosts a send's config re-read asks at most (:meth:`Queue.follow_config`)."""
 CONFIG_MAX_AGE_S = 2.0
@@ -77,84 +70,6 @@ ROUTES_MAX_AGE_S = 2.0
 a stream's writer can change without this client seeing an error (a dead
 host's stream handed back when it returns), and a receive asks only the hosts
 it knows to write a stream."""
-SHUFFLE_EVERY = 8
-"""Every 8th receive sweep asks its targets in plain random order, so messages
-on other hosts are found even while the last productive one never runs dry."""
-
-
-Deletable = str | Message
-"""What the delete calls take: a receipt text, or the received Message itself
-(a message read from a column group is then deleted by its (seq, receive
-count), without building or parsing its receipt)."""
-
-
-def deletables(receipts: Iterable[Deletable], call: str) -> list[Deletable]:
-    """``receipts`` as a list; one receipt or Message given alone (a str would
-    be split into characters, each refused as a malformed receipt) is
-    InvalidParameter saying to pass a list."""
-    if isinstance(receipts, str | bytes | Message):
-        raise InvalidParameter(f"{call} takes a list of receipts or Messages, got one "
-                               f"{type(receipts).__name__}: pass [it]", field="receipts")
-    return list(receipts)
-
-
-@dataclass
-class _Carry:
-    """Deletes riding on a receive's first request, sent to the stream's
-    writer: one stream's messages as receipt texts (``del``) or, when all were
-    read from column groups, as ``[origin, seqs, receive counts]`` (``dref``);
-    ``results`` once it answered."""
-
-    partition: int
-    origin: str
-    idxs: list[int]
-    field: str
-    items: list[Any]
-    results: list[Any] | None = None
-    incarnation: int | None = None
-    """The queue incarnation the ``dref`` messages were received from."""
-
-    @classmethod
-    def of(cls, partition: int, origin: str, idxs: list[int], receipts: list[Deletable]) -> _Carry:
-        """``receipts`` (one stream's, at ``idxs`` of the caller's list) by
-        reference if every one was read from a column group, else as texts."""
-        refs = delete_refs(origin, receipts)
-        if refs is None:
-            return cls(partition, origin, idxs, "del", [_text(r) for r in receipts])
-        return cls(partition, origin, idxs, "dref", refs[0], incarnation=refs[1])
-
-    def put(self, request: dict[str, Any]) -> None:
-        """Into a request body: ``del`` or ``dref`` (with ``inc``, when known)."""
-        request[self.field] = self.items
-        if self.incarnation is not None:
-            request["inc"] = self.incarnation
-
-
-@dataclass
-class _Tried:
-    """What one receive's requests came to so far: whether any host answered
-    (messages or none: the queue is then reachable, and ``[]`` means empty),
-    how many attempts (sweeps, long polls) were made, and the last failure
-    (an error reply, no reply, a refused link, the client's own guards)."""
-
-    give_up_at: float
-    """While no host answered: when the receive stops retrying (the request timeout after it began)."""
-    answered: bool = False
-    attempts: int = 0
-    error: ZmqueueError | None = None
-    taken_at: float = 0.0
-    """When the messages returned were taken, as this client can tell: the start
-    of the sweep that got them, or the arrival of a long poll's first answer
-    with messages (:mod:`zmqueue.client.leftovers`)."""
-
-    def failure(self, queue: str) -> ZmqueueError:
-        """The error a receive that no host answered raises: the last
-        attempt's, of its class (RequestTimeout, CircuitOpen, NotLeader...),
-        naming the queue and saying what to do."""
-        err = self.error or Unavailable("no host answered")
-        return type(err)(f"no host serving {queue!r} answered this receive after {self.attempts} "
-                         f"attempt(s) (last: {err.message}); its messages are kept: retry once its "
-                         "hosts are up (zmqueue status)", **{**err.details, "queue": queue})
 
 
 def _incarnation(info: dict[str, Any]) -> int | None:
@@ -162,50 +77,6 @@ def _incarnation(info: dict[str, Any]) -> int | None:
     that names none)."""
     inc = info.get("inc")
     return inc if type(inc) is int and inc > 0 else None
-
-
-def _text(item: Deletable) -> str:
-    """A receipt text (a Message's receipt, built now if it was not yet)."""
-    return item if isinstance(item, str) else item.receipt
-
-
-def delete_refs(origin: str, items: Sequence[Deletable]) -> tuple[list[Any], int | None] | None:
-    """``dref`` for these messages of one stream and the queue incarnation
-    they were received from, if every one was read from a column group of
-    that incarnation (else None: they go as receipt texts, which carry it)."""
-    first = column_ref(items[0]) if items and isinstance(items[0], Message) else None
-    if first is None:
-        return None
-    inc = first[0].incarnation
-    seqs: list[int] = []
-    counts: list[int] = []
-    for m in items:
-        ref = column_ref(m) if isinstance(m, Message) else None
-        if ref is None or ref[0].incarnation != inc:  # (or of a queue deleted since, and its successor)
-            return None
-        seqs.append(ref[1])
-        counts.append(ref[2])
-    return [origin, seqs, counts], inc
-
-
-def ends_receive(err: ZmqueueError) -> bool:
-    """An error a host answers a RECEIVE with that no retry within the
-    receive's wait can change: the queue is gone, or the host holds messages
-    of this encrypted queue but not its key. The sweep and the long poll both
-    raise it when nothing else arrived (a retry until the wait ends answered
-    [] after the whole wait)."""
-    return isinstance(err, QueueNotFound) or (isinstance(err, Unavailable)
-                                              and bool(err.details.get("missing_key")))
-
-
-def _outcomes(idxs: list[int], results: list[Any], out: list[ZmqueueError | None]) -> None:
-    """Per-receipt results of a host (nil or an error map) into ``out`` at ``idxs``."""
-    if not isinstance(results, list) or len(results) != len(idxs):
-        raise ProtocolError(f"malformed results for {len(idxs)} receipts in a reply: {results!r:.80}")
-    if results.count(None) == len(results):  # all done (``out`` holds None already)
-        return
-    for i, res in zip(idxs, results, strict=True):
-        out[i] = None if res is None else from_wire(res)
 
 
 Targets = Callable[[], list[str]]
@@ -513,8 +384,8 @@ class Queue:
         others answer; when none answered at all (every try, retried for the
         request timeout, failed), the last failure is raised (an Unavailable:
         RequestTimeout, CircuitOpen, ...), never ``[]``: empty means empty."""
-        self._check_receive(max_messages, wait_time)
-        return self._receive(max_messages, wait_time, visibility_timeout)
+        receiving.check_receive(max_messages, wait_time)
+        return receiving.receive(self, max_messages, wait_time, visibility_timeout)
 
     def delete_and_receive(self, receipts: Iterable[Deletable], max_messages: int = 1, wait_time: float = 0,
                            visibility_timeout: int | None = None
@@ -529,34 +400,7 @@ class Queue:
         could not take with the receive, go as separate DELETE requests.
         ``receipts`` may hold the received Messages themselves (the quickest:
         their receipts need not be built, sent or parsed)."""
-        receipts = deletables(receipts, "delete_and_receive")
-        if not receipts:
-            return [], self.receive(max_messages, wait_time, visibility_timeout)
-        self._check_receive(max_messages, wait_time)
-        groups = self.by_stream(receipts)
-        out: list[ZmqueueError | None] = [None] * len(receipts)
-        carry: _Carry | None = None
-        targets: list[tuple[int, str]] | None = None
-        self._leftovers.prune(time.monotonic(), self.incarnation)
-        if not self._leftovers:
-            targets = self._targets_now()
-            for (p, origin), idxs in sorted(groups.items(), key=lambda g: -len(g[1])):
-                eps = self.routes.for_stream(p, origin)
-                if eps and (p, eps[0]) in targets:
-                    carry = _Carry.of(p, origin, idxs, [receipts[i] for i in idxs])
-                    del groups[(p, origin)]
-                    first = (p, eps[0])
-                    targets = [first, *[t for t in targets if t != first]]
-                    break
-        for (p, origin), idxs in groups.items():
-            self._apply(Command.DELETE, receipts, idxs, p, origin, None, out)
-        msgs = self._receive(max_messages, wait_time, visibility_timeout, carry, targets)
-        if carry is not None:
-            if carry.results is None:  # not taken with the receive: a DELETE of its own
-                self._apply(Command.DELETE, receipts, carry.idxs, carry.partition, carry.origin, None, out)
-            else:
-                _outcomes(carry.idxs, carry.results, out)
-        return out, msgs
+        return receiving.delete_and_receive(self, receipts, max_messages, wait_time, visibility_timeout)
 
     def receive_pipeline(self, max_messages: int = 10, wait_time: float = 1.0,
                          visibility_timeout: int | None = None, in_flight: int = 2,
@@ -568,20 +412,6 @@ class Queue:
         from zmqueue.client.receiver import ReceivePipeline
 
         return ReceivePipeline(self, max_messages, wait_time, visibility_timeout, in_flight, on_deleted)
-
-    @staticmethod
-    def _check_receive(max_messages: int, wait_time: float) -> None:
-        if type(max_messages) is not int or not 1 <= max_messages <= MAX_BATCH:
-            raise InvalidParameter(f"max_messages must be 1 to {MAX_BATCH} (a whole number), got "
-                                   f"{max_messages!r}", field="max_messages")
-        if type(wait_time) not in (int, float) or not 0 <= wait_time <= 20:
-            raise InvalidParameter(f"wait_time must be 0 to 20 seconds, got {wait_time!r}",
-                                   field="wait_time")
-
-    def _targets_now(self) -> list[tuple[int, str]]:
-        """Where a receive asks now (routes re-read when old, or while empty)."""
-        self._fresh_routes()
-        return self._until_known(self._receive_targets, f"no host serves {self.name!r} now; retry")
 
     def _until_known(self, find: Callable[[], list[T]], unavailable: str) -> list[T]:
         """What ``find`` returns, once it is not empty: while it is (routes
@@ -600,259 +430,10 @@ class Queue:
             self.refresh()
         return found
 
-    def _receive(self, max_messages: int, wait_time: float, visibility_timeout: int | None,
-                 carry: _Carry | None = None, targets: list[tuple[int, str]] | None = None
-                 ) -> list[Message]:
-        """Kept messages first (:mod:`zmqueue.client.leftovers`), else a sweep
-        of ``targets`` (default: the current ones; ``carry`` rides on the
-        first), then a long poll."""
-        if self._leftovers:
-            self._fresh_routes(LEFTOVERS_CHECK_S)  # (the queue deleted and created again?)
-            out, release = self._leftovers.take(max_messages, time.monotonic(), self.incarnation)
-            self._release(release)
-            if out:
-                return out
-        if targets is None:
-            targets = self._targets_now()
-        body: dict[str, Any] = {"q": self.name, "max": max_messages, "cols": True}
-        if visibility_timeout is not None:
-            body["vis_s"] = visibility_timeout
-        now = time.monotonic()
-        deadline = now + wait_time
-        tried = _Tried(now + self.client.request_timeout_ms / 1000)
-        got = self._sweep(targets, body, max_messages, carry, tried)
-        targets = self._receive_targets() or targets  # the sweep may have re-routed
-        while not got:
-            now = time.monotonic()
-            if now >= deadline:
-                if tried.answered:  # the queue is reachable, and empty (or on hosts that failed)
-                    break
-                if tried.attempts >= 2 and now >= tried.give_up_at:
-                    err = tried.failure(self.name)
-                    raise err from tried.error
-                # no host answered yet (a failover, a host restarting): sweep again,
-                # for as long as a request is retried
-                time.sleep(backoff(tried.attempts))
-                self.refresh()
-                targets = self._receive_targets() or targets
-                got = self._sweep(targets, body, max_messages, None, tried)
-                continue
-            got, failed = self._long_poll(targets, body, int((deadline - now) * 1000), tried)
-            if got or not failed:
-                break
-            time.sleep(0.05)  # a host refused (not the writer yet): re-route and wait again
-            self.refresh()
-            targets = self._receive_targets() or targets
-        vis = self.config.visibility_timeout_s if visibility_timeout is None else visibility_timeout
-        out, release = self._leftovers.split(got, max_messages, tried.taken_at, vis)
-        self._release(release)
-        return out
-
-    def _receive_targets(self) -> list[tuple[int, str]]:
-        n = self.config.partitions
-        start = next(self._rr) % n
-        pairs = [(p, ep) for i in range(n) for p in [(start + i) % n] for ep in self.routes.for_receive(p)]
-        random.shuffle(pairs)
-        lucky = self._lucky
-        if lucky is not None and next(self._sweeps) % SHUFFLE_EVERY and lucky in pairs:
-            # where messages were last time is the likeliest place now (one
-            # producer's messages sit on its home host): one round trip, not ~n/2
-            pairs.remove(lucky)
-            pairs.insert(0, lucky)
-        return pairs
-
-    def _release(self, msgs: list[Message]) -> None:
-        """Give back messages this handle took but will not hand out: visible
-        now, their receive counts as before (CHANGE_VISIBILITY ``back``: a
-        message nobody saw must not near max_receive_count; FIFO: the kept
-        ones of a group it hands a message of out come back behind it); if
-        that fails they come back after their visibility timeout."""
-        if msgs:
-            with contextlib.suppress(ZmqueueError):
-                self._batch(Command.CHANGE_VISIBILITY, list(msgs), [0] * len(msgs), {"back": True})
-
-    def _sweep(self, targets: list[tuple[int, str]], body: dict[str, Any], max_n: int,
-               carry: _Carry | None = None, tried: _Tried | None = None) -> list[Message]:
-        """Ask each target once without waiting, until max_n are collected;
-        the first carries ``carry``'s deletes (``carry`` is the first target).
-        A host that answered with messages and ``"x": false`` (its copies of
-        the partition's other streams hold nothing visible) ends the sweep of
-        that partition: one round trip where a sweep of R hosts took R.
-        A target that fails is skipped (the others may answer); ``tried``
-        hears whether any answered, and the last failure."""
-        if tried is None:
-            tried = _Tried(0.0)
-        tried.attempts += 1
-        started = time.monotonic()
-        out: list[Message] = []
-        stale = False
-        final: Unavailable | None = None
-        """A refusal that ends the receive if nothing else arrives (:func:`ends_receive`)."""
-        done: set[int] = set()  # partitions whose other hosts hold nothing visible (reply "x")
-        for k, (p, ep) in enumerate(targets):
-            if len(out) >= max_n:
-                break
-            if p in done:
-                continue
-            ask = {**body, "p": p, "max": max_n - len(out), "wait_ms": 0}
-            if k == 0 and carry is not None:
-                carry.put(ask)
-            try:
-                reply = self.client.request(ep, Command.RECEIVE, ask)
-            except NotLeader as exc:  # FIFO: the one stream's writer is named; else re-read routes
-                named = self.config.fifo and self._follow(p, FIFO_ORIGIN, exc) is not None
-                stale = stale or not named
-                tried.error = exc
-                continue
-            except Unavailable as exc:
-                stale = True
-                if ends_receive(exc):
-                    final = exc
-                tried.error = exc
-                continue
-            tried.answered = True
-            if k == 0 and carry is not None:
-                carry.results = reply.get("dr")  # None from a host that predates "del" / "dref"
-            got = self.messages_of(p, reply)
-            if got:
-                self._lucky = (p, ep)
-                out.extend(got)
-                if reply.get("x") is False:  # its copies of the partition's other streams are empty
-                    done.add(p)
-        if stale:
-            self.refresh()
-        if final is not None and not out:
-            raise final  # (no retry within the wait changes it: the messages wait for their key)
-        if out:
-            tried.taken_at = started
-        return out
-
-    def _long_poll(self, targets: list[tuple[int, str]], body: dict[str, Any], wait_ms: int,
-                   tried: _Tried | None = None) -> tuple[list[Message], bool]:
-        """Park a long poll on every target at once; the first answer with
-        messages wins, the others are cancelled and their answers merged.
-        Also says whether any target refused (error reply or no reply).
-        Several targets may share a connection (one host writing streams of
-        several partitions): requests are matched by request id. Each host's
-        circuit breaker is asked first (an open one is skipped, as a refusal)
-        and told the outcome: an answer is a success, silence a failure.
-        An answer that :func:`ends_receive` (the queue deleted while the poll
-        waited, say) ends the poll and is raised if nothing else arrived.
-        ``tried`` hears whether any target answered, and the last failure."""
-        if tried is None:
-            tried = _Tried(0.0)
-        tried.attempts += 1
-        pending: dict[int, tuple[int, str]] = {}
-        watch = LinkWatch()
-        failed = False
-        final: ZmqueueError | None = None
-        asked: set[str] = set()
-        for p, ep in targets:
-            if ep not in asked:
-                try:
-                    self.client.guards.for_endpoint(ep)[0].before()
-                except CircuitOpen as exc:
-                    failed = True
-                    tried.error = exc
-                    continue
-                asked.add(ep)
-            conn = self.client.connection(ep)
-            watch.add(conn)
-            rid = conn.next_request_id()
-            conn.send(Command.RECEIVE, {**body, "p": p, "wait_ms": wait_ms}, rid)
-            pending[rid] = (p, ep)
-        out: list[Message] = []
-        silent: set[str] = set()
-        """Hosts that did not answer (or whose link dropped): their breakers hear of it."""
-        deadline = time.monotonic() + (wait_ms + self.client.request_timeout_ms) / 1000
-        cancelled = False
-        while pending and time.monotonic() < deadline:
-            timeout = max(0, int((deadline - time.monotonic()) * 1000))
-            readable, dropped = watch.poll(timeout)
-            for conn in readable + dropped:
-                # (a dropped link: the host died or restarted; answers that
-                # came first are taken, the others cannot come)
-                for data in conn.recv_queued():
-                    waiting = len(pending)
-                    err = self._take_reply(conn, data, pending, out)
-                    if err is not None:
-                        failed = True
-                        tried.error = err
-                        if ends_receive(err):
-                            final = err
-                    elif len(pending) < waiting:
-                        tried.answered = True
-            for conn in dropped:
-                lost = [rid for rid, (_, ep) in pending.items() if ep == conn.endpoint]
-                for rid in lost:
-                    del pending[rid]
-                if lost:
-                    silent.add(conn.endpoint)
-                    tried.error = conn.lost("RECEIVE")
-            if (out or final) and not cancelled:
-                cancelled = True
-                tried.taken_at = time.monotonic()
-                for rid, (p, ep) in pending.items():
-                    conn = self.client.connection(ep)
-                    conn.send(Command.CANCEL, {"q": self.name, "p": p, "rid": rid}, conn.next_request_id())
-                deadline = min(deadline, time.monotonic() + CANCEL_GRACE_MS / 1000)
-        if not cancelled and pending:
-            silent.update(ep for _, ep in pending.values())
-            ep = next(iter(pending.values()))[1]
-            tried.error = RequestTimeout(f"RECEIVE to {ep} got no reply within {wait_ms} ms of waiting and "
-                                         f"{self.client.request_timeout_ms} ms more", endpoint=ep)
-        for ep in asked:
-            breaker = self.client.guards.for_endpoint(ep)[0]
-            if ep in silent:
-                breaker.failure()
-            else:
-                breaker.success()
-        if final is not None and not out:
-            raise final
-        return out, failed or bool(silent)
-
-    def _take_reply(self, conn: Connection, data: bytes, pending: dict[int, tuple[int, str]],
-                    out: list[Message]) -> ZmqueueError | None:
-        """A frame read from ``conn``: an awaited reply's messages go to
-        ``out``; the error if it was an error reply."""
-        frame = conn.reply_of(data)
-        if frame is None:
-            return None
-        asked = pending.pop(frame.request_id, None) if frame.command == Command.RECEIVE else None
-        if asked is None:
-            return None
-        if frame.is_error:
-            err = from_wire(frame.body)
-            if isinstance(err, NotLeader):
-                self._follow(asked[0], FIFO_ORIGIN if self.config.fifo else None, err)
-            return err
-        got = self.messages_of(asked[0], frame.body)
-        if got:
-            self._lucky = asked
-            out.extend(got)
-        return None
-
     def messages_of(self, p: int, reply: dict[str, Any]) -> list[Message]:
         """The messages of a RECEIVE reply or a DELIVER push: lists (``m``),
         then column groups (``ms``, from a host that reads ``cols``)."""
-        out = [Message.from_wire(self.name, m) for m in reply["m"]]
-        groups = reply.get("ms")
-        if not groups:
-            return out
-        inc = reply.get("inc")  # the queue's incarnation (None from a host that names none)
-        if not (inc is None or (type(inc) is int and inc >= 0)):
-            raise ProtocolError("malformed incarnation in a receive reply")
-        for group in groups:
-            if not (isinstance(group, list) and len(group) == 7 and isinstance(group[0], str)
-                    and type(group[1]) is int):
-                raise ProtocolError("malformed column group in a receive reply")
-            key = (p, group[0], group[1], inc)
-            stream = self._streams.get(key)
-            if stream is None:
-                stream = self._streams[key] = StreamRef(p, group[0], group[1],
-                                                        ReceiptEncoder(self.name, p, group[0], inc), inc)
-            out.extend(Message.from_columns(self.name, stream, group))
-        return out
+        return receiving.messages_of(self, p, reply)
 
     # --- delete / visibility ---------------------------------------------------------
     def delete(self, receipt: Deletable) -> None:
@@ -865,7 +446,7 @@ class Queue:
     def delete_batch(self, receipts: Iterable[Deletable]) -> list[ZmqueueError | None]:
         """Delete up to 1000 messages, by receipt or received Message; returns
         one outcome per item (None = deleted)."""
-        return self._batch(Command.DELETE, deletables(receipts, "delete_batch"), None)
+        return batch(self, Command.DELETE, deletables(receipts, "delete_batch"), None)
 
     def change_visibility(self, receipt: Deletable, timeout: int) -> None:
         """Make a received message visible after ``timeout`` seconds from now (0 = now)."""
@@ -889,62 +470,12 @@ class Queue:
             if type(t) is not int or not 0 <= t <= MAX_VISIBILITY_S:
                 raise InvalidParameter(f"visibility timeout must be 0-{MAX_VISIBILITY_S} seconds, "
                                        f"got {t!r}", field="visibility_timeout")
-        return self._batch(Command.CHANGE_VISIBILITY, items, timeouts)
-
-    def _batch(self, command: Command, receipts: list[Deletable], timeouts: list[int] | None,
-               extra: dict[str, Any] | None = None) -> list[ZmqueueError | None]:
-        """DELETE (``timeouts`` None) or CHANGE_VISIBILITY (one timeout per
-        receipt; ``extra``: more keys of each request's body)."""
-        out: list[ZmqueueError | None] = [None] * len(receipts)
-        for (p, origin), idxs in self.by_stream(receipts).items():
-            self._apply(command, receipts, idxs, p, origin, timeouts, out, extra)
-        return out
+        return batch(self, Command.CHANGE_VISIBILITY, items, timeouts)
 
     def by_stream(self, receipts: Sequence[Deletable]) -> dict[tuple[int, str], list[int]]:
         """Receipt indexes by stream (partition, origin); checks count and queue
         (used by the delete calls and by push subscriptions' batched deletes)."""
-        if not 1 <= len(receipts) <= MAX_BATCH:
-            raise InvalidParameter(f"1 to {MAX_BATCH} receipts per batch, got {len(receipts)}")
-        groups: dict[tuple[int, str], list[int]] = {}
-        reader, group = self._reader
-        name = self.name
-        last: StreamRef | None = None  # the stream of the previous column-read message, and its list
-        last_idxs: list[int] = []
-        for i, r in enumerate(receipts):
-            if isinstance(r, Message):
-                ref = column_ref(r)
-                if ref is not None and r.queue == name:  # read from a column group
-                    if ref[0] is not last:
-                        last = ref[0]
-                        last_idxs = groups.setdefault((last.partition, last.origin), [])
-                    last_idxs.append(i)
-                    continue
-                r = r.receipt
-            if reader is None or reader.read(r) is None:  # not the last receipt's stream
-                rec = Receipt.decode(r)
-                if rec.queue != self.name:
-                    raise InvalidParameter(f"receipt {i} belongs to queue {rec.queue!r}, not {self.name!r}")
-                if rec.partition >= self.config.partitions:
-                    raise InvalidReceipt(f"receipt {i} names partition {rec.partition}, but queue "
-                                         f"{self.name!r} has {self.config.partitions}: it is not a "
-                                         "receipt this queue handed out", partition=rec.partition)
-                group = (rec.partition, rec.origin)
-                reader = ReceiptEncoder(self.name, *group, rec.incarnation)
-            groups.setdefault(group, []).append(i)
-        self._reader = (reader, group)
-        return groups
-
-    def _apply(self, command: Command, receipts: list[Deletable], idxs: list[int], p: int, origin: str,
-               timeouts: list[int] | None, out: list[ZmqueueError | None],
-               extra: dict[str, Any] | None = None) -> None:
-        """One DELETE / CHANGE_VISIBILITY of one stream's receipts; outcomes into ``out``."""
-        items: list[Any] = [_text(receipts[i]) if timeouts is None else [_text(receipts[i]), timeouts[i]]
-                            for i in idxs]
-        body = {"q": self.name, "p": p, "r": items}
-        if extra:
-            body.update(extra)
-        reply = self.call(p, command, body, partial(self.routes.for_stream, p, origin), origin)
-        _outcomes(idxs, reply["results"], out)
+        return by_stream(self, receipts)
 
     # --- whole queue -----------------------------------------------------------------
     def set_attributes(self, **settings: Any) -> QueueConfig:

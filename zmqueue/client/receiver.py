@@ -70,7 +70,8 @@ from typing import TYPE_CHECKING, Any
 
 from zmqueue.client.breaker import CircuitBreaker
 from zmqueue.client.models import Message
-from zmqueue.client.queue import Deletable, _Carry, _outcomes, deletables
+from zmqueue.client.receipts import Deletable, _Carry, _outcomes, deletables
+from zmqueue.client.receiving import check_receive, targets_now
 from zmqueue.client.routing import FIFO_ORIGIN
 from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.errors import (
@@ -119,7 +120,7 @@ class ReceivePipeline:
     def __init__(self, queue: Queue, max_messages: int = 10, wait_time: float = 1.0,
                  visibility_timeout: int | None = None, in_flight: int = DEFAULT_IN_FLIGHT,
                  on_deleted: OnDeleted | None = None) -> None:
-        queue._check_receive(max_messages, wait_time)
+        check_receive(max_messages, wait_time)
         if type(in_flight) is not int or not 1 <= in_flight <= MAX_IN_FLIGHT:
             raise InvalidParameter(f"in_flight must be 1 to {MAX_IN_FLIGHT}", field="in_flight")
         if on_deleted is not None and not callable(on_deleted):
@@ -212,10 +213,11 @@ class ReceivePipeline:
     # --- requests ahead ----------------------------------------------------------
     def _top_up(self) -> None:
         """While the last answer was a full batch: send until ``in_flight`` are
-        in flight, to where it came from (but see ``Queue._receive_targets``: now
-        and then elsewhere)."""
+        in flight, to where it came from (but see
+        :func:`~zmqueue.client.receiving.receive_targets`: now and then
+        elsewhere)."""
         while self._ahead and len(self._asks) < self.in_flight:
-            p, endpoint = self.queue._targets_now()[0]
+            p, endpoint = targets_now(self.queue)[0]
             if self.queue.client.guards.for_endpoint(endpoint)[0].state != CircuitBreaker.CLOSED:
                 self._ahead = False  # a host that failed lately: the plain receive probes it
                 return

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from zmqueue.client.models import Message, OutgoingMessage
+from zmqueue.client.receiving import check_receive
 from zmqueue.config import MAX_VISIBILITY_S
 from zmqueue.errors import InvalidParameter, QueueNotFound, ZmqueueError
 
@@ -60,7 +61,7 @@ def _check(dlq: Queue, to: str | None, max_messages: int | None, visibility_time
     if type(visibility_timeout) is not int or not 1 <= visibility_timeout <= MAX_VISIBILITY_S:
         raise InvalidParameter(f"visibility_timeout must be 1 to {MAX_VISIBILITY_S} seconds, "
                                f"got {visibility_timeout!r}", field="visibility_timeout")
-    dlq._check_receive(1, wait_time)
+    check_receive(1, wait_time)
 
 
 def _target(dlq: Queue, name: str) -> Queue:

@@ -19,6 +19,10 @@ from typing import Any
 
 from zmqueue.protocol import FIFO_ORIGIN as FIFO_ORIGIN
 
+REFRESH_MIN_S = 0.2
+"""A queue handle re-reads its routes at most this often (unless forced:
+:meth:`zmqueue.client.queue.Queue.refresh`)."""
+
 
 @dataclass
 class PartitionRoute:

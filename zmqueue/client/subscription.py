@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from zmqueue.client.models import Message
-from zmqueue.client.queue import delete_refs
+from zmqueue.client.receipts import delete_refs
 from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.errors import (
     ConnectionLost,
