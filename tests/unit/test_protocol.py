@@ -215,11 +215,11 @@ def test_messages_from_a_column_group_are_the_messages_the_constructor_builds() 
 def test_receipts_are_grouped_by_stream_in_order_and_results_land_at_their_indexes() -> None:
     """Queue.by_stream groups received messages (column-read, of two streams
     interleaved) and receipt texts by (partition, origin), keeping each
-    stream's order; _outcomes puts each host result at its receipt's index
+    stream's order; outcomes puts each host result at its receipt's index
     and refuses a results list of the wrong shape."""
     from zmqueue.client.models import Message, StreamRef
     from zmqueue.client.queue import Queue
-    from zmqueue.client.receipts import _outcomes
+    from zmqueue.client.receipts import outcomes
     from zmqueue.config import QueueConfig
     from zmqueue.errors import InvalidReceipt
     from zmqueue.protocol import Receipt, ReceiptEncoder
@@ -246,13 +246,13 @@ def test_receipts_are_grouped_by_stream_in_order_and_results_land_at_their_index
         queue.by_stream([Receipt("q", 2, "h1", 9, 1, 1).encode()])  # not one this queue handed out
 
     out: list[errors.ZmqueueError | None] = [None] * 4
-    _outcomes([0, 2], [None, {"code": int(ErrorCode.INVALID_RECEIPT), "message": "stale"}], out)
+    outcomes([0, 2], [None, {"code": int(ErrorCode.INVALID_RECEIPT), "message": "stale"}], out)
     assert out[0] is None and isinstance(out[2], InvalidReceipt) and out[1] is None
-    _outcomes([1, 3], [None, None], out)
+    outcomes([1, 3], [None, None], out)
     assert out[1] is None and out[3] is None
     for bad in ([None], None, "x"):
         with pytest.raises(ProtocolError, match="malformed results"):
-            _outcomes([1, 3], bad, out)  # type: ignore[arg-type]
+            outcomes([1, 3], bad, out)  # type: ignore[arg-type]
 
 
 def test_send_replies_give_their_ids_as_hex_texts_in_order() -> None:

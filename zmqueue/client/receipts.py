@@ -11,7 +11,7 @@ DELETE / CHANGE_VISIBILITY request per stream, and one outcome per receipt in
 the caller's order (None, or the error the host answered for it). Messages
 read from column groups go by reference (``dref``: origin, seqs, receive
 counts), without building or parsing their receipts. A stream's deletes can
-also ride on a receive's first request (:class:`_Carry`)."""
+also ride on a receive's first request (:class:`Carry`)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def deletables(receipts: Iterable[Deletable], call: str) -> list[Deletable]:
 
 
 @dataclass
-class _Carry:
+class Carry:
     """Deletes riding on a receive's first request, sent to the stream's
     writer: one stream's messages as receipt texts (``del``) or, when all were
     read from column groups, as ``[origin, seqs, receive counts]`` (``dref``);
@@ -61,7 +61,7 @@ class _Carry:
     """The queue incarnation the ``dref`` messages were received from."""
 
     @classmethod
-    def of(cls, partition: int, origin: str, idxs: list[int], receipts: list[Deletable]) -> _Carry:
+    def of(cls, partition: int, origin: str, idxs: list[int], receipts: list[Deletable]) -> Carry:
         """``receipts`` (one stream's, at ``idxs`` of the caller's list) by
         reference if every one was read from a column group, else as texts."""
         refs = delete_refs(origin, receipts)
@@ -100,7 +100,7 @@ def delete_refs(origin: str, items: Sequence[Deletable]) -> tuple[list[Any], int
     return [origin, seqs, counts], inc
 
 
-def _outcomes(idxs: list[int], results: list[Any], out: list[ZmqueueError | None]) -> None:
+def outcomes(idxs: list[int], results: list[Any], out: list[ZmqueueError | None]) -> None:
     """Per-receipt results of a host (nil or an error map) into ``out`` at ``idxs``."""
     if not isinstance(results, list) or len(results) != len(idxs):
         raise ProtocolError(f"malformed results for {len(idxs)} receipts in a reply: {results!r:.80}")
@@ -165,4 +165,4 @@ def apply(queue: Queue, command: Command, receipts: list[Deletable], idxs: list[
     if extra:
         body.update(extra)
     reply = queue.call(p, command, body, partial(queue.routes.for_stream, p, origin), origin)
-    _outcomes(idxs, reply["results"], out)
+    outcomes(idxs, reply["results"], out)

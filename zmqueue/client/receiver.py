@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any
 
 from zmqueue.client.breaker import CircuitBreaker
 from zmqueue.client.models import Message
-from zmqueue.client.receipts import Deletable, _Carry, _outcomes, deletables
+from zmqueue.client.receipts import Carry, Deletable, deletables, outcomes
 from zmqueue.client.receiving import check_receive, targets_now
 from zmqueue.client.routing import FIFO_ORIGIN
 from zmqueue.client.transport import Connection, LinkWatch
@@ -246,7 +246,7 @@ class ReceivePipeline:
         self.requests += 1
         self._asks.append(_Ask(conn, rid, p, time.monotonic(), carried))
 
-    def _carry(self, p: int, endpoint: str) -> tuple[_Carry | None, list[Deletable]]:
+    def _carry(self, p: int, endpoint: str) -> tuple[Carry | None, list[Deletable]]:
         """The pending deletes of the stream that ``endpoint`` writes for
         partition ``p`` (the largest such group), to ride on the request.
         The others wait for the next request (which may go to their stream's
@@ -265,12 +265,12 @@ class ReceivePipeline:
         except ZmqueueError:  # a malformed receipt, or another queue's: refused alone
             acks, old = self._checked(acks, old)
             groups = self.queue.by_stream(acks) if acks else {}
-        carry: _Carry | None = None
+        carry: Carry | None = None
         carried: list[Deletable] = []
         for (gp, origin), idxs in sorted(groups.items(), key=lambda g: -len(g[1])):
             items = [acks[i] for i in idxs]
             if carry is None and gp == p and self.queue.routes.for_stream(gp, origin)[:1] == [endpoint]:
-                carry = _Carry.of(gp, origin, idxs, items)
+                carry = Carry.of(gp, origin, idxs, items)
                 carried = items
                 continue
             self._delete_now([acks[i] for i in idxs if i < old])
@@ -371,7 +371,7 @@ class ReceivePipeline:
             else:
                 n = len(ask.carried)
                 errors: list[ZmqueueError | None] = [None] * n
-                _outcomes(list(range(n)), results, errors)
+                outcomes(list(range(n)), results, errors)
                 self._outcome(ask.carried, errors)
 
     def _unanswered(self, asks: list[_Ask], err: ZmqueueError) -> None:

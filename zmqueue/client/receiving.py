@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from zmqueue.client.breaker import CircuitOpen
 from zmqueue.client.models import Message, StreamRef
-from zmqueue.client.receipts import Deletable, _Carry, _outcomes, apply, batch, by_stream, deletables
+from zmqueue.client.receipts import Carry, Deletable, apply, batch, by_stream, deletables, outcomes
 from zmqueue.client.retry import backoff
 from zmqueue.client.routing import FIFO_ORIGIN, REFRESH_MIN_S
 from zmqueue.client.transport import Connection, LinkWatch
@@ -121,7 +121,7 @@ def delete_and_receive(queue: Queue, receipts: Iterable[Deletable], max_messages
     check_receive(max_messages, wait_time)
     groups = by_stream(queue, receipts)
     out: list[ZmqueueError | None] = [None] * len(receipts)
-    carry: _Carry | None = None
+    carry: Carry | None = None
     targets: list[tuple[int, str]] | None = None
     queue._leftovers.prune(time.monotonic(), queue.incarnation)
     if not queue._leftovers:
@@ -129,7 +129,7 @@ def delete_and_receive(queue: Queue, receipts: Iterable[Deletable], max_messages
         for (p, origin), idxs in sorted(groups.items(), key=lambda g: -len(g[1])):
             eps = queue.routes.for_stream(p, origin)
             if eps and (p, eps[0]) in targets:
-                carry = _Carry.of(p, origin, idxs, [receipts[i] for i in idxs])
+                carry = Carry.of(p, origin, idxs, [receipts[i] for i in idxs])
                 del groups[(p, origin)]
                 first = (p, eps[0])
                 targets = [first, *[t for t in targets if t != first]]
@@ -141,12 +141,12 @@ def delete_and_receive(queue: Queue, receipts: Iterable[Deletable], max_messages
         if carry.results is None:  # not taken with the receive: a DELETE of its own
             apply(queue, Command.DELETE, receipts, carry.idxs, carry.partition, carry.origin, None, out)
         else:
-            _outcomes(carry.idxs, carry.results, out)
+            outcomes(carry.idxs, carry.results, out)
     return out, msgs
 
 
 def receive(queue: Queue, max_messages: int, wait_time: float, visibility_timeout: int | None,
-            carry: _Carry | None = None, targets: list[tuple[int, str]] | None = None
+            carry: Carry | None = None, targets: list[tuple[int, str]] | None = None
             ) -> list[Message]:
     """Kept messages first (:mod:`zmqueue.client.leftovers`), else a sweep
     of ``targets`` (default: the current ones; ``carry`` rides on the
@@ -220,7 +220,7 @@ def give_back(queue: Queue, msgs: list[Message]) -> None:
 
 
 def _sweep(queue: Queue, targets: list[tuple[int, str]], body: dict[str, Any], max_n: int,
-           carry: _Carry | None = None, tried: _Tried | None = None) -> list[Message]:
+           carry: Carry | None = None, tried: _Tried | None = None) -> list[Message]:
     """Ask each target once without waiting, until max_n are collected;
     the first carries ``carry``'s deletes (``carry`` is the first target).
     A host that answered with messages and ``"x": false`` (its copies of
