@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -268,3 +269,32 @@ def test_a_receive_given_back_spends_no_receive_count_also_after_a_restart(tmp_p
     with PartitionStore.open(tmp_path, StorageConfig(), now_ms=50) as store:
         (d,), _ = store.receive(1, 50, 60_000)
         assert d.receive_count == 1, "the give-backs were logged and replayed"
+
+
+def test_a_send_refused_only_for_its_size_says_what_it_would_leave(tmp_path: Path) -> None:
+    """(A 1 MB send on a disk 64.5 MiB free with a 64 MiB reserve was refused
+    saying the disk "has 64.5 MiB free, less than the 64.0 MiB kept free",
+    and the host's disk: check stayed away.)"""
+    from types import SimpleNamespace
+
+    from zmqueue.dataplane.storage.limits import FreeSpace
+    from zmqueue.host.host import NEAR_RESERVE_BYTES, Host
+
+    space = FreeSpace(tmp_path, min_free=64 << 20)
+    space.free, space._read_at = (64 << 20) + (512 << 10), float("inf")  # (the reading stands)
+    with pytest.raises(DiskFull, match=r"storing these 1048576 bytes would leave 63.5 MiB free on the disk "
+                                       r"holding .*, less than the 64.0 MiB kept free") as info:
+        space.admit(1 << 20)
+    assert info.value.details["size_bytes"] == 1 << 20
+    space.admit(1000)  # a small one fits
+    space.free = 60 << 20
+    with pytest.raises(DiskFull, match=r"has 60.0 MiB free, less than the 64.0 MiB kept free"):
+        space.admit(1)
+
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    def note(reserve: int) -> str:
+        return Host.disk_note(SimpleNamespace(config=SimpleNamespace(min_free_bytes=reserve),  # type: ignore[arg-type]
+                                              data_dir=tmp_path))
+    assert note(free - 2 * NEAR_RESERVE_BYTES) == ""
+    assert f"within {NEAR_RESERVE_BYTES >> 20} MiB of this host's" in note(free - NEAR_RESERVE_BYTES // 2)
+    assert "below this host's" in note(free + NEAR_RESERVE_BYTES)

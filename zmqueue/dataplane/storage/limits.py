@@ -46,13 +46,16 @@ class FreeSpace:
         if now - self._read_at >= SPACE_CHECK_S:
             self.free, self._read_at = disk_free(self.directory), now
         if self.free - size < self.min_free:
+            where = (f"disk holding {self.directory} has {self.free / MIB:.1f} MiB free, less than"
+                     if self.free < self.min_free else
+                     f"storing these {size} bytes would leave {(self.free - size) / MIB:.1f} MiB free on "
+                     f"the disk holding {self.directory}, less than")
             raise DiskFull(
-                f"disk holding {self.directory} has {self.free / MIB:.1f} MiB free, less than the "
-                f"{self.min_free / MIB:.1f} MiB kept free for receives and deletes (min_free_bytes, "
-                "a host's --min-free-disk-mb): new messages are refused until space is freed "
-                "there; consumers can still receive and delete",
+                f"{where} the {self.min_free / MIB:.1f} MiB kept free for receives and deletes "
+                "(min_free_bytes, a host's --min-free-disk-mb): new messages are refused until space "
+                "is freed there; consumers can still receive and delete",
                 path=str(self.directory), free_bytes=self.free, min_free_bytes=self.min_free,
-                stored=False)
+                size_bytes=size, stored=False)
         self.free -= size
 
 
