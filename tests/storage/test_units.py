@@ -278,7 +278,7 @@ def test_a_send_refused_only_for_its_size_says_what_it_would_leave(tmp_path: Pat
     from types import SimpleNamespace
 
     from zmqueue.dataplane.storage.limits import FreeSpace
-    from zmqueue.host.host import NEAR_RESERVE_BYTES, Host
+    from zmqueue.host.host import Host
 
     space = FreeSpace(tmp_path, min_free=64 << 20)
     space.free, space._read_at = (64 << 20) + (512 << 10), float("inf")  # (the reading stands)
@@ -295,6 +295,8 @@ def test_a_send_refused_only_for_its_size_says_what_it_would_leave(tmp_path: Pat
     def note(reserve: int) -> str:
         return Host.disk_note(SimpleNamespace(config=SimpleNamespace(min_free_bytes=reserve),  # type: ignore[arg-type]
                                               data_dir=tmp_path))
-    assert note(free - 2 * NEAR_RESERVE_BYTES) == ""
-    assert f"within {NEAR_RESERVE_BYTES >> 20} MiB of this host's" in note(free - NEAR_RESERVE_BYTES // 2)
-    assert "below this host's" in note(free + NEAR_RESERVE_BYTES)
+    # (other writers may move the free space by a few MiB meanwhile: the margins are wide)
+    assert note(free * 7 // 10) == "", "more than a quarter of the reserve above it"
+    reserve = free * 9 // 10
+    assert f"within {reserve // 4 >> 20} MiB of this host's {reserve >> 20} MiB reserve" in note(reserve)
+    assert "below this host's" in note(free + (64 << 20))

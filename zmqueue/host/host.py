@@ -57,9 +57,10 @@ from zmqueue.version import __version__
 log = logging.getLogger(__name__)
 
 STALL_LIMIT_S = 5.0
-NEAR_RESERVE_BYTES = 16 << 20
-"""Free space above the reserve under which the ``disk:`` check already
-warns: a send that would cut into the reserve is refused, a large one first."""
+NEAR_RESERVE_SHARE = 4
+"""The ``disk:`` check already warns with less free than the reserve plus a
+quarter of it (16 MiB over the default 64 MiB): a send that would cut into
+the reserve is refused, a large one first."""
 """The loop counts as hung when it made no progress for this long."""
 
 
@@ -361,11 +362,12 @@ class Host:
         has at least the reserve (``--min-free-disk-mb``) free."""
         reserve = self.config.min_free_bytes
         free = disk_free(self.data_dir)
-        if not reserve or free >= reserve + NEAR_RESERVE_BYTES:
+        near = reserve // NEAR_RESERVE_SHARE
+        if not reserve or free >= reserve + near:
             return ""
         if free >= reserve:  # (a send that would cut into the reserve is refused: a large one, first)
             return (f"{free >> 20} MiB free on the disk of {self.data_dir}, within "
-                    f"{NEAR_RESERVE_BYTES >> 20} MiB of this host's {reserve >> 20} MiB reserve "
+                    f"{near >> 20} MiB of this host's {reserve >> 20} MiB reserve "
                     "(--min-free-disk-mb): sends that would cut into it (large messages and batches "
                     "first) are refused with DISK_FULL, receives and deletes go on. Free space on that "
                     "disk, or drain this host.")
