@@ -398,6 +398,8 @@ def test_deletion_tombstones_name_the_incarnation_deleted() -> None:
                                      {"Key": kv.deleted_key("bad"), "Value": b'{"incarnation": "x"}'}])
     assert state.deleted == {"orders": 42}
     assert [p.key for p in problems] == [kv.deleted_key("bad")]
+    # written like every value: compact, keys sorted (docs/CONSUL_KV.md)
+    assert kv.encode_tombstone(42, 7, "t0") == b'{"at_ms":7,"by":"t0","incarnation":42}'
 
 
 def test_a_config_gone_while_its_partitions_remain_keeps_its_last_good_value() -> None:

@@ -223,7 +223,7 @@ def encode_tombstone(incarnation: int, at_ms: int, by: str | None = None) -> byt
     tomb: dict[str, Any] = {"incarnation": incarnation, "at_ms": at_ms}
     if by is not None:
         tomb["by"] = by
-    return json.dumps(tomb, separators=(",", ":")).encode()
+    return _dump(tomb)
 
 
 def tombstone_token(raw: bytes | None) -> str | None:
