@@ -107,6 +107,10 @@ class AsyncClient:
         (``consistent`` as :meth:`Client.get_queue`'s)."""
         return AsyncQueue(self, await self.run(self.sync.get_queue, name, consistent))
 
+    async def queue_info(self, name: str, consistent: bool = False) -> dict[str, Any]:
+        """The queue's GET_QUEUE answer, as :meth:`Client.queue_info`."""
+        return await self.run(self.sync.queue_info, name, consistent)
+
     async def list_queues(self, prefix: str = "") -> list[str]:
         return await self.run(self.sync.list_queues, prefix)
 
