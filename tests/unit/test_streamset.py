@@ -93,8 +93,13 @@ def test_a_removed_stream_leaves_its_place_at_once_and_the_trash_empties(tmp_pat
         st.store.append_batch([b"x" * 100] * 50, NOW)
         st.store.commit()
         assert any((root / "a" / "0" / "h1").glob("*.seg"))
-        ss.reconcile(meta({}, deleted=("a",)), NOW)  # the queue is deleted
+        ss.reconcile(meta({"a": 1, "b": 2}), NOW)
+        ss.reconcile(meta({"b": 2}, deleted=("a",)), NOW)  # the queue is deleted
         assert not (root / "a" / "0" / "h1").exists() and not (root / "a" / "0" / "h2").exists()
+        assert not (root / "a").exists(), "its partition's and queue's directories go too"
+        assert (root / "b" / "0").is_dir() and (root / "b" / "1").is_dir()
+        ss.reconcile(meta({}, deleted=("b",)), NOW)
+        assert list(root.iterdir()) == []
         assert ss.trash.idle(10)
         assert list(trash.iterdir()) == []
     finally:

@@ -291,12 +291,7 @@ class StreamSet:
                 del self._kept[key]  # (opened again)
             elif _tombstoned(meta, key[0], inc) and (cfg is None or cfg.incarnation != inc):
                 del self._kept[key]
-                self.trash.discard(self.path(key))
-                part = (key[0], key[1])
-                on_disk = self._local_origins(part)
-                on_disk.discard(key[2])
-                if not on_disk:
-                    del self._on_disk[part]
+                self._remove(key)
                 log.info("queue %s deleted: removed stream %s/%s (closed on this host)", key[0], key[1],
                          key[2])
 
@@ -354,15 +349,28 @@ class StreamSet:
 
     def close_stream(self, key: StreamKey, remove: bool) -> None:
         st = self._drop(key)
-        part = (key[0], key[1])
         st.store.close()
         if remove:
-            self.trash.discard(self.path(key))
-            on_disk = self._local_origins(part)
-            on_disk.discard(key[2])
-            if not on_disk:
-                del self._on_disk[part]
+            self._remove(key)
             log.info("queue %s deleted: removed stream %s/%s", key[0], key[1], key[2])
+
+    def _remove(self, key: StreamKey) -> None:
+        """Move a closed stream's directory to the trash; the partition's and
+        the queue's directories go too once empty (they were left behind, one
+        pair per deleted queue, for good)."""
+        self.trash.discard(self.path(key))
+        part = (key[0], key[1])
+        on_disk = self._local_origins(part)
+        on_disk.discard(key[2])
+        if on_disk:
+            return
+        del self._on_disk[part]
+        pdir = self.path(key).parent
+        for d in (pdir, pdir.parent):
+            try:
+                d.rmdir()
+            except OSError:  # (not empty: another partition, or a file; gone already)
+                return
 
     def _drop(self, key: StreamKey) -> Stream:
         st = self.streams.pop(key)
