@@ -14,7 +14,7 @@ import pytest
 from zmqueue.config import QueueConfig
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.queue_directory import Snapshot
-from zmqueue.host.kv_index import KvIndexWatch
+from zmqueue.host.kv_index import WARN_AFTER_S, KvIndexWatch
 from zmqueue.host.metadata import MetadataCache
 
 
@@ -76,7 +76,7 @@ def test_a_kv_index_that_went_back_is_logged_once_and_once_when_it_is_past_again
     cache = MetadataCache(("127.0.0.1:1",), 1.0, lambda snap, fwd: applied.append((snap.index, fwd)),
                           lambda: None)
     try:
-        with caplog.at_level(logging.INFO, logger="zmqueue.host.metadata"):
+        with caplog.at_level(logging.DEBUG, logger="zmqueue.host.metadata"):
             cache._publish(Snapshot(7822, _state(2), [], []), always=False)
             cache.run_posted()
             for index in range(5, 305):  # the restarted agent's index climbs; a queue comes back
@@ -89,7 +89,7 @@ def test_a_kv_index_that_went_back_is_logged_once_and_once_when_it_is_past_again
                 cache.run_posted()
         back = [r for r in caplog.records if "went back" in r.getMessage()]
         past = [r for r in caplog.records if "past 7822 again" in r.getMessage()]
-        assert len(back) == 1 and back[0].levelno == logging.WARNING
+        assert len(back) == 1 and back[0].levelno == logging.DEBUG  # (brief: a WARNING after WARN_AFTER_S)
         assert "from 7822 to 5" in back[0].getMessage()
         assert len(past) == 1 and "it had gone back to 5" in past[0].getMessage()
         # applied: the first snapshot behind, the change at 200 and the refresh (all without
@@ -101,12 +101,28 @@ def test_a_kv_index_that_went_back_is_logged_once_and_once_when_it_is_past_again
 
 def test_a_second_episode_is_logged_again() -> None:
     watch = KvIndexWatch()
-    assert watch.observe(10) == (True, None)
-    forward, note = watch.observe(3)
+    assert watch.observe(10, 0.0) == (True, None, logging.DEBUG)
+    forward, note, _ = watch.observe(3, 1.0)
     assert not forward and note is not None and "from 10 to 3" in note
-    assert watch.observe(4) == (False, None)
-    forward, note = watch.observe(10)
+    assert watch.observe(4, 2.0) == (False, None, logging.DEBUG)
+    forward, note, _ = watch.observe(10, 3.0)
     assert forward and note is not None and "past 10 again" in note
-    assert watch.observe(11) == (True, None)
-    forward, note = watch.observe(2)
+    assert watch.observe(11, 4.0) == (True, None, logging.DEBUG)
+    forward, note, _ = watch.observe(2, 5.0)
     assert not forward and note is not None and "from 11 to 2" in note
+
+
+def test_a_brief_episode_is_debug_and_a_long_one_one_warning() -> None:
+    """(Every DELETE_QUEUE lowers the index for a moment: each was a WARNING
+    saying the agent may have lost its state.)"""
+    watch = KvIndexWatch()
+    watch.observe(100, 0.0)
+    assert watch.observe(90, 1.0)[2] == logging.DEBUG  # a queue's keys deleted
+    assert watch.observe(101, 1.3)[2] == logging.DEBUG  # the next write: past again
+    assert watch.observe(50, 2.0)[2] == logging.DEBUG
+    assert watch.observe(51, 2.0 + WARN_AFTER_S / 2) == (False, None, logging.DEBUG)
+    forward, note, level = watch.observe(52, 2.0 + WARN_AFTER_S)
+    assert (forward, level) == (False, logging.WARNING) and note is not None and "lost its state?" in note
+    assert watch.observe(53, 3.0 + WARN_AFTER_S) == (False, None, logging.DEBUG), "once per episode"
+    forward, note, level = watch.observe(101, 4.0 + WARN_AFTER_S)
+    assert (forward, level) == (True, logging.WARNING) and note is not None and "past 101 again" in note

@@ -135,11 +135,9 @@ class MetadataCache:
         self.feed.put(snap)
         fingerprint = self._fingerprint(snap)
         with self._index_lock:  # (the watcher and the admin worker both publish)
-            forward, note = self.index_watch.observe(snap.index)
-        if note is not None and not forward:
-            log.warning("%s", note)
-        elif note is not None:
-            log.info("%s", note)
+            forward, note, level = self.index_watch.observe(snap.index)
+        if note is not None:
+            log.log(level, "%s", note)
         # (unchanged and as far forward as the last one applied: applying it would change nothing)
         if not always and fingerprint == self._last_fingerprint and forward == self._last_forward:
             self.last = snap
