@@ -91,8 +91,9 @@ def check_size(body: bytes, blob: bytes, limit: int, at: int | None = None) -> N
     if size > limit:
         where = "message" if at is None else f"message {at}:"
         raise MessageTooLarge(
-            f"{where} {size} bytes (body + attributes) exceed the queue's limit of {limit} "
-            "bytes; send a smaller body or raise max_message_bytes", size=size, limit=limit)
+            f"{where} {size} bytes (body {len(body)} + attributes, group and dedup ids "
+            f"{len(blob)}, as stored) exceed the queue's limit of {limit} bytes; send a smaller body "
+            "or fewer attributes, or raise max_message_bytes", size=size, limit=limit)
 
 
 def check_groups(items: list[Any], queue: str, partition: int, partitions: int) -> None:
