@@ -489,3 +489,26 @@ def test_a_replica_restarted_behind_large_blocks_catches_up(
 
     wait_for(lambda: held_there() == 90, 60, f"{away.node} to catch up with the 90 messages")
     assert new.alive()
+
+
+@pytest.mark.parametrize("what", ["purge", "stats"])
+def test_purge_and_stats_right_after_a_writer_is_killed_follow_it_to_the_new_one(
+        hosts: HostFactory, consul_agent: ConsulAgent, client: zmqueue.Client, what: str) -> None:
+    """(Each went to the hosts the handle knew as writers, retried on the
+    same host: right after a kill -9 of the FIFO writer they failed with
+    ConnectionLost after ~10 s, while a new writer was elected in ~1 s.)
+    Each stream is asked for its own (``o``), and followed through the
+    failover like a delete."""
+    hs = three_hosts(hosts, consul_agent)
+    q = client.create_queue("purged.fifo", fifo=True, replication_factor=3)
+    q.send_batch([zmqueue.OutgoingMessage(f"{i}".encode(), group_id=f"g{i % 3}", dedup_id=f"d{i}")
+                  for i in range(30)])
+    node, _ = wait_for(lambda: writer_of(consul_agent, "purged.fifo", "fifo"), 10, "a writer")
+    assert q.stats()["total"] == 30  # (the handle knows the writer about to die)
+    by_node(hs, node).kill9()
+    if what == "purge":
+        assert q.purge() == 30
+        assert q.receive(max_messages=10, wait_time=1) == []
+    else:
+        assert q.stats()["total"] == 30
+    assert writer_of(consul_agent, "purged.fifo", "fifo") not in (None, (node, _))

@@ -520,28 +520,49 @@ class Queue:
         elif time.monotonic() - self._refreshed_at > max_age_s:
             self.refresh()
 
+    def _streams_of(self, p: int) -> list[str]:
+        """The origins of partition ``p``'s streams: a FIFO partition's one, a
+        standard partition's every replica's and every other one a writer
+        is known for (a former replica's, still holding messages). Never an
+        empty answer (Unavailable once waiting for one timed out)."""
+        if self.config.fifo:
+            return [FIFO_ORIGIN]
+
+        def known() -> list[str]:
+            r = self.routes.part(p)
+            return sorted(set(r.writers) | set(r.replicas))
+
+        return self._until_known(known, f"partition {p} of {self.name!r} has no known replica now; "
+                                        "retry once its hosts are up (zmqueue status)")
+
+    def _each_stream(self, p: int, command: Command, body: dict[str, Any]) -> list[Any]:
+        """``command`` to the writer of each of partition ``p``'s streams, one
+        stream a request (``o``): each is retried, and followed through a
+        writer failover, on its own (a request made per host went on asking
+        a host that had died, and failed the call after its retries)."""
+        return [self.call(p, command, {**body, "o": origin}, partial(self.routes.for_stream, p, origin),
+                          origin) for origin in self._streams_of(p)]
+
     def purge(self) -> int:
         """Delete every message of the queue; returns how many were removed."""
         self._fresh_routes(0)  # every stream's writer, as the hosts know them now
-        n = 0
-        for p in range(self.config.partitions):
-            for ep in self._serving(p):
-                n += self.call(p, Command.PURGE_QUEUE, {"q": self.name, "p": p},
-                               partial(list, [ep]))["purged"]
-        return n
+        return sum(reply["purged"] for p in range(self.config.partitions)
+                   for reply in self._each_stream(p, Command.PURGE_QUEUE, {"q": self.name, "p": p}))
 
     def stats(self) -> dict[str, int]:
         """Counters summed over partitions: visible, in_flight, delayed, total, ...
-        (each stream counted by the host that writes it)."""
+        (each stream counted by the host that writes it; ``waiters``, the long
+        polls parked, once per host)."""
         self._fresh_routes()
         total: dict[str, int] = {}
         for p in range(self.config.partitions):
-            for ep in self._serving(p):
-                reply = self.call(p, Command.QUEUE_STATS, {"q": self.name, "p": p, "own": True},
-                                  partial(list, [ep]))
+            waiters: dict[Any, int] = {}
+            for reply in self._each_stream(p, Command.QUEUE_STATS, {"q": self.name, "p": p, "own": True}):
+                waiters[reply.get("node", len(waiters))] = reply.get("waiters", 0)
                 for k, v in reply.items():
-                    if isinstance(v, int):
+                    if isinstance(v, int) and k != "waiters":
                         total[k] = max(total.get(k, 0), v) if k == "oldest_age_ms" else total.get(k, 0) + v
+            total["waiters"] = total.get("waiters", 0) + sum(waiters.values())
         return total
 
     def subscribe(self, handler: Callable[[Message], None], prefetch: int = 10,

@@ -678,11 +678,20 @@ class QueueService:
                 results.append(to_wire(exc))
         return self.after_commit(st, req, {"results": results})
 
+    def _written(self, part: PartKey, body: dict[str, Any]) -> list[Stream]:
+        """The streams of ``part`` this host writes, or only stream ``o`` if the
+        body names one (NOT_LEADER naming its writer when this host does not
+        write it: a client follows one stream through a failover)."""
+        origin = F.get_str(body, "o", 256, name="origin", optional=True)
+        if origin is None:
+            return self.readable_streams(part)
+        return [self.writer_stream(part[0], part[1], origin)]
+
     def h_purge(self, req: Request, body: dict[str, Any], now: int) -> Any:
         part = self._part(req, body, now)
         if part is None:
             return DEFERRED
-        streams = self.readable_streams(part)
+        streams = self._written(part, body)
         n = 0
         for st in streams:
             n += st.store.purge(now)
@@ -694,14 +703,16 @@ class QueueService:
         if part is None:
             return DEFERRED
         total = dict.fromkeys(STATS_KEYS, 0)  # zeros while this host has no stream of it yet
-        own = bool(body.get("own"))
-        streams = self.readable_streams(part) if own else self.set.partition_streams(part)
+        own = bool(body.get("own")) or body.get("o") is not None
+        streams = self._written(part, body) if own else self.set.partition_streams(part)
         for st in streams:
             for k, v in st.store.stats(now).items():
                 total[k] = max(total.get(k, 0), v) if k == "oldest_age_ms" else total.get(k, 0) + v
         total["waiters"] = self.waiters.count(part)
-        total["writer_streams"] = len(self.set.led_streams(part))
-        return total
+        total["writer_streams"] = len(self.set.led_streams(part)) if body.get("o") is None else 1
+        if body.get("o") is None:
+            return total
+        return {**total, "node": self.node}  # (a client counts each host's waiters once, not per stream)
 
     def h_subscribe(self, req: Request, body: dict[str, Any], now: int) -> Any:
         part = self._part(req, body, now)
