@@ -4,6 +4,9 @@ Consul (two hosts, so queues land on either)."""
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -515,6 +518,59 @@ def test_the_cli_sends_each_line_as_a_message(
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"a\nb\n")))
     assert main(["send", std.name, "--lines", "--dedup-id", "x", "--consul", consul]) != 0
     assert "--dedup-id" in capsys.readouterr().err
+
+
+def test_the_cli_takes_the_body_of_send_after_its_options(
+        qcluster: QueueCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """(``zmqueue send Q --attr k=v BODY`` was refused: ``unrecognized
+    arguments: BODY``; only ``send Q BODY --attr k=v`` worked.)"""
+    from zmqueue.cli.main import main
+
+    consul = qcluster.factory.agent.http_addr
+    q = qcluster.client.create_queue(qcluster.queue_name("body"))
+    assert main(["send", q.name, "--attr", "k=v", "after an option", "--consul", consul]) == 0
+    assert main(["send", q.name, "--delay", "0", "--consul", consul, "after --consul"]) == 0
+    assert main(["send", q.name, "--attr", "k=w", "--consul", consul, "--", "-dash"]) == 0
+    ids = capsys.readouterr().out.split()
+    got = {m.id: m for m in _receive_all(q, 3)}
+    assert set(got) == set(ids)
+    assert sorted((m.body, m.attributes) for m in got.values()) == [
+        (b"-dash", {"k": "w"}), (b"after --consul", {}), (b"after an option", {"k": "v"})]
+
+
+def _run_receive(q: zmqueue.Queue, consul: str, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "zmqueue", "receive", q.name, "--wait", "5",
+                             "--delete", "--consul", consul, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_the_cli_receive_deletes_only_what_it_wrote_and_ends_quietly_when_stdout_closes(
+        qcluster: QueueCluster) -> None:
+    """``zmqueue receive --delete | head -1``: a message is deleted only once its
+    line was written; a stdout nobody reads ends the command with status 141 and
+    nothing on stderr. (It ended with ``zmqueue receive: error: Broken pipe``;
+    its lines were printed into stdout's buffer and deleted before the buffer
+    was written, so a message nobody could read was deleted.)"""
+    consul = qcluster.factory.agent.http_addr
+    q = qcluster.client.create_queue(qcluster.queue_name("pipe"))
+    sent = set(q.send_batch([b"m0", b"m1", b"m2"]))
+    p = _run_receive(q, consul, "--max", "3", "--visibility-timeout", "2")
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()  # the reader is gone before the command writes anything
+    err = p.stderr.read().decode()
+    assert p.wait(60) == 141, err
+    assert err == ""
+    # none was written, so none was deleted: all three are received again
+    assert {m.id for m in _receive_all(q, 3)} == sent
+
+    [one] = q.send_batch([b"read"])
+    p = _run_receive(q, consul, "--max", "1")
+    assert p.stdout is not None and p.stderr is not None
+    line = json.loads(p.stdout.readline())  # (head -1)
+    p.stdout.close()
+    assert p.wait(60) == 0, p.stderr.read()
+    assert (line["id"], line["body"]) == (one, "read")
+    wait_for(lambda: q.stats()["total"] == 0, 10, "the message written deleted")
 
 
 def _receive_all(q: zmqueue.Queue, n: int) -> list[zmqueue.Message]:

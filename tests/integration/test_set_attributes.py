@@ -108,7 +108,12 @@ def test_the_cli_sets_settings(qcluster: QueueCluster, capsys: pytest.CaptureFix
              "delay 2 and max_messages 500 served")
     assert cli(["queue", "set", q.name, "--max-messages", "0", "--consul", addr]) == 0
     wait_for(lambda: c.get_queue(q.name).config.max_messages is None, 10, "max_messages unset served")
-    assert cli(["queue", "set", q.name, "--consul", addr]) == 2, "nothing to change"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:  # (a usage error, as argparse's: exit 2, on stderr)
+        cli(["queue", "set", q.name, "--consul", addr])
+    assert info.value.code == 2
+    assert capsys.readouterr() == ("", "zmqueue queue set: error: nothing to change: give at least one "
+                                       "setting (see `zmqueue queue set --help`)\n")
 
 
 def test_the_cli_shows_a_queue_as_it_is_served(

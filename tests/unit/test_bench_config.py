@@ -32,8 +32,11 @@ def test_a_window_pipelines_single_sends_to_standard_queues() -> None:
                                               ("message_bytes", 10), ("queue_type", "lifo"),
                                               ("fsync", "sometimes"), ("warmup_s", 20.0),
                                               ("window", 0), ("window", 1001), ("max_requests", 0),
-                                              ("max_requests", 1001), ("sync_quorum", "most")])
+                                              ("max_requests", 1001), ("sync_quorum", "most"),
+                                              ("rate_per_s", -1.0), ("rate_per_s", float("nan")),
+                                              ("rate_per_s", float("inf"))])
 def test_out_of_range_options_name_the_option(field: str, value: object) -> None:
+    """(A rate of nan or inf was taken, and paced nothing: sends went flat out.)"""
     with pytest.raises(ConfigError, match=field):
         BenchConfig(**{field: value}).validate()  # type: ignore[arg-type]
 

@@ -21,7 +21,7 @@ from zmqueue.cli.main import main
     (["analytics", "throughput", "--data", "/nonexistent-dir"], "no such data directory: /nonexistent-dir"),
     (["keys", "data-key", "--queue", "bad/../name", "--key-dir", "{tmp}"], "invalid queue name"),
     (["keys", "data-key", "--queue", "", "--key-dir", "{tmp}"], "invalid queue name"),
-    (["demo", "--hosts", "0"], "needs at least 1 host"),
+    (["demo", "--hosts", "0"], "--hosts must be 1 to 16, got 0"),
     (["analytics", "deliveries", "--data", "{tmp}", "--since", "yesterday"], "is not a time"),
     (["analytics", "deliveries", "--data", "{tmp}", "--since", "2026-11-29T10:00",
       "--until", "2026-11-29T09:00"], "is not before --until"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -89,8 +90,8 @@ class BenchConfig:
             raise bad("duration_s", "must be 0.1 to 3600 seconds")
         if not 1 <= self.max_messages <= MAX_MESSAGES_LIMIT:
             raise bad("max_messages", f"must be 1 to {MAX_MESSAGES_LIMIT}")
-        if self.rate_per_s < 0:
-            raise bad("rate_per_s", "must be >= 0")
+        if not 0 <= self.rate_per_s < math.inf:  # (nan and inf paced nothing: flat out)
+            raise bad("rate_per_s", "must be a finite number >= 0 (0: flat out)")
         if not 1 <= self.drain_timeout_s <= 3600:
             raise bad("drain_timeout_s", "must be 1 to 3600 seconds")
         if not 0 <= self.warmup_s < self.duration_s:

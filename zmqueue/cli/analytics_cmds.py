@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from zmqueue.cli.common import console, err_console
+from zmqueue.cli.common import Number, console, err_console
 from zmqueue.errors import ConfigError
 
 JOB_HELP = {
@@ -51,7 +51,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         p = asub.add_parser(name, help=text)
         _common(p)
         p.add_argument("--out", default=None, metavar="PATH", help="also write the table as Parquet here")
-        p.add_argument("--rows", type=int, default=50, help="rows to print (default 50)")
+        p.add_argument("--rows", type=Number(int, ge=0), default=50, help="rows to print (default 50)")
         p.set_defaults(func=cmd_job, job=name)
 
 
@@ -62,7 +62,7 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
 
 def _check_args(args: argparse.Namespace) -> None:
     """What can be checked before Spark starts (it takes seconds): the local data
-    and key directories exist, the times parse and are in order, --rows >= 0."""
+    and key directories exist, the times parse and are in order (--rows: checked by its type)."""
     from analytics.options import time_option
 
     for data in args.data:
@@ -83,8 +83,6 @@ def _check_args(args: argparse.Namespace) -> None:
     if len(times) == 2 and times["since"] >= times["until"]:
         raise ConfigError(f"--since {args.since} is not before --until {args.until}: no record "
                           "could match", field="since")
-    if getattr(args, "rows", 0) < 0:
-        raise ConfigError(f"--rows must be 0 or more, got {args.rows}", field="rows")
     master = getattr(args, "master", None)
     if master and not master.startswith(MASTER_SCHEMES):
         raise ConfigError(f"--master {master!r} is not a Spark master URL: give local[N], spark://HOST:PORT, "

@@ -10,9 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
-from zmqueue.cli.common import add_consul_flag, console, consul_addresses, err_console
+from zmqueue.cli.common import (
+    Number,
+    StdoutConsole,
+    add_consul_flag,
+    console,
+    consul_addresses,
+    err_console,
+)
 from zmqueue.errors import ConfigError
 
 TABLE_WIDTH = 110
@@ -66,12 +71,16 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                    help="zmqueue: replicas a synchronous write waits for (default majority)")
     p.add_argument("--fsync", choices=["always", "interval", "never"], default=None,
                    help="queue durability policy (default interval)")
-    p.add_argument("--duration", type=float, default=10.0, help="seconds of sending per run (default 10)")
-    p.add_argument("--rate", type=float, default=None, help="total sends/s to pace at (default: flat out)")
+    p.add_argument("--duration", type=Number(float), default=10.0,
+                   help="seconds of sending per run (default 10)")
+    p.add_argument("--rate", type=Number(float), default=None,
+                   help="total sends/s to pace at (default, or 0: flat out)")
     p.add_argument("--max-messages", type=int, default=None, help="stop sending after this many")
-    p.add_argument("--warmup", type=float, default=None, help="seconds not counted in send latency")
-    p.add_argument("--runs", type=int, default=1, help="runs per workload; the table shows medians")
-    p.add_argument("--hosts", type=int, default=3, help="hosts of the cluster it starts (default 3)")
+    p.add_argument("--warmup", type=Number(float), default=None, help="seconds not counted in send latency")
+    p.add_argument("--runs", type=Number(int, ge=1, le=50), default=1,
+                   help="runs per workload, 1-50; the table shows medians")
+    p.add_argument("--hosts", type=Number(int, ge=1, le=16), default=3,
+                   help="hosts of the cluster it starts, 1-16 (default 3)")
     p.add_argument("--work-dir", default=None, help="where a started cluster keeps data (default temp)")
     p.add_argument("--consumer-mode", choices=["pull", "push"], default=None,
                    help="pull: receive and delete (default); push: a subscription, deletes on its credits")
@@ -145,8 +154,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from zmqueue.bench.zmq_backend import SPEC
 
     cfgs = configs(args)
-    if not 1 <= args.runs <= 50:
-        raise SystemExit("zmqueue bench: error: --runs must be 1 to 50")
     rows: list[dict[str, Any]] = []
     clean = True
     with signals_raise(), cluster_address(args) as consul:
@@ -163,5 +170,5 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 clean = clean and r["lost"] == 0 and r["duplicates"] == 0 and not r["errors"]
                 runs.append(r)
             rows.append(summarize(runs))
-    Console(width=max(console.width, TABLE_WIDTH)).print(results_table(rows))
+    StdoutConsole(width=max(console.width, TABLE_WIDTH)).print(results_table(rows))
     return 0 if clean else 3

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from zmqueue.cli.common import (
+    YEAR_S,
+    Number,
     add_consul_flag,
     console,
     consul_addresses,
@@ -18,6 +20,7 @@ from zmqueue.cli.common import (
 from zmqueue.config import HostConfig
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.discovery import list_hosts
+from zmqueue.errors import ZmqueueError
 
 
 def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
@@ -53,15 +56,17 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(func=cmd_host)
 
     p = sub.add_parser("up", help="start Consul (unless --consul) and a local cluster")
-    p.add_argument("--hosts", type=int, default=3, help="hosts per cluster (default 3)")
-    p.add_argument("--clusters", type=int, default=1, help="number of clusters (default 1)")
+    p.add_argument("--hosts", type=Number(int, ge=1, le=16), default=3,
+                   help="hosts per cluster, 1-16 (default 3)")
+    p.add_argument("--clusters", type=Number(int, ge=1, le=8), default=1,
+                   help="number of clusters, 1-8 (default 1)")
     p.add_argument("--data-dir", default=".zmqueue", help="work dir (default ./.zmqueue)")
     add_consul_flag(p, "a running Consul's HTTP address(es) to use; without it a Consul dev agent is "
                        "started (and stopped) with the hosts ($CONSUL_HTTP_ADDR is not read here)")
     p.add_argument("--secure", action="store_true",
                    help="CURVE on every socket with generated, registered keys (docs/SECURITY.md)")
-    p.add_argument("--duration", type=float, default=None,
-                   help="stop after this many seconds (default: run until Ctrl-C)")
+    p.add_argument("--duration", type=Number(float, gt=0, le=YEAR_S), default=None,
+                   help="stop after this many seconds, more than 0 (default: run until Ctrl-C)")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("status", help="print hosts, clusters and health")
@@ -105,8 +110,6 @@ def cmd_host(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     from zmqueue.localcluster import LocalCluster
 
-    if not 1 <= args.hosts <= 16 or not 1 <= args.clusters <= 8:
-        raise SystemExit("zmqueue up: error: --hosts must be 1..16 and --clusters 1..8")
     consul = consul_addresses(args.consul)[0] if args.consul else None
     cluster = LocalCluster(Path(args.data_dir), hosts=args.hosts, clusters=args.clusters,
                            consul=consul, secure=args.secure)
@@ -164,9 +167,8 @@ def cmd_drain(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     client = ConsulClient(consul_addresses(args.consul), timeout_s=2.0)
     hosts = list_hosts(client)
-    if not hosts:
-        console.print(f"no zmqueue hosts registered in Consul at {client.address}")
-        return 1
+    if not hosts:  # (an error: `zmqueue status` is how scripts wait for a cluster to be up)
+        raise ZmqueueError(f"no zmqueue hosts registered in Consul at {client.address}")
     console.print(hosts_table(hosts))
     clusters = sorted({h.cluster for h in hosts})
     for c in clusters:

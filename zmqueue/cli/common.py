@@ -1,12 +1,17 @@
-"""Shared CLI plumbing: a parser whose errors are one line, and output helpers."""
+"""Shared CLI plumbing: a parser whose errors are one line, number options
+checked for range, and output helpers."""
 
 from __future__ import annotations
 
 import argparse
+import errno
+import math
+import os
 import signal
 import sys
 import threading
-from typing import NoReturn
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -15,16 +20,110 @@ from zmqueue.config import check_consul_addresses, from_env, parse_consul_addres
 from zmqueue.controlplane.discovery import HostInfo
 from zmqueue.errors import ConfigError
 
-console = Console(highlight=False)
+
+class StdoutConsole(Console):
+    """rich's Console for stdout, but a reader gone (``zmqueue queue list | head -1``)
+    raises BrokenPipeError, as ``print`` does, for ``main`` to end the command as it
+    does then (rich's own answer is SystemExit(1): an error status, and
+    ``print``'s and rich's output ended differently)."""
+
+    def on_broken_pipe(self) -> None:
+        del self._buffer[:]  # (as rich does when quiet: dropped, not written again by the next print)
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+console = StdoutConsole(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line naming the fix, exit code 2."""
 
+    positionals_anywhere = False
+    """Set on a sub-command's parser whose positionals may come anywhere among its
+    options (``zmqueue send Q --attr k=v BODY``): plain argparse gives an optional
+    positional (``BODY``) nothing when an option follows the one before it, and
+    the word after the option is then refused as an unrecognized argument.
+    argparse's intermixed parsing cannot run over sub-parsers, but it can inside
+    one (without sub-parsers of its own): the parser of sub-commands calls this
+    one's ``parse_known_args``."""
+    _intermixing = False
+
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
         raise SystemExit(2)
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        if not self.positionals_anywhere or self._intermixing:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True  # (parse_known_intermixed_args calls parse_known_args twice)
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
+class UsageError(Exception):
+    """Raised by a command for a mistake in its arguments that only it can see
+    (``zmqueue queue set NAME`` with no setting): reported as argparse reports
+    its own, by the command's parser (one line, see --help, exit 2)."""
+
+
+YEAR_S = 365 * 86400
+
+
+class Number:
+    """An argparse ``type=`` for a number option: an ``int``, or a finite ``float``
+    (``nan``, ``inf``: a usage error, exit 2, as any word that is not a number).
+
+    The bounds (``ge``/``gt`` below, ``le`` above) are not checked here: a value
+    the parser took but that is out of range is an error of exit status 1
+    (docs/USER_GUIDE.md, Command line), checked after parsing by
+    :func:`check_numbers`, which names the option."""
+
+    def __init__(self, kind: type[int] | type[float], *, ge: float | None = None, gt: float | None = None,
+                 le: float | None = None) -> None:
+        self.kind, self.ge, self.gt, self.le = kind, ge, gt, le
+        self.__name__ = kind.__name__  # (argparse: "invalid int value: 'x'")
+
+    def __call__(self, text: str) -> int | float:
+        value = self.kind(text)
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        return value
+
+    def check(self, option: str, value: float) -> None:
+        """ConfigError naming ``option`` if ``value`` is out of range."""
+        if ((self.ge is not None and value < self.ge) or (self.gt is not None and value <= self.gt)
+                or (self.le is not None and value > self.le)):
+            raise ConfigError(f"{option} must be {self.range()}, got {shown(value)}",
+                              field=option.lstrip("-").replace("-", "_"))
+
+    def range(self) -> str:
+        """``1 to 16``, ``0 or more``, ``more than 0 and at most 31536000``."""
+        if self.ge is not None and self.le is not None:
+            return f"{shown(self.ge)} to {shown(self.le)}"
+        low = f"{shown(self.ge)} or more" if self.ge is not None else (
+            f"more than {shown(self.gt)}" if self.gt is not None else "")
+        high = f"at most {shown(self.le)}" if self.le is not None else ""
+        return " and ".join(part for part in (low, high) if part)
+
+
+def shown(x: float) -> str:
+    """A number as it would be typed: ``5`` for 5.0, ``0.5``, ``1e+300``."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def check_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The number options ``parser`` took in ``args`` (type :class:`Number`) are in
+    range; ConfigError naming the first that is not."""
+    for action in parser._actions:
+        value: Any = getattr(args, action.dest, None)
+        if not isinstance(action.type, Number) or value is None:
+            continue
+        for v in value if isinstance(value, list) else [value]:
+            action.type.check(action.option_strings[0] if action.option_strings else action.dest, v)
 
 
 def consul_addresses(value: str | None) -> tuple[str, ...]:

@@ -22,8 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import zmqueue
-from zmqueue.cli.common import console, hosts_table, interrupt_on_signals
-from zmqueue.errors import ConfigError
+from zmqueue.cli.common import YEAR_S, Number, console, hosts_table, interrupt_on_signals
 
 if TYPE_CHECKING:
     from zmqueue.localcluster import LocalCluster
@@ -31,11 +30,14 @@ if TYPE_CHECKING:
 
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("demo", help="start a local cluster, run a short demo, stop everything")
-    p.add_argument("--hosts", type=int, default=3, help="hosts in the cluster (default 3)")
-    p.add_argument("--messages", type=int, default=5000, help="messages per queue (default 5000)")
+    p.add_argument("--hosts", type=Number(int, ge=1, le=16), default=3,
+                   help="hosts in the cluster, 1-16 (default 3)")
+    p.add_argument("--messages", type=Number(int, ge=1), default=5000,
+                   help="messages per queue, 1 or more (default 5000)")
     p.add_argument("--data-dir", default=None, help="work dir (default: a fresh temp dir)")
-    p.add_argument("--keep", type=float, default=0,
-                   help="keep the cluster up this many seconds at the end (to browse the Consul UI)")
+    p.add_argument("--keep", type=Number(float, ge=0, le=YEAR_S), default=0,
+                   help="keep the cluster up this many seconds at the end (to browse the Consul UI; "
+                        "default 0)")
     p.set_defaults(func=cmd_demo)
 
 
@@ -165,8 +167,6 @@ def show_failover(client: zmqueue.Client, cluster: LocalCluster, n: int = 2000) 
 def cmd_demo(args: argparse.Namespace) -> int:
     from zmqueue.localcluster import LocalCluster
 
-    if args.hosts < 1:
-        raise ConfigError(f"the demo needs at least 1 host, got --hosts {args.hosts}", field="hosts")
     work = Path(args.data_dir or tempfile.mkdtemp(prefix="zmqueue-demo-"))
     cluster = LocalCluster(work, hosts=args.hosts)
     stop = interrupt_on_signals()

@@ -9,8 +9,9 @@ import sys
 from typing import Any
 
 import zmqueue
-from zmqueue.cli.common import add_consul_flag, console, consul_addresses
-from zmqueue.config import MUTABLE_SETTINGS
+from zmqueue.cli.common import Number, UsageError, add_consul_flag, console, consul_addresses
+from zmqueue.config import MAX_VISIBILITY_S, MUTABLE_SETTINGS
+from zmqueue.protocol import MAX_BATCH
 
 
 def _client(args: argparse.Namespace) -> zmqueue.Client:
@@ -89,16 +90,20 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("name", help="the dead-letter queue")
     p.add_argument("--to", default=None, metavar="QUEUE",
                    help="send every message here (default: the queue each came from)")
-    p.add_argument("--max", type=int, default=None, help="move at most this many")
+    p.add_argument("--max", type=Number(int, ge=1), default=None, help="move at most this many (1 or more)")
     _client_flags(p)
     p.set_defaults(func=cmd_redrive)
 
     p = sub.add_parser("send", help="send a message (BODY, or - to read stdin)")
+    p.positionals_anywhere = True  # (send Q --attr k=v BODY)
     p.add_argument("queue")
-    p.add_argument("body", nargs="?", default="-", help="message body; - (default) reads stdin")
+    p.add_argument("body", nargs="?", default="-",
+                   help="message body, before or after the options (one that starts with - after an "
+                        "option: put -- before it); - (default) reads stdin")
     p.add_argument("--group-id", default=None, help="FIFO message group")
     p.add_argument("--dedup-id", default=None, help="FIFO deduplication id")
-    p.add_argument("--delay", type=int, default=None, help="seconds before it is visible")
+    p.add_argument("--delay", type=Number(int, ge=0, le=900), default=None,
+                   help="seconds before it is visible, 0-900 (default: the queue's)")
     p.add_argument("--attr", action="append", default=[], metavar="K=V", help="attribute (repeatable)")
     p.add_argument("--lines", action="store_true",
                    help="each line of the body is its own message (empty lines skipped); standard "
@@ -110,10 +115,15 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 
     p = sub.add_parser("receive", help="receive messages (prints one JSON line each)")
     p.add_argument("queue")
-    p.add_argument("--max", type=int, default=1, help="messages to receive, 1-1000 (default 1)")
-    p.add_argument("--wait", type=float, default=0, help="long-poll seconds, 0-20 (default 0)")
-    p.add_argument("--visibility-timeout", type=int, default=None)
-    p.add_argument("--delete", action="store_true", help="delete each message after printing it")
+    p.add_argument("--max", type=Number(int, ge=1, le=MAX_BATCH), default=1,
+                   help=f"messages to receive, 1-{MAX_BATCH} (default 1)")
+    p.add_argument("--wait", type=Number(float, ge=0, le=20), default=0,
+                   help="long-poll seconds, 0-20 (default 0)")
+    p.add_argument("--visibility-timeout", type=Number(int, ge=0, le=MAX_VISIBILITY_S), default=None,
+                   help=f"seconds, 0-{MAX_VISIBILITY_S} (default: the queue's)")
+    p.add_argument("--delete", action="store_true",
+                   help="delete the messages once printed (one whose line could not be written is not "
+                        "deleted)")
     _client_flags(p)
     p.set_defaults(func=cmd_receive)
 
@@ -136,8 +146,7 @@ def cmd_set(args: argparse.Namespace) -> int:
     # every settable name the parser has a flag for (the rate limits have none)
     given = {k: v for k in MUTABLE_SETTINGS if (v := getattr(args, k, None)) is not None}
     if not given:
-        console.print("nothing to change: give at least one setting (zmqueue queue set --help)")
-        return 2
+        raise UsageError("nothing to change: give at least one setting")
     if "dead_letter_queue" in given:
         given["dead_letter_queue"] = given["dead_letter_queue"] or None
     if "max_messages" in given:
@@ -241,12 +250,17 @@ def cmd_receive(args: argparse.Namespace) -> int:
     with _client(args) as c:
         q = c.get_queue(args.queue)
         msgs = q.receive(args.max, args.wait, args.visibility_timeout)
-        for m in msgs:
-            print(json.dumps({
-                "id": m.id, "body": m.body.decode("utf-8", "replace"), "attributes": {
-                    k: v if not isinstance(v, bytes) else v.hex() for k, v in m.attributes.items()},
-                "receive_count": m.receive_count, "sent_at": m.sent_at.isoformat(),
-                "group_id": m.group_id, "receipt": m.receipt}))
-        if args.delete and msgs:
-            q.delete_batch([m.receipt for m in msgs])
+        printed: list[zmqueue.Message] = []
+        try:
+            for m in msgs:
+                sys.stdout.write(json.dumps({
+                    "id": m.id, "body": m.body.decode("utf-8", "replace"), "attributes": {
+                        k: v if not isinstance(v, bytes) else v.hex() for k, v in m.attributes.items()},
+                    "receive_count": m.receive_count, "sent_at": m.sent_at.isoformat(),
+                    "group_id": m.group_id, "receipt": m.receipt}) + "\n")
+                sys.stdout.flush()  # written (a closed stdout raises here), so it may be deleted
+                printed.append(m)
+        finally:  # (stdout closed by its reader: the ones written are deleted, the others kept)
+            if args.delete and printed:
+                q.delete_batch([m.receipt for m in printed])
     return 0

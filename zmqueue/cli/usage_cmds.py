@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.table import Table
 
-from zmqueue.cli.common import console
+from zmqueue.cli.common import Number, console
 from zmqueue.errors import ConfigError
 from zmqueue.security.usage import aggregate, find_files
 
@@ -22,7 +22,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("usage", help="usage per client identity and queue (for billing)")
     p.add_argument("--data", nargs="+", required=True, metavar="DIR",
                    help="host data dirs (or any dir above them, or usage.jsonl files)")
-    p.add_argument("--since-s", type=float, default=None, help="only the last N seconds")
+    p.add_argument("--since-s", type=Number(float, ge=0), default=None, metavar="N",
+                   help="only the records of the last N seconds (N >= 0)")
     p.add_argument("--csv", default=None, metavar="FILE", help="write CSV here ('-' = stdout)")
     p.set_defaults(func=cmd_usage)
 
@@ -32,7 +33,7 @@ def cmd_usage(args: argparse.Namespace) -> int:
     if not files:
         raise ConfigError(f"no usage.jsonl under {' '.join(args.data)}: give the hosts' --data-dir (a "
                           "host writes its usage records there every --usage-flush-ms)", field="data")
-    since = int((time.time() - args.since_s) * 1000) if args.since_s else 0
+    since = int((time.time() - args.since_s) * 1000) if args.since_s is not None else 0
     rows = aggregate(files, since)
     if args.csv:
         out = sys.stdout if args.csv == "-" else open(args.csv, "w", newline="")  # noqa: SIM115
