@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from typing import Any
 
 import consul
@@ -102,3 +103,20 @@ def take_and_delete(q: Any, max_messages: int, into: list[bytes], wait_time: flo
     if msgs:
         q.delete_batch(msgs)
     return len(msgs)
+
+
+def back_and_not_dead_lettered(q: Any, dlq: Any, visibility_s: int, timeout_s: float = 30) -> Any:
+    """The one message of ``q`` comes back (visible) once its visibility
+    timeout runs out, and stays there; returned, received once more. (The
+    wait of two more visibility timeouts shows that something does NOT
+    happen: a subscription left open on a host is pushed the message again
+    each time it comes back, every push a receive, and with a small
+    ``max_receive_count`` it ends in the dead-letter queue ``dlq``.)"""
+    from tests.conftest import wait_for
+
+    wait_for(lambda: q.stats()["visible"] == 1, timeout_s, "the message back in its queue, visible")
+    time.sleep(2 * visibility_s + 1)  # (bounded: see above)
+    st = q.stats()
+    assert (st["visible"], st["in_flight"], dlq.stats()["total"]) == (1, 0, 0), (st, dlq.stats())
+    [m] = wait_for(lambda: q.receive(wait_time=1), 10, "the message received")
+    return m

@@ -15,7 +15,9 @@ errors and retries are exactly the blocking client's.
   counts the message handled (and deletes it, with ``auto_delete``) once
   that returns. If the loop is closed
   while the subscription runs, it stops by itself (the message in hand comes
-  back after its visibility timeout) instead of failing every message.
+  back after its visibility timeout) instead of failing every message, and
+  unsubscribes at its hosts (else they pushed that message again after each
+  visibility timeout, every push a receive, into the dead-letter queue).
 - A pipeline (:meth:`AsyncQueue.pipeline`, :meth:`AsyncQueue.receive_pipeline`)
   lives on one thread of its own, since its requests in flight share that
   thread's connections.
@@ -292,6 +294,8 @@ class AsyncQueue:
 
         sub = await self.client.run(self.sync.subscribe, on_message, prefetch, visibility_timeout,
                                     auto_delete)
+        if coroutine_function:  # stops as soon as the loop is closed, not at the next message pushed
+            sub.stop_if = lambda: "its event loop was closed" if loop.is_closed() else None
         started.append(sub)
         return AsyncSubscription(sub, started)
 
@@ -403,10 +407,10 @@ class AsyncSubscription:
         self._started = started
 
     async def close(self) -> None:
-        """Stop it; waits (off the event loop) for a handler in progress,
-        except when called from that handler: it then stops the subscription
-        and returns at once (the rest of the close runs once the handler
-        returns)."""
+        """Stop it (it unsubscribes at its hosts at once); waits (off the
+        event loop) for a handler in progress, except when called from that
+        handler: it then returns at once, and the subscription's thread ends
+        once the handler returns."""
         closing = asyncio.get_running_loop().run_in_executor(None, self.sync.close)
         handling = _HANDLING.get()
         if self._started is not None and handling is not None and handling[1] is self._started:

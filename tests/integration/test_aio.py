@@ -16,7 +16,7 @@ import pytest
 import zmqueue
 import zmqueue.aio
 from tests.conftest import QueueCluster, wait_for
-from tests.helpers import take_and_delete
+from tests.helpers import back_and_not_dead_lettered, take_and_delete
 
 
 def addr(qcluster: QueueCluster) -> str:
@@ -263,13 +263,54 @@ def test_a_subscription_whose_event_loop_ended_stops_instead_of_failing_every_me
     asyncio.run(main())
     sub = left["sub"].sync
     try:
+        # it stops as the loop is closed, not at the next message pushed, and unsubscribes
+        wait_for(lambda: not sub.thread.is_alive(), 20, "the subscription stopped by itself")
+        assert sub.stopped.is_set() and sub.conns == {}
         q = qcluster.client.get_queue(name)
         mid = q.send(b"after the loop ended")
-        wait_for(lambda: sub.stopped.is_set(), 20, "the subscription stopped by itself")
         assert sub.handled == 0 and sub.failed == 0  # (never handed to the handler)
-        # it came back after its visibility timeout, not dead-lettered by failures
-        [m] = wait_for(lambda: q.receive(wait_time=1), 20, "the message back in its queue")
-        assert m.id == mid and m.receive_count == 2
+        # never pushed to it: neither failed nor dead-lettered
+        [m] = wait_for(lambda: q.receive(wait_time=1), 20, "the message in its queue")
+        assert m.id == mid and m.receive_count == 1
+        q.delete(m)
+    finally:
+        left["client"].sync.close()
+
+
+def test_a_subscription_stopped_by_its_ended_event_loop_unsubscribes_and_its_message_is_not_dead_lettered(
+        qcluster: QueueCluster) -> None:
+    """The program returns with a coroutine handler in hand and its
+    subscription open. (The subscription stopped, but its hosts kept it for
+    30 s and pushed the message again to the dead connection after each
+    visibility timeout, every push a receive: it ended in the dead-letter
+    queue without a handler seeing it again.)"""
+    name = qcluster.queue_name("aio-orphan-dlq")
+    left: dict[str, Any] = {}
+
+    async def main() -> None:
+        client = await zmqueue.aio.connect(addr(qcluster))
+        q = await client.create_queue(name, visibility_timeout=2, dead_letter_queue=name + "-dlq",
+                                      max_receive_count=3)
+        started = asyncio.Event()
+
+        async def handler(m: zmqueue.Message) -> None:
+            started.set()
+            await asyncio.sleep(60)
+
+        left["client"], left["sub"] = client, await q.subscribe(handler)
+        left["id"] = await q.send(b"in hand")
+        await asyncio.wait_for(started.wait(), 10)
+
+    asyncio.run(main())
+    sub = left["sub"].sync
+    try:
+        wait_for(lambda: not sub.thread.is_alive(), 20, "the subscription stopped by itself")
+        assert sub.stopped.is_set() and sub.conns == {}
+        assert sub.handled == 0 and sub.failed == 1  # (its handler cancelled as the loop ended)
+        q = qcluster.client.get_queue(name)
+        m = back_and_not_dead_lettered(q, qcluster.client.get_queue(name + "-dlq"), 2)
+        # pushed once, to the handler that was cancelled: not again after the loop was closed
+        assert m.id == left["id"] and m.receive_count == 2
         q.delete(m)
     finally:
         left["client"].sync.close()

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import zmqueue
 from tests.conftest import QueueCluster, wait_for
+from tests.helpers import back_and_not_dead_lettered
 from zmqueue import OutgoingMessage
 from zmqueue.client import receiving
 from zmqueue.protocol import Command, Receipt
@@ -473,6 +476,85 @@ def test_push_subscribers_never_hold_more_than_their_prefetch_and_share_with_pul
     assert peak[0] <= 3 + 5  # the subscriber's credit plus the pull consumer's batch
     assert sorted(seen + [m.body for m in pulled]) == sorted(f"m{i}".encode() for i in range(40))
     wait_for(lambda: q.stats()["total"] == 0, 10, "auto-deletes")
+
+
+_EXITS_WITH_A_HANDLER_IN_HAND = """
+import sys, threading, time, zmqueue
+client = zmqueue.connect(sys.argv[1])
+q = client.get_queue(sys.argv[2])
+started = threading.Event()
+
+def handler(m):
+    started.set()
+    time.sleep(60)
+
+q.subscribe(handler)
+q.send(b"in hand")
+assert started.wait(10)
+print("returning with the subscription open", flush=True)
+"""
+
+
+def test_a_blocking_subscription_still_open_at_exit_unsubscribes_so_its_message_is_not_dead_lettered(
+        qcluster: QueueCluster) -> None:
+    """A program returns with its handler in hand and neither the
+    subscription nor the client closed. (Its daemon thread just vanished at
+    exit; the hosts kept the subscription for 30 s and pushed the message
+    to the dead connection after each visibility timeout, every push a
+    receive, into the dead-letter queue.)"""
+    name = qcluster.queue_name("exit-open")
+    q = qcluster.client.create_queue(name, visibility_timeout=1, dead_letter_queue=name + "-dlq",
+                                     max_receive_count=3)
+    root = str(Path(zmqueue.__file__).resolve().parents[1])  # (this checkout's zmqueue in the child)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _EXITS_WITH_A_HANDLER_IN_HAND,
+                           str(qcluster.factory.agent.http_addr), name],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0 and "returning" in proc.stdout, proc.stderr
+    assert time.monotonic() - t0 < 30  # (closed at exit: up to 5 s for the handler in hand)
+    m = back_and_not_dead_lettered(q, qcluster.client.get_queue(name + "-dlq"), 1)
+    assert m.body == b"in hand" and m.receive_count == 2  # (pushed once, received now)
+    q.delete(m)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # (the SystemExit)
+def test_a_subscription_whose_thread_a_handler_ended_unsubscribes(qcluster: QueueCluster) -> None:
+    """A handler's SystemExit (or any BaseException) ends the subscription's
+    thread. (The hosts kept the subscription, and pushed the message in hand
+    again after each visibility timeout into the dead-letter queue.)"""
+    name = qcluster.queue_name("thread-ended")
+    q = qcluster.client.create_queue(name, visibility_timeout=1, dead_letter_queue=name + "-dlq",
+                                     max_receive_count=3)
+
+    def handler(m: zmqueue.Message) -> None:
+        sys.exit("the handler ends its thread")
+
+    sub = q.subscribe(handler)
+    try:
+        q.send(b"in hand")
+        wait_for(lambda: not sub.thread.is_alive(), 20, "the subscription's thread ended")
+        assert sub.stopped.is_set() and sub.conns == {}
+        m = back_and_not_dead_lettered(q, qcluster.client.get_queue(name + "-dlq"), 1)
+        assert m.body == b"in hand" and m.receive_count == 2
+        q.delete(m)
+    finally:
+        sub.close()
+
+
+def test_a_subscription_to_a_deleted_queue_stops_and_closes_its_connections(qcluster: QueueCluster) -> None:
+    name = qcluster.queue_name("deleted-under-sub")
+    q = qcluster.client.create_queue(name, partitions=2)
+    sub = q.subscribe(lambda m: None)
+    try:
+        assert len(sub.conns) >= 2  # (one per partition and serving host)
+        conns = [c for c, _ in sub.conns.values()]
+        qcluster.client.delete_queue(name)
+        wait_for(lambda: not sub.thread.is_alive(), 30, "the subscription stopped by itself")
+        assert sub.queue_deleted and sub.conns == {}
+        assert all(c.closed for c in conns)
+    finally:
+        sub.close()
 
 
 def test_a_long_poll_over_several_partitions_returns_the_first_message_and_strands_none(

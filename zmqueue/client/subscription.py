@@ -20,13 +20,30 @@ drops the hosts that no longer do. A host whose keepalive or credit fails
 the routes are then re-read every ``RESYNC_S`` until every partition is
 served again. A host whose connection drops (its process died or restarted)
 is dropped as soon as the connection's monitor says so. A subscription to a
-queue that was deleted stops by itself."""
+queue that was deleted stops by itself.
+
+However its thread ends (``close()``, a stop by itself: the queue deleted, a
+handler wrapper's ``Unhandled(stop=True)``, its ``stop_if``; an unexpected
+error), it takes its subscription back from every host (``UNSUBSCRIBE``,
+best-effort) and closes its connections. A host keeps a subscription it is
+not told about for 30 s and pushes to it again each time a message's
+visibility timeout runs out, every push counting as a receive: the message
+in hand of a subscription that stopped without this went to the dead-letter
+queue without being handled again. After ``UNSUBSCRIBE`` the messages pushed
+and not finished stay in flight on their host and come back once, after their
+visibility timeout. A stopping subscription returns no credits (only the
+deletes of the messages it handled), so nothing more is pushed to it.
+``close()`` unsubscribes first, then waits for the handler in progress.
+Subscriptions still open when the interpreter exits are closed then, as by
+``close()`` (their daemon threads would otherwise just vanish)."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import inspect
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -39,6 +56,7 @@ from zmqueue.client.models import Message
 from zmqueue.client.receipts import delete_refs
 from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.errors import (
+    ClientClosed,
     ConnectionLost,
     InvalidParameter,
     NotLeader,
@@ -66,7 +84,13 @@ routes are re-read and the missing subscriptions retried this often."""
 CONTROL_TIMEOUT_MS = 2000
 """Timeout of a keepalive, (un)subscribe during a resync: short, since the
 one subscription thread waits for it."""
+CLOSE_WAIT_S = 5.0
+"""``close()`` waits this long for a handler in progress (its message can
+still be finished and deleted)."""
 SubKey = tuple[int, str]
+_OPEN: set[Subscription] = set()
+"""The subscriptions started and not yet unsubscribed (closed at exit)."""
+_OPEN_LOCK = threading.Lock()
 
 
 def is_async(handler: Callable[..., Any]) -> bool:
@@ -116,7 +140,14 @@ class Subscription:
         """Hosts dropped because their connection dropped (seen at once, not at a keepalive)."""
         self.queue_deleted = False
         """The queue was deleted: the subscription stopped by itself."""
+        self.stop_if: Callable[[], str | None] | None = None
+        """Checked every round (``PUMP_MS``) of the thread: a reason (not
+        None) stops the subscription before it hands over another message
+        (:mod:`zmqueue.aio` sets it: the event loop of a coroutine handler
+        was closed)."""
         self._watch = LinkWatch()
+        self._lock = threading.Lock()
+        """Guards the hand-over of ``conns`` to :meth:`_unsubscribe_all`."""
         self._degraded = False
         self.thread = threading.Thread(target=self._run, name=f"subscription-{queue.name}",
                                        daemon=True)
@@ -145,22 +176,31 @@ class Subscription:
         return on_push
 
     def start(self) -> Subscription:
-        for p in range(self.queue.config.partitions):
-            targets = self.queue.routes.for_receive(p)
-            if not targets:
-                self.queue.refresh()
+        """Subscribe at every host serving a partition and start the thread;
+        if that fails, the hosts subscribed at so far are unsubscribed."""
+        try:
+            for p in range(self.queue.config.partitions):
                 targets = self.queue.routes.for_receive(p)
-            if not targets:
-                raise Unavailable(f"partition {p} of {self.queue.name!r} has no serving host")
-            for ep in targets:
-                try:
-                    self._subscribe(p, ep, self.queue.client.request_timeout_ms)
-                except (NotLeader, Unavailable) as exc:
-                    # e.g. a FIFO writer still being elected: the thread retries
-                    self._degraded = True
-                    log.info("subscription to %r: partition %d not subscribed at %s yet, "
-                             "retrying in %.0f s: %s", self.queue.name, p, ep, RESYNC_S, exc)
-        self.thread.start()
+                if not targets:
+                    self.queue.refresh()
+                    targets = self.queue.routes.for_receive(p)
+                if not targets:
+                    raise Unavailable(f"partition {p} of {self.queue.name!r} has no serving host")
+                for ep in targets:
+                    try:
+                        self._subscribe(p, ep, self.queue.client.request_timeout_ms)
+                    except (NotLeader, Unavailable) as exc:
+                        # e.g. a FIFO writer still being elected: the thread retries
+                        self._degraded = True
+                        log.info("subscription to %r: partition %d not subscribed at %s yet, "
+                                 "retrying in %.0f s: %s", self.queue.name, p, ep, RESYNC_S, exc)
+            with _OPEN_LOCK:
+                _OPEN.add(self)
+            self.thread.start()
+        except BaseException:
+            self.stopped.set()
+            self._unsubscribe_all()
+            raise
         return self
 
     def _subscribe(self, p: int, endpoint: str, timeout_ms: int) -> None:
@@ -182,7 +222,10 @@ class Subscription:
         """Forget the host of ``key`` (``unsubscribe``: tell it, unless it has
         been failing); messages it pushed that are still in the inbox are
         handled, their deletes go as DELETE."""
-        conn, sub_id = self.conns.pop(key)
+        entry = self.conns.pop(key, None)
+        if entry is None:  # (closed meanwhile: unsubscribed there)
+            return
+        conn, sub_id = entry
         self._watch.remove(conn)
         if unsubscribe and not self.queue.client.guards.for_endpoint(key[1])[0].failures:
             with contextlib.suppress(ZmqueueError):
@@ -244,19 +287,40 @@ class Subscription:
                 self._failed(key, exc)
 
     def _run(self) -> None:
+        """The thread: :meth:`_pump` until the subscription stops, then
+        unsubscribe at every host, however it stopped."""
+        try:
+            self._pump()
+        except (zmq.ContextTerminated, ClientClosed):  # the client was closed under it
+            pass
+        except Exception:  # (a bug): the subscription stops rather than stay open on the hosts
+            log.exception("subscription to %r stops: unexpected error; its messages in flight come "
+                          "back after their visibility timeout", self.queue.name)
+        except BaseException as exc:  # (a handler's SystemExit, say): it ends the thread
+            log.warning("subscription to %r stops: %s ended its thread; its messages in flight come "
+                        "back after their visibility timeout", self.queue.name, type(exc).__name__)
+            raise
+        finally:
+            self.stopped.set()
+            self._unsubscribe_all()
+
+    def _pump(self) -> None:
         next_keepalive = time.monotonic() + KEEPALIVE_S
         next_resync = next_keepalive
         while not self.stopped.is_set():
-            try:
-                readable, dropped = self._watch.poll(PUMP_MS)
-            except zmq.ContextTerminated:  # made as the client closed: close() ends it
-                return
+            readable, dropped = self._watch.poll(PUMP_MS)
             for conn in readable:
                 conn.pump(0)
             for key, (conn, _) in list(self.conns.items()):
                 if conn in dropped:
                     conn.pump(0)  # what it pushed before the drop is handled
                     self._failed(key, conn.lost("the subscription"))
+            why = self.stop_if() if self.stop_if is not None else None
+            if why is not None and not self.stopped.is_set():
+                log.warning("subscription to %r stops: %s%s", self.queue.name, why,
+                            f"; the {len(self.inbox)} messages pushed to it and not handed to its handler "
+                            "come back after their visibility timeout" if self.inbox else "")
+                self.stopped.set()
             if self.inbox and not self.stopped.is_set():
                 self._handle_all()
             now = time.monotonic()
@@ -310,19 +374,22 @@ class Subscription:
                 if self.queue.config.fifo and msg.group_id is not None:
                     failed_groups.add(msg.group_id)
                 log.exception("subscription handler failed on message %s", msg.id)
+        stopping = self.stopped.is_set()  # no credit back: nothing more is pushed to it
         for key, n in credits.items():
-            self._credit(key, n, done.get(key, []))
+            if not stopping or done.get(key):
+                self._credit(key, 0 if stopping else n, done.get(key, []))
 
     def _credit(self, key: SubKey, n: int, handled: list[Message]) -> None:
         """Return ``n`` credits to the host of ``key``; the deletes of the
         handled messages of one stream ride on it (the host checks that it
         writes the first receipt's stream), the others' go as DELETE. A host
         dropped meanwhile gets no credit; its messages' deletes go as DELETE."""
-        if key not in self.conns:
+        entry = self.conns.get(key)
+        if entry is None:
             if handled:
                 self._deleted(handled, None)
             return
-        conn, sub_id = self.conns[key]
+        conn, sub_id = entry
         body: dict[str, Any] = {"sub": sub_id, "n": n}
         carried: list[Message] = []
         if handled:
@@ -355,7 +422,8 @@ class Subscription:
             for k in ("del", "dref", "q", "inc"):
                 body.pop(k, None)
             try:
-                conn.request(Command.CREDIT, body, self.queue.client.request_timeout_ms)
+                if n:
+                    conn.request(Command.CREDIT, body, self.queue.client.request_timeout_ms)
             except ZmqueueError as exc2:
                 self._failed(key, exc2)
         except ZmqueueError as exc:
@@ -387,20 +455,64 @@ class Subscription:
             if err is not None:
                 log.warning("deleting message %s failed (it will be delivered again): %s", msg.id, err)
 
-    def close(self) -> None:
-        self.stopped.set()
-        if self.thread.is_alive() and threading.current_thread() is not self.thread:
-            self.thread.join(timeout=5)
-        for conn, sub_id in list(self.conns.values()):
+    def _unsubscribe_all(self) -> None:
+        """Take the subscription back from every host (``UNSUBSCRIBE``,
+        best-effort) and close the connections; from any thread, idempotent.
+        The messages pushed and not finished stay in flight on their host
+        and come back after their visibility timeout (PROTOCOL § UNSUBSCRIBE)."""
+        with self._lock:
+            conns, self.conns = self.conns, {}
+        if threading.current_thread() is self.thread or not self.thread.is_alive():
+            self._watch.clear()  # (else the thread's poll sees them closed, and ends)
+            with _OPEN_LOCK:  # (else the thread ends with this, or exit closes it again)
+                _OPEN.discard(self)
+        for conn, sub_id in conns.values():
             try:  # (a ZMQError: the client's context is being terminated)
                 with contextlib.suppress(ZmqueueError, zmq.ZMQError):
                     conn.request(Command.UNSUBSCRIBE, {"sub": sub_id}, CONTROL_TIMEOUT_MS)
             finally:
                 conn.close()
-        self.conns.clear()
+
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """Stop: unsubscribe at every host and close the connections at once
+        (nothing more is pushed to it while it waits: a host would push the
+        message in hand again each time its visibility timeout ran out), then
+        wait up to ``wait_s`` for the handler in progress (not from the
+        handler itself), whose message is then deleted by a DELETE."""
+        self.stopped.set()
+        self._unsubscribe_all()
+        if self.thread.is_alive() and threading.current_thread() is not self.thread:
+            self.thread.join(timeout=wait_s)
 
     def __enter__(self) -> Subscription:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _close_open_at_exit() -> None:
+    """At interpreter exit (after the non-daemon threads were joined, before
+    the daemon ones vanish): close the subscriptions still open, waiting up
+    to ``CLOSE_WAIT_S`` in all for their handlers in progress."""
+    with _OPEN_LOCK:
+        subs = list(_OPEN)
+    if not subs:
+        return
+    log.info("closing %d zmqueue subscriptions still open at exit", len(subs))
+    for sub in subs:
+        sub.close(wait_s=0)
+    deadline = time.monotonic() + CLOSE_WAIT_S
+    for sub in subs:
+        sub.close(wait_s=max(0.0, deadline - time.monotonic()))
+
+
+def _forget_open_in_child() -> None:
+    """After a fork: the parent's subscriptions are not the child's to close
+    (their sockets and threads are the parent's)."""
+    global _OPEN, _OPEN_LOCK
+    _OPEN, _OPEN_LOCK = set(), threading.Lock()
+
+
+atexit.register(_close_open_at_exit)
+os.register_at_fork(after_in_child=_forget_open_in_child)
