@@ -329,7 +329,8 @@ class HostConfig:
     """A stream's active segment rolls once its first record is this old (or
     the queue's retention, if shorter, but at least a minute), so compaction
     removes consumed and expired messages from disk: at the next write, or
-    on an idle stream by a record of its writer (docs/SEGMENT_FORMAT.md, "Files")."""
+    on an idle stream by a record of its writer (docs/SEGMENT_FORMAT.md, "Files");
+    a FIFO queue's once they are also older than its 5-minute dedup window."""
     outage_grace_ms: int = 60_000
     """While Consul is unreachable, the host's writers keep their streams this
     long (no other host can be elected meanwhile), then stop until it is back

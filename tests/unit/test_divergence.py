@@ -125,7 +125,7 @@ def test_a_former_writer_s_copy_is_cut_after_what_it_shares_and_catches_up(
         command, body, done = calls[0]
         assert command == Command.CATCH_UP and body["prev"] == [1, 6]
         reply = ra.h_catch_up(body)
-        assert reply == {"resync": True, "e": 2, "keep": 5}
+        assert reply == {"resync": True, "e": 2, "keep": 5, "first": 1}
         done(reply, None)
         wb = b.streams[KEY]  # reopened after the cut
         assert (wb.store.last_seq, wb.store.last_epoch) == (5, 1)

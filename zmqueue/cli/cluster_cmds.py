@@ -49,7 +49,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--segment-roll-ms", type=int, default=3_600_000, metavar="MS",
                    help="a stream's segment file rolls once its first record is this old (or the "
                         "queue's retention if shorter, at least 60000), so compaction can remove "
-                        "consumed messages from disk (default 3600000: an hour)")
+                        "consumed messages from disk (a FIFO queue's once older than its 5-minute "
+                        "dedup window; default 3600000: an hour)")
     p.add_argument("--outage-grace-ms", type=int, default=60_000, metavar="MS",
                    help="while Consul is unreachable, writers keep their streams this long, then "
                         "stop until it is back (default 60000)")

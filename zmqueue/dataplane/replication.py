@@ -33,7 +33,8 @@ Wire bodies (MessagePack). Records travel as chunks ``[table, heap]``: the
 - PUB ``[HEARTBEAT_TOPIC, HEARTBEAT push {"n": node, "h": [[key, epoch, last seq], ...]}]``
   (a single-stream body ``{"s", "e", "last"}`` from an older host is accepted)
 - peer ``CATCH_UP {"s", "from", "prev": [epoch, seq], "max"}`` ->
-  ``{"e", "c": [chunk...], "last"}`` or ``{"resync": true, "e", "keep": seq}``
+  ``{"e", "c": [chunk...], "last"}`` or ``{"resync": true, "e", "keep": seq, "first": seq}``
+  (``first``: the writer's first retained seq)
 - peer ``POSITION {"s", "node", "e", "seq"}`` -> ``{"e", "last_epoch", "last"}``;
   with ``"ack": false`` (the report after each commit) no reply is sent
 - peer ``POSITIONS {"node", "b": [[key, epoch, seq], ...]}`` ->
@@ -177,8 +178,8 @@ class Replicator:
         self.resends = ReplicatedSends()
         """What this host stored as a replica, by request (retried sends find it)."""
         self.counters: dict[str, int] = {"gaps": 0, "stale_refused": 0, "resyncs": 0,
-                                         "resync_kept": 0, "published": 0, "applied": 0,
-                                         "sends_found_replicated": 0, "early_commits": 0}
+                                         "resync_kept": 0, "resync_compacted": 0, "published": 0,
+                                         "applied": 0, "sends_found_replicated": 0, "early_commits": 0}
 
     # --- topology -------------------------------------------------------------------
     def set_topology(self, pub_endpoints: list[str], writers: dict[StreamKey, str]) -> None:
@@ -262,11 +263,11 @@ class Replicator:
                                 "not hold the asker's last record", leader=None)
             keep = keep_after_divergence(prev[0], prev[1], st.store.last_seq, st.store.first_seq,
                                          lambda seq: self._epoch_at(st, seq))
-            return {"resync": True, "e": st.epoch, "keep": keep}
+            return {"resync": True, "e": st.epoch, "keep": keep, "first": st.store.first_seq}
         chunks = st.store.read_chunks(start, CATCH_UP_MAX)
         first = int(chunks[0][0]["seq"][0]) if chunks else None
         if prev[1] > 0 and start <= st.store.last_seq and first != start:
-            return {"resync": True, "e": st.epoch}
+            return {"resync": True, "e": st.epoch, "first": st.store.first_seq}
         return {"e": st.epoch, "c": encode_chunks(chunks), "last": st.store.last_seq}
 
     def _epoch_at(self, st: Stream, seq: int) -> int | None:
@@ -418,20 +419,32 @@ class Replicator:
         self.mark_dirty(st.key)
         return True
 
-    def _resync(self, st: Stream, keep: Any) -> None:
-        """The writer holds another record at our last seq: keep the first
-        ``keep`` records (0, or not a seq below our last: all go), fetch the rest.
+    def _resync(self, st: Stream, keep: Any, first: Any = None) -> None:
+        """The writer does not hold our last record: keep the first ``keep``
+        records (0, or not a seq below our last: all go), fetch the rest.
+        ``first``: the writer's first retained seq (None from a host older
+        than the forty-sixth session), which tells a copy that is merely
+        behind what the writer's compaction removed from one that diverged.
         Only a REPLICA copy is cut (a new writer, RECOVERING, that asked a peer
         holding another term's tail keeps its log and what it noted of it)."""
         if st.role is not Role.REPLICA:
             return
         if not isinstance(keep, int) or not 0 <= keep < st.store.last_seq:
             keep = 0
+        last, last_epoch = st.store.last_seq, st.store.last_epoch
         self.counters["resyncs"] += 1
         self.counters["resync_kept"] += keep
         self.resends.forget(st.queue, st.partition, st.key[2], keep)  # (retries of them: store again)
-        log.warning("stream %s diverged from its writer at seq %d: keeping %d records of %d, "
-                    "fetching the rest", stream_id(st.key), keep + 1, keep, st.store.last_seq)
+        if keep == 0 and isinstance(first, int) and first > last:
+            self.counters["resync_compacted"] += 1
+            log.warning("stream %s: this copy ends at seq %d, and its writer no longer holds that far "
+                        "back (compaction: its log starts at seq %d): dropping the copy's records and "
+                        "fetching the stream from seq %d", stream_id(st.key), last, first, first)
+        else:
+            log.warning("stream %s diverged from its writer: the writer does not hold this copy's last "
+                        "record (seq %d, term %d); keeping %d records (up to seq %d), cutting the %d "
+                        "after them and fetching the rest", stream_id(st.key), last, last_epoch, keep,
+                        keep, last - keep)
         self.on_resync(st.key, keep)
 
     def catch_up(self, st: Stream, now_ms: int, source: str | None = None) -> None:
@@ -458,7 +471,7 @@ class Replicator:
             if not isinstance(e, int) or (e < cur.epoch and cur.role is not Role.RECOVERING):
                 return
             if reply.get("resync"):
-                self._resync(cur, reply.get("keep"))
+                self._resync(cur, reply.get("keep"), reply.get("first"))
                 return
             cur.epoch = max(cur.epoch, e) if cur.role is Role.REPLICA else cur.epoch
             ok = self.apply(cur, decode_chunks(reply.get("c") or []), e)

@@ -851,7 +851,7 @@ class QueueService:
                 continue
             if st.store.expire(now):
                 self.dirty.add(key)
-            st.store.compact(discard=self.set.trash.discard)
+            st.store.compact(discard=self.set.trash.discard, now_ms=now)
             if st.role is Role.WRITER and st.store.last_epoch >= st.epoch:
                 self._roll_idle(st, now)
 

@@ -40,10 +40,11 @@ from zmqueue.dataplane.storage import (
     Delivered,
     NewMessage,
     PartitionStoreProtocol,
-    Record,
     RecordType,
 )
+from zmqueue.dataplane.storage.config import DEDUP_WINDOW_MS
 from zmqueue.dataplane.storage.records import Table
+from zmqueue.dataplane.storage.replay import F_ATTR_LEN, F_BODY_LEN, F_DATA_OFF, F_ID, F_TIME
 from zmqueue.dataplane.topology import StreamKey
 from zmqueue.errors import InvalidParameter, InvalidReceipt, Unavailable
 from zmqueue.protocol import Receipt, ReceiptEncoder, hex_ids
@@ -52,7 +53,6 @@ log = logging.getLogger(__name__)
 
 _BYTES_ONLY = {bytes}
 
-DEDUP_WINDOW_MS = 5 * 60 * 1000
 DEDUP_MAX_ENTRIES = 1_000_000
 LEASE_S = 2.0
 """A writer serves this long after its lock was last confirmed (well under
@@ -311,39 +311,57 @@ class Stream:
 
     # --- dedup ----------------------------------------------------------------
     def rebuild_dedup(self) -> None:
-        """FIFO: refill the 5-minute dedup window from the log's recent messages."""
+        """FIFO: refill the dedup window from the log's messages of the last
+        ``DEDUP_WINDOW_MS`` (by time, not by count: compaction keeps every
+        segment holding such a message, StorageConfig.keep_messages_ms).
+        Read newest first and only as far as the window's bound
+        (``DEDUP_MAX_ENTRIES``): the store filters out reference records
+        (receives, deletes) before any payload is looked at, and only a
+        message's attribute blob is opened (its body only when
+        ``content_based_dedup`` stands in for a missing dedup id)."""
         if not self.config.fifo:
             return
         horizon = int(time.time() * 1000) - DEDUP_WINDOW_MS
-        seq = max(1, self.store.last_seq - 200_000)
-        while True:
-            recs = self.store.read_records(seq, 10_000)
-            if not recs:
-                return
-            self.note_messages(recs, horizon)
-            seq = recs[-1].seq + 1
+        found: list[tuple[str, bytes, int]] = []  # newest first
+        seen: set[str] = set()
+        for table, heap in self.store.recent_messages(horizon):
+            for key, mid, sent_ms in reversed(self._dedup_keys(table, heap)):
+                if key not in seen:  # (the newest record of a key wins, as when noted in order)
+                    seen.add(key)
+                    found.append((key, mid, sent_ms))
+            if len(found) >= DEDUP_MAX_ENTRIES:
+                break
+        window = DedupWindow()
+        for key, mid, sent_ms in reversed(found):
+            window.put(key, mid, sent_ms)
+        self.dedup = window
 
     def note_table(self, table: Table, heap: bytes) -> None:
         """Replica side: remember the dedup keys of replicated FIFO messages."""
         if not self.config.fifo:
             return
-        for row in table[table["type"] == RecordType.MESSAGE]:
-            off, blen, alen = int(row["data_off"]), int(row["body_len"]), int(row["attr_len"])
-            body, blob = self.open(bytes(row["message_id"]), heap[off:off + blen],
-                                   heap[off + blen:off + blen + alen])
-            meta = decode_blob(blob)
-            key = dedup_key(self.config, body, meta.get("d"))
-            if key:
-                self.dedup.put(key, bytes(row["message_id"]), int(row["time_ms"]))
+        for key, mid, sent_ms in self._dedup_keys(table[table["type"] == RecordType.MESSAGE], heap):
+            self.dedup.put(key, mid, sent_ms)
 
-    def note_messages(self, recs: list[Record], horizon_ms: int = 0) -> None:
-        for r in recs:
-            if r.type == RecordType.MESSAGE and r.time_ms >= horizon_ms:
-                body, blob = self.open(r.message_id, r.body, r.attributes)
-                meta = decode_blob(blob)
-                key = dedup_key(self.config, body, meta.get("d"))
-                if key:
-                    self.dedup.put(key, r.message_id, r.time_ms)
+    def _dedup_keys(self, messages: Table, heap: bytes) -> list[tuple[str, bytes, int]]:
+        """(dedup key, message id, time_ms) of each of the MESSAGE rows
+        ``messages`` that has a key, in order."""
+        out = []
+        content = self.config.content_based_dedup
+        for row in messages.tolist():
+            mid, off, blen = row[F_ID], row[F_DATA_OFF], row[F_BODY_LEN]
+            blob = heap[off + blen:off + blen + row[F_ATTR_LEN]]
+            if self.cipher is not None:
+                blob = self.cipher.open(blob, mid, b"a")
+            key = decode_blob(blob).get("d")
+            if not key and content:
+                body = heap[off:off + blen]
+                if self.cipher is not None:
+                    body = self.cipher.open(body, mid, b"b")
+                key = hashlib.sha256(body).hexdigest()
+            if key:
+                out.append((key, mid, row[F_TIME]))
+        return out
 
     # --- send -------------------------------------------------------------------
     def send(self, items: list[Any], now_ms: int, tag: bytes | None = None) -> list[str]:

@@ -11,6 +11,11 @@ MIN_ROLL_MS = 60_000
 """The shortest age at which a segment rolls, however short the retention
 (a queue keeping messages for a second does not start a file a second)."""
 FSYNC_POLICIES = ("always", "interval", "never")
+DEDUP_WINDOW_MS = 5 * 60 * 1000
+"""A FIFO queue's deduplication window (SQS: 5 minutes). Compaction keeps
+every closed segment of a FIFO partition that holds a message this young, so
+the window can be read back from the log after a restart or a wipe
+(:attr:`StorageConfig.keep_messages_ms`)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,16 @@ class StorageConfig:
     record_flags: int = 0
     """OR-ed into the flags of every record committed (``records.FLAG_*``): a
     host sets FLAG_SEAL_KNOWN, and FLAG_SEALED for an encrypted queue."""
+
+    @property
+    def keep_messages_ms(self) -> int:
+        """How long a closed segment stays once its newest MESSAGE record is
+        this old, whether its messages are live or not: the dedup window for
+        a FIFO queue (its dedup ids are read back from the log), 0 for a
+        standard queue (a segment goes once none of its messages is live).
+        Retention does not shorten it: SQS keeps a dedup id for 5 minutes
+        even when its message expired earlier."""
+        return DEDUP_WINDOW_MS if self.fifo else 0
 
     @property
     def roll_after_ms(self) -> int:

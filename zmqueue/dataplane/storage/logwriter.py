@@ -136,13 +136,15 @@ class LogWriter:
         return self.writer.path if self.writer else self.directory
 
     def append_block(
-        self, head: bytes, payload: bytes, first_seq: int, last_seq: int, now_ms: int, roll: bool = False
+        self, head: bytes, payload: bytes, first_seq: int, last_seq: int, now_ms: int, roll: bool = False,
+        message_ms: int = 0,
     ) -> None:
         """Write one block, header and compressed payload (rolling first if
         ``roll``, if the active segment would grow past ``segment_bytes_max``
         or if it is as old as ``roll_after_ms`` at ``now_ms``, or when the
         process's file-size limit stops the active segment: EFBIG); raises
-        OSError untouched."""
+        OSError untouched. ``message_ms``: the newest ``time_ms`` of the
+        block's MESSAGE records (0: none, or not tracked: a standard queue)."""
         with self.lock:
             writer = self.writer
             if writer is None or (writer.size > 0 and (
@@ -174,8 +176,11 @@ class LogWriter:
                 if self._flusher is not None:
                     self._flusher.mark(self)
             self.index.add(first_seq, writer.base, offset)
-            self.segments[-1].size = writer.size
-            self.segments[-1].last_seq = last_seq
+            seg = self.segments[-1]
+            seg.size = writer.size
+            seg.last_seq = last_seq
+            if message_ms > seg.last_message_ms:
+                seg.last_message_ms = message_ms
 
     def _roll(self, first_seq: int, now_ms: int) -> SegmentWriter:
         old = self.writer
@@ -207,11 +212,17 @@ class LogWriter:
             self.index.drop_segment(base)
 
     def remove_segments_below(self, floor: int, max_files: int, forget: Callable[[int], None],
-                              discard: Callable[[Path], None] | None = None) -> int:
-        """Delete up to ``max_files`` oldest closed segments whose last seq < ``floor``."""
+                              discard: Callable[[Path], None] | None = None,
+                              messages_until_ms: int | None = None) -> int:
+        """Delete up to ``max_files`` oldest closed segments whose last seq <
+        ``floor`` and, given ``messages_until_ms``, whose newest MESSAGE
+        record is no younger than it (a FIFO partition's dedup window);
+        oldest first, stopping at the first that stays (no hole)."""
         removed = 0
         for seg in list(self.segments[:-1]):
             if seg.last_seq >= floor or removed >= max_files:
+                break
+            if messages_until_ms is not None and seg.last_message_ms > messages_until_ms:
                 break
             forget(seg.base)
             self.remove_segment(seg.base, discard)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zmqueue.dataplane.storage.records import HEADER_BYTES
+from zmqueue.dataplane.storage.records import HEADER_BYTES, RecordType, Table
 from zmqueue.dataplane.storage.segment import ScannedBlock, cut_log, list_segments, scan_segment
 from zmqueue.errors import CorruptSegment
 
@@ -53,9 +53,19 @@ class SegmentInfo:
     first_ms: int = 0
     """``time_ms`` of its first record, or when the writer started it: its
     age, for rolling by age (``StorageConfig.segment_roll_ms``)."""
+    last_message_ms: int = 0
+    """The newest ``time_ms`` of its MESSAGE records (0: none): a FIFO
+    partition keeps the segment while that is within the dedup window
+    (``StorageConfig.keep_messages_ms``)."""
 
 
 OnBlock = Callable[[int, ScannedBlock], None]
+
+
+def newest_message_ms(table: Table) -> int:
+    """The newest ``time_ms`` of the table's MESSAGE records, 0 if it has none."""
+    times = table["time_ms"][table["type"] == RecordType.MESSAGE]
+    return int(times.max()) if len(times) else 0
 
 
 def recover_directory(directory: Path, on_block: OnBlock) -> tuple[RecoveryReport, list[SegmentInfo]]:
@@ -96,7 +106,7 @@ def _scan_one(
     """Scan one file; return (its info, None if nothing good is left in it;
     the offset to cut the log at, None if the file is whole). An empty file
     is removed here."""
-    good_end, last, first_ms = 0, after_seq, 0
+    good_end, last, first_ms, message_ms = 0, after_seq, 0, 0
     cut = False
     for item in scan_segment(path, after_seq + 1):
         if isinstance(item, CorruptSegment):
@@ -111,6 +121,7 @@ def _scan_one(
         if good_end == 0:
             first_ms = int(item.table["time_ms"][0])
         on_block(base, item)
+        message_ms = max(message_ms, newest_message_ms(item.table))
         report.blocks += 1
         report.records += item.header.record_count
         good_end = item.offset + HEADER_BYTES + item.header.comp_len
@@ -123,4 +134,5 @@ def _scan_one(
         path.unlink()
         return None, None
     report.bytes += good_end
-    return (SegmentInfo(base, good_end, last, first_ms) if good_end else None), (good_end if cut else None)
+    info = SegmentInfo(base, good_end, last, first_ms, message_ms) if good_end else None
+    return info, (good_end if cut else None)

@@ -16,6 +16,7 @@ import numpy as np
 
 from zmqueue.dataplane.storage import replay
 from zmqueue.dataplane.storage.records import BLOCK_TARGET_BYTES, RECORD_DTYPE, RecordType, Table
+from zmqueue.dataplane.storage.recovery import newest_message_ms
 from zmqueue.dataplane.storage.segment import cut_log
 from zmqueue.errors import InvalidParameter
 
@@ -116,14 +117,17 @@ def apply_chunk(store: PartitionStore, table: Table, heap: bytes) -> int:
     first = int(rows["seq"][0])
     if last and first != last + 1:
         raise InvalidParameter(f"replicated records start at {first}, expected {last + 1}")
-    store._check_open(int(rows["time_ms"].max()))
+    newest = int(rows["time_ms"].max())
+    store._check_open(newest)
     types = rows["type"]
     if (types == _MESSAGE).all():  # the common case: a batch of sends
         replay.place(store.ring, store.backlog, rows, np.frombuffer(heap, np.uint8))
         store.staged.stage(rows, heap)
+        store.staged_message_ms = max(store.staged_message_ms, newest)
     else:
         replay.apply_block(store.ring, store.backlog, rows, np.frombuffer(heap, np.uint8))
         store.staged.stage(rows, heap if (types == _MESSAGE).any() else b"")
+        store.staged_message_ms = max(store.staged_message_ms, newest_message_ms(rows))
         if (types == _EPOCH).any():
             store.roll_next = True
     store._next_seq = int(rows["seq"][-1]) + 1
@@ -149,7 +153,12 @@ def _apply_small(store: PartitionStore, table: Table, heap: bytes) -> int:
     if recs[0][replay.F_TYPE] == _EPOCH or recs[-1][replay.F_TYPE] == _EPOCH:
         store.roll_next = True  # (the writer's takeover or roll record: a new segment, as there)
     replay.apply_records(store.ring, store.backlog, table, recs, heap)
-    has_message = any(r[replay.F_TYPE] == _MESSAGE for r in recs)
+    has_message = False
+    for r in recs:
+        if r[replay.F_TYPE] == _MESSAGE:
+            has_message = True
+            if r[replay.F_TIME] > store.staged_message_ms:
+                store.staged_message_ms = r[replay.F_TIME]
     store.staged.stage(table, heap if has_message else b"")
     store._next_seq = recs[-1][replay.F_SEQ] + 1
     store._last_epoch = recs[-1][replay.F_EPOCH]

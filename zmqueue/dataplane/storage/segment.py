@@ -126,6 +126,10 @@ class BlockIndex:
     def entry(self, i: int) -> tuple[int, int, int]:
         return self._first[i], self._base[i], self._offset[i]
 
+    def blocks_of(self, base: int) -> range:
+        """Index positions of segment ``base``'s blocks, oldest first."""
+        return range(bisect.bisect_left(self._base, base), bisect.bisect_right(self._base, base))
+
     def drop_segment(self, base: int) -> None:
         # a segment's entries are one run: bases never decrease along the index
         lo, hi = bisect.bisect_left(self._base, base), bisect.bisect_right(self._base, base)
