@@ -6,7 +6,7 @@ stream's segment on every copy; compaction then removed the closed segment,
 whose messages were all consumed, on every host; and a restarted host reads
 its dedup window back from its log only. Once every host had restarted, a
 send retried with a dedup id accepted seconds before was stored and
-delivered again. Since the forty-sixth session a FIFO partition keeps every
+delivered again. Since the forty-fifth session a FIFO partition keeps every
 segment holding a message of the last 5 minutes."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ stored, consumed or not, in its active segment for good.
 
 A FIFO stream's closed segment stays while it holds a message of the last 5
 minutes (its dedup ids are read back from it after a restart): until the
-forty-sixth session this test expected the FIFO copies down to the roll's
+forty-fifth session this test expected the FIFO copies down to the roll's
 record within seconds, which is what lost the dedup window
 (test_fifo_dedup_restarts.py); the idle roll itself is checked on the FIFO
 stream, and the removal on a standard queue."""

@@ -2,7 +2,7 @@
 closed segment holding a message of the last ``WINDOW_MS`` on disk,
 consumed or expired, because that is where a host reads the window back from
 after a restart (``Stream.rebuild_dedup``, ``PartitionStore.recent_messages``).
-Until the forty-sixth session a closed segment went as soon as none of its
+Until the forty-fifth session a closed segment went as soon as none of its
 messages was live, so a writer's takeover record (which rolls the segment)
 followed by a restart forgot every dedup id of the consumed messages, and a
 retried send was stored and delivered twice. Standard queues are unchanged."""

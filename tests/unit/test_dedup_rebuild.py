@@ -1,6 +1,6 @@
 """A FIFO stream reads its dedup window back from its log by time: every
 message of the last 5 minutes, however many records came after it. Until
-the forty-sixth session ``Stream.rebuild_dedup`` read only the last 200,000
+the forty-fifth session ``Stream.rebuild_dedup`` read only the last 200,000
 records (receives and deletes included), so a partition that took more than
 that within 5 minutes forgot the older dedup ids when its host restarted.
 And a replica whose copy its writer's compaction left behind gets the window

@@ -423,7 +423,7 @@ class Replicator:
         """The writer does not hold our last record: keep the first ``keep``
         records (0, or not a seq below our last: all go), fetch the rest.
         ``first``: the writer's first retained seq (None from a host older
-        than the forty-sixth session), which tells a copy that is merely
+        than the forty-fifth session), which tells a copy that is merely
         behind what the writer's compaction removed from one that diverged.
         Only a REPLICA copy is cut (a new writer, RECOVERING, that asked a peer
         holding another term's tail keeps its log and what it noted of it)."""
