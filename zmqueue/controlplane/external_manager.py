@@ -71,9 +71,11 @@ def _new_partitions(snap: Snapshot, healthy: dict[str, bool], fleet: Fleet,
             if pid in state.assignments:
                 continue
             replicas = place(pid, members(snap, cluster, healthy), cfg.replication_factor)
+            cfg_key = kv.queue_config_key(q)
             writes.append(AssignmentWrite(kv.partition_key(pid),
                                           kv.PartitionAssignment(cluster, replicas, 1), 0,
-                                          f"new partition -> cluster {cluster}"))
+                                          f"new partition -> cluster {cluster}",
+                                          cfg_key, state.modify_index.get(cfg_key, 0)))
             assigned[pid] = cluster
     return writes
 

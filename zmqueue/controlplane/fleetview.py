@@ -21,12 +21,17 @@ FAILOVER_GRACE_S = 3.0
 @dataclass(frozen=True)
 class AssignmentWrite:
     """Write ``assignment`` at ``key`` if the key's ModifyIndex is still
-    ``index`` (0: only if the key is absent)."""
+    ``index`` (0: only if the key is absent), and, when ``config_key`` is
+    given, only if that key's ModifyIndex is still ``config_index``: a new
+    partition's queue config as the plan read it (a queue deleted since
+    gets no partition key back)."""
 
     key: str
     assignment: kv.PartitionAssignment
     index: int
     reason: str
+    config_key: str = ""
+    config_index: int = 0
 
 
 class HealthGrace:

@@ -22,6 +22,11 @@ One thread per host:
 - hands a stream back to its preferred writer once that host is healthy and
   caught up;
 - publishes the host's replica positions (rate limited) for the rule above.
+
+Every lock it takes and every position it writes goes in a Consul
+transaction fenced by the queue's deletion (:mod:`kvguard`): once a queue
+is deleted, nothing of it is written again, so no key of a deleted queue is
+created again by a host that had not heard of the deletion yet.
 """
 
 from __future__ import annotations
@@ -42,6 +47,15 @@ from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.consul_client import AgentHome, ConsulClient, create_session
 from zmqueue.controlplane.discovery import list_hosts
 from zmqueue.controlplane.election import voters_hold
+from zmqueue.controlplane.kvguard import (
+    FENCED,
+    GONE,
+    INVALID_SESSION,
+    Guard,
+    QueueGuards,
+    take_lock,
+    write_fenced,
+)
 from zmqueue.errors import ConsulUnavailable
 from zmqueue.numbers import digits
 
@@ -106,6 +120,10 @@ class Candidacy:
     again (the host left the replicas and came back between two cycles), and
     the new one never heard it was elected: the lock is released and the
     election runs again."""
+    incarnation: int = 0
+    """The incarnation of the stream's queue (its config key's CreateIndex; 0:
+    not known): writes of the queue's keys are fenced by its deletion
+    (:mod:`zmqueue.controlplane.kvguard`)."""
 
     @property
     def quorum(self) -> str:
@@ -342,6 +360,16 @@ class Leadership(threading.Thread):
         self.held: dict[StreamKey, int] = {}
         self._elected_opened: dict[StreamKey, int] = {}
         """Per lock held: the ``Candidacy.opened`` of the stream told it was elected."""
+        self._elected_inc: dict[StreamKey, int] = {}
+        """Per lock held: the incarnation of its queue then (``Candidacy.incarnation``)."""
+        self.guards = QueueGuards(self.client)
+        """Per queue of a stream here: whether its incarnation is alive, and the
+        check its writes carry (:mod:`kvguard`)."""
+        self._cands_seq = 0
+        """Bumped by :meth:`update` whenever the candidacies change."""
+        self._fence_for: tuple[int, int] | None = None
+        self._fence_memo: dict[StreamKey, Guard] = {}
+        """What :meth:`_fence` answered last, and for which (candidacies, guards) versions."""
         self._renewed_at = 0.0
         self._published_at = 0.0
         self._published: dict[StreamKey, tuple[int, int, int, int, bool]] = {}
@@ -389,6 +417,7 @@ class Leadership(threading.Thread):
         with self._lock:
             changed = cands != self._cands
             self._cands, self._positions = dict(cands), dict(positions)
+            self._cands_seq += 1 if changed else 0
             self._terms = dict(terms or {})
             self._confirmed = dict(confirmed or {})
             self._acked = dict(acked or {})
@@ -465,6 +494,7 @@ class Leadership(threading.Thread):
             self.post(Deposed(s))
         self.held.clear()
         self._elected_opened.clear()
+        self._elected_inc.clear()
         self.session = None
 
     def _cycle(self) -> bool:
@@ -472,7 +502,7 @@ class Leadership(threading.Thread):
         sid = self._ensure_session()
         with self._lock:
             cands, positions, confirmations = self._cands, self._positions, self._confirmed
-            opening, acked = self._opening, self._acked
+            opening, acked, seq = self._opening, self._acked, self._cands_seq
             for s in [s for s in self._opened if s not in cands]:  # (a later stream of that key
                 self._opened.discard(s)                             # publishes its own mark)
                 self._published.pop(s, None)
@@ -482,12 +512,13 @@ class Leadership(threading.Thread):
                 del self._below_floor[s]
         sent_at = time.monotonic()
         holders = self._holders()
+        fence = self._fence(cands, seq, holders)
         mine = {s for s, (h, _, _) in holders.items() if h == sid}
         # Health and peers' positions matter only when a candidate lock is free
         # or this host holds a stream it may have to hand back: in the steady
         # state a cycle is one read (these reads cost the request loop GIL time,
         # which showed in its latency tail).
-        free = [s for s in cands if holders.get(s, (None, 0, 0))[0] is None]
+        free = [s for s in cands if s in fence and holders.get(s, (None, 0, 0))[0] is None]
         for s in free:  # published with this host's position: it is taken after the release
             self._seen[s] = holders[s][2] if s in holders and holders[s][1] else 0
         borrowed = [s for s in mine if s in cands and cands[s].preferred not in (None, self.node)]
@@ -500,13 +531,18 @@ class Leadership(threading.Thread):
             self._floors[s] = max(n, self._floors.get(s, 0))
         for s in list(self.held):
             if s not in mine:
-                log.warning("lost the writer lock of %s", s)
+                if s not in holders and self.guards.judged(s[0], self._elected_inc.get(s, 0)) == GONE:
+                    log.info("the writer lock of %s was deleted with its queue", s)
+                else:
+                    log.warning("lost the writer lock of %s", s)
                 del self.held[s]
                 self._elected_opened.pop(s, None)
+                self._elected_inc.pop(s, None)
                 self.post(Deposed(s))
         for s in mine - set(self.held):
             self.held[s] = holders[s][1]
             self._elected_opened[s] = cands[s].opened if s in cands else 0
+            self._elected_inc[s] = cands[s].incarnation if s in cands else 0
             self.post(Elected(s, holders[s][1]))
         for s in list(mine):
             if (s not in cands or self._reopened(s, cands[s])
@@ -524,18 +560,43 @@ class Leadership(threading.Thread):
                 self._note_waiting(s, cands[s], passing, mine_pos, state.get(s, {}), confirmed, released)
             self._note_floor(s, cands[s], mine_pos, floors.get(s, 0))
             used = max([mine_pos.epoch, self._terms.get(s, 0), *(p.epoch for p in state.get(s, {}).values())])
-            if may_campaign(self.node, cands[s], passing, mine_pos, state.get(s, {}),
-                            confirmed, floors.get(s, 0)) and not self._acquire(s, sid, cands[s].opened, used):
+            if (may_campaign(self.node, cands[s], passing, mine_pos, state.get(s, {}), confirmed,
+                             floors.get(s, 0)) and not self._acquire(s, sid, cands[s], fence[s], used)):
                 return True  # the session is gone: a new one campaigns next cycle
         for s in [s for s in self._waiting if s not in free]:  # (taken meanwhile: no longer waiting)
             del self._waiting[s]
         for s in [s for s in self._waiting_told if s not in free]:
             self._tell_waiting(s, None)
-        self._publish_positions(positions, urgent=bool(free), confirmed=confirmations, opening=opening,
+        self._publish_positions(positions, fence, urgent=bool(free), confirmed=confirmations, opening=opening,
                                 acked=acked)
         epochs = {s: e for s, (_, e, _) in holders.items()}
         moved, self._seen_holders = epochs != self._seen_holders, epochs
         return bool(free or borrowed or moved)
+
+    def _fence(self, cands: Mapping[StreamKey, Candidacy], seq: int,
+               holders: Mapping[StreamKey, Holder]) -> dict[StreamKey, Guard]:
+        """The candidate streams whose queue is alive, each with the guard its
+        lock and position writes carry (:mod:`kvguard`): the streams of a
+        queue deleted, or not the live queue of its name, write nothing.
+        Reads the verdicts not known yet, and again those of queues whose
+        lock held here is gone (deleted with its queue?). ``seq``: the
+        candidacies' :attr:`_cands_seq` (unchanged, with nothing to read:
+        the last answer stands, at no cost per stream)."""
+        vanished = [s for s in self.held if s not in holders]
+        if (not vanished and self._fence_for == (seq, self.guards.version)
+                and time.monotonic() < self.guards.next_due):
+            return self._fence_memo
+        wanted = {s[0]: c.incarnation for s, c in cands.items()}
+        for s in vanished:
+            self.guards.recheck(s[0])
+            inc = self.guards.incarnation(s[0])
+            if inc is not None:
+                wanted.setdefault(s[0], inc)
+        self.guards.resolve(wanted)
+        self._fence_for = (seq, self.guards.version)
+        self._fence_memo = {s: g for s, c in cands.items()
+                            if isinstance(g := self.guards.of(s[0], c.incarnation), Guard)}
+        return self._fence_memo
 
     def _reopened(self, s: StreamKey, cand: Candidacy) -> bool:
         """Whether the stream behind a lock held here is not the one told it
@@ -669,33 +730,47 @@ class Leadership(threading.Thread):
             self._lose_all()
             return None
 
-    def _acquire(self, s: StreamKey, sid: str, opened: int, used: int = 0) -> bool:
-        """Try to take ``s``'s lock (for the stream ``opened``); False when the
-        session is invalid. The epoch is the lock's LockIndex, which must pass
-        ``used``, the newest epoch of a record this host or a peer's published
-        position holds: a lock key deleted (by hand, or a KV export and
-        import) starts again at 1, and replicas refuse a writer whose epoch
-        is below theirs (the stream took no writes, for good). Each release
-        and acquire moves LockIndex up one; at most BUMP_MAX times."""
+    def _take(self, sid: str, key: str, guard: Guard) -> int | None:
+        """:func:`kvguard.take_lock` with this host's value; None when Consul
+        says the session is invalid (as :meth:`_lock_write`)."""
+        got = take_lock(self.client, key, self.value, sid, guard)
+        if got == INVALID_SESSION:
+            log.warning("session %s is no longer valid; every lock it held is lost, "
+                        "campaigning with a new session", sid)
+            self._lose_all()
+            return None
+        return got
+
+    def _acquire(self, s: StreamKey, sid: str, cand: Candidacy, guard: Guard, used: int = 0) -> bool:
+        """Try to take ``s``'s lock (for the stream ``cand`` describes; fenced
+        by ``guard``, see :meth:`_take`); False when the session is invalid.
+        The epoch is the lock's LockIndex, which must pass ``used``, the
+        newest epoch of a record this host or a peer's published position
+        holds: a lock key deleted (by hand, or a KV export and import)
+        starts again at 1, and replicas refuse a writer whose epoch is below
+        theirs (the stream took no writes, for good). Each release and
+        acquire moves LockIndex up one; at most BUMP_MAX times."""
         key = lock_key(s)
         epoch = 0
         for attempt in range(BUMP_MAX + 1):
             if attempt:
                 if attempt == 1:
                     log.warning("the writer lock of %s was granted at LockIndex %d, but epoch %d is used "
-                                "already (the lock key was deleted, or imported?): taking it again until "
-                                "its LockIndex passes %d", s, epoch, used, used)
+                                "already (the lock key was deleted by hand, or imported?): taking it again "
+                                "until its LockIndex passes %d", s, epoch, used, used)
                 if self._lock_write(sid, key, release=sid) is None:
                     return False
-            ok = self._lock_write(sid, key, acquire=sid)
-            if ok is None:
+            got = self._take(sid, key, guard)
+            if got is None:
                 return False
-            if not ok:
+            if got == FENCED:
+                log.info("the writer lock of %s was not taken: its queue's tombstone changed since it was "
+                         "read (the queue deleted meanwhile?); reading it again", s)
+                self.guards.recheck(s[0])
                 return True
-            _, item = self.client.call(lambda c: c.kv.get(key, consistency="consistent"))
-            if item is None or item.get("Session") != sid:
+            if got <= 0:
                 return True
-            epoch = int(item.get("LockIndex") or 0)
+            epoch = got
             if epoch > used:
                 break
         else:
@@ -704,7 +779,7 @@ class Leadership(threading.Thread):
             self._lock_write(sid, key, release=sid)
             return True
         self.held[s] = epoch
-        self._elected_opened[s] = opened
+        self._elected_opened[s], self._elected_inc[s] = cand.opened, cand.incarnation
         log.info("became writer of %s at epoch %d", s, epoch)
         self.post(Elected(s, epoch))
         return True
@@ -714,11 +789,13 @@ class Leadership(threading.Thread):
         if sid is None or self._lock_write(sid, lock_key(s), release=sid) is None:
             return
         self._elected_opened.pop(s, None)
+        self._elected_inc.pop(s, None)
         if self.held.pop(s, None) is not None:
             log.info("released the writer lock of %s", s)
             self.post(Deposed(s))
 
-    def _publish_positions(self, positions: dict[StreamKey, tuple[int, int]], urgent: bool = False,
+    def _publish_positions(self, positions: dict[StreamKey, tuple[int, int]],
+                           fence: Mapping[StreamKey, Guard], urgent: bool = False,
                            confirmed: Mapping[StreamKey, int] | None = None,
                            opening: Collection[StreamKey] = (),
                            acked: Mapping[StreamKey, int] | None = None) -> None:
@@ -728,30 +805,39 @@ class Leadership(threading.Thread):
         counts only positions published after the release
         (:func:`heard_enough`). Streams in ``opening`` and not opened yet go
         out at once, marked opened, and each is answered with :class:`Opened`
-        once Consul has it."""
+        once Consul has it. Every write carries its queue's guard from
+        ``fence`` (:func:`kvguard.write_fenced`): a stream not in it writes
+        nothing, nor does one whose queue was deleted since."""
         now = time.monotonic()
         due = now - self._published_at >= POSITIONS_EVERY_S
-        asked = {s for s in opening if s not in self._opened and s in positions}
+        asked = {s for s in opening if s not in self._opened and s in positions and s in fence}
         if not due and not urgent and not asked:
             return
         confirmed = confirmed or {}
         current = {s: (*p, self._seen.get(s, 0), confirmed.get(s, 0), s in self._opened or s in asked)
-                   for s, p in positions.items()}
+                   for s, p in positions.items() if s in fence}
         changed = {s: p for s, p in current.items() if self._published.get(s) != p
                    and (due or s in asked or p[2] != (self._published.get(s) or (0, 0, 0, 0, False))[2])}
-        floors = {s: n for s, n in (acked or {}).items() if due and n > self._floors.get(s, 0)}
+        floors = {s: n for s, n in (acked or {}).items()
+                  if due and s in fence and n > self._floors.get(s, 0)}
         if not changed and not floors:
             return
-        ops = [{"KV": {"Verb": "set", "Key": kv.stream_position_key(
-            kv.PartitionId(s[0], s[1]), s[2], self.node),
-            "Value": base64.b64encode(kv.encode_position(kv.Position(e, q), seen, conf, mark)).decode()}}
-            for s, (e, q, seen, conf, mark) in changed.items()]
-        ops += [{"KV": {"Verb": "set", "Key": kv.stream_acked_key(kv.PartitionId(s[0], s[1]), s[2]),
-                        "Value": base64.b64encode(kv.encode_acked(n)).decode()}} for s, n in floors.items()]
-        for i in range(0, len(ops), 64):  # Consul caps a transaction at 64 operations
-            self._txn(ops[i:i + 64])
+        writes: dict[str, list[dict[str, Any]]] = {}
+        for s, (e, q, seen, conf, mark) in changed.items():
+            value = kv.encode_position(kv.Position(e, q), seen, conf, mark)
+            writes.setdefault(s[0], []).append({"KV": {"Verb": "set", "Key": kv.stream_position_key(
+                kv.PartitionId(s[0], s[1]), s[2], self.node), "Value": base64.b64encode(value).decode()}})
+        for s, n in floors.items():
+            writes.setdefault(s[0], []).append({"KV": {"Verb": "set", "Key": kv.stream_acked_key(
+                kv.PartitionId(s[0], s[1]), s[2]), "Value": base64.b64encode(kv.encode_acked(n)).decode()}})
+        fenced = write_fenced(self.client, writes, {s[0]: g for s, g in fence.items()})
+        for name in fenced:
+            log.info("positions of queue %s not published: its tombstone changed since it was read (the "
+                     "queue deleted meanwhile?); reading it again", name)
+            self.guards.recheck(name)
+        changed = {s: p for s, p in changed.items() if s[0] not in fenced}
         self._published.update(changed)
-        self._floors.update(floors)
+        self._floors.update({s: n for s, n in floors.items() if s[0] not in fenced})
         if due:
             self._published_at = now
         for s, (_, q, _, _, mark) in changed.items():
@@ -759,9 +845,6 @@ class Leadership(threading.Thread):
                 self._opened.add(s)
                 if s in opening:
                     self.post(Opened(s))
-
-    def _txn(self, ops: list[dict[str, Any]]) -> None:
-        self.client.call(lambda c: c.txn.put(ops))
 
     def _release_all(self) -> None:
         try:

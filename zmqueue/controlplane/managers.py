@@ -16,6 +16,12 @@ Each round it
    manager lock is still held by its session and does a check-and-set on the
    assignment's ModifyIndex. A holder that lost the role, or a plan made on a
    stale read, writes nothing; the next round re-reads and re-plans.
+   A new partition's assignment is also written only while the queue's
+   config key is as the plan read it (a queue deleted meanwhile gets no
+   partition key back);
+5. as the external manager, every ``kvsweep.SWEEP_EVERY_S``, removes the
+   lock and position keys of deleted queues that something left behind
+   (:mod:`kvsweep`).
 """
 
 from __future__ import annotations
@@ -39,6 +45,14 @@ from zmqueue.controlplane.internal_manager import (
     StreamPositions,
     has_records,
     plan_internal,
+)
+from zmqueue.controlplane.kvsweep import (
+    LEADERS_PREFIX,
+    SWEEP_EVERY_S,
+    SWEEP_QUEUES_MAX,
+    leftovers,
+    listed_queues,
+    sweep_ops,
 )
 from zmqueue.controlplane.queue_directory import Snapshot
 from zmqueue.controlplane.roles import Session, try_acquire
@@ -65,9 +79,12 @@ class RolesConfig:
 
 
 def txn_ops(w: AssignmentWrite, lock_key: str, sid: str) -> list[dict[str, Any]]:
-    """check-session on the manager lock, then CAS the assignment."""
+    """check-session on the manager lock, check-index on the queue's config
+    (when the write names one), then CAS the assignment."""
     value = base64.b64encode(kv.encode_assignment(w.assignment)).decode()
-    return [{"KV": {"Verb": "check-session", "Key": lock_key, "Session": sid}},
+    config = ([{"KV": {"Verb": "check-index", "Key": w.config_key, "Index": w.config_index}}]
+              if w.config_key and w.config_index > 0 else [])
+    return [{"KV": {"Verb": "check-session", "Key": lock_key, "Session": sid}}, *config,
             {"KV": {"Verb": "cas", "Key": w.key, "Value": value, "Index": w.index}}]
 
 
@@ -92,6 +109,8 @@ class ManagerRoles(threading.Thread):
         self._failed: set[str] = set()
         self._listings: dict[kv.PartitionId, list[dict[str, Any]]] = {}
         """Positions listings read this round (one read per partition)."""
+        self._sweep_at = 0.0
+        """When the external manager next looks for keys of deleted queues."""
 
     def run(self) -> None:
         failures = 0
@@ -134,6 +153,7 @@ class ManagerRoles(threading.Thread):
             writes, notes = plan_external(snap, healthy, self._holding)
             self._report(notes)
             self._write(writes, self.locks["external"], sid)
+            self._sweep(snap, sid)
         if "cluster" in self.held:
             self._write(plan_internal(snap, self.cfg.cluster, healthy, self._positions,
                                       self._confirmations),
@@ -211,6 +231,34 @@ class ManagerRoles(threading.Thread):
                 self._snap = None  # re-read at once
                 return
             log.info("%s: %s (version %d)", w.key, w.reason, w.assignment.version)
+
+    def _sweep(self, snap: Snapshot, sid: str) -> None:
+        """Remove the lock and position trees of deleted queues left behind
+        (:mod:`kvsweep`), at most SWEEP_QUEUES_MAX a pass, every SWEEP_EVERY_S."""
+        now = time.monotonic()
+        if now < self._sweep_at:
+            return
+        self._sweep_at = now + SWEEP_EVERY_S
+        found = {prefix: listed_queues(self._folders(prefix), prefix)
+                 for prefix in (LEADERS_PREFIX, kv.POSITIONS_PREFIX)}
+        queues = leftovers(snap.state, snap.problems, set().union(*found.values()))
+        for q in queues[:SWEEP_QUEUES_MAX]:
+            ops = sweep_ops(q, snap.state.modify_index[kv.deleted_key(q)], self.locks["external"], sid)
+            try:
+                self.client.call(lambda c: c.txn.put(ops))  # noqa: B023
+            except consul.ConsulException as exc:  # (created again, deleted again, or the role lost)
+                log.info("keys of deleted queue %s not swept: %s", q, exc)
+                continue
+            where = " and ".join(f"{p}{q}/" for p, names in found.items() if q in names)
+            log.info("removed the keys deleted queue %s left behind under %s", q, where)
+        if len(queues) > SWEEP_QUEUES_MAX:
+            log.info("%d more deleted queues left keys behind: swept in the next passes",
+                     len(queues) - SWEEP_QUEUES_MAX)
+
+    def _folders(self, prefix: str) -> list[str]:
+        """The keys and folders directly under ``prefix`` (one per queue)."""
+        _, keys = self.client.call(lambda c: c.kv.get(prefix, keys=True, separator="/"))
+        return list(keys or [])
 
     def _log_failed(self, snap: Snapshot, healthy: dict[str, bool]) -> None:
         failed = {h.node: h.status for h in snap.hosts if not healthy.get(h.node)}

@@ -336,14 +336,15 @@ class QueueService:
                                     "of the replicas holds them (another host may have been elected)", name)
 
     def candidacies(self) -> dict[StreamKey, tuple[tuple[str, ...], str | None, tuple[str, ...], bool,
-                                                   tuple[str, ...], tuple[str, ...], str, int]]:
+                                                   tuple[str, ...], tuple[str, ...], str, int, int]]:
         """Per stream: its replicas, its preferred writer, its joining replicas,
         whether its replication is synchronous, a change of the voters in
         flight (its leaving replicas and its previous voters), its
-        ``sync_quorum``, and which opening of the stream on this host it is
-        (``Stream.opened``)."""
+        ``sync_quorum``, which opening of the stream on this host it is
+        (``Stream.opened``), and its queue's incarnation."""
         return {k: (st.replicas, None if k[2] == FIFO_ORIGIN else k[2], st.joining,
-                    st.config.sync_replication, st.leaving, st.previous, st.config.sync_quorum, st.opened)
+                    st.config.sync_replication, st.leaving, st.previous, st.config.sync_quorum, st.opened,
+                    st.config.incarnation)
                 for k, st in self.set.streams.items()}
 
     def leadership_view(self) -> tuple[dict[StreamKey, tuple[int, int]], dict[StreamKey, int],

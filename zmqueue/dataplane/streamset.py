@@ -198,6 +198,7 @@ class StreamSet:
                     st.follower_pos = {n: q for n, q in st.follower_pos.items() if n in replicas}
                 if st.config.incarnation != cfg.incarnation:  # (its config put back in KV by hand)
                     self._note_incarnation(key, cfg.incarnation)
+                    self.version += 1  # (the election's candidacy carries it)
                 if st.config is not cfg and st.config != cfg:  # changed (set_attributes, a KV edit)
                     st.store.reconfigure(storage_config(cfg, self.defaults))
                     if st.config.sync_replication != cfg.sync_replication:
