@@ -6,6 +6,8 @@ import contextlib
 import socket
 import threading
 import time
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import consul
@@ -120,3 +122,16 @@ def back_and_not_dead_lettered(q: Any, dlq: Any, visibility_s: int, timeout_s: f
     assert (st["visible"], st["in_flight"], dlq.stats()["total"]) == (1, 0, 0), (st, dlq.stats())
     [m] = wait_for(lambda: q.receive(wait_time=1), 10, "the message received")
     return m
+
+
+def segments_hold(stream_dirs: Iterable[Path], marker: bytes) -> bool:
+    """Whether a segment file in one of ``stream_dirs`` holds ``marker``
+    (bodies are stored as sent in an unencrypted queue)."""
+    for d in stream_dirs:
+        for f in d.glob("*.seg"):
+            try:
+                if marker in f.read_bytes():
+                    return True
+            except FileNotFoundError:  # (removed meanwhile)
+                pass
+    return False

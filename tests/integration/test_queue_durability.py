@@ -12,7 +12,7 @@ import pytest
 
 import zmqueue
 from tests.conftest import HostFactory, all_passing, wait_for
-from tests.helpers import check_statuses
+from tests.helpers import check_statuses, segments_hold
 from zmqueue.client.receiving import receive_targets
 from zmqueue.localcluster import ConsulAgent, HostProcess
 from zmqueue.protocol import Command
@@ -189,15 +189,7 @@ def test_dead_letters_wait_while_their_dlq_was_created_again_as_the_other_type(
 
 
 def _holds(host: HostProcess, name: str, marker: bytes) -> bool:
-    """Whether a segment file of queue ``name`` in ``host``'s data dir holds
-    ``marker`` (bodies are stored as sent in an unencrypted queue)."""
-    for f in (host.data_dir / "queues" / name).glob("*/*/*.seg"):
-        try:
-            if marker in f.read_bytes():
-                return True
-        except FileNotFoundError:  # (removed meanwhile)
-            pass
-    return False
+    return segments_hold((host.data_dir / "queues" / name).glob("*/*"), marker)
 
 
 def test_a_host_down_while_its_queue_was_deleted_and_created_again_serves_none_of_the_deleted_messages(

@@ -15,7 +15,7 @@ from typing import Any
 
 import zmqueue
 from tests.conftest import QueueCluster, wait_for
-from tests.helpers import consul_for
+from tests.helpers import consul_for, segments_hold
 from tests.replication.test_failover import drain_in_order
 from zmqueue.controlplane import kvlayout as kv
 
@@ -73,16 +73,7 @@ def test_a_queue_tree_lost_from_kv_keeps_its_data_until_a_delete_queue(qcluster:
 
 
 def _stored_anywhere(qc: QueueCluster, name: str, marker: bytes) -> bool:
-    """Whether a segment file of queue ``name`` on any host holds ``marker``
-    (bodies are stored as sent in an unencrypted queue)."""
-    for d in _stream_dirs(qc, name):
-        for f in d.glob("*.seg"):
-            try:
-                if marker in f.read_bytes():
-                    return True
-            except FileNotFoundError:  # (removed meanwhile)
-                pass
-    return False
+    return segments_hold(_stream_dirs(qc, name), marker)
 
 
 def test_a_queue_created_again_before_a_host_saw_it_gone_serves_none_of_the_deleted_messages(
