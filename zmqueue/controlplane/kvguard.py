@@ -5,7 +5,7 @@ writer locks (``zmqueue/leaders/<q>/...``, taken with Consul's ``lock``) and
 its positions (``zmqueue-positions/<q>/...``). It acts on candidacies the
 data plane derived from a metadata snapshot a moment old, so such a write
 could be sent after ``DELETE_QUEUE`` had deleted the queue's trees: it
-created the key again, and nothing ever deleted it (until the forty-sixth
+created the key again, and nothing ever deleted it (until the forty-fifth
 session, 20-65 % of deletes under load left 1-6 such keys each).
 
 ``DELETE_QUEUE`` writes the queue's tombstone (``zmqueue/deleted/<q>``)
