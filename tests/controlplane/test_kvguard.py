@@ -136,10 +136,13 @@ def test_a_batch_refused_by_guards_alone_names_their_queues_and_keeps_the_rest()
     assert rest == Batch(batch.ops[:3], ["a", "a", "a"])
 
 
-class FakeConsul:
-    """``client.call(fn)`` runs ``fn`` on this: ``txn.put`` answers reads from
-    ``kv`` and a lock as taken at LockIndex 3, or raises the next of
-    ``refusals``."""
+class ScriptedTxns:
+    """A plain object standing in for the client in these pure-logic tests
+    (which transactions QueueGuards builds, what it makes of scripted
+    answers); the same paths against a real Consul agent are in
+    tests/controlplane_integration/test_deleted_queue_keys.py. ``client.call(fn)``
+    runs ``fn`` on this: ``txn.put`` answers reads from ``kv`` and a lock as
+    taken at LockIndex 3, or raises the next of ``refusals``."""
 
     def __init__(self) -> None:
         self.kv: dict[str, tuple[bytes, int, int]] = {}
@@ -166,17 +169,17 @@ class FakeConsul:
 
 
 def test_verdicts_are_read_once_per_incarnation_and_again_when_asked() -> None:
-    fake = FakeConsul()
-    fake.kv["zmqueue/queues/q/config"] = (b"{}", 40, 40)
-    guards = QueueGuards(fake)  # type: ignore[arg-type]
+    scripted = ScriptedTxns()
+    scripted.kv["zmqueue/queues/q/config"] = (b"{}", 40, 40)
+    guards = QueueGuards(scripted)  # type: ignore[arg-type]
     guards.resolve({"q": 40})
     guards.resolve({"q": 40})
     assert guards.reads == 1 and guards.of("q", 40) == Guard("q", 0) and guards.of("q", 41) is None
-    fake.kv["zmqueue/deleted/q"] = (kv.encode_tombstone(40, 1), 50, 50)  # DELETE_QUEUE
+    scripted.kv["zmqueue/deleted/q"] = (kv.encode_tombstone(40, 1), 50, 50)  # DELETE_QUEUE
     guards.recheck("q")  # (its lock vanished, or a write's guard failed)
     guards.resolve({"q": 40})
     assert guards.reads == 2 and guards.of("q", 40) == GONE
-    fake.kv["zmqueue/queues/q/config"] = (b"{}", 60, 60)  # created again
+    scripted.kv["zmqueue/queues/q/config"] = (b"{}", 60, 60)  # created again
     guards.resolve({"q": 60})
     assert guards.reads == 3 and guards.of("q", 60) == Guard("q", 50)
     assert guards.judged("q", 40) == GONE  # (the earlier incarnation, judged on the same read)
@@ -185,12 +188,12 @@ def test_verdicts_are_read_once_per_incarnation_and_again_when_asked() -> None:
 
 
 def test_a_lock_is_taken_with_its_guard_and_consuls_refusals_are_told_apart() -> None:
-    fake = FakeConsul()
+    scripted = ScriptedTxns()
     guard = Guard("q", 50)
-    client: Any = fake
+    client: Any = scripted
     assert take_lock(client, "zmqueue/leaders/q/0/n1", b"{}", "sid", guard) == 3
-    assert fake.txns[-1][0] == guard.op() and fake.txns[-1][1]["KV"]["Verb"] == "lock"
-    fake.refusals = [_refusal((0, 'failed index check for key "zmqueue/deleted/q"')),
+    assert scripted.txns[-1][0] == guard.op() and scripted.txns[-1][1]["KV"]["Verb"] == "lock"
+    scripted.refusals = [_refusal((0, 'failed index check for key "zmqueue/deleted/q"')),
                      _refusal((1, 'failed to lock key "k", lock is already held')),
                      _refusal((1, 'invalid session "sid"'))]
     assert take_lock(client, "k", b"{}", "sid", guard) == FENCED
@@ -199,10 +202,10 @@ def test_a_lock_is_taken_with_its_guard_and_consuls_refusals_are_told_apart() ->
 
 
 def test_positions_of_a_queue_deleted_meanwhile_are_dropped_and_the_others_written() -> None:
-    fake = FakeConsul()
+    scripted = ScriptedTxns()
     guards = {"a": Guard("a", 0), "b": Guard("b", 7)}
-    fake.refusals = [_refusal((3, 'failed index check for key "zmqueue/deleted/b"'))]
-    client: Any = fake
+    scripted.refusals = [_refusal((3, 'failed index check for key "zmqueue/deleted/b"'))]
+    client: Any = scripted
     assert write_fenced(client, {"a": _sets("a", 2), "b": _sets("b", 2)}, guards) == {"b"}
-    first, second = fake.txns
+    first, second = scripted.txns
     assert len(first) == 6 and second == first[:3]  # retried with a's guard and writes alone
