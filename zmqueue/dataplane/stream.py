@@ -354,11 +354,11 @@ class Stream:
             if self.cipher is not None:
                 blob = self.cipher.open(blob, mid, b"a")
             key = decode_blob(blob).get("d")
-            if not key and content:
+            if not key and content:  # (the body is opened only then)
                 body = heap[off:off + blen]
                 if self.cipher is not None:
                     body = self.cipher.open(body, mid, b"b")
-                key = hashlib.sha256(body).hexdigest()
+                key = dedup_key(self.config, body, None)
             if key:
                 out.append((key, mid, row[F_TIME]))
         return out
