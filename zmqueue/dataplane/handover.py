@@ -73,7 +73,10 @@ class Handover:
         if endpoint is None:
             self.recovering.get(key, (0.0, set()))[1].discard(node)
             return
-        body = {"s": f"{key[0]}/{key[1]}/{key[2]}", "node": svc.node, "e": -1, "seq": -1}
+        # (e = -1: no position of ours; term: the replica leaves older terms before it answers,
+        # so nothing it holds after its answer, which is all this host fetches, is acknowledged
+        # by an older writer: Raft's vote rule, docs/REPLICATION.md "A vote ends the older term")
+        body = {"s": f"{key[0]}/{key[1]}/{key[2]}", "node": svc.node, "e": -1, "seq": -1, "term": st.epoch}
 
         def done(reply: Any, err: ZmqueueError | None) -> None:
             cur = svc.set.streams.get(key)

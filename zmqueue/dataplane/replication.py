@@ -36,7 +36,10 @@ Wire bodies (MessagePack). Records travel as chunks ``[table, heap]``: the
   ``{"e", "c": [chunk...], "last"}`` or ``{"resync": true, "e", "keep": seq, "first": seq}``
   (``first``: the writer's first retained seq)
 - peer ``POSITION {"s", "node", "e", "seq"}`` -> ``{"e", "last_epoch", "last"}``;
-  with ``"ack": false`` (the report after each commit) no reply is sent
+  with ``"ack": false`` (the report after each commit) no reply is sent; a new
+  writer's recovery probe is ``{"e": -1, "seq": -1, "term": its epoch}``, and a
+  replica's term moves up to ``term`` before it answers (its vote: it takes no
+  record of an older term after it)
 - peer ``POSITIONS {"node", "b": [[key, epoch, seq], ...]}`` ->
   ``{"b": [[epoch, last_epoch, last] or None, ...]}`` (one entry per asked
   stream, in order; None for a stream the writer host does not have)
@@ -277,6 +280,17 @@ class Replicator:
     def h_position(self, body: dict[str, Any]) -> Any:
         st = self._stream(body.get("s"))
         self._note(st, body.get("node"), body.get("e"), body.get("seq"))
+        term = body.get("term")
+        if isinstance(term, int) and term > st.epoch and st.role is Role.REPLICA:
+            # a new writer's recovery probe: our answer is its vote, and the new writer
+            # settles on what it shows. Raft's vote rule: from now on nothing of an older
+            # term is applied here, nor reported to its writer (our reports carry this
+            # term), so that writer can no longer count this copy toward an
+            # acknowledgement the new writer lacks (before, a replica that had answered
+            # still took the cut-off writer's next record and acknowledged it with it)
+            log.debug("stream %s: probed by the writer of term %d, this copy leaves term %d",
+                      stream_id(st.key), term, st.epoch)
+            st.epoch = term
         return {"e": st.epoch, "last_epoch": st.store.last_epoch, "last": st.store.last_seq}
 
     def note_position(self, body: dict[str, Any]) -> Stream | None:
