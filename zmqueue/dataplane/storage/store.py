@@ -118,21 +118,28 @@ class PartitionStore:
         segment's newest message, which a FIFO partition's compaction reads
         (kept as records are staged: reading it off the block was ~9 us a commit)."""
         self.index = BlockIndex()
+        self.reader = BlockReader(self.directory)  # (replay pages in from the blocks verified so far)
         report, segments = recover_directory(self.directory, self._replay_block)
+        self.reader.close()  # (its descriptors: the scan may have cut or removed files)
         if restart:
             replay.release_in_flight(self.ring, self.backlog)
         self.log = LogWriter(self.directory, self.config, segments, self.index)
-        self.reader = BlockReader(self.directory)
         self.expire(now_ms)
         return report
 
     def _replay_block(self, base: int, block: ScannedBlock) -> None:
+        """Apply one verified block as the store that wrote it did: its records,
+        then the paging ahead its commit did (:meth:`_page_ahead`), so the ring
+        rebuilt after a restart, a rollback or a cut is the one a copy that
+        committed the same blocks holds, dead slots and all (paging in only
+        at the end compacted at other moments than the commits had)."""
         self.index.add(block.header.first_seq, base, block.offset)
         replay.apply_block(self.ring, self.backlog, block.table, np.frombuffer(block.heap, np.uint8))
         self._next_seq = block.header.last_seq + 1
         self._last_written = block.header.last_seq
         self._last_epoch = int(block.table["epoch"][-1])
         self.epoch = max(self.epoch, int(block.table["epoch"].max()))
+        self._page_ahead()
 
     def _rollback(self, exc: OSError) -> None:
         """A write failed: forget everything uncommitted by rebuilding from the log."""
@@ -251,9 +258,14 @@ class PartitionStore:
         if roll:
             self.roll_next = False
         self._last_written = last
+        self._page_ahead()
+        return last
+
+    def _page_ahead(self) -> None:
+        """After each block committed (and each block replayed: the same
+        moments), page in ahead of the consumers what fits."""
         if self.backlog.cursor is not None and self.ring.live < self.ring.slots:
             self._page_in(self._now, needed=False)  # (a full ring pages nothing in)
-        return last
 
     @property
     def last_block(self) -> tuple[Table, bytes] | None:
