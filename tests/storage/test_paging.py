@@ -70,3 +70,26 @@ def test_blocks_paged_in_together_keep_each_body_and_the_order(tmp_path: Path) -
         assert store.stats(NOW)["total"] == 0
     finally:
         store.close()
+
+
+def test_expiry_does_not_count_a_deleted_message_on_disk_as_expired(tmp_path: Path) -> None:
+    """A message deleted while in the ring lies beyond the cursor after a
+    restart (the ring refills in seq order): paging past it skips it as gone,
+    and expire() reports only the messages the retention took."""
+    config = StorageConfig(ring_slots=4, arena_bytes=4096, fsync="never", retention_ms=10_000)
+    store = PartitionStore.open(tmp_path / "p", config, now_ms=NOW)
+    store.append_batch([b""] * 5, NOW)
+    store.commit()
+    first, _ = store.receive(4, NOW, 50)
+    store.delete(first[0].seq, first[0].receive_count, NOW)
+    store.commit()
+    fifth, _ = store.receive(1, NOW, 50)
+    assert [m.seq for m in fifth] == [5]
+    store.delete(5, fifth[0].receive_count, NOW)
+    store.close()
+    store = PartitionStore.open(tmp_path / "p", config, now_ms=NOW)
+    try:
+        assert store.backlog.gone == {5} and store.stats(NOW)["total"] == 3
+        assert store.expire(NOW + 10_000) == 3
+    finally:
+        store.close()

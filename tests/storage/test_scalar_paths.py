@@ -40,7 +40,8 @@ def state(s: PartitionStore) -> tuple[Any, ...]:
     ring, backlog = s.ring, s.backlog
     return (ring.meta[: ring.n].tobytes(), ring.arena[: ring.top].tobytes(), ring.n, ring.top, ring.live,
             ring.live_bytes, backlog.cursor, backlog.count, backlog.bytes, sorted(backlog.gone),
-            sorted(backlog.receive_counts.items()), s.last_seq, s.last_epoch)
+            sorted(backlog.receive_counts.items()), sorted(backlog.deadlines.items()), s.last_seq,
+            s.last_epoch)
 
 
 def plain(got: Any) -> list[tuple[Any, ...]]:

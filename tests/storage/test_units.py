@@ -40,6 +40,10 @@ def test_config_validate_names_the_field_and_the_bound():
         StorageConfig(ring_slots=1).validate()
     with pytest.raises(ConfigError, match="fsync must be one of"):
         StorageConfig(fsync="sometimes").validate()
+    with pytest.raises(ConfigError, match="ring_grow_max must be an integer in"):
+        StorageConfig(ring_grow_max=0).validate()
+    with pytest.raises(ConfigError, match=r"ring_slots \* ring_grow_max must be an integer in \[2, "):
+        StorageConfig(ring_slots=1 << 25).validate()  # (the cap the ring may grow to is bounded too)
     assert StorageConfig().validate().fsync == "interval"
 
 

@@ -24,7 +24,8 @@ from zmqueue.dataplane.stream import Role
 from zmqueue.security.frontdoor import LATENCY_BUCKETS_S, FrontDoor, Latency
 
 GAUGES = (("visible", "messages visible"), ("in_flight", "messages received and not yet deleted"),
-          ("delayed", "messages not yet visible (delay)"), ("total", "messages stored"))
+          ("delayed", "messages not yet visible (delay)"), ("total", "messages stored"),
+          ("blocked_on_disk", "visible messages on disk no receive can reach now (ring at its cap)"))
 QUEUE_COUNTERS = (("sends", "messages sent"), ("receives", "messages delivered by receive"),
                   ("deletes", "messages deleted"), ("redeliveries", "deliveries with receive count > 1"),
                   ("bytes_in", "request bytes"), ("bytes_out", "reply bytes"),

@@ -4,8 +4,10 @@ Invariant: every live message with ``seq < cursor`` is in the ring; messages
 with ``seq >= cursor`` are only in the log (or in the pending block).  When the
 ring has room, :meth:`Backlog.page_in` reads blocks forward from the cursor and
 loads the next messages, skipping expired ones and the few that are known to be
-gone (``gone``: deletes replayed at recovery for messages beyond the cursor;
-``receive_counts``: their last receive counts).  Both are bounded by the
+gone (``gone``: deletes replayed (at recovery, or by a replica) for messages
+beyond the cursor; ``receive_counts`` and ``deadlines``: their last receive
+counts and visibility deadlines: such a message comes in IN_FLIGHT until its
+deadline, unless a restart released it).  They are bounded by the
 delete/visibility records themselves and emptied as the cursor passes them.
 Memory is O(1) in the backlog size otherwise.
 
@@ -15,6 +17,12 @@ rows together: the numpy calls per block, not the rows, were most of a
 page-in's cost when commits are small (a host's blocks of ~100 messages
 beside their receives' and deletes' records). The group read last is kept
 until the cursor passes it, so a partly loaded group is not read again.
+
+The size of the message at the cursor is kept when it is known (the first
+message to go to the backlog, or the one a page-in stopped at for lack of
+room): a page-in that could not place it returns without reading a block,
+and :meth:`PartitionStore.stats` tells a backlog no receive can reach now
+(``blocked_on_disk``) from one a receive would page in.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zmqueue.dataplane.storage.records import RECORD_DTYPE, RecordType, Table
-from zmqueue.dataplane.storage.ring import IntArray, Ring
+from zmqueue.dataplane.storage.ring import IN_FLIGHT, IntArray, Ring
 from zmqueue.dataplane.storage.segment import BlockIndex, BlockReader
 
 U8Array = np.ndarray[tuple[int], np.dtype[np.uint8]]
@@ -63,35 +71,60 @@ class Backlog:
         self.bytes = 0
         self.gone: set[int] = set()
         self.receive_counts: dict[int, int] = {}
+        self.deadlines: dict[int, int] = {}  # (keys: those of receive_counts not released by a restart)
         self._cache: _Group | None = None
+        # (seq, payload bytes, enqueue ms) of the message at the cursor, if known
+        self._next: tuple[int, int, int] | None = None
 
     def add(self, rows: Table) -> None:
         """Messages that do not go to the ring (rows in seq order)."""
         if self.cursor is None:
-            self.cursor = int(rows["seq"][0])
+            self._start(rows)
         self.count += len(rows)
         self.bytes += int(payload_lens(rows).sum())
 
-    def add_fresh(self, first_seq: int, count: int, nbytes: int) -> None:
-        """:meth:`add` for ``count`` new messages from ``first_seq``, ``nbytes`` of payload."""
+    def add_fresh(self, rows: Table, count: int, nbytes: int) -> None:
+        """:meth:`add` for ``count`` new messages, ``nbytes`` of payload, the
+        first of them ``rows[0]`` (the rest of ``rows`` is not read)."""
         if self.cursor is None:
-            self.cursor = first_seq
+            self._start(rows)
         self.count += count
         self.bytes += nbytes
+
+    def _start(self, rows: Table) -> None:
+        first = rows[0]
+        self.cursor = int(first["seq"])
+        self._next = (self.cursor, int(first["body_len"]) + int(first["attr_len"]), int(first["time_ms"]))
 
     def reset(self) -> None:
         self.cursor = None
         self.count = self.bytes = 0
         self.gone.clear()
         self.receive_counts.clear()
+        self.deadlines.clear()
         self._cache = None
+        self._next = None
+
+    def forget(self, seq: int) -> None:
+        """Message ``seq`` beyond the cursor was deleted (or moved to a DLQ)."""
+        self.gone.add(seq)
+        self.receive_counts.pop(seq, None)
+        self.deadlines.pop(seq, None)
+
+    def next_bytes(self, expired_at: int) -> int | None:
+        """Payload bytes of the message the next page-in would place first,
+        if known (None: unknown, or that message is gone or expired)."""
+        nxt = self._next
+        if nxt is None or nxt[0] != self.cursor or nxt[2] <= expired_at or nxt[0] in self.gone:
+            return None
+        return nxt[1]
 
     def beyond(self, seq: int) -> bool:
         return self.cursor is not None and seq >= self.cursor
 
     def page_in(
         self, ring: Ring, reader: BlockReader, index: BlockIndex, last_written: int, expired_at: int,
-        needed: bool = True,
+        needed: bool = True, starved: bool = False,
     ) -> int:
         """Load what fits, :data:`PAGE_IN_MAX` messages at most (the rest in
         later calls, so no single request waits for a long page-in: filling
@@ -99,13 +132,21 @@ class Backlog:
         expired messages were skipped.
 
         ``needed=False`` pages ahead of the consumers: the ring compacts only
-        once half of it is dead (see :meth:`Ring.can_place`)."""
+        once half of it is dead (see :meth:`Ring.can_place`). ``starved``: the
+        receive asking found nothing to take in the ring; until this call has
+        loaded a message, the ring may grow or compact for as little as the
+        next message (see :meth:`Ring.fit_count`)."""
         expired = 0
         start = ring.live
-        while self.cursor is not None and self.cursor <= last_written and ring.live < ring.slots:
-            if not ring.can_place(needed):
+        while self.cursor is not None and self.cursor <= last_written:
+            urgent = starved and ring.live == start
+            slots = ring.max_slots if urgent else ring.slots
+            if ring.live >= slots:
+                break
+            nxt = self.next_bytes(expired_at)
+            if not (ring.can_place(needed, urgent) if nxt is None else ring.room_for(nxt, needed, urgent)):
                 break  # (a consumer's deletes free slots long before compacting pays: no block read)
-            room = min(ring.slots - ring.live, PAGE_IN_MAX - (ring.live - start))
+            room = min(slots - ring.live, PAGE_IN_MAX - (ring.live - start))
             if room <= 0:
                 break
             # rows, not messages: a host's blocks also hold receives' and
@@ -115,21 +156,24 @@ class Backlog:
                 break  # (nothing written at or past the cursor: not reached while cursor <= last_written)
             rows = table[table["type"] == RecordType.MESSAGE]
             fresh = rows["time_ms"] > expired_at
-            keep = fresh
-            if self.gone:
-                keep = keep & ~np.isin(rows["seq"], np.fromiter(self.gone, np.uint64))
+            keep, old = fresh, ~fresh
+            if self.gone:  # (a deleted message is not counted as expired)
+                alive = ~np.isin(rows["seq"], np.fromiter(self.gone, np.uint64))
+                keep, old = keep & alive, old & alive
             kept = rows[keep]
-            k = ring.fit_count(payload_lens(kept), needed)
+            lens = payload_lens(kept)
+            k = ring.fit_count(lens, needed, urgent)
             full = k < len(kept)
             stop = int(kept["seq"][k]) if full else int(table["seq"][-1]) + 1
             if k:
-                ring.insert(kept[:k], heap)
+                ring.insert(kept[:k], heap, lens[:k])
                 self._restore_counts(ring, kept[:k])
             done = rows["seq"] < stop
-            expired += int(np.count_nonzero(done & ~fresh))
+            expired += int(np.count_nonzero(done & old))
             self._passed(rows[done])
             self.cursor = stop if self.count else None
             if full:
+                self._next = (stop, int(lens[k]), int(kept["time_ms"][k]))
                 break
         if self.cursor is None:
             self.reset()
@@ -144,15 +188,29 @@ class Backlog:
             for seq in rows["seq"].tolist():
                 self.gone.discard(seq)
                 self.receive_counts.pop(seq, None)
+                self.deadlines.pop(seq, None)
 
     def _restore_counts(self, ring: Ring, loaded: Table) -> None:
+        """The receive counts of the messages just loaded (the last slots),
+        and the deadline of those in flight: a replica's copy or a rebuilt
+        ring (a rollback, a cut) holds fewer messages than the writer's did,
+        so a message in flight may come from disk; it stays hidden until its
+        deadline, as in the writer's ring."""
         if not self.receive_counts:
             return
         first = ring.n - len(loaded)
+        held = False
         for j, seq in enumerate(loaded["seq"].tolist()):
             count = self.receive_counts.get(seq)
             if count is not None:
-                ring.meta["receive_count"][first + j] = count
+                ring.receive_count[first + j] = count
+                deadline = self.deadlines.get(seq)
+                if deadline is not None:
+                    ring.visible_at[first + j] = deadline
+                    ring.state[first + j] = IN_FLIGHT
+                    held = True
+        if held:
+            ring.forget_picks()  # (slots changed state outside receive: every pick hint restarts)
 
     def _rows(self, reader: BlockReader, index: BlockIndex, seq: int, limit: int) -> tuple[Table, U8Array]:
         """At most ``limit`` rows from ``seq`` on (fewer at the end of a group)

@@ -35,6 +35,14 @@ class StorageConfig:
 
     ring_slots: int = 65536  # messages held in memory (the hot window)
     arena_bytes: int = 32 * MIB  # payload bytes held in memory
+    ring_grow_max: int = 4
+    """The ring may grow to this many times ``ring_slots`` and
+    ``arena_bytes`` (by doubling) while messages in flight (or delayed) fill
+    it and a receive finds nothing else to take, so the visible messages on
+    disk behind them are still delivered; back to the configured size once
+    its live messages fit half of it. 1: never grows. Past the cap, disk
+    messages wait (``blocked_on_disk`` in stats) until in-flight ones are
+    deleted. Default: up to 262,144 messages and 128 MiB per stream."""
     segment_bytes_max: int = 64 * MIB  # roll to a new segment file past this size
     segment_roll_ms: int = 3_600_000
     """Roll to a new segment at the first block written once the active
@@ -76,6 +84,9 @@ class StorageConfig:
         """Raise :class:`ConfigError` naming the field and its bound; return self."""
         _bound("ring_slots", self.ring_slots, 2, 1 << 26)
         _bound("arena_bytes", self.arena_bytes, 4096, 1 << 40)
+        _bound("ring_grow_max", self.ring_grow_max, 1, 64)
+        _bound("ring_slots * ring_grow_max", self.ring_slots * self.ring_grow_max, 2, 1 << 26)
+        _bound("arena_bytes * ring_grow_max", self.arena_bytes * self.ring_grow_max, 4096, 1 << 40)
         _bound("segment_bytes_max", self.segment_bytes_max, 4096, 1 << 40)
         _bound("segment_roll_ms", self.segment_roll_ms, 1000, 1 << 62)
         _bound("fsync_interval_ms", self.fsync_interval_ms, 1, 3_600_000)

@@ -51,7 +51,7 @@ def place_fresh(ring: Ring, backlog: Backlog, rows: Table, packed: Packed, seq0:
         if k:
             backlog.add(rows[k:])
             return
-    backlog.add_fresh(seq0, n, size)
+    backlog.add_fresh(rows, n, size)
 
 
 def lookup(ring: Ring, targets: IntArray) -> IntArray:
@@ -129,6 +129,7 @@ def apply_records(ring: Ring, backlog: Backlog, table: Table, recs: list[tuple[A
                 ring.state[i] = IN_FLIGHT
             elif backlog.beyond(target):
                 backlog.receive_counts[target] = r[F_COUNT]
+                backlog.deadlines[target] = r[F_VISIBLE]
             ring.forget_picks()
         elif kind in (_DELETE, _DLQ_MOVE):
             target = r[F_TARGET]
@@ -136,8 +137,7 @@ def apply_records(ring: Ring, backlog: Backlog, table: Table, recs: list[tuple[A
             if i >= 0 and AVAILABLE <= int(ring.state[i]) <= MOVING:
                 ring.remove(i)
             elif backlog.beyond(target):
-                backlog.gone.add(target)
-                backlog.receive_counts.pop(target, None)
+                backlog.forget(target)
         elif kind == _PURGE:
             ring.clear()
             backlog.reset()
@@ -168,9 +168,11 @@ def _apply_visibility(ring: Ring, backlog: Backlog, rows: Table) -> None:
     ring.meta["visible_at_ms"][hit] = rows["visible_at_ms"][live]
     ring.meta["state"][hit] = IN_FLIGHT
     ring.forget_picks()
-    for seq, count in zip(targets[~live].tolist(), rows["receive_count"][~live].tolist(), strict=True):
+    for seq, count, deadline in zip(targets[~live].tolist(), rows["receive_count"][~live].tolist(),
+                                    rows["visible_at_ms"][~live].tolist(), strict=True):
         if backlog.beyond(seq):
             backlog.receive_counts[seq] = count
+            backlog.deadlines[seq] = deadline
 
 
 def _apply_removal(ring: Ring, backlog: Backlog, targets: IntArray) -> None:
@@ -180,12 +182,13 @@ def _apply_removal(ring: Ring, backlog: Backlog, targets: IntArray) -> None:
         ring.remove(slots[live])
     for seq in targets[~live].tolist():
         if backlog.beyond(seq):
-            backlog.gone.add(seq)
-            backlog.receive_counts.pop(seq, None)
+            backlog.forget(seq)
 
 
-def release_in_flight(ring: Ring) -> None:
-    """After a restart every in-flight or moving message is visible again."""
+def release_in_flight(ring: Ring, backlog: Backlog) -> None:
+    """After a restart every in-flight or moving message is visible again
+    (those beyond the backlog's cursor too: they keep their receive counts)."""
+    backlog.deadlines.clear()
     state = ring.meta["state"][: ring.n]
     held = (state == IN_FLIGHT) | (state == MOVING)
     state[held] = AVAILABLE

@@ -5,6 +5,14 @@ binary search); payloads (body then attributes) sit in ``arena`` in the same
 order.  Removing a message only flips its state; the holes are squeezed out by
 :meth:`Ring.compact` when an insert needs room, which keeps both orders.
 
+A receive that finds nothing it can take in the ring while messages wait on
+disk (*starved*: the ring is full of in-flight or delayed ones) gets room at a
+higher price (:meth:`Ring.fit_count`): the ring grows, up to ``grow_max``
+times its configured size, and once it cannot, a compaction frees however
+little is dead if that lets the next message in. A compaction that finds the
+live messages fit half the configured size moves them back into a ring of
+that size.
+
 States: FREE (never used), AVAILABLE (visible once ``visible_at_ms <= now``,
 i.e. VISIBLE or DELAYED), IN_FLIGHT (received; visible again once its deadline
 passes), MOVING (picked as dead letter, waiting for ``mark_dead_lettered``),
@@ -27,6 +35,7 @@ FREE, AVAILABLE, IN_FLIGHT, MOVING, DELETED = 0, 1, 2, 3, 4
 NEVER = 1 << 62
 COMPACT_WHEN_NEEDED = 8  # compact once 1/8 of the slots or arena is dead (see Ring.can_place)
 COMPACT_AHEAD = 2  # ... or 1/2 when only paging ahead
+GROW_FREE = 8  # a starved receive doubles a dimension that would have under 1/8 free (Ring.fit_count)
 IntArray = npt.NDArray[np.int64]
 MetaRows = npt.NDArray[np.void]  # rows of META_DTYPE
 
@@ -128,11 +137,19 @@ def copy_ranges(
     return new
 
 
+def _grown(size: int, used: int, most: int) -> int:
+    """A dimension's size for ``used`` of it: kept while 1/:data:`GROW_FREE`
+    or more stays free, else doubled (at least ``used``, at most ``most``)."""
+    if (size - used) * GROW_FREE >= size:
+        return size
+    return max(size, min(most, max(2 * size, used)))
+
+
 class Ring:
-    def __init__(self, slots: int, arena_bytes: int) -> None:
-        self.meta = np.zeros(slots, META_DTYPE)
-        self.arena = np.zeros(arena_bytes, np.uint8)
-        self.slots, self.arena_bytes = slots, arena_bytes
+    def __init__(self, slots: int, arena_bytes: int, grow_max: int = 1) -> None:
+        self.base_slots, self.base_arena_bytes = slots, arena_bytes  # the configured size
+        self.max_slots, self.max_arena_bytes = slots * grow_max, arena_bytes * grow_max
+        self._allocate(slots, arena_bytes)
         self.n = self.top = self.live = self.live_bytes = 0
         self.hint, self.hint_deadline = 0, NEVER
         # FIFO picks (select.pick_fifo): the slots IN_FLIGHT, a superset of
@@ -155,6 +172,14 @@ class Ring:
         # at least ``enqueued_floor`` (inserts lower it, a scan sets it)
         self.head = 0
         self.enqueued_floor = NEVER
+
+    def _allocate(self, slots: int, arena_bytes: int) -> None:
+        """Fresh zeroed arrays of this size, and the column views kept of them
+        (nothing else may keep a view of the ring's arrays across a call that
+        can page in: a starved page-in replaces them)."""
+        self.meta = np.zeros(slots, META_DTYPE)
+        self.arena = np.zeros(arena_bytes, np.uint8)
+        self.slots, self.arena_bytes = slots, arena_bytes
         self._seq = self.meta["seq"]
         self.state = self._state = self.meta["state"]  # column views, cached
         self.visible_at = self._vis = self.meta["visible_at_ms"]
@@ -167,13 +192,27 @@ class Ring:
         self._arena_bytes = self.arena.data
 
     # -- space -------------------------------------------------------------
-    def fit_count(self, lens: IntArray, needed: bool = True) -> int:
+    def fit_count(self, lens: IntArray, needed: bool = True, starved: bool = False) -> int:
         """How many of the next messages (payload ``lens``) fit, compacting if
-        useful (``needed``: see :meth:`can_place`)."""
+        useful (``needed``: see :meth:`can_place`).
+
+        ``starved``: the receive asking has nothing it can take in the ring
+        (every live slot is in flight, delayed or a dead letter). If even the
+        first message does not fit, the ring then makes room for it at a higher
+        price (:meth:`_starved_size`): it grows, compacting into the larger
+        arrays; at its cap it compacts in place when what is dead lets the
+        message in, however little that is. Nothing is done when neither
+        would place it (a starved receive at the cap costs no compaction).
+        """
         k = self._fit(lens)
         if k < len(lens) and self._worth_compacting(needed):
             self.compact()
             k = self._fit(lens)
+        if k == 0 and starved and len(lens):
+            size = self._starved_size(int(lens[0]))
+            if size is not None:
+                self.compact(*size)
+                k = self._fit(lens)
         return k
 
     def _fit(self, lens: IntArray) -> int:
@@ -182,9 +221,10 @@ class Ring:
         by_bytes = int(np.searchsorted(np.cumsum(lens), free, side="right"))
         return min(len(lens), by_slots, by_bytes)
 
-    def can_place(self, needed: bool = True) -> bool:
+    def can_place(self, needed: bool = True, starved: bool = False) -> bool:
         """False when :meth:`fit_count` would place nothing whatever comes:
-        no slot is left at the tail and compacting is not worth it yet.
+        no slot is left at the tail and compacting is not worth it yet (nor,
+        for a ``starved`` receive, growing or compacting what little is dead).
 
         Compacting moves every live slot, so it waits until enough is dead:
         1/8 of the slots or arena when the messages are ``needed`` (a receive
@@ -192,7 +232,19 @@ class Ring:
         consumers (moving the live half then costs one row copy per freed slot,
         not seven: a consumer draining a backlog larger than the ring paid
         for a quarter of the host's time in compactions)."""
-        return self.n < self.slots or self._worth_compacting(needed)
+        if self.n < self.slots or self._worth_compacting(needed):
+            return True
+        return starved and self._starved_size(0) is not None
+
+    def room_for(self, nbytes: int, needed: bool = True, starved: bool = False) -> bool:
+        """Whether :meth:`fit_count` would place a message of ``nbytes``
+        payload bytes (without changing anything)."""
+        if self.n < self.slots and self.top + nbytes <= self.arena_bytes:
+            return True
+        if self._worth_compacting(needed) and self.live < self.slots and (
+                self.live_bytes + nbytes <= self.arena_bytes):
+            return True
+        return starved and self._starved_size(nbytes) is not None
 
     def _worth_compacting(self, needed: bool = True) -> bool:
         share = COMPACT_WHEN_NEEDED if needed else COMPACT_AHEAD
@@ -200,17 +252,62 @@ class Ring:
         dead_bytes = self.top - self.live_bytes
         return dead_slots * share >= self.slots or dead_bytes * share >= self.arena_bytes
 
-    def compact(self) -> None:
-        """Squeeze out removed slots and their arena bytes (order preserved)."""
+    def _starved_size(self, nbytes: int) -> tuple[int, int] | None:
+        """(slots, arena bytes) to compact into so that a message of ``nbytes``
+        that does not fit at the tail fits behind the live messages, for a
+        starved receive; None if no size up to the cap lets it in (then
+        nothing is gained: no compaction).
+
+        A dimension that would keep under 1/:data:`GROW_FREE` free doubles
+        (capped): growing, not compacting, is what keeps the cost amortized,
+        since a compaction moves every live slot and a starved receive may
+        come after every single delete. Only at the cap does a compaction free
+        as little as one message's room (the message did not fit at the tail:
+        what lets it in is dead space).
+        """
+        slots = _grown(self.slots, self.live + 1, self.max_slots)
+        arena = _grown(self.arena_bytes, self.live_bytes + nbytes, self.max_arena_bytes)
+        if self.live + 1 > slots or self.live_bytes + nbytes > arena:
+            return None
+        return slots, arena
+
+    @property
+    def grown(self) -> bool:
+        """Whether the ring is larger than its configured size."""
+        return self.slots > self.base_slots or self.arena_bytes > self.base_arena_bytes
+
+    @property
+    def shrinkable(self) -> bool:
+        """Whether the ring has grown and its live messages fit half its
+        configured size (a compaction then moves them back into that size;
+        half, so that a ring near the size does not grow and shrink by turns)."""
+        return (self.grown and self.live * 2 <= self.base_slots
+                and self.live_bytes * 2 <= self.base_arena_bytes)
+
+    def compact(self, slots: int | None = None, arena_bytes: int | None = None) -> None:
+        """Squeeze out removed slots and their arena bytes (order preserved),
+        into new arrays of ``slots`` and ``arena_bytes`` if given and not the
+        current size; a grown ring whose live messages fit half its configured
+        size goes back to that size."""
+        if slots is None or arena_bytes is None:
+            shrink = self.shrinkable
+            slots = self.base_slots if shrink else self.slots
+            arena_bytes = self.base_arena_bytes if shrink else self.arena_bytes
         # (rows moved as u64 words: the structured-array copies were most of its time)
         n = self.n
         state = self._state[:n]
         kept = self._words[:n][(state >= AVAILABLE) & (state <= MOVING)]
         lens = (kept[:, _M_LENS] & _LOW32) + (kept[:, _M_LENS] >> _HIGH32)  # body_len + attr_len
-        kept[:, _M_OFF] = copy_ranges(self.arena, 0, self.arena, kept[:, _M_OFF], lens)
         k = len(kept)
-        self._words[:k] = kept
-        self._words[k:n] = 0
+        if (slots, arena_bytes) == (self.slots, self.arena_bytes):
+            kept[:, _M_OFF] = copy_ranges(self.arena, 0, self.arena, kept[:, _M_OFF], lens)
+            self._words[:k] = kept
+            self._words[k:n] = 0
+        else:  # (the slots past k of fresh arrays are zero, as insert_packed needs)
+            old = self.arena
+            self._allocate(slots, arena_bytes)
+            kept[:, _M_OFF] = copy_ranges(self.arena, 0, old, kept[:, _M_OFF], lens)
+            self._words[:k] = kept
         self.n, self.top = k, int(lens.sum())
         self.hint, self.hint_deadline = 0, NEVER
         self.inflight, self.groups, self.live_from = None, None, 0  # slots moved
@@ -218,7 +315,10 @@ class Ring:
         self.version += 1
 
     def clear(self) -> None:
-        self.meta[: self.n] = np.zeros(1, META_DTYPE)
+        if self.grown:
+            self._allocate(self.base_slots, self.base_arena_bytes)
+        else:
+            self.meta[: self.n] = np.zeros(1, META_DTYPE)
         self.n = self.top = self.live = self.live_bytes = self.head = 0
         self.enqueued_floor = NEVER
         self.hint, self.hint_deadline = 0, NEVER

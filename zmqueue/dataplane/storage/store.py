@@ -45,7 +45,8 @@ from zmqueue.errors import InternalError, InvalidReceipt
 __all__ = ["PartitionStore", "PartitionStoreProtocol"]
 
 
-STATS_KEYS = ("visible", "in_flight", "delayed", "oldest_age_ms", "total", "bytes", "backlog_on_disk")
+STATS_KEYS = ("visible", "in_flight", "delayed", "oldest_age_ms", "total", "bytes", "backlog_on_disk",
+              "blocked_on_disk")
 """The counters of :meth:`PartitionStore.stats` (a partition with no stream on
 a host reports them as zeros)."""
 
@@ -70,7 +71,7 @@ class PartitionStore:
 
     def __init__(self, directory: Path, config: StorageConfig, now_ms: int) -> None:
         self.directory, self.config = directory, config
-        self.ring = Ring(config.ring_slots, config.arena_bytes)
+        self.ring = Ring(config.ring_slots, config.arena_bytes, config.ring_grow_max)
         self._lock_fd = lock_directory(directory)
         self._now = now_ms
         self._space_short = False
@@ -117,21 +118,28 @@ class PartitionStore:
         segment's newest message, which a FIFO partition's compaction reads
         (kept as records are staged: reading it off the block was ~9 us a commit)."""
         self.index = BlockIndex()
+        self.reader = BlockReader(self.directory)  # (replay pages in from the blocks verified so far)
         report, segments = recover_directory(self.directory, self._replay_block)
+        self.reader.close()  # (its descriptors: the scan may have cut or removed files)
         if restart:
-            replay.release_in_flight(self.ring)
+            replay.release_in_flight(self.ring, self.backlog)
         self.log = LogWriter(self.directory, self.config, segments, self.index)
-        self.reader = BlockReader(self.directory)
         self.expire(now_ms)
         return report
 
     def _replay_block(self, base: int, block: ScannedBlock) -> None:
+        """Apply one verified block as the store that wrote it did: its records,
+        then the paging ahead its commit did (:meth:`_page_ahead`), so the ring
+        rebuilt after a restart, a rollback or a cut is the one a copy that
+        committed the same blocks holds, dead slots and all (paging in only
+        at the end compacted at other moments than the commits had)."""
         self.index.add(block.header.first_seq, base, block.offset)
         replay.apply_block(self.ring, self.backlog, block.table, np.frombuffer(block.heap, np.uint8))
         self._next_seq = block.header.last_seq + 1
         self._last_written = block.header.last_seq
         self._last_epoch = int(block.table["epoch"][-1])
         self.epoch = max(self.epoch, int(block.table["epoch"].max()))
+        self._page_ahead()
 
     def _rollback(self, exc: OSError) -> None:
         """A write failed: forget everything uncommitted by rebuilding from the log."""
@@ -250,9 +258,14 @@ class PartitionStore:
         if roll:
             self.roll_next = False
         self._last_written = last
+        self._page_ahead()
+        return last
+
+    def _page_ahead(self) -> None:
+        """After each block committed (and each block replayed: the same
+        moments), page in ahead of the consumers what fits."""
         if self.backlog.cursor is not None and self.ring.live < self.ring.slots:
             self._page_in(self._now, needed=False)  # (a full ring pages nothing in)
-        return last
 
     @property
     def last_block(self) -> tuple[Table, bytes] | None:
@@ -296,13 +309,16 @@ class PartitionStore:
         # A FIFO receive pages in first, as much as fits (1,024 at most, see
         # Backlog.page_in): a group's next messages come in the same receive.
         # A standard one pages ahead only (cheap, see Ring.can_place) and
-        # pages in for real when the ring is short.
+        # pages in for real when the ring is short. Either, left with nothing
+        # more it can take in the ring (a FIFO one: with nothing at all, so
+        # no group it took from is skipped), pages in as a starved receive:
+        # the ring grows or compacts for the next message if it must.
         self._page_in(now_ms, needed=fifo)
         got, dead = receive.receive(ring, fifo, now_ms, max_messages, visibility_ms, max_rc, log, as_columns)
         short = max_messages - _count(got) - len(dead)
-        if short > 0 and not fifo and self.backlog.cursor is not None:
+        if short > 0 and self.backlog.cursor is not None and (not fifo or short == max_messages):
             # (the values above are built: paging in may compact the arena)
-            self._page_in(now_ms)
+            self._page_in(now_ms, starved=True)
             more, gone = receive.receive(ring, fifo, now_ms, short, visibility_ms, max_rc, log, as_columns)
             got = _joined(got, more)
             dead += gone
@@ -460,11 +476,12 @@ class PartitionStore:
             total += removed
         return total
 
-    def _page_in(self, now_ms: int, needed: bool = True) -> int:
+    def _page_in(self, now_ms: int, needed: bool = True, starved: bool = False) -> int:
         if self.backlog.cursor is None:
             return 0
         cutoff = now_ms - self.config.retention_ms
-        return self.backlog.page_in(self.ring, self.reader, self.index, self._last_written, cutoff, needed)
+        return self.backlog.page_in(self.ring, self.reader, self.index, self._last_written, cutoff, needed,
+                                    starved)
 
     # -- maintenance and introspection ----------------------------------------
     def compact(self, max_files: int = 16, discard: Callable[[Path], None] | None = None,
@@ -474,8 +491,14 @@ class PartitionStore:
         oldest first. A FIFO partition also keeps every segment holding a
         message younger than ``keep_messages_ms`` at ``now_ms`` (default: the
         newest time the store has seen), live or not: its dedup window is
-        read back from them (:meth:`recent_messages`)."""
-        floor = select.lowest_live_seq(self.ring)
+        read back from them (:meth:`recent_messages`). A ring grown for
+        starved receives whose live messages now fit half its configured size
+        is compacted back to that size first (the host calls this once a
+        second per stream: an idle stream gives the memory back)."""
+        ring = self.ring
+        if ring.shrinkable:
+            ring.compact()  # back to the configured size
+        floor = select.lowest_live_seq(ring)
         if floor is None:
             floor = self._next_seq if self.backlog.cursor is None else self.backlog.cursor
         keep_ms = self.config.keep_messages_ms
@@ -533,7 +556,7 @@ class PartitionStore:
             return True
         if self.backlog.cursor is None:
             return False
-        self._page_in(now_ms)  # none visible in the ring: what receive would page in
+        self._page_in(now_ms, starved=True)  # none visible in the ring: what receive would page in
         return select.has_visible(self.ring, now_ms, fifo)
 
     def may_have_visible(self, now_ms: int) -> bool:
@@ -549,12 +572,24 @@ class PartitionStore:
 
     def stats(self, now_ms: int) -> dict[str, int]:
         """Counts (the keys of :data:`STATS_KEYS`); messages only on disk
-        (backlog_on_disk) are counted as visible."""
+        (backlog_on_disk) are counted as visible, unless no receive can page
+        them in now: then as ``blocked_on_disk`` (the ring is at its cap,
+        filled by messages in flight or delayed; see :meth:`_blocked_on_disk`)."""
         counts = select.ring_counts(self.ring, now_ms)
         on_disk = self.backlog.count - len(self.backlog.gone)
-        counts["visible"] += on_disk
-        counts.update(total=self._total(), bytes=self._bytes(), backlog_on_disk=on_disk)
+        blocked = on_disk if on_disk and self._blocked_on_disk(now_ms) else 0
+        counts["visible"] += on_disk - blocked
+        counts.update(total=self._total(), bytes=self._bytes(), backlog_on_disk=on_disk,
+                      blocked_on_disk=blocked)
         return counts
+
+    def _blocked_on_disk(self, now_ms: int) -> bool:
+        """Whether a receive at ``now_ms`` could page nothing in: the message
+        at the backlog's cursor (of unknown size: any message) does not fit
+        even after the ring grew to its cap and compacted. A hint, as
+        ``visible`` is (expired messages at the cursor count until passed)."""
+        nbytes = self.backlog.next_bytes(now_ms - self.config.retention_ms)
+        return not self.ring.room_for(0 if nbytes is None else nbytes, starved=True)
 
     def read_records(self, from_seq: int, max_records: int) -> list[Record]:
         """Committed records with seq >= from_seq, in order (replication catch-up)."""
