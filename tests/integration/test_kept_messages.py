@@ -131,3 +131,20 @@ def test_a_message_the_handle_gives_back_keeps_its_receive_count(qcluster: Queue
     with pytest.raises(zmqueue.InvalidParameter, match="back must be true or false"):
         c.request(q.routes.for_receive(0)[0], Command.CHANGE_VISIBILITY,
                   {"q": name, "p": 0, "r": [[again.receipt, 0]], "back": "yes"})
+
+
+def test_closing_the_client_gives_back_its_handles_kept_messages(qcluster: QueueCluster) -> None:
+    """(A client closed with messages kept in a Queue handle left them in
+    flight for their visibility timeout, then they came back with their
+    receive count spent, though nobody saw them.)"""
+    name = qcluster.queue_name("kept-close")
+    qcluster.client.create_queue(name, partitions=PARTITIONS, visibility_timeout=60)
+    wires = {p: [[f"m-{p}".encode(), None, None, None, None]] for p in range(PARTITIONS)}
+    with zmqueue.connect(qcluster.factory.agent.http_addr, request_timeout=10) as other:
+        q = other.get_queue(name)
+        [handed] = _merged_receive(qcluster, q, qcluster.client.get_queue(name), wires)
+        kept = {m.id for m in q._leftovers.messages()}
+        assert kept, "the handle keeps the merged poll's extras"
+    back = qcluster.client.get_queue(name).receive(max_messages=10, wait_time=1)  # now, not in 60 s
+    assert {m.id for m in back} >= kept and handed.id not in {m.id for m in back}
+    assert {m.receive_count for m in back} == {1}

@@ -478,6 +478,46 @@ def test_push_subscribers_never_hold_more_than_their_prefetch_and_share_with_pul
     wait_for(lambda: q.stats()["total"] == 0, 10, "auto-deletes")
 
 
+def test_closing_a_subscription_gives_back_the_messages_its_handler_never_saw(
+        qcluster: QueueCluster) -> None:
+    """The messages pushed and not yet handed to the handler when it closes:
+    visible at once, their receive counts as before. (They stayed in flight
+    for their visibility timeout and came back with their receive count
+    spent: with ``max_receive_count=1``, into the dead-letter queue unseen.)"""
+    name = qcluster.queue_name("sub-close-back")
+    q = qcluster.client.create_queue(name, visibility_timeout=60, dead_letter_queue=name + "-dlq",
+                                     max_receive_count=1)
+    sent = q.send_batch([b"s%d" % i for i in range(10)])  # (before subscribing: pushed in one batch)
+    in_hand = threading.Event()
+    release = threading.Event()
+    seen: list[zmqueue.Message] = []
+
+    def handler(m: zmqueue.Message) -> None:
+        seen.append(m)
+        in_hand.set()
+        release.wait(10)
+
+    sub = q.subscribe(handler, prefetch=10)
+    try:
+        assert in_hand.wait(10)
+        wait_for(lambda: len(sub.inbox) == 9, 5, "the rest of the push waiting behind the handler")
+        closing = threading.Thread(target=sub.close)
+        closing.start()
+        wait_for(lambda: sub.stopped.is_set(), 5, "the subscription stopping")
+        release.set()
+        closing.join(10)
+    finally:
+        release.set()
+        sub.close()
+    assert len(seen) == 1
+    rest: list[zmqueue.Message] = []
+    while msgs := q.receive(max_messages=10, wait_time=1):  # now, not after 60 s
+        rest += msgs
+    assert sorted(m.id for m in seen + rest) == sorted(sent)
+    assert {m.receive_count for m in rest} == {1}, "their first receive by an application"
+    assert qcluster.client.get_queue(name + "-dlq").stats()["total"] == 0
+
+
 _EXITS_WITH_A_HANDLER_IN_HAND = """
 import sys, threading, time, zmqueue
 client = zmqueue.connect(sys.argv[1])

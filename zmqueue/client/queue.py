@@ -430,6 +430,15 @@ class Queue:
             self.refresh()
         return found
 
+    def _give_back_kept(self) -> None:
+        """Give back the messages this handle keeps (a merged long poll's
+        extras, not handed out yet): visible at once, their receive counts as
+        before; best effort (the client's :meth:`~Client.close` does it)."""
+        self._leftovers.prune(time.monotonic(), self.incarnation)
+        kept = self._leftovers.messages()
+        self._leftovers.clear()
+        receiving.give_back(self, kept)
+
     def messages_of(self, p: int, reply: dict[str, Any]) -> list[Message]:
         """The messages of a RECEIVE reply or a DELIVER push: lists (``m``),
         then column groups (``ms``, from a host that reads ``cols``)."""

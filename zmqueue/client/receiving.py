@@ -214,9 +214,10 @@ def give_back(queue: Queue, msgs: list[Message]) -> None:
     message nobody saw must not near max_receive_count; FIFO: the kept
     ones of a group it hands a message of out come back behind it); if
     that fails they come back after their visibility timeout."""
-    if msgs:
+    for i in range(0, len(msgs), MAX_BATCH):  # (each chunk on its own: one failing leaves the rest)
+        chunk: list[Deletable] = list(msgs[i:i + MAX_BATCH])
         with contextlib.suppress(ZmqueueError):
-            batch(queue, Command.CHANGE_VISIBILITY, list(msgs), [0] * len(msgs), {"back": True})
+            batch(queue, Command.CHANGE_VISIBILITY, chunk, [0] * len(chunk), {"back": True})
 
 
 def _sweep(queue: Queue, targets: list[tuple[int, str]], body: dict[str, Any], max_n: int,
