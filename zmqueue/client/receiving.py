@@ -33,6 +33,7 @@ from zmqueue.client.receipts import Carry, Deletable, apply, batch, by_stream, d
 from zmqueue.client.retry import backoff
 from zmqueue.client.routing import FIFO_ORIGIN, REFRESH_MIN_S
 from zmqueue.client.transport import Connection, LinkWatch
+from zmqueue.config import MAX_VISIBILITY_S
 from zmqueue.errors import (
     InvalidParameter,
     NotLeader,
@@ -153,8 +154,17 @@ def receive(queue: Queue, max_messages: int, wait_time: float, visibility_timeou
     first), then a long poll."""
     if queue._leftovers:
         queue._fresh_routes(LEFTOVERS_CHECK_S)  # (the queue deleted and created again?)
-        out, release = queue._leftovers.take(max_messages, time.monotonic(), queue.incarnation)
+        if visibility_timeout is not None and (type(visibility_timeout) is not int
+                                               or not 0 <= visibility_timeout <= MAX_VISIBILITY_S):
+            # (checked here, before kept messages are re-timed with it; else the host checks it)
+            raise InvalidParameter(f"visibility_timeout must be 0-{MAX_VISIBILITY_S} seconds, got "
+                                   f"{visibility_timeout!r}", field="visibility_timeout")
+        vis = queue.config.visibility_timeout_s if visibility_timeout is None else visibility_timeout
+        out, release, retime = queue._leftovers.take_for(max_messages, time.monotonic(),
+                                                         queue.incarnation, vis)
         give_back(queue, release)
+        if retime:
+            out = _retimed(queue, out, retime, vis)
         if out:
             return out
     if targets is None:
@@ -192,6 +202,21 @@ def receive(queue: Queue, max_messages: int, wait_time: float, visibility_timeou
     out, release = queue._leftovers.split(got, max_messages, tried.taken_at, vis)
     give_back(queue, release)
     return out
+
+
+def _retimed(queue: Queue, out: list[Message], retime: list[Message], vis: int) -> list[Message]:
+    """``out`` (kept messages handed out now) once those of ``retime`` (taken
+    with another visibility timeout than this receive's ``vis``) were made
+    invisible for ``vis`` seconds from now, as a receive with ``vis`` would;
+    those that could not be (a stale receipt: another consumer may have
+    them; the request failed) are left out: they come back through the
+    queue after the timeout they were taken with."""
+    try:
+        errors = batch(queue, Command.CHANGE_VISIBILITY, list(retime), [vis] * len(retime))
+        dropped = {id(m) for m, err in zip(retime, errors, strict=True) if err is not None}
+    except ZmqueueError:
+        dropped = {id(m) for m in retime}
+    return [m for m in out if id(m) not in dropped] if dropped else out
 
 
 def receive_targets(queue: Queue) -> list[tuple[int, str]]:
