@@ -122,6 +122,29 @@ def test_a_body_of_the_wrong_kind_is_invalid_parameter_naming_it_and_nothing_is_
     assert got == dict(zip(ids, [b"bytes", b"text", b"array", b"view"], strict=True))
 
 
+@pytest.mark.parametrize("partitions", [1, 2])
+def test_a_group_or_dedup_id_that_is_not_utf8_text_is_invalid_parameter_naming_it(
+        qcluster: QueueCluster, partitions: int) -> None:
+    """(A lone surrogate was a bare UnicodeEncodeError from the partition hash
+    with 2 partitions, ProtocolError "cannot encode body" with 1.)"""
+    fifo = qcluster.client.create_queue(qcluster.queue_name("sur") + ".fifo", fifo=True,
+                                        partitions=partitions)
+    standard = qcluster.client.create_queue(qcluster.queue_name("sur"), partitions=partitions)
+    for q, kwargs, name in ((fifo, {"group_id": "\ud800"}, "group_id"),
+                            (fifo, {"group_id": "g", "dedup_id": "a\udc80"}, "dedup_id"),
+                            (standard, {"group_id": "\udc80"}, "group_id")):
+        with pytest.raises(zmqueue.InvalidParameter, match=f"{name} .* cannot be sent as UTF-8") as err:
+            q.send(b"x", **kwargs)
+        assert err.value.details.get("field") == name
+        with pytest.raises(zmqueue.InvalidParameter, match=f"message 1: {name} .* UTF-8"):
+            q.send_batch([zmqueue.OutgoingMessage(b"ok", group_id="g"),
+                          zmqueue.OutgoingMessage(b"x", group_id=kwargs["group_id"],
+                                                  dedup_id=kwargs.get("dedup_id"))])
+        with q.pipeline(4) as pipe, pytest.raises(zmqueue.InvalidParameter, match=f"{name} .* UTF-8"):
+            pipe.send(b"x", **kwargs)
+    assert fifo.stats()["total"] == 0 and standard.stats()["total"] == 0
+
+
 def drain_bodies(q: zmqueue.Queue, n: int) -> list[zmqueue.Message]:
     out: list[zmqueue.Message] = []
     for _ in range(20):

@@ -59,9 +59,16 @@ class OutgoingMessage:
         if self.attributes:
             _check_encodable(self.attributes)
         for name, value in (("group_id", self.group_id), ("dedup_id", self.dedup_id)):
-            if value is not None and not isinstance(value, str):
+            if value is None:
+                continue
+            if not isinstance(value, str):
                 raise InvalidParameter(f"{name} must be a str of 1-128 characters, "
                                        f"got {type(value).__name__}", field=name)
+            try:
+                value.encode()
+            except UnicodeEncodeError as exc:  # a lone surrogate, say
+                raise InvalidParameter(f"{name} {value!r:.60} cannot be sent as UTF-8 ({exc.reason} at "
+                                       f"character {exc.start})", field=name) from None
         return [body, self.attributes or None, self.delay, self.group_id, self.dedup_id]
 
 
