@@ -29,8 +29,9 @@ def test_create_queue_is_idempotent_and_refuses_a_different_config(qcluster: Que
     q1 = c.create_queue(name, visibility_timeout=10)
     q2 = c.create_queue(name, visibility_timeout=10)
     assert q1.config == q2.config
-    with pytest.raises(zmqueue.QueueAlreadyExists, match="visibility_timeout"):
+    with pytest.raises(zmqueue.QueueAlreadyExists, match=r"\(visibility_timeout\)") as err:
         c.create_queue(name, visibility_timeout=11)
+    assert err.value.details["differs"] == ["visibility_timeout"]  # (as create_queue takes it)
     assert name in c.list_queues()
     assert c.list_queues(prefix=name) == [name]
     assert c.get_queue(name).config.visibility_timeout_s == 10
