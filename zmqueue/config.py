@@ -69,12 +69,15 @@ def validate_ident(value: object, field_name: str) -> str:
     return value
 
 
-def validate_queue_name(name: object) -> str:
+def validate_queue_name(name: object, setting: str = "name") -> str:
+    """``name`` if it is a valid queue name, else ConfigError naming ``setting``
+    (the queue's own ``name``, or a setting that names a queue)."""
     if not isinstance(name, str) or not QUEUE_NAME_RE.fullmatch(name):
+        what = "queue name" if setting == "name" else f"{setting} (a queue name)"
         raise ConfigError(
-            f"invalid queue name {name!r:.100}: use 1-80 letters, digits, '-' or '_'"
+            f"invalid {what} {name!r:.100}: use 1-80 letters, digits, '-' or '_'"
             " (FIFO queues may end in '.fifo')",
-            field="name",
+            field=setting,
         )
     return name
 
@@ -202,7 +205,7 @@ class QueueConfig:
         if self.rate_burst is not None:
             _check_int_range(self.rate_burst, "rate_burst", 1, 10**7)
         if self.dead_letter_queue is not None:
-            validate_queue_name(self.dead_letter_queue)
+            validate_queue_name(self.dead_letter_queue, "dead_letter_queue")
             _check(self.dead_letter_queue != self.name, "dead_letter_queue", "must differ from the queue")
         if self.name.endswith(".fifo"):
             _check(self.fifo, "fifo", "a queue named '*.fifo' must be created with fifo=True")

@@ -13,6 +13,7 @@ import pytest
 import zmqueue
 from tests.conftest import QueueCluster
 from tests.helpers import consul_for
+from zmqueue.client.models import AttributeValue
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.protocol import MAX_FRAME_BYTES, Command, Receipt
 
@@ -120,6 +121,66 @@ def test_a_body_of_the_wrong_kind_is_invalid_parameter_naming_it_and_nothing_is_
     ids = q.send_batch([b"bytes", "text", bytearray(b"array"), memoryview(b"view")])
     got = {m.id: m.body for m in drain_bodies(q, 4)}
     assert got == dict(zip(ids, [b"bytes", b"text", b"array", b"view"], strict=True))
+
+
+@pytest.mark.parametrize("partitions", [1, 2])
+def test_a_group_or_dedup_id_that_is_not_utf8_text_is_invalid_parameter_naming_it(
+        qcluster: QueueCluster, partitions: int) -> None:
+    """(A lone surrogate was a bare UnicodeEncodeError from the partition hash
+    with 2 partitions, ProtocolError "cannot encode body" with 1.)"""
+    fifo = qcluster.client.create_queue(qcluster.queue_name("sur") + ".fifo", fifo=True,
+                                        partitions=partitions)
+    standard = qcluster.client.create_queue(qcluster.queue_name("sur"), partitions=partitions)
+    for q, kwargs, name in ((fifo, {"group_id": "\ud800"}, "group_id"),
+                            (fifo, {"group_id": "g", "dedup_id": "a\udc80"}, "dedup_id"),
+                            (standard, {"group_id": "\udc80"}, "group_id")):
+        with pytest.raises(zmqueue.InvalidParameter, match=f"{name} .* cannot be sent as UTF-8") as err:
+            q.send(b"x", **kwargs)
+        assert err.value.details.get("field") == name
+        with pytest.raises(zmqueue.InvalidParameter, match=f"message 1: {name} .* UTF-8"):
+            q.send_batch([zmqueue.OutgoingMessage(b"ok", group_id="g"),
+                          zmqueue.OutgoingMessage(b"x", group_id=kwargs["group_id"],
+                                                  dedup_id=kwargs.get("dedup_id"))])
+        with q.pipeline(4) as pipe, pytest.raises(zmqueue.InvalidParameter, match=f"{name} .* UTF-8"):
+            pipe.send(b"x", **kwargs)
+    assert fifo.stats()["total"] == 0 and standard.stats()["total"] == 0
+
+
+def test_a_batch_over_partitions_names_the_bad_message_by_its_place_and_says_what_was_stored(
+        qcluster: QueueCluster) -> None:
+    """(The error named the message by its place in its partition's request,
+    "message 1" for the batch's fourth, and did not say that the other
+    partition's messages were stored; a bad delay, an oversized body or an
+    empty FIFO group_id was refused by a host after other partitions' messages
+    were stored, which ones depending on the round robin.)"""
+    om = zmqueue.OutgoingMessage
+    q = qcluster.client.create_queue(qcluster.queue_name("bidx"), partitions=2, max_message_bytes=1024)
+    many: dict[str, AttributeValue] = {f"a{i}": "v" for i in range(11)}  # (the host refuses: too many)
+    items = [om(b"m0"), om(b"m1"), om(b"m2"), om(b"m3", attributes=many), om(b"m4")]  # (0,2,4 | 1,3)
+    with pytest.raises(zmqueue.InvalidParameter, match=r"^message 3: too many attributes") as err:
+        q.send_batch(items)
+    ids = err.value.details["ids"]
+    assert err.value.details["index"] == 3 and len(ids) == 5 and ids[1] is None and ids[3] is None
+    assert "were stored" in err.value.message
+    stored = {m.id: m.body for m in drain_bodies(q, sum(1 for i in ids if i))}
+    assert stored == {i: items[k].body for k, i in enumerate(ids) if i}, "details['ids'] are the stored ones"
+    q.purge()
+    fifo = qcluster.client.create_queue(qcluster.queue_name("bidx") + ".fifo", fifo=True, partitions=2)
+    for queue, batch, words in (
+            (q, [om(b"ok0"), om(b"bad1", delay=5000)], r"message 1: delay must be a whole number"),
+            (q, [om(b"ok0"), om(b"ok1"), om(b"ok2"), om(b"x" * 2000)],
+             r"message 3: 2000 bytes .* limit of 1024"),
+            (q, [om(b"ok0"), om(b"ok1"), om(b"none", group_id=None), om(b"x", delay=True)],
+             r"message 3: delay must be"),
+            (fifo, [om(b"a", group_id="g"), om(b"b", group_id="h"), om(b"c", group_id="i"),
+                    om(b"d", group_id="")],
+             r"message 3: group_id must be 1-128 characters"),
+            (fifo, [om(b"a", group_id="g"), om(b"b")], r"message 1: FIFO queues need a group_id")):
+        for _ in range(2):  # (whichever partition the round robin starts at)
+            with pytest.raises(zmqueue.InvalidParameter, match=words) as err:
+                queue.send_batch(batch)
+            assert "ids" not in err.value.details
+    assert q.stats()["total"] == 0 and fifo.stats()["total"] == 0, "checked before any request was sent"
 
 
 def drain_bodies(q: zmqueue.Queue, n: int) -> list[zmqueue.Message]:

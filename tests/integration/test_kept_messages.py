@@ -7,6 +7,7 @@ again."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -131,3 +132,48 @@ def test_a_message_the_handle_gives_back_keeps_its_receive_count(qcluster: Queue
     with pytest.raises(zmqueue.InvalidParameter, match="back must be true or false"):
         c.request(q.routes.for_receive(0)[0], Command.CHANGE_VISIBILITY,
                   {"q": name, "p": 0, "r": [[again.receipt, 0]], "back": "yes"})
+
+
+def test_closing_the_client_gives_back_its_handles_kept_messages(qcluster: QueueCluster) -> None:
+    """(A client closed with messages kept in a Queue handle left them in
+    flight for their visibility timeout, then they came back with their
+    receive count spent, though nobody saw them.)"""
+    name = qcluster.queue_name("kept-close")
+    qcluster.client.create_queue(name, partitions=PARTITIONS, visibility_timeout=60)
+    wires = {p: [[f"m-{p}".encode(), None, None, None, None]] for p in range(PARTITIONS)}
+    with zmqueue.connect(qcluster.factory.agent.http_addr, request_timeout=10) as other:
+        q = other.get_queue(name)
+        [handed] = _merged_receive(qcluster, q, qcluster.client.get_queue(name), wires)
+        kept = {m.id for m in q._leftovers.messages()}
+        assert kept, "the handle keeps the merged poll's extras"
+    back = qcluster.client.get_queue(name).receive(max_messages=10, wait_time=1)  # now, not in 60 s
+    assert {m.id for m in back} >= kept and handed.id not in {m.id for m in back}
+    assert {m.receive_count for m in back} == {1}
+
+
+@pytest.mark.parametrize("call", ["receive", "delete_and_receive"])
+def test_kept_messages_handed_out_take_the_visibility_timeout_the_receive_asks_for(
+        qcluster: QueueCluster, call: str) -> None:
+    """(A receive with ``visibility_timeout=120`` returned kept messages with
+    the deadline of the receive that took them, the queue's 6 s: another
+    consumer received them 6 s later.)"""
+    name = qcluster.queue_name("kept-vis")
+    qcluster.client.create_queue(name, partitions=PARTITIONS, visibility_timeout=6)
+    wires = {p: [[f"m-{p}".encode(), None, None, None, None]] for p in range(PARTITIONS)}
+    with zmqueue.connect(qcluster.factory.agent.http_addr, request_timeout=10) as other:
+        q = other.get_queue(name)
+        [handed] = _merged_receive(qcluster, q, qcluster.client.get_queue(name), wires)
+        kept = {m.id for m in q._leftovers.messages()}
+        assert kept, "the handle keeps the merged poll's extras"
+        if call == "receive":
+            got = q.receive(max_messages=10, visibility_timeout=120)
+        else:
+            outcome, got = q.delete_and_receive([handed], max_messages=10, visibility_timeout=120)
+            assert outcome == [None]
+        assert {m.id for m in got} == kept
+        consumer = qcluster.client.get_queue(name)
+        deadline = time.monotonic() + 8  # past the 6 s they were taken with
+        while time.monotonic() < deadline:
+            again = consumer.receive(max_messages=10, wait_time=1)
+            assert kept.isdisjoint(m.id for m in again), "handed out for 120 s, received elsewhere"
+        q.delete_batch(got)

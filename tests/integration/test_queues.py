@@ -29,8 +29,9 @@ def test_create_queue_is_idempotent_and_refuses_a_different_config(qcluster: Que
     q1 = c.create_queue(name, visibility_timeout=10)
     q2 = c.create_queue(name, visibility_timeout=10)
     assert q1.config == q2.config
-    with pytest.raises(zmqueue.QueueAlreadyExists, match="visibility_timeout"):
+    with pytest.raises(zmqueue.QueueAlreadyExists, match=r"\(visibility_timeout\)") as err:
         c.create_queue(name, visibility_timeout=11)
+    assert err.value.details["differs"] == ["visibility_timeout"]  # (as create_queue takes it)
     assert name in c.list_queues()
     assert c.list_queues(prefix=name) == [name]
     assert c.get_queue(name).config.visibility_timeout_s == 10
@@ -476,6 +477,46 @@ def test_push_subscribers_never_hold_more_than_their_prefetch_and_share_with_pul
     assert peak[0] <= 3 + 5  # the subscriber's credit plus the pull consumer's batch
     assert sorted(seen + [m.body for m in pulled]) == sorted(f"m{i}".encode() for i in range(40))
     wait_for(lambda: q.stats()["total"] == 0, 10, "auto-deletes")
+
+
+def test_closing_a_subscription_gives_back_the_messages_its_handler_never_saw(
+        qcluster: QueueCluster) -> None:
+    """The messages pushed and not yet handed to the handler when it closes:
+    visible at once, their receive counts as before. (They stayed in flight
+    for their visibility timeout and came back with their receive count
+    spent: with ``max_receive_count=1``, into the dead-letter queue unseen.)"""
+    name = qcluster.queue_name("sub-close-back")
+    q = qcluster.client.create_queue(name, visibility_timeout=60, dead_letter_queue=name + "-dlq",
+                                     max_receive_count=1)
+    sent = q.send_batch([b"s%d" % i for i in range(10)])  # (before subscribing: pushed in one batch)
+    in_hand = threading.Event()
+    release = threading.Event()
+    seen: list[zmqueue.Message] = []
+
+    def handler(m: zmqueue.Message) -> None:
+        seen.append(m)
+        in_hand.set()
+        release.wait(10)
+
+    sub = q.subscribe(handler, prefetch=10)
+    try:
+        assert in_hand.wait(10)
+        wait_for(lambda: len(sub.inbox) == 9, 5, "the rest of the push waiting behind the handler")
+        closing = threading.Thread(target=sub.close)
+        closing.start()
+        wait_for(lambda: sub.stopped.is_set(), 5, "the subscription stopping")
+        release.set()
+        closing.join(10)
+    finally:
+        release.set()
+        sub.close()
+    assert len(seen) == 1
+    rest: list[zmqueue.Message] = []
+    while msgs := q.receive(max_messages=10, wait_time=1):  # now, not after 60 s
+        rest += msgs
+    assert sorted(m.id for m in seen + rest) == sorted(sent)
+    assert {m.receive_count for m in rest} == {1}, "their first receive by an application"
+    assert qcluster.client.get_queue(name + "-dlq").stats()["total"] == 0
 
 
 _EXITS_WITH_A_HANDLER_IN_HAND = """

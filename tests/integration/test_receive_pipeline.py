@@ -48,6 +48,30 @@ def test_closing_makes_the_messages_received_ahead_visible_again_at_once(qcluste
         pipe.receive()
 
 
+def test_closing_gives_back_the_messages_received_ahead_without_spending_their_receive_count(
+        qcluster: QueueCluster) -> None:
+    """(``close`` made them visible with plain CHANGE_VISIBILITY 0: their
+    receive count spent, so with ``max_receive_count=1`` the next receive
+    moved them to the dead-letter queue, though no application saw them.)"""
+    name = qcluster.queue_name("rp-close-dlq")
+    q = qcluster.client.create_queue(name, dead_letter_queue=name + "-dlq", max_receive_count=1,
+                                     visibility_timeout=60)
+    q.send_batch([b"d%d" % i for i in range(20)])
+    handed: list[zmqueue.Message] = []
+    with q.receive_pipeline(max_messages=2, wait_time=1, in_flight=3) as pipe:
+        for _ in range(2):
+            msgs = pipe.receive()
+            handed += msgs
+            pipe.delete(msgs)
+        assert pipe.requests >= 2, "batches were taken ahead"
+    rest: list[zmqueue.Message] = []
+    while msgs := q.receive(max_messages=10, wait_time=0.5):
+        rest += msgs
+    assert len(handed) + len(rest) == 20, "none dead-lettered"
+    assert {m.receive_count for m in rest} == {1}, "their first receive by an application"
+    assert qcluster.client.get_queue(name + "-dlq").stats()["total"] == 0
+
+
 def test_a_stale_delete_is_reported_and_the_rest_are_deleted(qcluster: QueueCluster) -> None:
     q = qcluster.client.create_queue(qcluster.queue_name("rp-stale"), visibility_timeout=1)
     stale, again = _delivered_twice(q)

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from zmqueue.config import HostConfig, QueueConfig, from_env, parse_consul_addresses
+from zmqueue.controlplane.queue_directory import config_diff
 from zmqueue.errors import ConfigError
 
 
@@ -88,3 +89,22 @@ def test_sync_quorum_is_fixed_at_creation() -> None:
     assert QueueConfig.from_dict({"name": "old"}).sync_quorum == "majority"  # (configs written before it)
     with pytest.raises(ConfigError, match="sync_quorum cannot change after a queue is created"):
         cfg.updated({"sync_quorum": "majority"})
+
+
+def test_a_queue_that_exists_with_other_settings_names_them_as_create_queue_takes_them() -> None:
+    """(QueueAlreadyExists said ``delay_s, retention_s, visibility_timeout_s``,
+    the config's field names, where create_queue and the CLI take ``delay``,
+    ``retention``, ``visibility_timeout``.)"""
+    old = QueueConfig("q", visibility_timeout_s=30, retention_s=600, delay_s=0)
+    new = QueueConfig("q", visibility_timeout_s=31, retention_s=601, delay_s=1, max_receive_count=3)
+    assert config_diff(old, new) == ["delay", "max_receive_count", "retention", "visibility_timeout"]
+
+
+def test_a_bad_dead_letter_queue_name_is_refused_naming_the_setting() -> None:
+    """(``dead_letter_queue=''`` said "invalid queue name ''", field ``name``.)"""
+    with pytest.raises(ConfigError, match=r"invalid dead_letter_queue \(a queue name\) ''") as err:
+        QueueConfig("q", dead_letter_queue="").validate()
+    assert err.value.details["field"] == "dead_letter_queue"
+    with pytest.raises(ConfigError, match="invalid queue name 'a b'") as err:
+        QueueConfig("a b").validate()
+    assert err.value.details["field"] == "name"

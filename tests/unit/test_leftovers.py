@@ -60,3 +60,15 @@ def test_fifo_messages_of_one_group_handed_out_together_stay_in_order() -> None:
     kept.split([_msg("x"), _msg("a0", "A"), _msg("a1", "A"), _msg("a2", "A")], 1, 0.0, 60)
     out, release = kept.take(2, 1.0, 7)
     assert _bodies(out) == [b"a0", b"a1"] and _bodies(release) == [b"a2"] and not kept
+
+
+def test_a_kept_message_taken_with_another_visibility_timeout_is_named_to_re_time() -> None:
+    kept = Leftovers(fifo=False)
+    kept.split([_msg("a"), _msg("b"), _msg("c")], 1, 0.0, 30)
+    kept.split([_msg("x"), _msg("d")], 1, 0.0, 120)
+    out, release, retime = kept.take_for(2, 1.0, 7, 120)  # asks for 120 s: b and c were taken with 30
+    assert _bodies(out) == [b"b", b"c"] and release == [] and _bodies(retime) == [b"b", b"c"]
+    out, _, retime = kept.take_for(5, 1.0, 7, 120)
+    assert _bodies(out) == [b"d"] and retime == []  # taken with 120 s: its deadline is kept
+    kept.split([_msg("x"), _msg("e")], 1, 0.0, 30)
+    assert kept.take_for(5, 1.0, 7, None)[2] == []  # (None: nothing named)

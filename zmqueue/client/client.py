@@ -119,6 +119,8 @@ class Client:
         self._finalizer = weakref.finalize(self, _release, self.ctx, self._all_conns)
         self._finalizer.atexit = False  # (at exit pyzmq leaves contexts alone, as it should)
         self._subs: list[Any] = []
+        self._handles: weakref.WeakSet[Queue] = weakref.WeakSet()
+        """The Queue handles made (their kept messages are given back at :meth:`close`)."""
         self._hosts: list[HostInfo] = []
         self._hosts_at = 0.0
         self._own_changes: dict[str, float] = {}  # queue → until when its reads are consistent
@@ -348,7 +350,7 @@ class Client:
             sync_quorum=sync_quorum,
         ).validate()
         info = self.any_host(Command.CREATE_QUEUE, {"config": cfg.to_dict()})["queue"]
-        return Queue(self, self._until_writable(name, info))
+        return self._handle(Queue(self, self._until_writable(name, info)))
 
     def _until_writable(self, name: str, info: dict[str, Any], timeout_s: float = 5.0) -> dict[str, Any]:
         """Wait (bounded) until every partition of a new queue has a writer, so
@@ -367,7 +369,12 @@ class Client:
         (a queue deleted by another client may still be found);
         ``consistent=True`` has it read Consul instead, as this client does
         for 5 s after it deleted or changed the queue itself."""
-        return Queue(self, self.queue_info(name, consistent))
+        return self._handle(Queue(self, self.queue_info(name, consistent)))
+
+    def _handle(self, q: Queue) -> Queue:
+        with self._lock:
+            self._handles.add(q)
+        return q
 
     def queue_info(self, name: str, consistent: bool = False) -> dict[str, Any]:
         consistent = consistent or self._changed_lately(name)
@@ -447,6 +454,11 @@ class Client:
             subs, self._subs = self._subs, []
         for s in subs:
             s.close()
+        if not self.closed:
+            with self._lock:
+                handles = list(self._handles)
+            for q in handles:  # (nobody saw them: not left in flight, their receive counts spent)
+                q._give_back_kept()
         with self._lock:
             if self.closed:
                 return

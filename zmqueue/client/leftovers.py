@@ -19,6 +19,11 @@ receives, but only while they are still this handle's to hand out:
   every kept message of G: the caller may fail on the one it got, and the
   host never hands a group's next message out while an earlier one is in
   flight, so neither does the handle. Released, they come back behind it.
+- **visibility timeout**: each kept message remembers the timeout it was
+  taken with; :meth:`Leftovers.take_for` names those handed out now that a
+  receive asking for another one must re-time (CHANGE_VISIBILITY to its
+  timeout, from now) before returning them. Taken with the timeout asked
+  for now, a kept message keeps its deadline, counted from when it was taken.
 
 A dropped message is not lost: it comes back through the queue once its
 visibility timeout runs out (the incarnation rule: its queue is gone). Pure
@@ -27,6 +32,7 @@ logic, no sockets: the caller releases what :meth:`Leftovers.take` returns.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -63,6 +69,8 @@ class _Kept:
     until: float
     """``time.monotonic()`` after which it is not handed out."""
     incarnation: int | None
+    visibility_s: float
+    """The visibility timeout it was taken with."""
 
 
 class Leftovers:
@@ -71,6 +79,8 @@ class Leftovers:
     def __init__(self, fifo: bool) -> None:
         self.fifo = fifo
         self._kept: deque[_Kept] = deque()
+        self._lock = threading.Lock()
+        """A handle used from several threads: each kept message is handed out once."""
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -79,10 +89,12 @@ class Leftovers:
         return bool(self._kept)
 
     def messages(self) -> list[Message]:
-        return [k.message for k in self._kept]
+        with self._lock:
+            return [k.message for k in self._kept]
 
     def clear(self) -> None:
-        self._kept.clear()
+        with self._lock:
+            self._kept.clear()
 
     def split(self, msgs: list[Message], max_n: int, taken_at: float, visibility_s: float
               ) -> tuple[list[Message], list[Message]]:
@@ -98,12 +110,18 @@ class Leftovers:
             rest = [m for m in rest if m.group_id not in groups]
         until = taken_at + keep_for(visibility_s)
         if until > taken_at:
-            self._kept.extend(_Kept(m, until, incarnation_of(m)) for m in rest)
+            kept = [_Kept(m, until, incarnation_of(m), visibility_s) for m in rest]
+            with self._lock:
+                self._kept.extend(kept)
         return out, release
 
     def prune(self, now: float, incarnation: int | None) -> None:
         """Drop what may not be handed out any more: past its time, or of
         another incarnation of the queue than ``incarnation`` (None: unknown)."""
+        with self._lock:
+            self._prune(now, incarnation)
+
+    def _prune(self, now: float, incarnation: int | None) -> None:
         if any(k.until <= now or _other(k.incarnation, incarnation) for k in self._kept):
             self._kept = deque(k for k in self._kept
                                if k.until > now and not _other(k.incarnation, incarnation))
@@ -111,15 +129,27 @@ class Leftovers:
     def take(self, max_n: int, now: float, incarnation: int | None) -> tuple[list[Message], list[Message]]:
         """Up to ``max_n`` kept messages to hand out (after :meth:`prune`), and
         the kept FIFO messages of their groups, to release."""
-        self.prune(now, incarnation)
-        out: list[Message] = []
-        while self._kept and len(out) < max_n:
-            out.append(self._kept.popleft().message)
-        groups = self._groups(out)
-        release = [k.message for k in self._kept if k.message.group_id in groups] if groups else []
-        if release:
-            self._kept = deque(k for k in self._kept if k.message.group_id not in groups)
+        out, release, _ = self.take_for(max_n, now, incarnation, None)
         return out, release
+
+    def take_for(self, max_n: int, now: float, incarnation: int | None, visibility_s: float | None
+                 ) -> tuple[list[Message], list[Message], list[Message]]:
+        """:meth:`take`, and which of the messages handed out were taken with
+        another visibility timeout than ``visibility_s`` (the one the receive
+        asks for now; None: none are named), to re-time before returning them."""
+        with self._lock:
+            self._prune(now, incarnation)
+            taken: list[_Kept] = []
+            while self._kept and len(taken) < max_n:
+                taken.append(self._kept.popleft())
+            out = [k.message for k in taken]
+            groups = self._groups(out)
+            release = [k.message for k in self._kept if k.message.group_id in groups] if groups else []
+            if release:
+                self._kept = deque(k for k in self._kept if k.message.group_id not in groups)
+        retime = ([] if visibility_s is None
+                  else [k.message for k in taken if k.visibility_s != visibility_s])
+        return out, release, retime
 
     def _groups(self, out: Iterable[Message]) -> set[str]:
         """FIFO: the groups of the messages handed out (their kept messages are released)."""

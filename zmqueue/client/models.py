@@ -7,9 +7,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from zmqueue.errors import InvalidParameter, ProtocolError
+from zmqueue.errors import InvalidParameter, MessageTooLarge, ProtocolError
 
 AttributeValue = str | int | float | bytes
+ID_CHARS_MAX = 128
+"""A group_id or dedup_id is 1-128 characters."""
+DELAY_MAX_S = 900
+"""A message's delay is 0-900 seconds."""
 
 
 class StreamRef(NamedTuple):
@@ -59,21 +63,53 @@ class OutgoingMessage:
         if self.attributes:
             _check_encodable(self.attributes)
         for name, value in (("group_id", self.group_id), ("dedup_id", self.dedup_id)):
-            if value is not None and not isinstance(value, str):
+            if value is None:
+                continue
+            if not isinstance(value, str):
                 raise InvalidParameter(f"{name} must be a str of 1-128 characters, "
                                        f"got {type(value).__name__}", field=name)
-        return [body, self.attributes or None, self.delay, self.group_id, self.dedup_id]
+            if not 0 < len(value) <= ID_CHARS_MAX:  # (as the host checks it)
+                raise InvalidParameter(f"{name} must be 1-{ID_CHARS_MAX} characters, got {len(value)}",
+                                       field=name)
+            try:
+                value.encode()
+            except UnicodeEncodeError as exc:  # a lone surrogate, say
+                raise InvalidParameter(f"{name} {value!r:.60} cannot be sent as UTF-8 ({exc.reason} at "
+                                       f"character {exc.start})", field=name) from None
+        delay = self.delay
+        if delay is not None and (type(delay) is not int or not 0 <= delay <= DELAY_MAX_S):
+            raise InvalidParameter(f"delay must be a whole number of seconds from 0 to {DELAY_MAX_S}, "
+                                   f"got {delay!r:.40}", field="delay")
+        return [body, self.attributes or None, delay, self.group_id, self.dedup_id]
+
+    def check_for(self, fifo: bool, max_message_bytes: int, wire: list[Any]) -> None:
+        """What the queue's config refuses, as its host would, before anything
+        is sent: a FIFO message without a group_id, a body over
+        ``max_message_bytes`` (the host also counts attributes and ids in the
+        limit, so a message near it may still be refused there)."""
+        if fifo and self.group_id is None:
+            raise InvalidParameter("FIFO queues need a group_id", field="group_id")
+        size = len(wire[0])
+        if size > max_message_bytes:
+            raise MessageTooLarge(f"{size} bytes (the body) exceed the queue's limit of {max_message_bytes} "
+                                  "bytes; send a smaller body, or raise max_message_bytes",
+                                  size=size, limit=max_message_bytes)
 
 
-def batch_wire(msgs: list[OutgoingMessage]) -> list[list[Any]]:
-    """The wire items of ``msgs``; a message that cannot be sent raises
+def batch_wire(msgs: list[OutgoingMessage], fifo: bool = False,
+               max_message_bytes: int | None = None) -> list[list[Any]]:
+    """The wire items of ``msgs``, each checked (with the queue's ``fifo`` and
+    ``max_message_bytes``, when given); a message that cannot be sent raises
     InvalidParameter naming its place in the batch."""
     out = []
     for i, msg in enumerate(msgs):
         try:
-            out.append(msg.to_wire())
+            wire = msg.to_wire()
+            if max_message_bytes is not None:
+                msg.check_for(fifo, max_message_bytes, wire)
         except InvalidParameter as exc:
-            raise InvalidParameter(f"message {i}: {exc}", **exc.details) from None
+            raise type(exc)(f"message {i}: {exc}", **{**exc.details, "index": i}) from None
+        out.append(wire)
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import random
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
@@ -80,6 +81,30 @@ def _incarnation(info: dict[str, Any]) -> int | None:
 
 
 Targets = Callable[[], list[str]]
+
+_AT = re.compile(r"message (\d+):")
+
+
+def _in_batch(exc: ZmqueueError, idxs: list[int], ids: list[str]) -> ZmqueueError:
+    """The error of a ``send_batch`` request that carried the batch's messages
+    at ``idxs``, as the caller should see it: the message it names ("message
+    N:", N in the request) named by its place in the caller's batch
+    (``details["index"]`` too), and ``details["ids"]``: one entry per message
+    of the batch, its id if it was stored by a request answered before this
+    one failed, else None (not stored, or not known to be: this request's
+    own messages are stored only if the error says so, see ``stored``)."""
+    details = {**exc.details, "ids": [i or None for i in ids]}
+    message = exc.message
+    at = _AT.match(message)
+    if at is not None and int(at.group(1)) < len(idxs):
+        index = idxs[int(at.group(1))]
+        message = f"message {index}:{message[at.end():]}"
+        details["index"] = index
+    if len(idxs) < len(ids) and any(ids):
+        stored = sum(1 for i in ids if i)
+        message += f" ({stored} of the batch's messages, sent to other partitions, were stored: " \
+                   "details['ids'])"
+    return type(exc)(message, **details)
 
 
 class Queue:
@@ -327,7 +352,9 @@ class Queue:
                               partial(self.routes.for_send, 0), origin)
             return self._ids(reply, len(items))
         msgs = [i if isinstance(i, OutgoingMessage) else OutgoingMessage(i) for i in items]
-        wires = batch_wire(msgs)  # every message checked before any request is sent
+        # every message checked before any request is sent (what the host checks
+        # against the queue's config too: a FIFO group, the body's size, the delay)
+        wires = batch_wire(msgs, self.config.fifo, self.config.max_message_bytes)
         ids: list[str] = [""] * len(msgs)
         todo = list(range(len(msgs)))
         retry = RetryBudget(self.client.retries + 2, self.client.request_timeout_ms / 1000)
@@ -344,9 +371,11 @@ class Queue:
                 except (WrongPartition, InvalidParameter) as exc:
                     # (hosts may disagree for a moment while partitions are added)
                     if not (retry.again() and self.misrouted(exc)):
-                        raise
+                        raise _in_batch(exc, idxs, ids) from exc
                     todo += idxs  # nothing of it was stored: to its partition by the config re-read
                     continue
+                except ZmqueueError as exc:
+                    raise _in_batch(exc, idxs, ids) from exc
                 for i, mid in zip(idxs, self._ids(reply, len(idxs)), strict=True):
                     ids[i] = mid
             if todo and retry.attempt > 1:
@@ -429,6 +458,15 @@ class Queue:
                 retry.pause()
             self.refresh()
         return found
+
+    def _give_back_kept(self) -> None:
+        """Give back the messages this handle keeps (a merged long poll's
+        extras, not handed out yet): visible at once, their receive counts as
+        before; best effort (the client's :meth:`~Client.close` does it)."""
+        self._leftovers.prune(time.monotonic(), self.incarnation)
+        kept = self._leftovers.messages()
+        self._leftovers.clear()
+        receiving.give_back(self, kept)
 
     def messages_of(self, p: int, reply: dict[str, Any]) -> list[Message]:
         """The messages of a RECEIVE reply or a DELIVER push: lists (``m``),

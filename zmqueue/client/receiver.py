@@ -45,9 +45,10 @@ Semantics:
   :attr:`ReceivePipeline.callback_errors`, never raised by ``receive`` or
   ``close``;
 - :meth:`~ReceivePipeline.close` (or leaving a ``with`` block) waits for the
-  requests in flight, makes the messages received but not yet returned
-  visible again at once (they are not left invisible for their visibility
-  timeout), and sends the deletes still pending;
+  requests in flight, gives back the messages received but not yet
+  returned (visible again at once, their receive counts as before: nobody
+  saw them, so they do not near ``max_receive_count``), and sends the
+  deletes still pending;
 - FIFO queues: a message group's next messages are not handed out while its
   earlier ones are in flight, so a request ahead finds only other groups'
   messages; with one busy group it comes back empty (and the next batch
@@ -60,7 +61,6 @@ hosts (so requests of the thread's other calls do not read its replies).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections import deque
@@ -71,7 +71,7 @@ from typing import TYPE_CHECKING, Any
 from zmqueue.client.breaker import CircuitBreaker
 from zmqueue.client.models import Message
 from zmqueue.client.receipts import Carry, Deletable, deletables, outcomes
-from zmqueue.client.receiving import check_receive, targets_now
+from zmqueue.client.receiving import check_receive, give_back, targets_now
 from zmqueue.client.routing import FIFO_ORIGIN
 from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.errors import (
@@ -438,11 +438,10 @@ class ReceivePipeline:
         while self._asks and time.monotonic() < deadline:
             unreturned.extend(self._next())
         self._asks.clear()
-        if unreturned:
-            for i in range(0, len(unreturned), MAX_BATCH):
-                # best effort: what is not made visible now is after its timeout
-                with contextlib.suppress(ZmqueueError):
-                    self.queue.change_visibility_batch(unreturned[i:i + MAX_BATCH], 0)
+        # given back: visible now, their receive counts as before (nobody saw
+        # them, so they do not near max_receive_count); best effort: what is
+        # not given back now comes back after its visibility timeout
+        give_back(self.queue, unreturned)
         pending, self._acks, self._waited = self._waited + self._acks, [], []
         if pending:
             self._delete_now(pending)

@@ -33,6 +33,7 @@ from zmqueue.client.receipts import Carry, Deletable, apply, batch, by_stream, d
 from zmqueue.client.retry import backoff
 from zmqueue.client.routing import FIFO_ORIGIN, REFRESH_MIN_S
 from zmqueue.client.transport import Connection, LinkWatch
+from zmqueue.config import MAX_VISIBILITY_S
 from zmqueue.errors import (
     InvalidParameter,
     NotLeader,
@@ -153,8 +154,17 @@ def receive(queue: Queue, max_messages: int, wait_time: float, visibility_timeou
     first), then a long poll."""
     if queue._leftovers:
         queue._fresh_routes(LEFTOVERS_CHECK_S)  # (the queue deleted and created again?)
-        out, release = queue._leftovers.take(max_messages, time.monotonic(), queue.incarnation)
+        if visibility_timeout is not None and (type(visibility_timeout) is not int
+                                               or not 0 <= visibility_timeout <= MAX_VISIBILITY_S):
+            # (checked here, before kept messages are re-timed with it; else the host checks it)
+            raise InvalidParameter(f"visibility_timeout must be 0-{MAX_VISIBILITY_S} seconds, got "
+                                   f"{visibility_timeout!r}", field="visibility_timeout")
+        vis = queue.config.visibility_timeout_s if visibility_timeout is None else visibility_timeout
+        out, release, retime = queue._leftovers.take_for(max_messages, time.monotonic(),
+                                                         queue.incarnation, vis)
         give_back(queue, release)
+        if retime:
+            out = _retimed(queue, out, retime, vis)
         if out:
             return out
     if targets is None:
@@ -194,6 +204,21 @@ def receive(queue: Queue, max_messages: int, wait_time: float, visibility_timeou
     return out
 
 
+def _retimed(queue: Queue, out: list[Message], retime: list[Message], vis: int) -> list[Message]:
+    """``out`` (kept messages handed out now) once those of ``retime`` (taken
+    with another visibility timeout than this receive's ``vis``) were made
+    invisible for ``vis`` seconds from now, as a receive with ``vis`` would;
+    those that could not be (a stale receipt: another consumer may have
+    them; the request failed) are left out: they come back through the
+    queue after the timeout they were taken with."""
+    try:
+        errors = batch(queue, Command.CHANGE_VISIBILITY, list(retime), [vis] * len(retime))
+        dropped = {id(m) for m, err in zip(retime, errors, strict=True) if err is not None}
+    except ZmqueueError:
+        dropped = {id(m) for m in retime}
+    return [m for m in out if id(m) not in dropped] if dropped else out
+
+
 def receive_targets(queue: Queue) -> list[tuple[int, str]]:
     n = queue.config.partitions
     start = next(queue._rr) % n
@@ -214,9 +239,10 @@ def give_back(queue: Queue, msgs: list[Message]) -> None:
     message nobody saw must not near max_receive_count; FIFO: the kept
     ones of a group it hands a message of out come back behind it); if
     that fails they come back after their visibility timeout."""
-    if msgs:
+    for i in range(0, len(msgs), MAX_BATCH):  # (each chunk on its own: one failing leaves the rest)
+        chunk: list[Deletable] = list(msgs[i:i + MAX_BATCH])
         with contextlib.suppress(ZmqueueError):
-            batch(queue, Command.CHANGE_VISIBILITY, list(msgs), [0] * len(msgs), {"back": True})
+            batch(queue, Command.CHANGE_VISIBILITY, chunk, [0] * len(chunk), {"back": True})
 
 
 def _sweep(queue: Queue, targets: list[tuple[int, str]], body: dict[str, Any], max_n: int,

@@ -30,8 +30,11 @@ not told about for 30 s and pushes to it again each time a message's
 visibility timeout runs out, every push counting as a receive: the message
 in hand of a subscription that stopped without this went to the dead-letter
 queue without being handled again. After ``UNSUBSCRIBE`` the messages pushed
-and not finished stay in flight on their host and come back once, after their
-visibility timeout. A stopping subscription returns no credits (only the
+and not yet handed to the handler are given back (visible at once, their
+receive counts as before: nobody saw them, so they do not near
+``max_receive_count``); the one the handler failed on (and a FIFO group's
+held back behind it) stays in flight on its host and comes back once, after
+its visibility timeout. A stopping subscription returns no credits (only the
 deletes of the messages it handled), so nothing more is pushed to it.
 ``close()`` unsubscribes first, then waits for the handler in progress.
 Subscriptions still open when the interpreter exits are closed then, as by
@@ -54,6 +57,7 @@ import zmq
 
 from zmqueue.client.models import Message
 from zmqueue.client.receipts import delete_refs
+from zmqueue.client.receiving import give_back
 from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.errors import (
     ClientClosed,
@@ -303,6 +307,20 @@ class Subscription:
         finally:
             self.stopped.set()
             self._unsubscribe_all()
+            self._give_back_inbox()
+
+    def _give_back_inbox(self) -> None:
+        """The thread's end, after unsubscribing: the messages pushed and not
+        handed to the handler are given back (visible at once, their receive
+        counts as before: nobody saw them, so they do not near
+        ``max_receive_count``); best effort, else they come back after their
+        visibility timeout. (FIFO: a group's message given back is not handed
+        out while an earlier one of its group is in flight.)"""
+        msgs = [m for m, _ in self.inbox]
+        self.inbox.clear()
+        if msgs and not self.queue.client.closed:
+            with contextlib.suppress(ZmqueueError, zmq.ZMQError):  # (the client closing meanwhile)
+                give_back(self.queue, msgs)
 
     def _pump(self) -> None:
         next_keepalive = time.monotonic() + KEEPALIVE_S
@@ -319,7 +337,7 @@ class Subscription:
             if why is not None and not self.stopped.is_set():
                 log.warning("subscription to %r stops: %s%s", self.queue.name, why,
                             f"; the {len(self.inbox)} messages pushed to it and not handed to its handler "
-                            "come back after their visibility timeout" if self.inbox else "")
+                            "are given back" if self.inbox else "")
                 self.stopped.set()
             if self.inbox and not self.stopped.is_set():
                 self._handle_all()

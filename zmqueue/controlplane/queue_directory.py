@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from zmqueue.config import QueueConfig, validate_queue_name
+from zmqueue.config import MUTABLE_SETTINGS, QueueConfig, validate_queue_name
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.assignment import ClusterInfo, Fleet, assign_queue
 from zmqueue.controlplane.consul_client import ConsulClient
@@ -74,9 +74,16 @@ class Snapshot:
         return info
 
 
+_USER_NAMES = {field: kw for kw, field in MUTABLE_SETTINGS.items()}
+"""Config fields named otherwise by ``create_queue`` and the CLI (``visibility_timeout_s``:
+``visibility_timeout``); the others are named alike."""
+
+
 def config_diff(a: QueueConfig, b: QueueConfig) -> list[str]:
+    """The settings that differ, named as ``create_queue`` (and the CLI's
+    options) take them, not as the config stores them."""
     da, db = a.to_dict(), b.to_dict()
-    return sorted(k for k in da if da[k] != db.get(k))
+    return sorted(_USER_NAMES.get(k, k) for k in {*da, *db} if da.get(k) != db.get(k))
 
 
 class QueueDirectory:
