@@ -23,7 +23,9 @@ epoch. A replica whose log diverged from the writer's (it holds records of an
 older term that the writer does not have) is told to resync: it cuts its copy
 back to what the writer's log shares with it (``keep``, see
 :func:`keep_after_divergence`) and fetches the rest; with no ``keep`` (a
-writer from before the thirty-sixth session) it drops the whole copy.
+writer from before the thirty-sixth session) it drops the whole copy. A
+replica reports a position in a term only once it holds a record of that
+term (before, its longer diverged tail was counted as the writer's records).
 
 Wire bodies (MessagePack). Records travel as chunks ``[table, heap]``: the
 88-byte record rows and the payload heap exactly as in a segment block
@@ -370,7 +372,11 @@ class Replicator:
         """A writer of term ``epoch`` says its log ends at ``last`` (a
         heartbeat, a POSITIONS reply): catch up if our copy is behind."""
         st = self._replica_in(key, epoch)
-        if st is not None and isinstance(last, int) and last > st.store.last_seq:
+        if st is None or not isinstance(last, int):
+            return
+        if last > st.store.last_seq or (last < st.store.last_seq and not self._holds_term(st)):
+            # (behind; or longer than the writer's log and holding nothing of its term: every
+            # record of ours past its last differs from what it writes there, a diverged tail)
             self.catch_up(st, now_ms)
 
     def _replica_in(self, key: StreamKey, epoch: Any) -> Stream | None:
@@ -417,6 +423,14 @@ class Replicator:
                 self.catch_up(st, now)  # the writer holds another record at our last seq
                 return False
             if first + len(table) - 1 <= last:
+                if int(epochs[-1]) > st.store.last_epoch and st.role is Role.REPLICA:
+                    # the writer's record at the frame's end is of a later term than any of
+                    # ours: our copy runs past the writer's log with another term's records
+                    # (a tail its recovery did not cut), and the writer answers how much of it
+                    # we keep. The same records (a duplicate, a catch-up's overlap) never
+                    # are: our record at that seq has their epoch, which is <= our last's
+                    self.catch_up(st, now)
+                    return False
                 continue
             if first > last + 1 and (last or published):
                 self.counters["gaps"] += 1
@@ -533,11 +547,33 @@ class Replicator:
                                        self._on_positions_reply([st.key for st in batch]),
                                        now_ms, timeout_ms=2000)
 
+    @staticmethod
+    def _holds_term(st: Stream) -> bool:
+        """Whether our copy holds a record of its term (``Stream.epoch``), or
+        nothing at all. Records of a term come only from its writer, each
+        appended where the copy was checked to agree with that writer's log
+        (the frame's ``prev``, the epoch at our last seq, a catch-up's
+        ``prev``), so a copy holding one agrees with that writer up to its
+        last seq. Without one, a copy's tail may be an older term's that the
+        writer does not hold (one longer than the writer's log, not cut at
+        its takeover: a replica not passing then, or answering its probe
+        late)."""
+        return not st.store.last_seq or st.store.last_epoch >= st.epoch
+
     def _replica_and_writer(self, key: StreamKey) -> tuple[Stream, str] | None:
-        """Our replica stream ``key`` and its writer's peer endpoint, if both are known."""
+        """Our replica stream ``key`` and its writer's peer endpoint, if both are
+        known and our copy may report a position in its term: only one holding a
+        record of that term (``_holds_term``). A writer counts a replica's
+        position as its records up to there; every record it acknowledges is of
+        its own term (its takeover record comes first), so a copy without one
+        has nothing to report, and one whose older tail runs past the writer's
+        log reported that tail as the writer's records (a synchronous write was
+        acknowledged with a copy holding another record at its seq)."""
         st = self.streams().get(key)
         writer = self.writer_of.get(key)
         if st is None or st.role is not Role.REPLICA or not writer or writer == self.node:
+            return None
+        if not self._holds_term(st):
             return None
         endpoint = self.peer_endpoint(writer)
         return (st, endpoint) if endpoint is not None else None
