@@ -52,28 +52,58 @@ def good(df: DataFrame) -> DataFrame:
     return df.where(F.col("corrupt").isNull()) if "corrupt" in df.columns else df
 
 
+REPLICA_COLUMNS = ("host", "seq", "epoch", "segment", "block_offset")  # what one_replica reads
+
+
 def one_replica(df: DataFrame) -> DataFrame:
-    """For each stream, only the log of its soundest, most advanced replica
-    (fewest corrupt blocks, then highest seq; ties: host name).
+    """One copy of each record of every stream (queue, partition, origin), from
+    whichever replica (``host``) holds it; corrupt-block rows dropped.
 
     When several replicas' logs are read together, every record appears once
-    per replica; counting jobs run on this view so each is counted once. A
-    copy with a corrupt block lacks that block's records, so an intact copy
-    of the same stream is preferred to it.
+    per replica that still holds it; counting jobs run on this view so each is
+    counted once. Replicas do not hold the same range: compaction removes a
+    copy's older files on its own schedule, a lagging copy lacks the newest
+    records, a corrupt block or a missing file leaves a hole in one copy only.
+    So each seq is taken from any copy that has it, never the whole stream
+    from one copy (which dropped what only a less advanced replica still held).
+
+    Copies of a seq can differ after a takeover: a writer killed with records
+    no other replica had leaves them as a diverged tail of its term, which its
+    copy cuts when it rejoins. A record of a later term (``epoch``) wins: a
+    record is dropped when a later term holds a record at its seq or before it
+    on any replica (from its first record, the new writer's log replaces the
+    older term's), so a diverged tail does not count, however long.
+
+    Done on seq ranges, not per record: records are grouped by block (a
+    block's seqs are consecutive), consecutive blocks of one file and term
+    merged into runs, and each seq given to the first run (by first seq, then
+    host) that holds it; the records are then kept by a broadcast join on
+    those runs (a few per file), so no record is shuffled.
     """
     from pyspark.sql.window import Window
 
-    if "corrupt" in df.columns:
-        per = df.groupBy(*STREAM, "host").agg(
-            F.max(F.when(F.col("corrupt").isNull(), F.col("seq"))).alias("top"),
-            F.count(F.col("corrupt")).alias("bad"))
-        order = [F.col("bad").asc(), F.col("top").desc_nulls_last(), F.col("host")]
-    else:
-        per = df.groupBy(*STREAM, "host").agg(F.max("seq").alias("top"))
-        order = [F.col("top").desc(), F.col("host")]
-    w = Window.partitionBy(*STREAM).orderBy(*order)
-    best = per.withColumn("r", F.row_number().over(w)).where(F.col("r") == 1).select(*STREAM, "host")
-    return good(df).join(F.broadcast(best), [*STREAM, "host"], "left_semi")
+    lacking = [c for c in REPLICA_COLUMNS if c not in df.columns]
+    if lacking:
+        raise ValueError(f"one_replica needs the columns {', '.join(lacking)}")
+    recs = good(df)
+    run_key = [*STREAM, "host", "segment", "epoch"]
+    blocks = recs.groupBy(*run_key, "block_offset").agg(F.min("seq").alias("lo"), F.max("seq").alias("hi"))
+    # the first seq of any later term on any replica: an older term's record there or past it is cut
+    later = Window.partitionBy(*STREAM).orderBy("epoch").rangeBetween(1, Window.unboundedFollowing)
+    blocks = (blocks.withColumn("hi", F.least("hi", F.min("lo").over(later) - 1))  # (least skips a null)
+              .where(F.col("lo") <= F.col("hi")))
+    in_file = Window.partitionBy(*run_key).orderBy("lo")
+    gap = F.coalesce(F.col("lo") != F.lag("hi").over(in_file) + 1, F.lit(True)).cast("int")
+    runs = (blocks.withColumn("run", F.sum(gap).over(in_file.rowsBetween(Window.unboundedPreceding, 0)))
+            .groupBy(*run_key, "run").agg(F.min("lo").alias("lo"), F.max("hi").alias("hi")))
+    before = (Window.partitionBy(*STREAM).orderBy("lo", F.col("hi").desc(), "host", "segment", "epoch")
+              .rowsBetween(Window.unboundedPreceding, -1))
+    keep = (runs.withColumn("lo", F.greatest("lo", F.coalesce(F.max("hi").over(before) + 1, F.col("lo"))))
+            .where(F.col("lo") <= F.col("hi")).select(*run_key, "lo", "hi"))
+    r, k = recs.alias("r"), F.broadcast(keep).alias("k")
+    on = [F.col(f"r.{c}") == F.col(f"k.{c}") for c in run_key]
+    on.append(F.col("r.seq").between(F.col("k.lo"), F.col("k.hi")))
+    return r.join(k, on, "left_semi")
 
 
 def minute(col: str = "time") -> Column:

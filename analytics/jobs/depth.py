@@ -14,11 +14,11 @@ from pyspark.sql import functions as F
 
 from analytics.jobs.common import good, is_type
 
-KEY = ["host", "queue", "partition", "origin"]
+KEY = ["queue", "partition", "origin"]  # a stream (one copy of it: one_replica)
 
 
 def lifetimes(df: DataFrame) -> DataFrame:
-    """host, queue, partition, origin, seq, sent, removed (null = still stored at the end of the log)."""
+    """queue, partition, origin, seq, sent, removed (null = still stored at the end of the log)."""
     df = good(df)
     sent = df.where(is_type("MESSAGE")).select(*KEY, "seq", F.col("time").alias("sent"))
     gone = (df.where(is_type("DELETE") | is_type("DLQ_MOVE"))

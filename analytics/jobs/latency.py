@@ -8,7 +8,7 @@ from pyspark.sql import functions as F
 from analytics.jobs.common import good, is_type
 
 PERCENTILES = (0.5, 0.9, 0.99)
-KEY = ["host", "queue", "partition", "origin"]
+KEY = ["queue", "partition", "origin"]  # a stream (one copy of it: one_replica)
 
 
 def message_latencies(df: DataFrame) -> DataFrame:
@@ -20,7 +20,7 @@ def message_latencies(df: DataFrame) -> DataFrame:
             .select(*KEY, F.col("target_seq").alias("seq"), F.col("time").alias("deleted"), "receive_count"))
     j = sent.join(dels, [*KEY, "seq"])
     ms = (F.unix_micros("deleted") - F.unix_micros("sent")) / 1000.0
-    return j.withColumn("latency_ms", ms).drop("host")
+    return j.withColumn("latency_ms", ms)
 
 
 def latency(df: DataFrame) -> DataFrame:

@@ -5,7 +5,7 @@ worker that picks up a Spark test pays for a SparkSession and a cluster run.
 It runs ``zmqueue analytics report`` once over three replicas of the host's
 logs (the original; a copy lagging one block; a copy with a corrupt block and
 a torn tail) and checks the report's tables: counts exact (each record once,
-from the soundest, most advanced replica), latencies within the client's timing of each
+from whichever replica holds it), latencies within the client's timing of each
 delete, corruption and lag reported. Each check is a helper named for what it
 proves.
 """
