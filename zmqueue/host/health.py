@@ -3,6 +3,7 @@
 
 ``/health`` answers 200 only while the request loop made progress within the
 last few seconds, so a hung host is caught even though this thread runs.
+``HEAD`` answers as ``GET`` (same status and headers), without the body.
 Every answer names the host's node id in an ``X-Zmqueue-Node`` header: a
 host starting under a node id asks the endpoint registered for it whether
 that host still runs (:func:`node_answers`).
@@ -45,22 +46,28 @@ class HealthServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                self._send(*self._answer())
+
+            def do_HEAD(self) -> None:
+                """GET's status and headers, no body (a load balancer's or uptime probe's check)."""
+                self._send(*self._answer(), head=True)
+
+            def _answer(self) -> tuple[int, bytes, str]:
                 if self.path.startswith("/health"):
                     ok = outer.healthy()
-                    self._send(200 if ok else 503, b"ok\n" if ok else b"request loop stalled\n",
-                               "text/plain")
-                elif self.path.startswith("/metrics"):
-                    self._send(200, generate_latest(outer.registry), CONTENT_TYPE_LATEST)
-                else:
-                    self._send(404, b"try /health or /metrics\n", "text/plain")
+                    return 200 if ok else 503, b"ok\n" if ok else b"request loop stalled\n", "text/plain"
+                if self.path.startswith("/metrics"):
+                    return 200, generate_latest(outer.registry), CONTENT_TYPE_LATEST
+                return 404, b"try /health or /metrics\n", "text/plain"
 
-            def _send(self, code: int, body: bytes, ctype: str) -> None:
+            def _send(self, code: int, body: bytes, ctype: str, head: bool = False) -> None:
                 self.send_response(code)
                 self.send_header(NODE_HEADER, outer.node)
                 self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Length", str(len(body)))  # (HEAD: what GET would send)
                 self.end_headers()
-                self.wfile.write(body)
+                if not head:
+                    self.wfile.write(body)
 
             def log_message(self, format: str, *args: object) -> None:
                 return
