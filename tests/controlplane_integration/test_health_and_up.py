@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from tests.conftest import HostFactory, wait_for
@@ -82,3 +83,43 @@ def test_zmqueue_up_brings_up_c_clusters_of_h_hosts(consul_agent: ConsulAgent, t
     assert b"stopped every process" in out
     _, entries = c.health.service("zmqueue")
     assert not {e["Service"]["Meta"]["node"] for e in entries} & {"c1-h1", "c2-h2"}
+
+
+
+def test_zmqueue_up_says_when_a_host_it_started_is_killed_and_reaps_it(
+        consul_agent: ConsulAgent, tmp_path: Path) -> None:
+    """(It said nothing and left the host ``<defunct>`` until it stopped.)"""
+    cmd = [sys.executable, "-m", "zmqueue", "up", "--clusters", "1", "--hosts", "2",
+           "--consul", consul_agent.http_addr, "--data-dir", str(tmp_path / "up"), "--duration", "90"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    out = proc.stdout
+    assert out is not None
+    lines: list[bytes] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(out.readline, b"")), daemon=True)
+    reader.start()
+
+    def line_with(text: bytes) -> bytes | None:
+        return next((ln for ln in list(lines) if text in ln), None)
+
+    try:  # (a long line of up's is wrapped at 80 columns; the one about the host is not)
+        wait_for(lambda: b"Ctrl-C stops everything" in b" ".join(b"".join(lines).split()), 60, "up running")
+        pid = int(json.loads((tmp_path / "up" / "data" / "c1-h2" / "host.json").read_text())["pid"])
+        os.kill(pid, signal.SIGKILL)
+        said = wait_for(lambda: line_with(b"host c1-h2"), 10, "up saying the host exited").decode()
+        assert (f"host c1-h2 (pid {pid}) exited: status -9, SIGKILL; not restarted (1 of 2 hosts "
+                "running") in said, said
+        wait_for(lambda: not Path(f"/proc/{pid}").exists(), 5, "the host reaped (no <defunct> left)")
+        assert proc.poll() is None, "up goes on with the other host"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        finally:
+            alive = stop_hosts_by_pid(tmp_path / "up" / "data")
+        reader.join(5)
+    assert alive == [], f"hosts still running after `zmqueue up` stopped: {alive}"
+    text = b"".join(lines).decode(errors="replace")
+    assert proc.returncode == 0 and "stopped every process" in text, text

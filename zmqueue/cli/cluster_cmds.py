@@ -16,6 +16,7 @@ from zmqueue.cli.common import (
     consul_addresses,
     hosts_table,
     interrupt_on_signals,
+    watch_hosts,
 )
 from zmqueue.config import HostConfig
 from zmqueue.controlplane.consul_client import ConsulClient
@@ -127,7 +128,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if cluster.client_secret_file is not None:
             console.print(f"secured: connect with curve_secret_file='{cluster.client_secret_file}'")
         console.print(f"logs and data in {Path(args.data_dir).resolve()}; Ctrl-C stops everything")
-        stop.wait(args.duration)  # (set by a signal whose KeyboardInterrupt was lost, too)
+        watch_hosts(cluster, stop, args.duration)
     except KeyboardInterrupt:
         pass
     finally:

@@ -10,8 +10,9 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -19,6 +20,9 @@ from rich.table import Table
 from zmqueue.config import check_consul_addresses, from_env, parse_consul_addresses
 from zmqueue.controlplane.discovery import HostInfo
 from zmqueue.errors import ConfigError
+
+if TYPE_CHECKING:
+    from zmqueue.localcluster import LocalCluster
 
 
 class StdoutConsole(Console):
@@ -177,3 +181,25 @@ def interrupt_on_signals() -> threading.Event:
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
     return stop
+
+
+WATCH_S = 0.5  # how often `up` (and `demo --keep`) look for hosts that exited
+
+
+def watch_hosts(cluster: LocalCluster, stop: threading.Event, duration: float | None) -> None:
+    """Wait for ``stop`` (a signal) or ``duration`` seconds; meanwhile say of each
+    host that exits (killed, crashed) how it ended, reaping it. Nothing restarts
+    it: the others go on (the cluster's failover is what this shows); Ctrl-C
+    stops everything as before."""
+    from zmqueue.localcluster.hosts import exit_status
+
+    deadline = None if duration is None else time.monotonic() + duration
+    while True:
+        left = WATCH_S if deadline is None else min(WATCH_S, deadline - time.monotonic())
+        if left <= 0 or stop.wait(left):  # (set by a signal whose KeyboardInterrupt was lost, too)
+            return
+        for h, status in cluster.newly_exited():
+            running = sum(1 for o in cluster.hosts if o.alive())
+            console.print(f"host {h.node} (pid {h.pid}) exited: {exit_status(status)}; not restarted "
+                          f"({running} of {len(cluster.hosts)} hosts running; log: {h.proc.log_path})",
+                          markup=False, soft_wrap=True)  # (one line, for a log's reader and grep)

@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import zmqueue
-from zmqueue.cli.common import YEAR_S, Number, console, hosts_table, interrupt_on_signals
+from zmqueue.cli.common import YEAR_S, Number, console, hosts_table, interrupt_on_signals, watch_hosts
 
 if TYPE_CHECKING:
     from zmqueue.localcluster import LocalCluster
@@ -200,7 +200,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         console.print(f"Consul UI: [bold]{cluster.ui_url}[/] (services: zmqueue; KV: zmqueue/)")
         if args.keep > 0:
             console.print(f"keeping the cluster up for {args.keep:.0f} s; Ctrl-C to stop now")
-            stop.wait(args.keep)  # (set by a signal whose KeyboardInterrupt was lost, too)
+            watch_hosts(cluster, stop, args.keep)  # (says of a host that exits meanwhile)
     except KeyboardInterrupt:
         pass
     finally:

@@ -15,6 +15,14 @@ from zmqueue.localcluster.consul_agent import ConsulAgent, has_leader
 from zmqueue.localcluster.proc import ManagedProcess
 
 
+def exit_status(status: int) -> str:
+    """A child's exit status as said to people: ``status 1``, ``status -9, SIGKILL``."""
+    if status < 0:
+        with contextlib.suppress(ValueError):
+            return f"status {status}, {signal.Signals(-status).name}"
+    return f"status {status}"
+
+
 class HostProcess:
     """One ``zmqueue host`` child process, stopped by pid."""
 
@@ -76,10 +84,12 @@ class HostProcess:
         status = self.proc.found_exited
         if status is None:
             return "running until stopped"
-        if status < 0:
-            with contextlib.suppress(ValueError):
-                return f"had exited: status {status}, {signal.Signals(-status).name}"
-        return f"had exited: status {status}"
+        return f"had exited: {exit_status(status)}"
+
+    def exited(self) -> int | None:
+        """The exit status if the process has ended (reaped, so no ``<defunct>``
+        stays behind), else None."""
+        return None if self.proc.proc is None else self.proc.proc.poll()
 
     def log_tail(self, max_bytes: int = 6000) -> str:
         return self.proc.log_tail(max_bytes)
@@ -101,6 +111,7 @@ class LocalCluster:
         self.agent: ConsulAgent | None = None
         self.consul_addr = consul
         self.hosts: list[HostProcess] = []
+        self._exit_seen: set[str] = set()  # (nodes newly_exited named)
         self.secure = secure
         """Run secured (docs/SECURITY.md): CURVE keys for every host and a
         client ``admin`` generated in ``<work dir>/keys`` and registered in
@@ -135,6 +146,7 @@ class LocalCluster:
             raise StartupError("this LocalCluster is started already (its hosts would be started "
                                "twice): stop() it first")
         self.hosts = []  # (stopped ones: started again from their data directories)
+        self._exit_seen = set()
         try:
             if self.consul_addr is None:
                 self.agent = ConsulAgent(self.work_dir / "consul").start()
@@ -174,6 +186,7 @@ class LocalCluster:
         if old.alive():
             raise StartupError(f"host {node} is still running (pid {old.pid}); stop it first")
         self.hosts.remove(old)
+        self._exit_seen.discard(node)
         return self.add_host(old.cluster, node)
 
     def _check_is_consul(self) -> None:
@@ -204,6 +217,18 @@ class LocalCluster:
                 return
             time.sleep(0.1)
         raise StartupError(f"hosts {sorted(want)} not passing in Consul after {timeout_s} s")
+
+    def newly_exited(self) -> list[tuple[HostProcess, int]]:
+        """Hosts that have exited since the last call, with their exit status
+        (each reaped and named once): ``zmqueue up`` says so, and does not
+        start them again."""
+        out = []
+        for h in self.hosts:
+            status = None if h.node in self._exit_seen else h.exited()
+            if status is not None:
+                self._exit_seen.add(h.node)
+                out.append((h, status))
+        return out
 
     def stop(self) -> None:
         """Every host asked to stop at once, then each waited for (up to 10 s
