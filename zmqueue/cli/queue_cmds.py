@@ -87,7 +87,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 
     p = qsub.add_parser("redrive", help="move a dead-letter queue's messages back to their source "
                                         "queues (or --to one queue)")
-    p.add_argument("name", help="the dead-letter queue")
+    p.add_argument("name", help="the dead-letter queue (without --to: a queue some queue names as its "
+                                "dead_letter_queue)")
     p.add_argument("--to", default=None, metavar="QUEUE",
                    help="send every message here (default: the queue each came from)")
     p.add_argument("--max", type=Number(int, ge=1), default=None, help="move at most this many (1 or more)")
