@@ -519,3 +519,34 @@ def test_a_config_edit_naming_an_unfit_or_missing_dead_letter_queue_is_refused()
     [new] = dead_letter_problems(_configs_state((dlq, 4)), _configs_state((dlq, 4), (
         QueueConfig("other", dead_letter_queue="nope"), 8)))
     assert not new.keep and new.key == kv.queue_config_key("other")
+
+
+def test_a_cluster_edit_naming_no_known_cluster_is_a_problem_and_the_old_assignment_is_kept() -> None:
+    """(A typo in a partition's ``cluster`` applied: no cluster manager kept
+    the partition any more, a drain did nothing, the only log line said the
+    cluster "lost quorum", and an empty partition was moved elsewhere.)"""
+    from zmqueue.controlplane.discovery import HostInfo
+    from zmqueue.controlplane.kvhealth import keep_last_good, unknown_replica_edits
+
+    hosts = [HostInfo("h1", "c1", "1", "tcp://h1:1", "passing"),
+             HostInfo("x1", "c2", "1", "tcp://x1:1", "critical"),  # c2: every host down, still known
+             HostInfo("x2", "c2", "1", "tcp://x2:1", "critical")]
+    old = _assigned(["h1"], 3)
+    typo = _assigned(["h1"], 4, cluster="c1x")
+    [problem] = unknown_replica_edits(old, typo, hosts)
+    assert problem.key == kv.partition_key(PID)
+    assert "cluster 'c1x' is no known cluster" in problem.reason
+    assert "known clusters: c1, c2" in problem.reason
+    assert "keeps its previous assignment (cluster 'c1', replicas ['h1'])" in problem.reason
+    assert keep_last_good(old, typo, [problem]).assignments[PID] == old.assignments[PID]
+    # a move to a cluster whose hosts are all down, or one named by another partition only: not typos
+    assert unknown_replica_edits(old, _assigned(["x1", "x2"], 4, cluster="c2"), hosts) == []
+    other = kv.PartitionId("other", 0)
+    value = json.dumps({"cluster": "c3", "replicas": ["z1"], "version": 1}).encode()
+    with_c3, _ = kv.parse_tree([item(kv.partition_key(PID), json.dumps(
+        {"cluster": "c1", "replicas": ["h1"], "version": 3}).encode()), item(kv.partition_key(other), value)])
+    moved, _ = kv.parse_tree([item(kv.partition_key(PID), json.dumps(
+        {"cluster": "c3", "replicas": ["h1"], "version": 4}).encode()), item(kv.partition_key(other), value)])
+    assert [p for p in unknown_replica_edits(with_c3, moved, hosts) if "no known cluster" in p.reason] == []
+    # the cluster's first host registers: the same value applies
+    assert unknown_replica_edits(old, typo, [*hosts, HostInfo("n1", "c1x", "1", "", "passing")]) == []

@@ -424,6 +424,41 @@ def test_draining_the_host_of_a_single_replica_queue_moves_its_messages(
         client.close()
 
 
+def test_a_cluster_typo_in_an_assignment_is_reported_and_the_partition_stays_managed(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    """(A partition's ``cluster`` edited to a name no cluster has was
+    applied: no cluster manager kept the partition, draining its host did
+    nothing, and the only log line said the cluster "lost quorum".)"""
+    addr = consul_agent.http_addr
+    started = start_cluster(hosts, consul_agent, 2)
+    client = zmqueue.connect(addr, request_timeout=5)
+    try:
+        q = client.create_queue(f"ctypo-{hosts.uid}", visibility_timeout=600)
+        ids = _send_and_wait_for_positions(addr, q, 20, fifo=False, copies=1)
+        kv = kv_client(addr).kv
+        key = f"zmqueue/queues/{q.name}/partitions/0"
+        _, item = kv.get(key)
+        good = json.loads(item["Value"])
+        typo = good["cluster"] + "x"
+        assert kv.put(key, json.dumps({**good, "cluster": typo, "version": good["version"] + 1}),
+                      cas=item["ModifyIndex"])
+        for h in started:
+            notes = kv_warning(consul_agent, h.node)
+            assert key in notes and f"cluster {typo!r} is no known cluster" in notes, notes
+            assert f"keeps its previous assignment (cluster {good['cluster']!r}" in notes, notes
+        assert client.queue_info(q.name)["partitions"][0]["cluster"] == good["cluster"]
+        [old] = good["replicas"]
+        kv.put(f"zmqueue/hosts/{old}/drain", "true")  # still managed: the drain moves it
+        wait_for(lambda: old not in (assignment(addr, q.name) or {}).get("replicas", [old]), 40,
+                 "the replica moved off the drained host")
+        assert (assignment(addr, q.name) or {})["cluster"] == good["cluster"]
+        for h in started:  # the manager's new version replaced the typo
+            kv_warning_cleared(consul_agent, h.node)
+        _drain_all(q, ids, 40)
+    finally:
+        client.close()
+
+
 def test_a_cluster_drained_right_after_its_first_acknowledged_sends_keeps_the_partition(
         hosts: HostFactory, consul_agent: ConsulAgent) -> None:
     """Two clusters of one host each; a new single-replica queue takes its

@@ -17,7 +17,8 @@ metadata cache therefore:
 Besides keys that do not decode, an edit is a problem when it would do harm
 if applied: a queue config changing what is fixed at creation
 (:func:`fixed_setting_edits`), a partition's ``replicas`` naming hosts
-its cluster does not have (:func:`unknown_replica_edits`), and a queue
+its cluster does not have or its ``cluster`` naming no known cluster
+(:func:`unknown_replica_edits`), and a queue
 config naming a dead-letter queue it cannot use (:func:`dead_letter_problems`:
 an edit naming one is refused; a dead-letter queue deleted since is a
 warning only).
@@ -210,14 +211,29 @@ def unknown_replica_edits(prev: kv.ClusterState, state: kv.ClusterState,
     host that is down is still a replica); replicas the partition had before
     the edit are not checked (a host that deregistered stays a replica until
     the manager replaces it). Once every node named is registered (the host
-    was started), the same value is no longer a problem and applies."""
+    was started), the same value is no longer a problem and applies.
+
+    So is an edit of ``cluster`` to a cluster no registered host names (any
+    health: a cluster whose hosts are all down is still known) and no other
+    partition is on: a typo. Applied, the partition was managed by no
+    cluster manager (a drain did nothing; the external manager logged that
+    the cluster "lost quorum" and moved an empty partition elsewhere)."""
     known: dict[str, set[str]] = {}
     for h in hosts:
         known.setdefault(h.cluster, set()).add(h.node)
+    clusters = set(known) | {a.cluster for a in prev.assignments.values()}
     out = []
     for pid, new in sorted(state.assignments.items()):
         old = prev.assignments.get(pid)
         if old is None or old is new or old == new:
+            continue
+        if new.cluster != old.cluster and new.cluster not in clusters:
+            listed = ", ".join(sorted(clusters)) or "none"
+            out.append(kv.Malformed(kv.partition_key(pid), (
+                f"cluster {new.cluster!r} is no known cluster (no registered host is in it and no partition "
+                f"is on it; known clusters: {listed}); the partition keeps its previous assignment (cluster "
+                f"{old.cluster!r}, replicas {list(old.replicas)}): fix the cluster name (a cluster being "
+                "added: the edit applies once a host of it has registered)")))
             continue
         members = known.get(new.cluster, set())
         ghosts = [n for n in new.replicas if n not in old.replicas and n not in members]
