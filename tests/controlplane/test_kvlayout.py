@@ -458,3 +458,95 @@ def test_a_replicas_edit_naming_unregistered_hosts_is_a_problem_and_the_old_repl
     # the host being added registers: the same value is no longer a problem
     added = [*hosts, HostInfo("hh2", "c1", "1", "", "passing"), HostInfo("hh3", "c1", "1", "", "passing")]
     assert unknown_replica_edits(old, typo, added) == []
+
+
+def _configs_state(*configs: tuple[QueueConfig, int]) -> kv.ClusterState:
+    """A state of these queue configs, each with its CreateIndex."""
+    items = []
+    for cfg, created in configs:
+        d = item(kv.queue_config_key(cfg.name), kv.encode_queue_config(cfg), index=created)
+        d["CreateIndex"] = created
+        items.append(d)
+    state, problems = kv.parse_tree(items)
+    assert problems == []
+    return state
+
+
+def test_a_config_edit_naming_an_unfit_or_missing_dead_letter_queue_is_refused() -> None:
+    """(A KV edit naming a FIFO dead-letter queue for a standard queue, or a
+    queue that does not exist, applied without a word: the dead letters were
+    then held out of delivery for good, with one host-log line.)"""
+    from zmqueue.controlplane.kvhealth import dead_letter_problems, describe, keep_last_good
+
+    src, dlq = QueueConfig("orders", dead_letter_queue="orders-dlq"), QueueConfig("orders-dlq")
+    fifo, plain = QueueConfig("x.fifo", fifo=True), QueueConfig("plain")
+    old = _configs_state((src, 5), (dlq, 4), (fifo, 6), (plain, 7))
+    assert dead_letter_problems(old, old) == []
+    key = kv.queue_config_key("orders")
+    for target, says in (("x.fifo", "'x.fifo' is a FIFO queue; the dead-letter queue of standard queue "
+                                    "'orders' must be a standard queue"),
+                         ("nope", "dead_letter_queue 'nope' names no queue")):
+        edited = _configs_state((QueueConfig("orders", dead_letter_queue=target), 5), (dlq, 4), (fifo, 6),
+                                (plain, 7))
+        [problem] = dead_letter_problems(old, edited)
+        assert problem.key == key and problem.keep and says in problem.reason, problem.reason
+        assert "keeps its previous config (dead-letter queue 'orders-dlq')" in problem.reason
+        assert keep_last_good(old, edited, [problem]).configs["orders"].dead_letter_queue == "orders-dlq"
+    # an encrypted queue's dead letters never go to an unencrypted queue (create refuses it too)
+    enc_old = _configs_state((QueueConfig("orders", encrypted=True, dead_letter_queue="e"), 5),
+                             (QueueConfig("e", encrypted=True), 3), (plain, 7))
+    enc_new = _configs_state((QueueConfig("orders", encrypted=True, dead_letter_queue="plain"), 5),
+                             (QueueConfig("e", encrypted=True), 3), (plain, 7))
+    [problem] = dead_letter_problems(enc_old, enc_new)
+    assert "'plain' is not encrypted" in problem.reason and problem.keep
+    # the missing one created: the same value applies
+    made = _configs_state((QueueConfig("orders", dead_letter_queue="nope"), 5), (dlq, 4),
+                          (QueueConfig("nope"), 9))
+    assert dead_letter_problems(old, made) == []
+    # the dead-letter queue deleted since (the source not edited): a warning only, naming both
+    gone = _configs_state((src, 5))
+    [warning] = dead_letter_problems(_configs_state((src, 5), (dlq, 4)), gone)
+    assert warning.key == key and not warning.keep
+    assert "'orders-dlq' names no queue (deleted since?)" in warning.reason
+    assert "dead letters of orders wait in it" in warning.reason
+    assert describe([warning]).startswith("bad values in Consul KV (applied as they are): ")
+    # ... which refuses no other edit of the source (looked at once the edit applied)
+    edited = _configs_state((QueueConfig("orders", dead_letter_queue="orders-dlq", visibility_timeout_s=9),
+                             5))
+    assert dead_letter_problems(gone, edited) == []
+    assert keep_last_good(gone, edited, [warning]).configs["orders"].visibility_timeout_s == 9
+    # a queue created with a missing dead-letter queue in KV: nothing earlier to keep, a warning
+    [new] = dead_letter_problems(_configs_state((dlq, 4)), _configs_state((dlq, 4), (
+        QueueConfig("other", dead_letter_queue="nope"), 8)))
+    assert not new.keep and new.key == kv.queue_config_key("other")
+
+
+def test_a_cluster_edit_naming_no_known_cluster_is_a_problem_and_the_old_assignment_is_kept() -> None:
+    """(A typo in a partition's ``cluster`` applied: no cluster manager kept
+    the partition any more, a drain did nothing, the only log line said the
+    cluster "lost quorum", and an empty partition was moved elsewhere.)"""
+    from zmqueue.controlplane.discovery import HostInfo
+    from zmqueue.controlplane.kvhealth import keep_last_good, unknown_replica_edits
+
+    hosts = [HostInfo("h1", "c1", "1", "tcp://h1:1", "passing"),
+             HostInfo("x1", "c2", "1", "tcp://x1:1", "critical"),  # c2: every host down, still known
+             HostInfo("x2", "c2", "1", "tcp://x2:1", "critical")]
+    old = _assigned(["h1"], 3)
+    typo = _assigned(["h1"], 4, cluster="c1x")
+    [problem] = unknown_replica_edits(old, typo, hosts)
+    assert problem.key == kv.partition_key(PID)
+    assert "cluster 'c1x' is no known cluster" in problem.reason
+    assert "known clusters: c1, c2" in problem.reason
+    assert "keeps its previous assignment (cluster 'c1', replicas ['h1'])" in problem.reason
+    assert keep_last_good(old, typo, [problem]).assignments[PID] == old.assignments[PID]
+    # a move to a cluster whose hosts are all down, or one named by another partition only: not typos
+    assert unknown_replica_edits(old, _assigned(["x1", "x2"], 4, cluster="c2"), hosts) == []
+    other = kv.PartitionId("other", 0)
+    value = json.dumps({"cluster": "c3", "replicas": ["z1"], "version": 1}).encode()
+    with_c3, _ = kv.parse_tree([item(kv.partition_key(PID), json.dumps(
+        {"cluster": "c1", "replicas": ["h1"], "version": 3}).encode()), item(kv.partition_key(other), value)])
+    moved, _ = kv.parse_tree([item(kv.partition_key(PID), json.dumps(
+        {"cluster": "c3", "replicas": ["h1"], "version": 4}).encode()), item(kv.partition_key(other), value)])
+    assert [p for p in unknown_replica_edits(with_c3, moved, hosts) if "no known cluster" in p.reason] == []
+    # the cluster's first host registers: the same value applies
+    assert unknown_replica_edits(old, typo, [*hosts, HostInfo("n1", "c1x", "1", "", "passing")]) == []

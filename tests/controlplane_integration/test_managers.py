@@ -228,6 +228,51 @@ def test_a_kv_edit_of_a_fixed_setting_is_refused_and_the_queue_keeps_its_type(
     assert f"kv:zmqueue-{h.node}" not in check_statuses(consul_agent, h.node)
 
 
+def test_a_kv_edit_naming_an_unfit_dead_letter_queue_is_refused_and_a_deleted_one_is_warned_of(
+        one_host: tuple[HostProcess, zmqueue.Client], hosts: HostFactory, consul_agent: ConsulAgent,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """(A KV edit naming a FIFO dead-letter queue for a standard queue, or a
+    missing one, applied without a ``kv:`` warning, and so did deleting the
+    dead-letter queue: the dead letters were held for good, shown as
+    ``in_flight``, with one host-log line saying why.)"""
+    h, client = one_host
+    addr = consul_agent.http_addr
+    kv = kv_client(addr).kv
+    name, dlq_name = f"dl-{hosts.uid}", f"dl-{hosts.uid}-dlq"
+    q = client.create_queue(name, visibility_timeout=1, dead_letter_queue=dlq_name, max_receive_count=1)
+    fifo = client.create_queue(f"dl-{hosts.uid}-x.fifo", fifo=True)
+    key = f"zmqueue/queues/{name}/config"
+    good = kv.get(key)[1]["Value"]
+    for target, says in ((fifo.name, f"{fifo.name!r} is a FIFO queue; the dead-letter queue of standard"),
+                         (f"{name}-nope", f"'{name}-nope' names no queue")):
+        kv.put(key, json.dumps({**json.loads(good), "dead_letter_queue": target}))
+        wait_for(lambda: says in kv_warning(consul_agent, h.node), 15, "the edit refused")  # noqa: B023
+        notes = kv_warning(consul_agent, h.node)
+        assert key in notes and f"keeps its previous config (dead-letter queue {dlq_name!r})" in notes, notes
+        assert client.get_queue(name).config.dead_letter_queue == dlq_name
+    q.send(b"poison")  # its dead letter goes to the dead-letter queue kept
+    dlq = client.get_queue(dlq_name)
+    wait_for(lambda: q.receive(wait_time=1) == [] and dlq.stats()["total"] == 1, 20, "moved to the kept DLQ")
+    kv.put(key, good)
+    kv_warning_cleared(consul_agent, h.node)
+    # deleting the dead-letter queue: the CLI refuses it unless --force, then each host warns
+    assert cli(["queue", "delete", dlq_name, "--consul", addr]) == 1
+    assert f"is the dead-letter queue of {name}" in capsys.readouterr().err
+    assert dlq_name in client.list_queues()
+    assert cli(["queue", "delete", dlq_name, "--force", "--consul", addr]) == 0
+    wait_for(lambda: "deleted since" in kv_warning(consul_agent, h.node), 15, "the warning on the source")
+    notes = kv_warning(consul_agent, h.node)
+    assert key in notes and f"{dlq_name!r} names no queue (deleted since?)" in notes, notes
+    q.send(b"poison 2")
+    wait_for(lambda: q.receive(wait_time=1) == [] and q.stats()["dead_letters_waiting"] == 1, 20,
+             "the dead letter held, counted as waiting")
+    assert (q.stats()["in_flight"], q.stats()["visible"]) == (0, 0)
+    dlq = client.create_queue(dlq_name)  # created again: the held dead letter moves, the warning goes
+    wait_for(lambda: dlq.stats()["total"] == 1, 20, "the held dead letter moved")
+    kv_warning_cleared(consul_agent, h.node)
+    assert q.stats()["dead_letters_waiting"] == 0
+
+
 def _send_and_wait_for_positions(addr: str, q: zmqueue.Queue, n: int, fifo: bool,
                                   copies: int = 3) -> set[str]:
     ids = {q.send(f"m{i}".encode(), group_id="g" if fifo else None, dedup_id=f"d{i}" if fifo else None)
@@ -374,6 +419,41 @@ def test_draining_the_host_of_a_single_replica_queue_moves_its_messages(
         kv_client(addr).kv.put(f"zmqueue/hosts/{old}/drain", "true")
         wait_for(lambda: old not in (assignment(addr, q.name) or {}).get("replicas", [old]), 40,
                  "the replica moved off the drained host")
+        _drain_all(q, ids, 40)
+    finally:
+        client.close()
+
+
+def test_a_cluster_typo_in_an_assignment_is_reported_and_the_partition_stays_managed(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    """(A partition's ``cluster`` edited to a name no cluster has was
+    applied: no cluster manager kept the partition, draining its host did
+    nothing, and the only log line said the cluster "lost quorum".)"""
+    addr = consul_agent.http_addr
+    started = start_cluster(hosts, consul_agent, 2)
+    client = zmqueue.connect(addr, request_timeout=5)
+    try:
+        q = client.create_queue(f"ctypo-{hosts.uid}", visibility_timeout=600)
+        ids = _send_and_wait_for_positions(addr, q, 20, fifo=False, copies=1)
+        kv = kv_client(addr).kv
+        key = f"zmqueue/queues/{q.name}/partitions/0"
+        _, item = kv.get(key)
+        good = json.loads(item["Value"])
+        typo = good["cluster"] + "x"
+        assert kv.put(key, json.dumps({**good, "cluster": typo, "version": good["version"] + 1}),
+                      cas=item["ModifyIndex"])
+        for h in started:
+            notes = kv_warning(consul_agent, h.node)
+            assert key in notes and f"cluster {typo!r} is no known cluster" in notes, notes
+            assert f"keeps its previous assignment (cluster {good['cluster']!r}" in notes, notes
+        assert client.queue_info(q.name)["partitions"][0]["cluster"] == good["cluster"]
+        [old] = good["replicas"]
+        kv.put(f"zmqueue/hosts/{old}/drain", "true")  # still managed: the drain moves it
+        wait_for(lambda: old not in (assignment(addr, q.name) or {}).get("replicas", [old]), 40,
+                 "the replica moved off the drained host")
+        assert (assignment(addr, q.name) or {})["cluster"] == good["cluster"]
+        for h in started:  # the manager's new version replaced the typo
+            kv_warning_cleared(consul_agent, h.node)
         _drain_all(q, ids, 40)
     finally:
         client.close()

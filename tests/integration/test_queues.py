@@ -741,23 +741,68 @@ def test_a_redrive_that_cannot_move_its_messages_says_why_and_hides_none(qcluste
     assert sorted(got) == [b"dead0", b"dead1", b"dead2"]
 
 
-def test_dead_letters_of_a_deleted_source_queue_are_skipped_and_named(
+def test_dead_letters_of_a_deleted_source_queue_are_skipped_named_and_given_back(
         qcluster: QueueCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """The skipped dead letters are given back: visible at once, their
+    receive counts as before (each redrive counted a receive of them)."""
     c = qcluster.client
-    name, dlq_name = qcluster.queue_name("rd-src"), qcluster.queue_name("rd-src-dlq")
-    q = c.create_queue(name, visibility_timeout=1, dead_letter_queue=dlq_name, max_receive_count=1)
-    q.send_batch([b"a", b"b"])
-    wait_for(lambda: len(q.receive(10, wait_time=1)) == 0 and c.get_queue(dlq_name).stats()["total"] == 2,
-             30, "both messages received once, then moved to the DLQ")
-    c.delete_queue(name)
+    name, keep, dlq_name = qcluster.queue_name("rd-src"), qcluster.queue_name("rd-keep"), \
+        qcluster.queue_name("rd-src-dlq")
+    for src, body in ((name, b"a"), (name, b"b"), (keep, b"k")):
+        q = c.create_queue(src, visibility_timeout=1, dead_letter_queue=dlq_name, max_receive_count=1)
+        q.send(body)
     dlq = c.get_queue(dlq_name)
+    wait_for(lambda: sum(len(c.get_queue(s).receive(10, wait_time=0.5)) for s in (name, keep)) == 0
+             and dlq.stats()["total"] == 3, 30, "the messages received once, then moved to the DLQ")
+    c.delete_queue(name)
     report = dlq.redrive(wait_time=0.5)
-    assert (report.moved, report.skipped, report.missing) == ({}, 2, [name])
+    assert (report.moved, report.skipped, report.missing) == ({keep: 1}, 2, [name])
     wait_for(lambda: dlq.stats()["visible"] == 2, 10, "the skipped dead letters visible again at once")
     from zmqueue.cli.main import main
 
     assert main(["queue", "redrive", dlq_name, "--consul", qcluster.factory.agent.http_addr]) == 0
     assert f"whose source queue no longer exists ({name})" in capsys.readouterr().out
+    got = wait_for(lambda: dlq.receive(10, wait_time=1, visibility_timeout=1), 10, "the skipped dead letters")
+    assert sorted(m.body for m in got) == [b"a", b"b"]
+    # moved once (count 1), then this receive: the two redrives counted none
+    assert [m.receive_count for m in got] == [2, 2]
+    # the last source deleted: no longer a dead-letter queue; --to still moves its messages
+    c.delete_queue(keep)
+    with pytest.raises(zmqueue.InvalidParameter, match=f"{dlq_name!r} is not a dead-letter queue"):
+        dlq.redrive(wait_time=0.5)
+    other = c.create_queue(qcluster.queue_name("rd-other"))
+    wait_for(lambda: dlq.stats()["visible"] == 2, 10, "the dead letters visible again")
+    assert dlq.redrive(to=other.name, wait_time=0.5).moved == {other.name: 2}
+
+
+def test_a_redrive_of_a_queue_that_is_not_a_dead_letter_queue_is_refused_and_counts_no_receive(
+        qcluster: QueueCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """(``zmqueue queue redrive`` of a source queue received its whole
+    backlog and left it, "without a source queue", each message's receive
+    counted: two runs, and a consumer's next receive dead-lettered all of
+    them.)"""
+    from zmqueue.cli.main import main
+
+    c = qcluster.client
+    name, dlq_name = qcluster.queue_name("rd-not"), qcluster.queue_name("rd-not-dlq")
+    q = c.create_queue(name, dead_letter_queue=dlq_name, max_receive_count=2)
+    q.send_batch([f"m{i}".encode() for i in range(5)])
+    with pytest.raises(zmqueue.InvalidParameter, match=f"{name!r} is not a dead-letter queue") as info:
+        q.redrive(wait_time=0.5)
+    assert f"{dlq_name} (of {name})" in str(info.value) and "--to QUEUE" in str(info.value)
+    for _ in range(2):
+        assert main(["queue", "redrive", name, "--consul", qcluster.factory.agent.http_addr]) == 1
+        assert "is not a dead-letter queue" in capsys.readouterr().err
+    assert q.stats()["visible"] == 5, "nothing received"
+    got: list[zmqueue.Message] = []
+
+    def all_received() -> bool:
+        got.extend(q.receive(10, wait_time=1))
+        return len(got) >= 5
+
+    wait_for(all_received, 20, "the 5 messages, in the source queue")
+    assert sorted(m.receive_count for m in got) == [1] * 5
+    assert c.get_queue(dlq_name).stats()["total"] == 0
 
 
 def test_more_dead_letters_at_once_than_one_request_carries_all_reach_a_dlq_on_another_host(

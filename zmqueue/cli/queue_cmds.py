@@ -75,8 +75,15 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     _client_flags(p)
     p.set_defaults(func=cmd_list)
 
-    for name, fn, text in (("delete", cmd_delete, "delete a queue and its messages"),
-                           ("purge", cmd_purge, "delete every message of a queue"),
+    p = qsub.add_parser("delete", help="delete a queue and its messages")
+    p.add_argument("name")
+    p.add_argument("--force", action="store_true",
+                   help="delete it even if other queues name it as their dead-letter queue (their dead "
+                        "letters then wait in them, out of delivery, until it exists again)")
+    _client_flags(p)
+    p.set_defaults(func=cmd_delete)
+
+    for name, fn, text in (("purge", cmd_purge, "delete every message of a queue"),
                            ("stats", cmd_stats, "show a queue's counters"),
                            ("show", cmd_show, "show a queue's settings and, per partition, its "
                                               "cluster, replicas, writers and their endpoints")):
@@ -87,7 +94,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 
     p = qsub.add_parser("redrive", help="move a dead-letter queue's messages back to their source "
                                         "queues (or --to one queue)")
-    p.add_argument("name", help="the dead-letter queue")
+    p.add_argument("name", help="the dead-letter queue (without --to: a queue some queue names as its "
+                                "dead_letter_queue)")
     p.add_argument("--to", default=None, metavar="QUEUE",
                    help="send every message here (default: the queue each came from)")
     p.add_argument("--max", type=Number(int, ge=1), default=None, help="move at most this many (1 or more)")
@@ -169,6 +177,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_delete(args: argparse.Namespace) -> int:
     with _client(args) as c:
+        sources = [] if args.force else c.list_dead_letter_source_queues(args.name)
+        if sources:
+            named = ", ".join(sources)
+            raise zmqueue.InvalidParameter(
+                f"queue {args.name} is the dead-letter queue of {named}: deleted, their dead letters would "
+                f"wait in them, out of delivery (stats: dead_letters_waiting), until a queue {args.name} "
+                f"exists again; first have them name another (zmqueue queue set SOURCE --dead-letter-queue "
+                f"NAME; '' for none), or pass --force", field="name", sources=sources)
         c.delete_queue(args.name)
         console.print(f"queue {args.name} deleted")
     return 0

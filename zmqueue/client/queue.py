@@ -632,7 +632,9 @@ class Queue:
                 visibility_timeout: int = 60, wait_time: float = 1.0) -> RedriveReport:
         """This queue being a dead-letter queue: move its messages back to the
         queues they came from (or all to ``to``), batch by batch, each sent
-        there before it is deleted here; see :mod:`zmqueue.client.redrive`."""
+        there before it is deleted here; see :mod:`zmqueue.client.redrive`.
+        Without ``to``, InvalidParameter unless some queue names this one as
+        its ``dead_letter_queue``."""
         from zmqueue.client.redrive import redrive
 
         return redrive(self, to, max_messages, visibility_timeout, wait_time)

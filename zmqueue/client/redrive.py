@@ -9,18 +9,26 @@ between the send and the delete leaves a message in both queues (at least
 once, like every move between queues); on a FIFO target the DLQ message id
 is the dedup id, so a repeated move within the 5-minute window is dropped
 there.
+
+Without ``to``, the queue must be a dead-letter queue (some existing queue
+names it as its ``dead_letter_queue``), as SQS's StartMessageMoveTask
+requires: a redrive of any other queue would only receive its messages and
+leave them (InvalidParameter naming the dead-letter queues there are, and
+``to``). Messages received and not moved (no source queue, a source deleted
+since, a batch that failed) are given back: visible again at once, their
+receive counts as before (a redrive is not a consumer; counting its receives
+would bring them nearer their own queue's ``max_receive_count``).
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from zmqueue.client.models import Message, OutgoingMessage
-from zmqueue.client.receiving import check_receive
+from zmqueue.client.receiving import check_receive, give_back
 from zmqueue.config import MAX_VISIBILITY_S
-from zmqueue.errors import InvalidParameter, QueueNotFound, ZmqueueError
+from zmqueue.errors import InvalidParameter, QueueNotFound
 
 if TYPE_CHECKING:
     from zmqueue.client.queue import Queue
@@ -35,7 +43,8 @@ class RedriveReport:
     skipped: int = 0
     """Messages left in the DLQ: no ``dead_letter_source`` (sent to the DLQ
     directly) and no ``to`` given, or a source queue that no longer exists
-    (named in ``missing``). They are made visible again at the end."""
+    (named in ``missing``). They are given back at the end: visible again,
+    their receive counts as before."""
     failed_deletes: int = 0
     """Moved messages whose delete from the DLQ failed: they are delivered
     from the DLQ again (and a later redrive moves them again)."""
@@ -64,6 +73,37 @@ def _check(dlq: Queue, to: str | None, max_messages: int | None, visibility_time
     check_receive(1, wait_time)
 
 
+def dead_letter_queues(dlq: Queue) -> dict[str, list[str]]:
+    """Each queue some existing queue names as its dead-letter queue, with
+    those source queues (sorted); one GET_QUEUE per queue (an admin call)."""
+    client = dlq.client
+    out: dict[str, list[str]] = {}
+    for name in client.list_queues():
+        try:
+            target = client.queue_info(name)["config"].get("dead_letter_queue")
+        except QueueNotFound:  # deleted meanwhile
+            continue
+        if isinstance(target, str) and target != name:
+            out.setdefault(target, []).append(name)
+    return {d: sorted(s) for d, s in sorted(out.items())}
+
+
+def _check_is_dlq(dlq: Queue) -> None:
+    """InvalidParameter unless some existing queue names ``dlq`` as its
+    dead-letter queue (a redrive without ``to`` needs sources to move to)."""
+    dlqs = dead_letter_queues(dlq)
+    if dlq.name in dlqs:
+        return
+    shown = "; ".join(f"{d} (of {', '.join(s)})" for d, s in list(dlqs.items())[:10])
+    more = f" and {len(dlqs) - 10} more" if len(dlqs) > 10 else ""
+    listed = f"the dead-letter queues are: {shown}{more}" if dlqs else "no queue has a dead-letter queue"
+    raise InvalidParameter(f"queue {dlq.name!r} is not a dead-letter queue: no queue names it as its "
+                           f"dead_letter_queue, so its messages have no source queue to go back to "
+                           f"({listed}); redrive a dead-letter queue, or pass to=QUEUE (zmqueue queue "
+                           f"redrive {dlq.name} --to QUEUE) to move every message of {dlq.name!r} "
+                           "to that queue", field="queue", queue=dlq.name)
+
+
 def _target(dlq: Queue, name: str) -> Queue:
     """The queue ``name``, if the DLQ's messages can go there (a FIFO queue
     needs group ids, which only a FIFO DLQ's messages have)."""
@@ -81,10 +121,14 @@ def redrive(dlq: Queue, to: str | None = None, max_messages: int | None = None,
     receive finds nothing within ``wait_time`` seconds, or after
     ``max_messages``. ``to``: one target queue for every message (default:
     each message's ``dead_letter_source``). The arguments, and ``to``, are
-    checked before anything is received; if a batch fails (its target
-    refused it, a host could not be reached), its messages not moved are
-    made visible again at once and the error is raised."""
+    checked before anything is received, and without ``to`` the queue must
+    be a dead-letter queue (InvalidParameter otherwise: see the module
+    docstring); if a batch fails (its target refused it, a host could not be
+    reached), its messages not moved are given back (visible again at once,
+    their receive counts as before) and the error is raised."""
     _check(dlq, to, max_messages, visibility_timeout, wait_time)
+    if to is None:
+        _check_is_dlq(dlq)
     targets: dict[str, Queue | None] = {}  # None: a source queue that no longer exists
     if to is not None:
         targets[to] = _target(dlq, to)
@@ -121,10 +165,9 @@ def redrive(dlq: Queue, to: str | None = None, max_messages: int | None = None,
             held = []
     finally:
         skip = set(map(id, skipped))
-        for m in skipped + [m for m in held if id(m) not in skip]:
-            # visible again now (if this fails: after their visibility timeout)
-            with contextlib.suppress(ZmqueueError):
-                dlq.change_visibility(m, 0)
+        # visible again now, their receive counts as before (if this fails: after their visibility
+        # timeout); each Message keeps its stream, so one CHANGE_VISIBILITY per stream and batch
+        give_back(dlq, skipped + [m for m in held if id(m) not in skip])
     report.skipped = len(skipped)
     return report
 

@@ -16,8 +16,12 @@ metadata cache therefore:
 
 Besides keys that do not decode, an edit is a problem when it would do harm
 if applied: a queue config changing what is fixed at creation
-(:func:`fixed_setting_edits`), and a partition's ``replicas`` naming hosts
-its cluster does not have (:func:`unknown_replica_edits`).
+(:func:`fixed_setting_edits`), a partition's ``replicas`` naming hosts
+its cluster does not have or its ``cluster`` naming no known cluster
+(:func:`unknown_replica_edits`), and a queue
+config naming a dead-letter queue it cannot use (:func:`dead_letter_problems`:
+an edit naming one is refused; a dead-letter queue deleted since is a
+warning only).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import logging
 from collections.abc import Collection, Iterable
 from dataclasses import replace
 
-from zmqueue.config import FIXED_AT_CREATION, QUEUE_SETTINGS
+from zmqueue.config import FIXED_AT_CREATION, QUEUE_SETTINGS, QueueConfig
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.advisory import NOTES_CHARS_MAX, WarningCheck
 from zmqueue.controlplane.consul_client import ConsulClient
@@ -51,6 +55,8 @@ def keep_last_good(prev: kv.ClusterState | None, state: kv.ClusterState,
     drains = dict(state.drains)
     created = dict(state.create_index)
     for p in problems:
+        if not p.keep:
+            continue
         match kv.key_parts(p.key):
             case ["queues", q, "config"] if q in prev.configs:
                 configs[q] = prev.configs[q]
@@ -137,6 +143,62 @@ def vanished_configs(prev: kv.ClusterState, state: kv.ClusterState,
             if q not in state.configs and q in placed and (key := kv.queue_config_key(q)) not in bad]
 
 
+def _dead_letter_fault(cfg: QueueConfig, dlq: QueueConfig | None) -> str | None:
+    """Why ``cfg`` cannot send its dead letters to ``dlq`` (the config of the
+    queue it names; None: no such queue), as ``create_queue`` and
+    ``set_attributes`` refuse it; None when it can."""
+    name = cfg.dead_letter_queue
+    kind = "FIFO" if cfg.fifo else "standard"
+    if dlq is None:
+        return f"dead_letter_queue {name!r} names no queue"
+    if dlq.fifo != cfg.fifo:
+        return (f"dead_letter_queue {name!r} is a {'FIFO' if dlq.fifo else 'standard'} queue; the "
+                f"dead-letter queue of {kind} queue {cfg.name!r} must be a {kind} queue")
+    if cfg.encrypted and not dlq.encrypted:
+        return (f"dead_letter_queue {name!r} is not encrypted: the dead letters of encrypted queue "
+                f"{cfg.name!r} would be stored there in plaintext")
+    return None
+
+
+def dead_letter_problems(prev: kv.ClusterState, state: kv.ClusterState) -> list[kv.Malformed]:
+    """Queue configs whose ``dead_letter_queue`` names no queue, a queue of
+    the other type, or an unencrypted one for an encrypted queue (which
+    ``create_queue`` and ``set_attributes`` refuse; the data plane holds such
+    a queue's dead letters, out of delivery, until it can move them). A KV
+    edit that names such a dead-letter queue is refused (:func:`keep_last_good`
+    keeps the previous config); once the queue it names exists and fits, the
+    same value is no longer a problem and applies. A config naming a
+    dead-letter queue that was fine and is gone (deleted since) or no longer
+    fits, or a queue created in KV that way, is a warning only (``keep``
+    False: nothing earlier to keep). Configs edited in the same snapshot in
+    other ways are looked at in the next (the warning must not refuse
+    them)."""
+    out = []
+    for q, new in sorted(state.configs.items()):
+        if new.dead_letter_queue is None:
+            continue
+        fault = _dead_letter_fault(new, state.configs.get(new.dead_letter_queue))
+        if fault is None:
+            continue
+        old = prev.configs.get(q)
+        key = kv.queue_config_key(q)
+        edit = old is not None and state.create_index.get(key) == prev.create_index.get(key)
+        if edit and old is not None and old.dead_letter_queue != new.dead_letter_queue:
+            was = repr(old.dead_letter_queue) if old.dead_letter_queue else "none"
+            fix = (f"create it first (zmqueue queue create {new.dead_letter_queue}"
+                   f"{' --fifo' if new.fifo else ''}): the edit applies once it exists, or name another"
+                   if fault.endswith("names no queue") else "name another")
+            out.append(kv.Malformed(key, f"{fault}; the queue keeps its previous config (dead-letter queue "
+                                         f"{was}): {fix}"))
+        elif old is None or old is new or old.same_settings(new):
+            out.append(kv.Malformed(key, (
+                f"{fault} (deleted since?); this config applies as it is, and the dead letters of {q} "
+                f"wait in it, out of delivery (stats: dead_letters_waiting), until a fitting queue "
+                f"{new.dead_letter_queue!r} exists or {q} names another (zmqueue queue set {q} "
+                "--dead-letter-queue NAME; '' for none)"), keep=False))
+    return out
+
+
 def unknown_replica_edits(prev: kv.ClusterState, state: kv.ClusterState,
                           hosts: Iterable[HostInfo]) -> list[kv.Malformed]:
     """Partition assignments edited so as to add replicas that are not
@@ -149,14 +211,29 @@ def unknown_replica_edits(prev: kv.ClusterState, state: kv.ClusterState,
     host that is down is still a replica); replicas the partition had before
     the edit are not checked (a host that deregistered stays a replica until
     the manager replaces it). Once every node named is registered (the host
-    was started), the same value is no longer a problem and applies."""
+    was started), the same value is no longer a problem and applies.
+
+    So is an edit of ``cluster`` to a cluster no registered host names (any
+    health: a cluster whose hosts are all down is still known) and no other
+    partition is on: a typo. Applied, the partition was managed by no
+    cluster manager (a drain did nothing; the external manager logged that
+    the cluster "lost quorum" and moved an empty partition elsewhere)."""
     known: dict[str, set[str]] = {}
     for h in hosts:
         known.setdefault(h.cluster, set()).add(h.node)
+    clusters = set(known) | {a.cluster for a in prev.assignments.values()}
     out = []
     for pid, new in sorted(state.assignments.items()):
         old = prev.assignments.get(pid)
         if old is None or old is new or old == new:
+            continue
+        if new.cluster != old.cluster and new.cluster not in clusters:
+            listed = ", ".join(sorted(clusters)) or "none"
+            out.append(kv.Malformed(kv.partition_key(pid), (
+                f"cluster {new.cluster!r} is no known cluster (no registered host is in it and no partition "
+                f"is on it; known clusters: {listed}); the partition keeps its previous assignment (cluster "
+                f"{old.cluster!r}, replicas {list(old.replicas)}): fix the cluster name (a cluster being "
+                "added: the edit applies once a host of it has registered)")))
             continue
         members = known.get(new.cluster, set())
         ghosts = [n for n in new.replicas if n not in old.replicas and n not in members]
@@ -174,7 +251,7 @@ def describe(problems: list[kv.Malformed], unserved: Collection[str] = ()) -> st
     """The ``kv:`` check's notes; ``unserved``: queues whose bad config this
     host knows no earlier good value of (it started since the edit)."""
     text = "; ".join(f"{p.key}: {p.reason}" for p in problems)
-    kept = "last good value kept"
+    kept = "last good value kept" if any(p.keep for p in problems) else "applied as they are"
     if unserved:
         kept += (f"; this host knows no good config of {', '.join(sorted(unserved))} (it started since the "
                  "edit) and does not serve it until the value is fixed")

@@ -73,10 +73,14 @@ ZERO = Position(0, 0)
 
 @dataclass(frozen=True)
 class Malformed:
-    """A key whose value could not be decoded; reported, then skipped."""
+    """A key whose value could not be decoded, or would do harm if applied;
+    reported, then skipped (its last good value kept)."""
 
     key: str
     reason: str
+    keep: bool = True
+    """False: a warning only, the value applies as it is (a queue config
+    naming a dead-letter queue deleted since: nothing earlier to keep)."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,10 @@ does), and only then marked moved in its source stream. A crash in between
 redelivers it to the DLQ again later: a possible duplicate there, never a
 loss. A DLQ that is unknown, or of the other type than its source (deleted
 and created again as the other type), keeps the messages waiting in their
-source, retried every second, with a warning at most once a minute.
+source (counted as ``dead_letters_waiting`` in stats, not ``in_flight``),
+retried every second, with a warning at most once a minute; each host's
+``kv:`` check names the source and its dead-letter queue meanwhile
+(``kvhealth.dead_letter_problems``).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.kvhealth import (
     KvProblemReporter,
+    dead_letter_problems,
     fixed_setting_edits,
     keep_last_good,
     unknown_replica_edits,
@@ -146,7 +147,8 @@ class MetadataCache:
         for p in snap.problems:
             if p.key not in self.problems_reported:
                 self.problems_reported.add(p.key)
-                log.warning("bad value in Consul KV at %s: %s (ignored)", p.key, p.reason)
+                log.warning("bad value in Consul KV at %s: %s (%s)", p.key, p.reason,
+                            "ignored" if p.keep else "applied as it is")
         self.last = snap
         with self._pending_lock:
             # only the newest snapshot is applied: a loop that fell behind (a
@@ -213,7 +215,8 @@ class MetadataCache:
     def last_good(self, snap: Snapshot) -> Snapshot:
         """``snap`` with the last good value of each malformed key kept (a
         queue config edited to change a fixed setting counts as malformed, and
-        so does an assignment edited to name hosts its cluster does not have):
+        so do an assignment edited to name hosts its cluster does not have
+        and a config edited to name a dead-letter queue it cannot use):
         what this host serves, and so what a read-through ``GET_QUEUE``
         reports. Any thread (``last`` is read once)."""
         prev = self.last
@@ -222,9 +225,14 @@ class MetadataCache:
         problems = (snap.problems + fixed_setting_edits(prev.state, snap.state)
                     + unknown_replica_edits(prev.state, snap.state, snap.hosts))
         problems += vanished_configs(prev.state, snap.state, problems)
+        state = keep_last_good(prev.state, snap.state, problems)
+        # (on the configs kept: a dead-letter queue whose config is bad JSON still exists)
+        dead = dead_letter_problems(prev.state, state)
+        if dead:
+            problems += dead
+            state = keep_last_good(prev.state, state, dead)
         if not problems:
             return snap
-        state = keep_last_good(prev.state, snap.state, problems)
         return Snapshot(snap.index, state, problems, snap.hosts, snap.sessions)
 
     def stop(self) -> None:

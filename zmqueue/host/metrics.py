@@ -25,7 +25,9 @@ from zmqueue.security.frontdoor import LATENCY_BUCKETS_S, FrontDoor, Latency
 
 GAUGES = (("visible", "messages visible"), ("in_flight", "messages received and not yet deleted"),
           ("delayed", "messages not yet visible (delay)"), ("total", "messages stored"),
-          ("blocked_on_disk", "visible messages on disk no receive can reach now (ring at its cap)"))
+          ("blocked_on_disk", "visible messages on disk no receive can reach now (ring at its cap)"),
+          ("dead_letters_waiting", "dead letters not yet moved to the dead-letter queue (held while it is "
+                                   "missing or of the other type)"))
 QUEUE_COUNTERS = (("sends", "messages sent"), ("receives", "messages delivered by receive"),
                   ("deletes", "messages deleted"), ("redeliveries", "deliveries with receive count > 1"),
                   ("bytes_in", "request bytes"), ("bytes_out", "reply bytes"),

@@ -245,15 +245,18 @@ def ring_counts(ring: Ring, now: int) -> dict[str, int]:
     live = (s == AVAILABLE) | (s == IN_FLIGHT)
     visible = int(np.count_nonzero(live & (v <= now)))
     delayed = int(np.count_nonzero((s == AVAILABLE) & (v > now)))
+    moving = s == MOVING
+    dead = int(np.count_nonzero(moving))
     oldest = 0
     if ring.live:
-        enq = ring.meta["enqueue_ms"][:n][live | (s == MOVING)]
+        enq = ring.meta["enqueue_ms"][:n][live | moving]
         oldest = max(0, now - int(enq.min())) if len(enq) else 0
     return {
         "oldest_age_ms": oldest,
         "visible": visible,
         "delayed": delayed,
-        "in_flight": ring.live - visible - delayed,
+        "in_flight": ring.live - visible - delayed - dead,
+        "dead_letters_waiting": dead,
     }
 
 

@@ -46,9 +46,12 @@ __all__ = ["PartitionStore", "PartitionStoreProtocol"]
 
 
 STATS_KEYS = ("visible", "in_flight", "delayed", "oldest_age_ms", "total", "bytes", "backlog_on_disk",
-              "blocked_on_disk")
+              "blocked_on_disk", "dead_letters_waiting")
 """The counters of :meth:`PartitionStore.stats` (a partition with no stream on
-a host reports them as zeros)."""
+a host reports them as zeros). ``dead_letters_waiting``: messages taken out
+of delivery as dead letters and not yet moved to the dead-letter queue
+(normally for a moment; they stay while it is missing or of the other type);
+not counted in ``in_flight``."""
 
 
 def _count(got: Columns | list[Delivered]) -> int:
