@@ -202,6 +202,69 @@ def all_passing_but_kv(agent: ConsulAgent, node: str) -> bool:
     return bool(st) and all(s == "passing" for s in st.values())
 
 
+def test_a_host_restarted_while_a_config_is_bad_leaves_its_streams_to_the_other_replicas(
+        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+    """(QA: a host restarted while a standard queue's config was bad JSON, its
+    streams empty, was put back as a voter at once and counted caught up; the
+    replica writing its stream handed it back, and nobody took it again: the
+    host does not serve the queue. Stats and purge failed after the request
+    timeout with a NOT_LEADER naming a host that did not write the stream.)
+    The host marks the queue unserved: it stays joining, its peers write its
+    streams, and it takes them back once the value is fixed."""
+    addr = consul_agent.http_addr
+    n1, n2, n3 = start_cluster(hosts, consul_agent, 3)
+    kv = kv_client(addr).kv
+    client = zmqueue.connect(addr, request_timeout=5)
+    try:
+        q = client.create_queue(f"badrestart-{hosts.uid}", partitions=2, replication_factor=3)
+        parts = (0, 1)
+
+        def writer(p: int, origin: str) -> str | None:
+            return lock_holder(addr, f"zmqueue/leaders/{q.name}/{p}/{origin}")
+
+        wait_for(lambda: all(writer(p, h.node) == h.node for p in parts for h in (n1, n2, n3)), 20,
+                 "every host writes its own streams")
+        n3.stop()  # a clean stop: it leaves the replica sets at once
+        wait_for(lambda: all(n3.node not in (assignment(addr, q.name, p) or {}).get("replicas", [n3.node])
+                             and writer(p, n3.node) in (n1.node, n2.node) for p in parts), 30,
+                 f"{n3.node}'s streams taken over by the other replicas")
+        key = f"zmqueue/queues/{q.name}/config"
+        good = kv.get(key)[1]["Value"]
+        kv.put(key, '{"name": oops')
+        h3 = hosts.restart(n3)
+        wait_for(lambda: f"knows no good config of {q.name}" in kv_warning(consul_agent, h3.node), 30,
+                 "the restarted host says it does not serve the queue")
+        wait_for(lambda: all(h3.node in (assignment(addr, q.name, p) or {}).get("replicas", [])
+                             for p in parts), 30, f"{h3.node} back in the replica sets")
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:  # its streams keep a writer, one of the other replicas
+            held = {p: writer(p, h3.node) for p in parts}
+            assert all(w in (n1.node, n2.node) for w in held.values()), (held, hosts.logs())
+            time.sleep(0.25)
+        q.send_batch([b"m%d" % i for i in range(20)])
+        fresh = zmqueue.connect(addr, request_timeout=5)
+        try:
+            fq = fresh.get_queue(q.name)
+            started = time.monotonic()
+            assert fq.stats()["visible"] == 20
+            assert fq.purge() == 20
+            assert time.monotonic() - started < 4, "stats and purge are answered, not retried to the deadline"
+        finally:
+            fresh.close()
+        kv.put(key, good)
+        kv_warning_cleared(consul_agent, h3.node)
+
+        def voter_writing_its_own(p: int) -> bool:
+            a = assignment(addr, q.name, p)
+            return a is not None and h3.node not in a.get("joining", []) and writer(p, h3.node) == h3.node
+
+        wait_for(lambda: all(voter_writing_its_own(p) for p in parts), 30,
+                 f"{h3.node} a voter again, writing its own streams")
+        assert q.stats()["visible"] == 0
+    finally:
+        client.close()
+
+
 def test_a_kv_edit_of_a_fixed_setting_is_refused_and_the_queue_keeps_its_type(
         one_host: tuple[HostProcess, zmqueue.Client], hosts: HostFactory, consul_agent: ConsulAgent) -> None:
     h, client = one_host

@@ -47,3 +47,30 @@ def test_a_joint_change_in_flight_counts_the_voters_of_both_sets() -> None:
     note = waiting_note(cand, passing={"h1", "h2"})
     assert "(2 of 3 and 2 of 3)" in note and "only 2 of 4 are up (down: h3, h4)" in note
     assert "a change of the replica set is being confirmed" in note
+
+
+def test_a_stream_of_another_host_with_no_writer_names_no_other_replica() -> None:
+    """(QA: with no writer for h3's stream, h1 answered "written by h2" and h2
+    "written by h1": a replica writing its own stream takes sends, not
+    requests for a stream it does not write, and a purge bounced between them
+    for its whole timeout.)"""
+    from types import SimpleNamespace
+
+    from zmqueue.config import QueueConfig
+    from zmqueue.dataplane.service import QueueService
+    from zmqueue.dataplane.topology import Metadata, PartitionInfo
+
+    def svc(writers: dict[str, str]) -> QueueService:
+        meta = Metadata(configs={"q": QueueConfig(name="q")},
+                        partitions={("q", 0): PartitionInfo(("h1", "h2", "h3"), writers)})
+        fake = SimpleNamespace(node="h1", meta=meta, set=SimpleNamespace(failed={}), consul_lost=None,
+                               election_waits={})
+        fake.redirect_to = lambda *key: QueueService.redirect_to(fake, *key)  # type: ignore[arg-type]
+        return fake  # type: ignore[return-value]
+
+    mine = svc({"h2": "h2"})
+    err = QueueService.not_writer(mine, "q", 0, "h3")
+    assert err.details["leader"] is None and "no host yet" in err.message
+    assert QueueService.not_writer(svc({"h2": "h2", "h3": "h2"}), "q", 0, "h3").details["leader"] == "h2"
+    # this host's own stream (a send): any replica that writes its own takes it
+    assert QueueService.not_writer(mine, "q", 0, "h1").details["leader"] == "h2"

@@ -73,6 +73,20 @@ host's stream handed back when it returns), and a receive asks only the hosts
 it knows to write a stream."""
 
 
+def _purged_partly(exc: ZmqueueError, name: str, p: int, origin: str,
+                   done: list[tuple[int, str, int]]) -> ZmqueueError:
+    """``exc``, the error of stream ``origin`` of partition ``p`` in a purge
+    of queue ``name``, saying which streams were purged before it (``done``:
+    partition, origin, messages removed): the purge stops there, and a
+    caller who reads only the error must not believe nothing was removed."""
+    purged = sum(n for _, _, n in done)
+    streams = [f"{q}/{o}" for q, o, _ in done]
+    return type(exc)(f"{exc.message} [purge of {name!r} stopped at partition {p} stream {origin}: "
+                     f"{purged} message(s) were purged before it, from stream(s) {', '.join(streams)}; "
+                     "the rest were not purged: purge again]",
+                     **{**exc.details, "purged": purged, "purged_streams": streams})
+
+
 def _incarnation(info: dict[str, Any]) -> int | None:
     """The queue incarnation a queue-info map names (``inc``; None from a host
     that names none)."""
@@ -246,6 +260,8 @@ class Queue:
                 if hint is None:
                     self.refresh()
                     retry.pause()
+                else:
+                    retry.follow()  # (at once the first times; two hosts naming each other: back off)
             except DiskFull as exc:
                 if command != Command.SEND:
                     raise
@@ -582,10 +598,23 @@ class Queue:
                           origin) for origin in self._streams_of(p)]
 
     def purge(self) -> int:
-        """Delete every message of the queue; returns how many were removed."""
+        """Delete every message of the queue; returns how many were removed.
+        A stream that cannot be purged (no writer within the retries) raises
+        its error, which says which streams were purged before it (``details``:
+        ``purged``, the messages removed, and ``purged_streams``)."""
         self._fresh_routes(0)  # every stream's writer, as the hosts know them now
-        return sum(reply["purged"] for p in range(self.config.partitions)
-                   for reply in self._each_stream(p, Command.PURGE_QUEUE, {"q": self.name, "p": p}))
+        done: list[tuple[int, str, int]] = []
+        for p in range(self.config.partitions):
+            for origin in self._streams_of(p):
+                try:
+                    reply = self.call(p, Command.PURGE_QUEUE, {"q": self.name, "p": p, "o": origin},
+                                      partial(self.routes.for_stream, p, origin), origin)
+                except ZmqueueError as exc:
+                    if not done:
+                        raise
+                    raise _purged_partly(exc, self.name, p, origin, done) from exc
+                done.append((p, origin, reply["purged"]))
+        return sum(n for _, _, n in done)
 
     def stats(self) -> dict[str, int]:
         """Counters summed over partitions: visible, in_flight, delayed, total, ...

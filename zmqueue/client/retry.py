@@ -37,6 +37,11 @@ def reported(last: ZmqueueError, maybe_stored: ZmqueueError | None) -> ZmqueueEr
     return last
 
 
+FOLLOWS_FREE = 2
+"""How many NOT_LEADER hints naming another host one call follows at once;
+later ones wait the back-off first (:meth:`RetryBudget.follow`)."""
+
+
 def backoff(attempt: int) -> float:
     """Seconds to wait before retry ``attempt``: 50 ms doubling, capped at 0.5 s."""
     return min(0.5, 0.05 * float(2 ** min(attempt, 4)))
@@ -52,6 +57,8 @@ class RetryBudget:
         self.give_up_at = time.monotonic() + timeout_s
         self.attempt = -1
         """The current attempt, from 0."""
+        self.follows = 0
+        """NOT_LEADER hints followed so far (:meth:`follow`)."""
 
     def again(self) -> bool:
         """Start another attempt if the budget allows: the first ``tries``
@@ -66,5 +73,15 @@ class RetryBudget:
         """Back off before the next attempt."""
         time.sleep(backoff(self.attempt))
 
+    def follow(self) -> None:
+        """A NOT_LEADER named another host, tried next: at once the first
+        :data:`FOLLOWS_FREE` times, after the back-off from then on. Two hosts
+        that each name the other (neither writes the stream, each believes the
+        other does) used to bounce a request between them in a tight loop until
+        the deadline: tens of thousands of requests for one call."""
+        self.follows += 1
+        if self.follows > FOLLOWS_FREE:
+            self.pause()
 
-__all__ = ["RetryBudget", "backoff", "may_be_stored", "reported"]
+
+__all__ = ["FOLLOWS_FREE", "RetryBudget", "backoff", "may_be_stored", "reported"]

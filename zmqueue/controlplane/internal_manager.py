@@ -165,15 +165,18 @@ def bridged(replicas: tuple[str, ...], old: tuple[str, ...], pos: StreamPosition
 
 
 def joining_of(replicas: tuple[str, ...], old: kv.PartitionAssignment, pos: StreamPositions | None,
-               sync: bool = False) -> tuple[str, ...]:
+               sync: bool = False, unserved: Collection[str] = ()) -> tuple[str, ...]:
     """The joining replicas of ``replicas``, the new set of ``old``'s
     partition: those still joining, the new ones (they start empty), and,
     for every stream of which fewer than a majority of the new set are
     keepers (a set that shrank to a keeper and laggards, or grew from one or
     two), its non-keepers: the election counts only voters, so it never
-    picks one. No records: none."""
+    picks one. No records: none, but for the new or joining replicas that
+    do not serve the queue (``unserved``: they marked it, ``kvlayout.unserved_key``;
+    they keep none of its streams, and join once they do)."""
+    off = {n for n in replicas if n in unserved and (n in old.joining or n not in old.replicas)}
     if pos is not None and not has_records(pos):
-        return ()
+        return tuple(n for n in replicas if n in off)
     joining = {n for n in replicas if n in old.joining or n not in old.replicas}
     if pos is not None:
         for keepers in _stream_keepers(old.replicas, old.joining, pos, replicas, sync).values():
@@ -229,7 +232,8 @@ def confirmed(a: kv.PartitionAssignment, origins: Collection[str],
 
 def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],
                   positions: Callable[[kv.PartitionId], StreamPositions | None] = lambda pid: None,
-                  confirmations: Callable[[kv.PartitionId], StreamConfirmations | None] = lambda pid: None
+                  confirmations: Callable[[kv.PartitionId], StreamConfirmations | None] = lambda pid: None,
+                  unserved: Callable[[kv.PartitionId], Collection[str]] = lambda pid: ()
                   ) -> list[AssignmentWrite]:
     """``positions``: asked only for the partitions a change would take
     replicas from or add replicas to, and those with joining replicas (None:
@@ -237,7 +241,10 @@ def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],
     joins), and for standard partitions with a change in flight (the streams
     whose writers must confirm it, :func:`stream_origins`). ``confirmations``:
     asked for the partitions with a change in flight (None: not known, the
-    change stays in flight)."""
+    change stays in flight). ``unserved``: the replicas that marked the
+    partition's queue unserved (they keep none of its streams: a new one
+    joins, and a joining one is not caught up, until it serves the queue);
+    asked when ``positions`` is."""
     state = snap.state
     writes = []
     changed_pids = set()
@@ -264,7 +271,7 @@ def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],
                 continue
             mv = Move(mv.partition, tuple(n for n in old.replicas if n not in kept),
                       tuple(n for n in kept if n not in old.replicas), kept)
-        joining = joining_of(mv.replicas, old, pos, sync)
+        joining = joining_of(mv.replicas, old, pos, sync, unserved(mv.partition))
         key = kv.partition_key(mv.partition)
         reason = (f"replicas {list(old.replicas)} -> {list(mv.replicas)} "
                   f"(removed {list(mv.remove)}, added {list(mv.add)}"
@@ -280,6 +287,8 @@ def plan_internal(snap: Snapshot, cluster: str, healthy: dict[str, bool],
         pos = positions(pid)
         sync = state.configs[pid.queue].sync_replication
         still = caught_up(a.joining, a.replicas, pos, sync) if pos is None or has_records(pos) else ()
+        off = unserved(pid)
+        still = tuple(n for n in a.joining if n in still or n in off)
         if still != a.joining:
             key = kv.partition_key(pid)
             new = changed(a, cluster, a.replicas, still)

@@ -14,6 +14,7 @@ reference (value schemas, writers, readers, what an operator may edit)::
     zmqueue/hosts/<node>/drain                   true | false
 
     zmqueue-positions/<queue>/<p>/<origin>/<node> {"epoch", "seq", "seen", "confirmed", "opened"}
+    zmqueue-positions/<queue>/<p>/~unserved/<node> {"unserved": 1}: node does not serve the queue
 
 Replicas' positions change with every write, so they live beside the tree
 (:data:`POSITIONS_PREFIX`), not in it: the hosts and managers watch
@@ -196,6 +197,20 @@ def stream_acked_key(pid: PartitionId, origin: str) -> str:
     ``sync_quorum="all"``: the highest seq every voter holds (it only grows;
     :func:`decode_stream_acked`)."""
     return f"{POSITIONS_PREFIX}{pid.queue}/{pid.partition}/{origin}/{ACKED_NODE}"
+
+
+UNSERVED_ORIGIN = "~unserved"
+"""The origin part of :func:`unserved_key` (no node id has a ``~``, so no stream's)."""
+
+
+def unserved_key(pid: PartitionId, node: str) -> str:
+    """Beside a partition's stream positions, written by ``node`` while it
+    does not serve the partition's queue (it started while the queue's config
+    was bad, and knows no good value of it): it keeps none of the queue's
+    streams, so the writer election and the internal manager treat it as down
+    for them, whatever its published positions say (``{"unserved": 1}``;
+    deleted by the host once it serves the queue; :func:`decode_unserved`)."""
+    return f"{POSITIONS_PREFIX}{pid.queue}/{pid.partition}/{UNSERVED_ORIGIN}/{node}"
 
 
 def position_key(pid: PartitionId, node: str) -> str:
@@ -393,7 +408,7 @@ def _stream_positions(items: Iterable[Mapping[str, Any]] | None
     """(stream, node, key, raw value) of each well-shaped key of a listing under
     :data:`POSITIONS_PREFIX` (``kv.get(..., recurse=True)`` items)."""
     for stream, node, key, raw in _stream_keys(items):
-        if node != ACKED_NODE:
+        if node != ACKED_NODE and stream[2] != UNSERVED_ORIGIN:
             yield stream, node, key, raw
 
 
@@ -463,6 +478,22 @@ def decode_stream_acked(items: Iterable[Mapping[str, Any]] | None) -> dict[tuple
             if isinstance(value, int) and value > 0:
                 out[stream] = value
     return out
+
+
+def decode_unserved(items: Iterable[Mapping[str, Any]] | None) -> dict[tuple[str, int], set[str]]:
+    """The :func:`unserved_key` markers in a listing under
+    :data:`POSITIONS_PREFIX`: (queue, partition) -> the nodes that do not serve
+    the queue (keep none of its streams)."""
+    out: dict[tuple[str, int], set[str]] = {}
+    for (q, p, origin), node, _key, _raw in _stream_keys(items):
+        if origin == UNSERVED_ORIGIN:
+            out.setdefault((q, p), set()).add(node)
+    return out
+
+
+def encode_unserved() -> bytes:
+    """The value of :func:`unserved_key`."""
+    return _dump({"unserved": 1})
 
 
 def _stream_ints(items: Iterable[Mapping[str, Any]] | None, name: str

@@ -51,6 +51,7 @@ from zmqueue.controlplane.kvguard import (
     FENCED,
     GONE,
     INVALID_SESSION,
+    TXN_OPS_MAX,
     Guard,
     QueueGuards,
     take_lock,
@@ -401,21 +402,38 @@ class Leadership(threading.Thread):
         self._below_floor: dict[StreamKey, int] = {}
         """Free streams this host may not lead because it holds less than their
         acknowledged floor, and the floor it was told about (said once)."""
+        self._unserved: frozenset[tuple[str, int]] = frozenset()
+        """Partitions of the queues this host does not serve (it knows no good
+        config of them): each gets its ``kvlayout.unserved_key`` marker."""
+        self._marked: set[tuple[str, int]] | None = None
+        self._unserved_seen: dict[tuple[str, int], set[str]] = {}
+        """The markers of every host, as the last read of the positions found them."""
+        self._mark_failed = ""
+        """The markers of this host in Consul as last written or read (None: not
+        read yet; the first cycle lists those an earlier run left)."""
 
     # --- inputs from the request loop (thread safe) -------------------------
     def update(self, cands: dict[StreamKey, Candidacy],
                positions: dict[StreamKey, tuple[int, int]],
                confirmed: Mapping[StreamKey, int] | None = None,
                opening: Collection[StreamKey] = (), acked: Mapping[StreamKey, int] | None = None,
-               terms: Mapping[StreamKey, int] | None = None) -> None:
+               terms: Mapping[StreamKey, int] | None = None,
+               unserved: Collection[tuple[str, int]] = ()) -> None:
         """``opening``: streams written here whose first records wait for
         their opened mark in Consul (:class:`Opened` answers each).
         ``acked``: per stream written here with ``sync_quorum="all"``, the
         highest seq every voter holds (published with its position).
         ``terms``: streams whose newest term heard here is newer than their
-        last record's epoch (a new writer's epoch must pass it)."""
+        last record's epoch (a new writer's epoch must pass it).
+        ``unserved``: the partitions of the queues this host does not serve
+        (their config in Consul KV is bad and it knows no earlier good value):
+        it marks them in Consul (``kvlayout.unserved_key``) so that its peers
+        write its streams of them meanwhile and the internal manager does not
+        count it caught up in them."""
+        unserved = frozenset(unserved)
         with self._lock:
-            changed = cands != self._cands
+            changed = cands != self._cands or unserved != self._unserved
+            self._unserved = unserved
             self._cands, self._positions = dict(cands), dict(positions)
             self._cands_seq += 1 if changed else 0
             self._terms = dict(terms or {})
@@ -503,6 +521,7 @@ class Leadership(threading.Thread):
         with self._lock:
             cands, positions, confirmations = self._cands, self._positions, self._confirmed
             opening, acked, seq = self._opening, self._acked, self._cands_seq
+            unserved = self._unserved
             for s in [s for s in self._opened if s not in cands]:  # (a later stream of that key
                 self._opened.discard(s)                             # publishes its own mark)
                 self._published.pop(s, None)
@@ -512,7 +531,15 @@ class Leadership(threading.Thread):
                 del self._below_floor[s]
         sent_at = time.monotonic()
         holders = self._holders()
-        fence = self._fence(cands, seq, holders)
+        fence = self._fence(cands, seq, holders, unserved)
+        try:
+            self._mark_unserved(unserved, {q: g for q in {q for q, _ in unserved}
+                                           if isinstance(g := self.guards.of(q, 0), Guard)})
+            self._mark_failed = ""
+        except consul.ConsulException as exc:  # (not this cycle's elections: tried again next cycle)
+            if str(exc) != self._mark_failed:
+                log.warning("unserved marks not written: %s", exc)
+            self._mark_failed = str(exc)
         mine = {s for s, (h, _, _) in holders.items() if h == sid}
         # Health and peers' positions matter only when a candidate lock is free
         # or this host holds a stream it may have to hand back: in the steady
@@ -527,6 +554,13 @@ class Leadership(threading.Thread):
         # healthy origin takes it only if it holds what a majority holds)
         decide_by_position = bool(borrowed or free)
         state, seen, floors = self._positions_of_others() if decide_by_position else ({}, {}, {})
+        out = self._unserved_seen if decide_by_position else {}
+
+        def live(s: StreamKey) -> set[str]:
+            """The passing hosts that keep stream ``s``: a host that marked its
+            queue unserved keeps none of its streams, so it counts as down for
+            them (no hand-back to it, no waiting for it to campaign)."""
+            return passing - out.get((s[0], s[1]), set())
         for s, n in floors.items():
             self._floors[s] = max(n, self._floors.get(s, 0))
         for s in list(self.held):
@@ -546,7 +580,7 @@ class Leadership(threading.Thread):
             self.post(Elected(s, holders[s][1]))
         for s in list(mine):
             if (s not in cands or self._reopened(s, cands[s])
-                    or self._should_hand_back(s, cands[s], passing, positions, state)):
+                    or self._should_hand_back(s, cands[s], live(s), positions, state)):
                 self._release(s)
                 mine.discard(s)
                 if self.session is None:
@@ -557,10 +591,10 @@ class Leadership(threading.Thread):
             confirmed = {n for n, i in seen.get(s, {}).items() if i >= released} if released else None
             mine_pos = kv.Position(*positions.get(s, (0, 0)))
             if confirmed is not None:
-                self._note_waiting(s, cands[s], passing, mine_pos, state.get(s, {}), confirmed, released)
+                self._note_waiting(s, cands[s], live(s), mine_pos, state.get(s, {}), confirmed, released)
             self._note_floor(s, cands[s], mine_pos, floors.get(s, 0))
             used = max([mine_pos.epoch, self._terms.get(s, 0), *(p.epoch for p in state.get(s, {}).values())])
-            if (may_campaign(self.node, cands[s], passing, mine_pos, state.get(s, {}), confirmed,
+            if (may_campaign(self.node, cands[s], live(s), mine_pos, state.get(s, {}), confirmed,
                              floors.get(s, 0)) and not self._acquire(s, sid, cands[s], fence[s], used)):
                 return True  # the session is gone: a new one campaigns next cycle
         for s in [s for s in self._waiting if s not in free]:  # (taken meanwhile: no longer waiting)
@@ -574,19 +608,24 @@ class Leadership(threading.Thread):
         return bool(free or borrowed or moved)
 
     def _fence(self, cands: Mapping[StreamKey, Candidacy], seq: int,
-               holders: Mapping[StreamKey, Holder]) -> dict[StreamKey, Guard]:
+               holders: Mapping[StreamKey, Holder],
+               unserved: Collection[tuple[str, int]] = ()) -> dict[StreamKey, Guard]:
         """The candidate streams whose queue is alive, each with the guard its
         lock and position writes carry (:mod:`kvguard`): the streams of a
         queue deleted, or not the live queue of its name, write nothing.
         Reads the verdicts not known yet, and again those of queues whose
         lock held here is gone (deleted with its queue?). ``seq``: the
         candidacies' :attr:`_cands_seq` (unchanged, with nothing to read:
-        the last answer stands, at no cost per stream)."""
+        the last answer stands, at no cost per stream). ``unserved``: the
+        partitions this host marks unserved; their queues' verdicts are kept
+        too (incarnation 0: whichever is live)."""
         vanished = [s for s in self.held if s not in holders]
         if (not vanished and self._fence_for == (seq, self.guards.version)
                 and time.monotonic() < self.guards.next_due):
             return self._fence_memo
         wanted = {s[0]: c.incarnation for s, c in cands.items()}
+        for q, _ in unserved:
+            wanted.setdefault(q, 0)
         for s in vanished:
             self.guards.recheck(s[0])
             inc = self.guards.incarnation(s[0])
@@ -703,7 +742,49 @@ class Leadership(threading.Thread):
         published after (``seen``: 0 when none), and what writers said every
         voter holds (``kvlayout.stream_acked_key``)."""
         _, items = self.client.call(lambda c: c.kv.get(kv.POSITIONS_PREFIX, recurse=True))
+        self._unserved_seen = kv.decode_unserved(items)
+        if self._marked is not None:  # (deleted with their queue meanwhile: written again if still due)
+            self._marked &= {pid for pid, nodes in self._unserved_seen.items() if self.node in nodes}
         return kv.decode_stream_positions(items), kv.decode_stream_seen(items), kv.decode_stream_acked(items)
+
+    def _mark_unserved(self, want: frozenset[tuple[str, int]], fence: Mapping[str, Guard]) -> None:
+        """Write this host's ``kvlayout.unserved_key`` marker for each partition
+        of ``want`` (fenced by its queue's deletion: ``fence``) and delete
+        those of partitions no longer in it. The first call lists the
+        markers an earlier run of this host left (it may have stopped while
+        a config was bad, and serve the queue now)."""
+        if self._marked is None:
+            _, keys = self.client.call(lambda c: c.kv.get(kv.POSITIONS_PREFIX, keys=True))
+            tail = f"/{kv.UNSERVED_ORIGIN}/{self.node}"
+            self._marked = set()
+            for key in keys or []:
+                parts = str(key)[len(kv.POSITIONS_PREFIX):].split("/")
+                if str(key).endswith(tail) and len(parts) == 4 and (n := digits(parts[1])) is not None:
+                    self._marked.add((parts[0], n))
+        add = sorted(pid for pid in want - self._marked if pid[0] in fence)
+        drop = sorted(self._marked - want)
+        if add:
+            value = base64.b64encode(kv.encode_unserved()).decode()
+            writes: dict[str, list[dict[str, Any]]] = {}
+            for q, p in add:
+                writes.setdefault(q, []).append({"KV": {"Verb": "set", "Key": kv.unserved_key(
+                    kv.PartitionId(q, p), self.node), "Value": value}})
+            fenced = write_fenced(self.client, writes, {q: fence[q] for q in writes})
+            done = [pid for pid in add if pid[0] not in fenced]
+            self._marked.update(done)
+            for q in sorted({q for q, _ in done}):
+                log.warning("this host does not serve queue %s (its config in Consul KV is not valid and "
+                            "it knows no earlier good value): marked in zmqueue-positions/%s/<p>/%s/%s, "
+                            "so the other replicas write its streams until the value is fixed",
+                            q, q, kv.UNSERVED_ORIGIN, self.node)
+        for i in range(0, len(drop), TXN_OPS_MAX):
+            ops = [{"KV": {"Verb": "delete", "Key": kv.unserved_key(kv.PartitionId(q, p), self.node)}}
+                   for q, p in drop[i:i + TXN_OPS_MAX]]
+            self.client.call(lambda c: c.txn.put(ops))  # noqa: B023
+        if drop:
+            self._marked.difference_update(drop)
+            for q in sorted({q for q, _ in drop}):
+                log.info("this host serves queue %s again (or it is gone): its unserved marks are removed", q)
 
     def _should_hand_back(self, s: StreamKey, cand: Candidacy, passing: set[str],
                           positions: dict[StreamKey, tuple[int, int]],

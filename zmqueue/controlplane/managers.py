@@ -156,7 +156,7 @@ class ManagerRoles(threading.Thread):
             self._sweep(snap, sid)
         if "cluster" in self.held:
             self._write(plan_internal(snap, self.cfg.cluster, healthy, self._positions,
-                                      self._confirmations),
+                                      self._confirmations, self._unserved),
                         self.locks["cluster"], sid)
 
     def _holding(self, pids: list[kv.PartitionId]) -> frozenset[kv.PartitionId]:
@@ -198,6 +198,11 @@ class ManagerRoles(threading.Thread):
         """Every stream position of ``pid`` in ``zmqueue-positions/``
         (origin -> node -> position); None if Consul did not answer."""
         return self._of_partition(pid, kv.decode_stream_positions)
+
+    def _unserved(self, pid: kv.PartitionId) -> set[str]:
+        """The nodes that marked ``pid``'s queue unserved (``kvlayout.unserved_key``;
+        none when Consul did not answer: the positions are not known either)."""
+        return kv.decode_unserved(self._listing(pid) or []).get((pid.queue, pid.partition), set())
 
     def _confirmations(self, pid: kv.PartitionId) -> StreamConfirmations | None:
         """Every stream's writers' confirmations of ``pid`` (origin -> node ->

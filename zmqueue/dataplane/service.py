@@ -122,6 +122,10 @@ class QueueService:
         self.forwarder = forwarder
         self.request_refresh = request_refresh
         self.meta = Metadata()
+        self.unserved: frozenset[PartKey] = frozenset()
+        """The partitions of the queues this host does not serve (their config
+        is bad and it knows no good value: ``Metadata.unreadable``); the
+        leadership thread marks them in Consul (``kvlayout.unserved_key``)."""
         self.set = StreamSet(node, data_dir / "queues", storage_defaults or StorageConfig(),
                              trash=data_dir / "trash")
         self.parked: list[tuple[Request, int]] = []
@@ -204,6 +208,8 @@ class QueueService:
         if not allow_removals:
             meta = meta.merged_with(self.meta)
         self.meta = meta
+        self.unserved = (frozenset(k for k in meta.partitions if k[0] in meta.unreadable)
+                         if meta.unreadable else frozenset())
         for key in self.set.reconcile(meta, now):
             self._closed(key)
         writers = {}
@@ -435,8 +441,17 @@ class QueueService:
         """NotLeader naming the host to try; when none is known and this
         host's copy failed to open, that failure (the cause, what to do); else
         why no host writes it (:func:`no_writer`: Consul lost, an election
-        waiting for a majority)."""
-        writer = self.redirect_to(queue, p, origin)
+        waiting for a majority). A request for another host's stream (a purge
+        or stats of one stream, a delete by receipt) names that stream's
+        writer only: a replica writing its own stream does not write this one
+        either, and two such hosts named each other, so a client bounced the
+        request between them until its deadline."""
+        if origin in (self.node, FIFO_ORIGIN):
+            writer = self.redirect_to(queue, p, origin)
+        else:
+            info = self.meta.partitions.get((queue, p))
+            writer = info.writers.get(origin) if info is not None else None
+            writer = None if writer == self.node else writer
         failure = self.set.failed.get((queue, p, origin))
         if writer is None and failure is not None:
             err = failure.error

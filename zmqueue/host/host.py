@@ -148,7 +148,7 @@ class HostHooks:
             self.cands_version = svc.set.version
             self.cands = {k: Candidacy(*c) for k, c in svc.candidacies().items()}
         positions, confirmations, acked, terms = svc.leadership_view()
-        self.leadership.update(self.cands, positions, confirmations, svc.opening, acked, terms)
+        self.leadership.update(self.cands, positions, confirmations, svc.opening, acked, terms, svc.unserved)
 
     def wake_sockets(self) -> list[Wakeable]:
         svc = self.service
