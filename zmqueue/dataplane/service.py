@@ -770,28 +770,29 @@ class QueueService:
         rid = F.get_int(body, "rid", 0, 2**64 - 1, name="request id")
         return {"cancelled": self.waiters.cancel(req.identity, rid)}
 
-    def _note_position(self, body: Any) -> bool:
+    def _note_position(self, body: Any, user: str | None = None) -> bool:
         """A one-way POSITION (a replica's report after a commit): recorded,
-        acks released, nothing goes back. False for any other POSITION."""
+        acks released, nothing goes back. False for any other POSITION.
+        ``user``: the connection's authenticated identity (CURVE), if any."""
         if not isinstance(body, dict) or body.get("ack") is not False:
             return False
-        st = self.replicator.note_position(body)
+        st = self.replicator.note_position(body, user)
         if st is not None:
             self._release(st)
         return True
 
     def _h_position(self, req: Request) -> Any:
         body = F.body_map(req.body)
-        if self._note_position(body):
+        if self._note_position(body, req.user):
             return DEFERRED
-        reply = self.replicator.h_position(body)
+        reply = self.replicator.h_position(body, req.user)
         st = self.set.streams.get(self.replicator_key(body))
         if st is not None:
             self._release(st)
         return reply
 
     def _h_positions(self, req: Request) -> Any:
-        reply, noted = self.replicator.h_positions(F.body_map(req.body))
+        reply, noted = self.replicator.h_positions(F.body_map(req.body), req.user)
         for st in noted:
             self._release(st)
         return reply
