@@ -380,3 +380,19 @@ def test_a_receipt_or_origin_naming_a_stream_the_partition_does_not_have_is_refu
         c.request(other, Command.QUEUE_STATS, {"q": q.name, "o": r.origin})
     q.delete(m.receipt)
 
+
+@pytest.mark.parametrize("body", [{}, {"config": [1]}, {"config": "x"}, {"config": None}])
+def test_a_create_queue_without_a_config_map_says_what_config_must_be(
+        qcluster: QueueCluster, body: dict[str, object]) -> None:
+    """(It answered "QueueConfig.__init__() missing 1 required positional
+    argument: 'name'". Found by QA in the forty-sixth session.)"""
+    c = qcluster.client
+    endpoint = c.hosts(True)[0].client_endpoint
+    with pytest.raises(zmqueue.InvalidParameter) as exc:
+        c.request(endpoint, Command.CREATE_QUEUE, body)
+    assert str(exc.value) == "config must be a map of queue settings (see PROTOCOL.md CREATE_QUEUE)"
+    assert exc.value.details["field"] == "config"
+    with pytest.raises(zmqueue.InvalidParameter) as exc:  # a map without the queue's name
+        c.request(endpoint, Command.CREATE_QUEUE, {"config": {"fifo": False}})
+    assert "needs the queue's name" in str(exc.value) and exc.value.details["field"] == "name"
+    assert "__init__" not in str(exc.value)
