@@ -224,6 +224,8 @@ class QueueConfig:
         """Build from a JSON object; unknown keys go to ``extra``; validates."""
         if not isinstance(data, dict):
             raise ConfigError("queue config must be a JSON object", field="config")
+        if "name" not in data:
+            raise ConfigError("queue config needs the queue's name (name)", field="name")
         kwargs = {k: v for k, v in data.items() if k in QUEUE_SETTINGS}
         extra = {k: v for k, v in data.items() if k not in QUEUE_SETTINGS}
         try:

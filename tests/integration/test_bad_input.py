@@ -11,7 +11,7 @@ import json
 import pytest
 
 import zmqueue
-from tests.conftest import QueueCluster
+from tests.conftest import QueueCluster, wait_for
 from tests.helpers import consul_for
 from zmqueue.client.models import AttributeValue
 from zmqueue.controlplane import kvlayout as kv
@@ -334,3 +334,65 @@ def test_a_refused_message_of_a_batch_is_named_and_the_errors_say_what_to_do(qcl
     with pytest.raises(zmqueue.QueueLimitReached,
                        match=r"receive and delete messages, or raise .*max_messages"):
         q.send(b"one too many")
+
+
+def test_a_receipt_or_origin_naming_a_stream_the_partition_does_not_have_is_refused_as_such(
+        qcluster: QueueCluster) -> None:
+    """(Every host answered NOT_LEADER naming another, which named the first
+    back: the client went to and fro until its timeout. Found by QA in the
+    forty-sixth session.)"""
+    c = qcluster.client
+    q = c.create_queue(qcluster.queue_name("nostream"), replication_factor=2)  # both hosts keep it
+    q.send(b"x")
+    [m] = q.receive(max_messages=1, wait_time=5)
+    r = Receipt.decode(m.receipt)
+    bogus = Receipt(r.queue, r.partition, "nosuchhost", r.seq, r.receive_count, r.epoch,
+                    r.incarnation).encode()
+    hosts = {h.node: h.client_endpoint for h in c.hosts(True)}
+    assert r.origin in hosts and len(hosts) == 2
+
+    def refused(endpoint: str, command: Command, body: dict[str, object]) -> zmqueue.ZmqueueError:
+        try:
+            c.request(endpoint, command, body)
+        except zmqueue.ZmqueueError as exc:
+            return exc
+        raise AssertionError(f"{command.name} {body} was served by {endpoint}")
+
+    def refused_delete(endpoint: str) -> zmqueue.ZmqueueError | None:
+        err = refused(endpoint, Command.DELETE, {"q": q.name, "r": [bogus]})
+        return None if isinstance(err, zmqueue.NotLeader) else err  # (its metadata a moment behind)
+
+    for endpoint in hosts.values():  # every host: none redirects to another
+        err = wait_for(lambda: refused_delete(endpoint), 10, "a refusal")  # noqa: B023
+        assert isinstance(err, zmqueue.InvalidReceipt), repr(err)
+        assert f"partition {r.partition} has no stream 'nosuchhost'" in str(err)
+        assert r.origin in str(err)  # (its streams are listed)
+        for command in (Command.PURGE_QUEUE, Command.QUEUE_STATS):
+            err = refused(endpoint, command, {"q": q.name, "o": "nosuchhost"})
+            assert isinstance(err, zmqueue.InvalidParameter) and err.details["field"] == "origin", repr(err)
+    with pytest.raises(zmqueue.InvalidReceipt, match="no stream 'nosuchhost'"):
+        q.delete(bogus)
+    # a stream the partition has is served as before (or NOT_LEADER from a host not writing it)
+    stats = c.request(hosts[r.origin], Command.QUEUE_STATS, {"q": q.name, "o": r.origin})
+    assert stats["in_flight"] == 1 and stats["node"] == r.origin
+    other = next(ep for node, ep in hosts.items() if node != r.origin)
+    with pytest.raises(zmqueue.NotLeader):
+        c.request(other, Command.QUEUE_STATS, {"q": q.name, "o": r.origin})
+    q.delete(m.receipt)
+
+
+@pytest.mark.parametrize("body", [{}, {"config": [1]}, {"config": "x"}, {"config": None}])
+def test_a_create_queue_without_a_config_map_says_what_config_must_be(
+        qcluster: QueueCluster, body: dict[str, object]) -> None:
+    """(It answered "QueueConfig.__init__() missing 1 required positional
+    argument: 'name'". Found by QA in the forty-sixth session.)"""
+    c = qcluster.client
+    endpoint = c.hosts(True)[0].client_endpoint
+    with pytest.raises(zmqueue.InvalidParameter) as exc:
+        c.request(endpoint, Command.CREATE_QUEUE, body)
+    assert str(exc.value) == "config must be a map of queue settings (see PROTOCOL.md CREATE_QUEUE)"
+    assert exc.value.details["field"] == "config"
+    with pytest.raises(zmqueue.InvalidParameter) as exc:  # a map without the queue's name
+        c.request(endpoint, Command.CREATE_QUEUE, {"config": {"fifo": False}})
+    assert "needs the queue's name" in str(exc.value) and exc.value.details["field"] == "name"
+    assert "__init__" not in str(exc.value)

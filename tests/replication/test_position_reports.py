@@ -34,7 +34,9 @@ def test_a_one_way_position_report_gets_no_reply_and_a_periodic_one_does(
     sock.setsockopt(zmq.LINGER, 0)
     try:
         sock.connect(peer)
-        report = {"s": stream, "node": "a-replica", "e": 0, "seq": 1}
+        # (the queue's one replica is h1 itself: a report from a host that is no
+        # replica of the partition is refused, with an error reply)
+        report = {"s": stream, "node": h.node, "e": 0, "seq": 1}
         # one connection keeps order: the host handles 11 before 12, so if 11
         # were answered its reply would arrive first
         sock.send(protocol.encode_request(Command.POSITION, 11, {**report, "ack": False}))
@@ -110,7 +112,8 @@ def test_positions_are_reported_in_batches_and_heartbeats_name_streams_behind(
         def stream_with_the_message() -> tuple[str, str, list[Any]] | None:
             # the client sends to one replica's own stream (its home, chosen at random)
             for writer, other in ((h1.node, h2.node), (h2.node, h1.node)):
-                ask = {"node": "probe", "b": [[f"hb/0/{writer}", 0, 0]]}
+                # (epoch 0 is not the writer's: read its position, record nothing)
+                ask = {"node": other, "b": [[f"hb/0/{writer}", 0, 0]]}
                 reply = peers[writer].call(Command.POSITIONS, ask)
                 assert not reply.is_error, reply
                 if reply.body["b"][0] and reply.body["b"][0][2] >= 1:
@@ -120,9 +123,12 @@ def test_positions_are_reported_in_batches_and_heartbeats_name_streams_behind(
         writer, replica, (epoch, _, last) = wait_for(stream_with_the_message, 15, "the message")
         peer, sid = peers[writer], f"hb/0/{writer}"
         # one item per asked stream, in order; None for a stream the host does not have
-        reply = peer.call(Command.POSITIONS, {"node": "probe", "b": [["nope/0/x", 0, 0], [sid, 0, 0]]})
+        reply = peer.call(Command.POSITIONS, {"node": replica, "b": [["nope/0/x", 0, 0], [sid, 0, 0]]})
         assert reply.body["b"][0] is None and reply.body["b"][1][0] == epoch
-        bad = peer.call(Command.POSITIONS, {"node": "probe", "b": [[sid, 0]]})
+        # a host that is no replica of the partition is told so, per stream, and not counted
+        reply = peer.call(Command.POSITIONS, {"node": "probe", "b": [[sid, epoch, last]]})
+        assert "not a replica" in reply.body["b"][0]["refused"]
+        bad = peer.call(Command.POSITIONS, {"node": replica, "b": [[sid, 0]]})
         assert bad.is_error and bad.body["code"] == 5 and "[stream, epoch, seq]" in bad.body["message"]
         # the replica is live and has everything: the writer's heartbeats (every
         # 200 ms) leave the stream out once it reported so (beats already sent

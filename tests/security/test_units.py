@@ -269,3 +269,20 @@ def test_requests_naming_queues_the_host_does_not_know_are_metered_under_one_nam
     rows = aggregate(find_files([tmp_path]))
     assert {r["queue"] for r in rows} == {UNKNOWN_QUEUE, "q", "new-q"}
     assert (tmp_path / "h1" / "usage.jsonl").stat().st_size < 10_000
+
+
+def test_an_at_rest_key_file_readable_by_other_users_is_used_with_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """As a CURVE secret key file is. (It was used silently. Found by QA in
+    the forty-sixth session.)"""
+    from zmqueue.security.atrest import KeyDir, add_key, key_path
+
+    add_key(tmp_path, "payments")
+    path = key_path(tmp_path, "payments")
+    with caplog.at_level("WARNING", logger="zmqueue.security.atrest"):
+        KeyDir(tmp_path).cipher("payments").check_readable()
+    assert "readable by other users" not in caplog.text  # (made 0600)
+    path.chmod(0o644)
+    with caplog.at_level("WARNING", logger="zmqueue.security.atrest"):
+        KeyDir(tmp_path).cipher("payments").check_readable()  # still used
+    assert f"{path} is readable by other users (mode 644): chmod 600 it" in caplog.text

@@ -18,7 +18,7 @@ def _dispatcher(one_way: Any) -> tuple[Dispatcher, list[Any], list[Request]]:
         served.append(req)
         return {"served": True}
 
-    def quick(body: Any) -> bool:
+    def quick(body: Any, user: str | None) -> bool:
         noted.append(body)
         return bool(one_way(body))
 
@@ -42,13 +42,17 @@ def test_a_message_the_one_way_handler_declines_is_served_as_a_request() -> None
     assert (sock, identity) == ("peer", b"h2") and decode(payload).body == {"served": True}
 
 
-def test_a_one_way_handler_that_raises_leaves_the_error_to_the_request_path() -> None:
+def test_a_one_way_message_its_handler_refuses_is_answered_with_the_error() -> None:
     def bad(body: Any) -> bool:
         raise InvalidParameter("bad stream id", field="s")
 
     d, _, served = _dispatcher(bad)
     d.handle("peer", [b"h2", encode_request(Command.POSITION, 9, {"s": 1, "ack": False})])
-    assert len(served) == 1  # the registered handler answers (and may refuse) it
+    assert served == []  # (handled once: before, it was served again as a request, which refused it again)
+    (sock, identity, payload), = d.outbox.take()
+    frame = decode(payload)
+    assert (sock, identity, frame.request_id, frame.is_error) == ("peer", b"h2", 9, True)
+    assert frame.body["details"] == {"field": "s"}
 
 
 def test_one_way_handling_is_not_offered_on_a_socket_the_command_is_not_served_on() -> None:
@@ -77,3 +81,18 @@ def test_committed_replies_go_out_early_and_before_the_rest() -> None:
     assert [i for _, i, _ in d.outbox.early] == [b"a"]
     assert [i for _, i, _ in d.outbox.take()] == [b"a", b"b"]
     assert d.outbox.early == [] and d.outbox.items == []
+
+
+def test_the_one_way_handler_gets_the_connections_authenticated_identity() -> None:
+    users: list[str | None] = []
+    d = Dispatcher()
+    d.register(Command.POSITION, lambda req: {}, sockets=("peer",))
+
+    def quick(body: Any, user: str | None) -> bool:
+        users.append(user)
+        return True
+
+    d.one_way[Command.POSITION] = quick
+    d.handle("peer", [b"r", encode_request(Command.POSITION, 1, {"ack": False})], user="h3")
+    d.handle("peer", [b"r", encode_request(Command.POSITION, 2, {"ack": False})])
+    assert users == ["h3", None]

@@ -10,9 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import zmq
 
+from tests.unit.test_restart_epoch import replicator
 from zmqueue.config import QueueConfig
-from zmqueue.dataplane.replication import Replicator
 from zmqueue.dataplane.storage import StorageConfig
 from zmqueue.dataplane.stream import Role
 from zmqueue.dataplane.streamset import StreamSet
@@ -59,15 +60,19 @@ def test_only_the_current_replicas_count_toward_an_ack(streams: StreamSet) -> No
     st.store.append_batch([b"m"] * 10, NOW)
     st.store.commit()
     st.role, st.epoch = Role.WRITER, 3
-    Replicator._note(st, "c", 3, 10)
-    Replicator._note(st, "b", 3, 4)
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    rep = replicator(ctx, streams)
+    rep._note(st, "c", 3, 10)
+    rep._note(st, "b", 3, 4)
     assert st.replicated_seq() == 10
     placed(streams, ("a", "b", "d"), ("d",))  # c left the set (d joins)
     assert st.replicated_seq() == 4
-    Replicator._note(st, "c", 3, 10)  # c had not heard yet: its report is not counted
-    Replicator._note(st, "x", 3, 10)
+    rep._note(st, "c", 3, 10)  # c had not heard yet: its report is not counted
+    rep._note(st, "x", 3, 10)
     assert st.follower_pos == {"b": 4} and st.replicated_seq() == 4
     assert set(st.follower_seen) == {"b", "c"}  # when each current replica last reported
+    rep.close()
+    ctx.destroy(linger=0)
 
 
 def test_a_sync_write_is_out_of_reach_only_when_silent_and_not_passing_replicas_break_the_quorum(

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from zmqueue.cli.common import add_consul_flag, console, consul_addresses
@@ -58,14 +59,17 @@ def _client(args: argparse.Namespace) -> ConsulClient:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     pub, sec = curve.generate(args.out, args.name, force=args.force)
-    console.print(f"public key: {pub}\nsecret key: {sec} (mode 0600; never copy it into Consul)")
+    console.print(f"public key: {escape(str(pub))}\nsecret key: {escape(str(sec))} "
+                  "(mode 0600; never copy it into Consul)")
     return 0
 
 
 def cmd_register(args: argparse.Namespace) -> int:
     public = curve.load_public(args.public).decode()
     keyring.register_key(_client(args), args.cluster, args.name, public, args.role)
-    console.print(f"registered {args.role} key {args.name!r} for {args.cluster}: {public}")
+    # (keys, names and paths are printed escaped: a z85 key may hold "[...]", which rich
+    # took for markup and cut out of the key)
+    console.print(escape(f"registered {args.role} key {args.name!r} for {args.cluster}: {public}"))
     return 0
 
 
@@ -74,7 +78,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for col in ("scope", "name", "role", "public key"):
         table.add_column(col)
     for (scope, name), rec in sorted(keyring.list_keys(_client(args)).items()):
-        table.add_row(scope, name, rec.role, rec.public)
+        table.add_row(escape(scope), escape(name), escape(rec.role), escape(rec.public))
     console.print(table)
     return 0
 
@@ -83,13 +87,13 @@ def cmd_revoke(args: argparse.Namespace) -> int:
     if not keyring.revoke_key(_client(args), args.cluster, args.name):
         raise ConfigError(f"no key {args.name!r} is registered for {args.cluster}; `zmqueue keys list` "
                           "shows the registered ones (and their scopes: pass --cluster C)", field="name")
-    console.print(f"revoked {args.name!r} ({args.cluster})")
+    console.print(escape(f"revoked {args.name!r} ({args.cluster})"))
     return 0
 
 
 def cmd_data_key(args: argparse.Namespace) -> int:
     ident = atrest.add_key(args.key_dir, args.queue)
     path = atrest.key_path(Path(args.key_dir), args.queue)
-    console.print(f"{path}: key {ident} is now current for {args.queue!r}; copy the file to every "
-                  "host's --key-dir and restart them one at a time")
+    console.print(escape(f"{path}: key {ident} is now current for {args.queue!r}; copy the file to every "
+                         "host's --key-dir and restart them one at a time"))
     return 0

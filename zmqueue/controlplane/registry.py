@@ -138,11 +138,15 @@ class Heartbeat(threading.Thread):
     """
 
     def __init__(self, registrar: Registrar, interval_ms: int, healthy: Callable[[], bool],
-                 after_beat: Callable[[], object] | None = None) -> None:
+                 after_beat: Callable[[], object] | None = None,
+                 why: Callable[[], str | None] | None = None) -> None:
         super().__init__(name="consul-heartbeat", daemon=True)
         self.registrar = registrar
         self.interval_s = interval_ms / 1000
         self.healthy = healthy
+        self.why = why
+        """Why the host is not healthy (logged with the withheld heartbeat)."""
+        self._why_logged: tuple[str | None, float] = (None, 0.0)
         self.after_beat = after_beat
         """Called on this thread after each heartbeat that reached Consul (it
         may use ``registrar.client``): the host's advisory checks."""
@@ -153,7 +157,11 @@ class Heartbeat(threading.Thread):
     def run(self) -> None:
         while not self.stopped.wait(self.interval_s):
             if not self.healthy():
-                log.warning("request loop is not making progress; withholding heartbeat")
+                why = self.why() if self.why is not None else None
+                if why is None or why != self._why_logged[0] or time.monotonic() - self._why_logged[1] >= 60:
+                    if why is not None:  # (another reason than a stall: said once a minute)
+                        self._why_logged = (why, time.monotonic())
+                    log.warning("%s; withholding heartbeat", why or "request loop is not making progress")
                 continue
             try:
                 self.registrar.heartbeat()

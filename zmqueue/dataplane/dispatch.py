@@ -149,10 +149,12 @@ class Dispatcher:
         """Front door: ``(refusal, note)``; a refusal (the error) is answered
         instead of running the handler; the note goes on the Request for the meter."""
         self.meter: Any = None
-        self.one_way: dict[Command, Callable[[Any], bool]] = {}
+        self.one_way: dict[Command, Callable[[Any, str | None], bool]] = {}
         """Per command, a handler for one-way messages (no reply, no request
-        object): called with the body, True if it handled the message, False
-        to serve it as a request."""
+        object): called with the body and the connection's authenticated
+        identity (CURVE; None without), True if it handled the message, False
+        to serve it as a request. A ZmqueueError it raises is answered to the
+        sender as an error reply (handled once: not served again as a request)."""
 
     def register(self, command: Command, handler: Handler,
                  sockets: tuple[str, ...] = ("client", "peer")) -> None:
@@ -191,10 +193,12 @@ class Dispatcher:
         quick = self.one_way.get(frame.command)
         if quick is not None and sock in self.served_on[frame.command]:
             try:
-                if quick(frame.body):
+                if quick(frame.body, user):
                     return
-            except ZmqueueError:
-                pass  # served as a request below: its error goes back to the sender
+            except ZmqueueError as exc:  # refused (malformed, another host's name...): answered so
+                self.counters["errors"] += 1
+                self.outbox.put(sock, identity, protocol.encode_error(frame.command, frame.request_id, exc))
+                return
             except Exception:  # a bug: logged, and served as a request below (it answers INTERNAL)
                 self.counters["internal_errors"] += 1
                 log.exception("one-way %s failed; answering it as a request", frame.command.name)

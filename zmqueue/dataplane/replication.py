@@ -43,8 +43,15 @@ Wire bodies (MessagePack). Records travel as chunks ``[table, heap]``: the
   replica's term moves up to ``term`` before it answers (its vote: it takes no
   record of an older term after it)
 - peer ``POSITIONS {"node", "b": [[key, epoch, seq], ...]}`` ->
-  ``{"b": [[epoch, last_epoch, last] or None, ...]}`` (one entry per asked
-  stream, in order; None for a stream the writer host does not have)
+  ``{"b": [[epoch, last_epoch, last] or None or {"refused": reason}, ...]}``
+  (one entry per asked stream, in order; None for a stream the writer host
+  does not have, ``refused`` for one whose partition ``node`` is no replica of)
+
+A position report is checked before it counts (docs/PROTOCOL.md): fields in
+range (else INVALID_PARAMETER), ``node`` a replica of the partition, with
+CURVE ``node`` the sender's ZAP User-Id (its host key's registered name,
+else ACCESS_DENIED), and a seq past the writer's own log in its epoch is
+ignored (one forged report used to acknowledge a send no replica held).
 """
 
 from __future__ import annotations
@@ -65,7 +72,7 @@ from zmqueue.dataplane.storage.records import Table
 from zmqueue.dataplane.storage.replica import validate
 from zmqueue.dataplane.stream import Role, Stream
 from zmqueue.dataplane.topology import StreamKey
-from zmqueue.errors import InvalidParameter, NotLeader, ProtocolError, StaleEpoch, ZmqueueError
+from zmqueue.errors import AccessDenied, InvalidParameter, NotLeader, ProtocolError, StaleEpoch, ZmqueueError
 from zmqueue.numbers import digits
 from zmqueue.protocol import Command
 
@@ -80,6 +87,8 @@ BATCH_MAX = 1000
 """Streams per heartbeat frame and per POSITIONS request."""
 CATCH_UP_MAX = 2000
 STALE_LOG_EVERY_S = 60.0
+POSITION_MAX = 2**63 - 1
+"""Bound of a position report's epoch and seq (a probe sends -1 for both)."""
 PUBLISH_MAX = 2000
 
 
@@ -159,6 +168,9 @@ class Replicator:
         self.commit_if_big = commit_if_big
         self._stale_logged: dict[StreamKey, float] = {}
         """When each stream last logged a refused stale frame (monotonic s)."""
+        self._report_logged: dict[tuple[str, Any], float] = {}
+        """When each kind of refused position report last logged, per stream or
+        sender (monotonic s): at most once a minute each."""
         """Called after each chunk a replica stages (the service commits early past a size)."""
         self.pub = pub
         self.forwarder = forwarder
@@ -184,7 +196,9 @@ class Replicator:
         """What this host stored as a replica, by request (retried sends find it)."""
         self.counters: dict[str, int] = {"gaps": 0, "stale_refused": 0, "resyncs": 0,
                                          "resync_kept": 0, "resync_compacted": 0, "published": 0,
-                                         "applied": 0, "sends_found_replicated": 0, "early_commits": 0}
+                                         "applied": 0, "sends_found_replicated": 0, "early_commits": 0,
+                                         "positions_ahead_ignored": 0, "positions_not_replica": 0,
+                                         "positions_wrong_identity": 0}
 
     # --- topology -------------------------------------------------------------------
     def set_topology(self, pub_endpoints: list[str], writers: dict[StreamKey, str]) -> None:
@@ -279,10 +293,19 @@ class Replicator:
         recs = st.store.read_records(seq, 1)
         return recs[0].epoch if recs and recs[0].seq == seq else None
 
-    def h_position(self, body: dict[str, Any]) -> Any:
+    def h_position(self, body: dict[str, Any], user: str | None = None) -> Any:
+        """A POSITION request (a replica's report, or a new writer's probe);
+        ``user``: the connection's authenticated identity (CURVE), if any."""
         st = self._stream(body.get("s"))
-        self._note(st, body.get("node"), body.get("e"), body.get("seq"))
+        node, epoch, seq = self._report_fields(body.get("node"), body.get("e"), body.get("seq"))
         term = body.get("term")
+        if term is not None and (not isinstance(term, int) or isinstance(term, bool)
+                                 or not 0 <= term <= POSITION_MAX):
+            raise InvalidParameter(f"a probe's term must be an integer from 0 to {POSITION_MAX}, "
+                                   f"got {term!r:.40}", field="term", min=0, max=POSITION_MAX)
+        self._check_sender(node, user)
+        self._check_replica(st, node)
+        self._note(st, node, epoch, seq)
         if isinstance(term, int) and term > st.epoch and st.role is Role.REPLICA:
             # a new writer's recovery probe: our answer is its vote, and the new writer
             # settles on what it shows. Raft's vote rule: from now on nothing of an older
@@ -295,25 +318,87 @@ class Replicator:
             st.epoch = term
         return {"e": st.epoch, "last_epoch": st.store.last_epoch, "last": st.store.last_seq}
 
-    def note_position(self, body: dict[str, Any]) -> Stream | None:
+    def note_position(self, body: dict[str, Any], user: str | None = None) -> Stream | None:
         """A one-way POSITION: record it; the stream, None if this host has
-        none by that id (a report is not answered; only a malformed id raises)."""
+        none by that id. A report is not answered; one that is malformed, sent
+        under another host's name (CURVE) or by a host that is not a replica
+        of the partition raises (the dispatcher then answers it as a request,
+        with that error)."""
         st = self.streams().get(parse_stream_id(body.get("s")))
+        node, epoch, seq = self._report_fields(body.get("node"), body.get("e"), body.get("seq"))
+        self._check_sender(node, user)
         if st is not None:
-            self._note(st, body.get("node"), body.get("e"), body.get("seq"))
+            self._check_replica(st, node)
+            self._note(st, node, epoch, seq)
         return st
 
     @staticmethod
-    def _note(st: Stream, node: Any, epoch: Any, seq: Any) -> None:
+    def _report_fields(node: Any, epoch: Any, seq: Any) -> tuple[str, int, int]:
+        """A position report's node, epoch and seq, checked (INVALID_PARAMETER)."""
+        if not isinstance(node, str) or not 0 < len(node) <= 256:
+            raise InvalidParameter("a position report's node must be the reporting host's node id "
+                                   "(a string of 1-256 characters)", field="node")
+        for name, value in (("e", epoch), ("seq", seq)):
+            if not isinstance(value, int) or isinstance(value, bool) or not -1 <= value <= POSITION_MAX:
+                raise InvalidParameter(f"a position report's {name} must be an integer from -1 to "
+                                       f"{POSITION_MAX}, got {value!r:.40}",
+                                       field=name, min=-1, max=POSITION_MAX)
+        return node, epoch, seq
+
+    def _check_sender(self, node: str, user: str | None) -> None:
+        """With CURVE, a host reports positions under its own name only: the
+        report's ``node`` must be the connection's ZAP User-Id, the name its
+        host key is registered under (its node id). Before the forty-sixth
+        session any host key could report for any replica, and one forged
+        report made a synchronous send count as acknowledged. Without CURVE
+        there is no identity to check (docs/SECURITY.md)."""
+        if self.forwarder.curve is None or node == user:
+            return
+        self.counters["positions_wrong_identity"] += 1
+        self._log_refused(("identity", user), "refused a position report for %r from the host key "
+                          "registered as %r: a host reports under its own node id only (at most once a "
+                          "minute per key)", node, user)
+        raise AccessDenied(f"this connection's host key is registered as {user!r}, not as {node!r}: a host "
+                           "reports positions under its own node id only (register each host's key "
+                           "under its node id: zmqueue keys register --role host --name NODE)",
+                           action="report positions", queue=None, identity=user)
+
+    def _check_replica(self, st: Stream, node: str) -> None:
+        """Only the partition's replicas report positions of its streams (or
+        probe them): a report from another host is refused, and not counted."""
+        if node in st.replicas:
+            return
+        self.counters["positions_not_replica"] += 1
+        raise InvalidParameter(f"{node!r} is not a replica of {st.queue!r} partition {st.partition} "
+                               f"(its replicas: {', '.join(st.replicas)}): its position of "
+                               f"{stream_id(st.key)} is not counted", field="node")
+
+    def _note(self, st: Stream, node: str, epoch: int, seq: int) -> None:
         """Record a replica's reported position (a writer, in its own epoch).
         Only the partition's current replicas count toward a sync ack: a host
         that has just left the set may still report for a moment, and a
         record held by it and the writer alone is not on a majority of the
-        set the next writer is elected from."""
-        if (isinstance(node, str) and isinstance(seq, int) and epoch == st.epoch
-                and st.role is Role.WRITER and node in st.replicas):
-            st.follower_pos[node] = seq
-            st.follower_seen[node] = time.monotonic()
+        set the next writer is elected from. A seq past this writer's own
+        last one in its epoch is impossible (a replica holds only what the
+        writer of that epoch wrote): it is ignored, counted and logged, never
+        clamped (a host that reports it is broken or forging)."""
+        if epoch != st.epoch or st.role is not Role.WRITER or node not in st.replicas:
+            return
+        if seq > st.store.last_seq:
+            self.counters["positions_ahead_ignored"] += 1
+            self._log_refused(("ahead", st.key), "stream %s: ignoring %r's position %d, past this "
+                              "writer's last seq %d in its epoch %d (a broken or forged report; at most "
+                              "once a minute per stream)", stream_id(st.key), node, seq,
+                              st.store.last_seq, epoch)
+            return
+        st.follower_pos[node] = seq
+        st.follower_seen[node] = time.monotonic()
+
+    def _log_refused(self, what: tuple[str, Any], msg: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now - self._report_logged.get(what, -STALE_LOG_EVERY_S) >= STALE_LOG_EVERY_S:
+            self._report_logged[what] = now
+            log.warning(msg, *args)
 
     def _stream(self, sid: Any) -> Stream:
         st = self.streams().get(parse_stream_id(sid))
@@ -578,17 +663,24 @@ class Replicator:
         endpoint = self.peer_endpoint(writer)
         return (st, endpoint) if endpoint is not None else None
 
-    def h_positions(self, body: dict[str, Any]) -> tuple[dict[str, Any], list[Stream]]:
+    def h_positions(self, body: dict[str, Any], user: str | None = None
+                    ) -> tuple[dict[str, Any], list[Stream]]:
         """A replica host's periodic POSITIONS: record each report; the reply
-        (our epoch and last seq of each stream, None where we have none) and
-        the streams whose follower positions were recorded."""
+        (our epoch and last seq of each stream, None where we have none, and
+        ``{"refused": reason}`` for a stream whose partition the sender is not
+        a replica of) and the streams whose follower positions were recorded.
+        ``user``: the connection's authenticated identity (CURVE), if any."""
         node, items = body.get("node"), body.get("b")
         if not isinstance(node, str) or not isinstance(items, list) or len(items) > BATCH_MAX:
             raise InvalidParameter(f"POSITIONS needs node and b: up to {BATCH_MAX} "
                                    "[stream, epoch, seq] items")
         if not all(isinstance(item, list) and len(item) == 3 for item in items):
             raise InvalidParameter("a POSITIONS item is [stream, epoch, seq]", field="b")
-        keys = [parse_stream_id(item[0]) for item in items]  # all checked before any is noted
+        # every item checked before any is noted
+        keys = [parse_stream_id(item[0]) for item in items]
+        for item in items:
+            self._report_fields(node, item[1], item[2])
+        self._check_sender(node, user)
         streams = self.streams()
         out: list[Any] = []
         noted: list[Stream] = []
@@ -596,6 +688,11 @@ class Replicator:
             st = streams.get(key)
             if st is None:
                 out.append(None)
+                continue
+            try:
+                self._check_replica(st, node)
+            except InvalidParameter as exc:
+                out.append({"refused": exc.message})
                 continue
             self._note(st, node, item[1], item[2])
             noted.append(st)

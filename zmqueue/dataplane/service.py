@@ -469,8 +469,14 @@ class QueueService:
         else:
             self.election_waits[key] = note
 
-    def writer_stream(self, queue: str, p: int, origin: str) -> Stream:
+    def writer_stream(self, queue: str, p: int, origin: str, named_by: str | None = None) -> Stream:
+        """The stream this host writes, else NOT_LEADER naming its writer.
+        ``named_by``: where the request named the origin (``receipt``, or the
+        field, e.g. ``origin``): a stream the partition does not have is then
+        refused as such (:meth:`check_origin`) rather than with NOT_LEADER."""
         st = self.set.streams.get((queue, p, origin))
+        if st is None and named_by is not None:
+            self.check_origin(queue, p, origin, named_by)
         if st is None or not st.writable:
             if st is not None and st.handing_over and st.role is Role.WRITER:
                 to = self.redirect_to(queue, p, origin)
@@ -480,6 +486,29 @@ class QueueService:
                                 leader=to, endpoint=self.meta.client_endpoint(to))
             raise self.not_writer(queue, p, origin)
         return st
+
+    def check_origin(self, queue: str, p: int, origin: str, named_by: str) -> None:
+        """Refuse a request naming a stream partition ``p`` does not have: an
+        origin that is no replica, former voter or leaving replica of its
+        assignment, no stream with a writer, and not on this host's disk. Only
+        a replica of the partition (not joining) judges: it keeps every stream
+        of it (another host answers NOT_LEADER naming a replica, which does).
+        Before the forty-sixth session such a request got NOT_LEADER naming a
+        replica that redirected it back (h1 said h2, h2 said h1), and the
+        client went to and fro until its timeout."""
+        info = self.meta.partitions.get((queue, p))
+        if info is None or self.node not in info.replicas or self.node in info.joining:
+            return
+        known = (set(self.meta.origins((queue, p))) | set(info.previous) | set(info.leaving)
+                 | self.set.kept_origins((queue, p)))
+        if origin in known:
+            return
+        what = (f"queue {queue!r} partition {p} has no stream {origin!r} (its streams: "
+                f"{', '.join(sorted(known))}): no host writes it and no replica keeps it")
+        if named_by == "receipt":
+            raise InvalidReceipt(f"the receipt names a stream that does not exist: {what}; it was not "
+                                 "issued by this queue (drop it)")
+        raise InvalidParameter(what, field=named_by)
 
     def _part(self, req: Request, body: dict[str, Any], now: int) -> tuple[str, int] | None:
         queue = F.get_queue(body)
@@ -627,7 +656,7 @@ class QueueService:
     def _receipt_stream(self, req: Request, first: Receipt, now: int) -> Stream | None:
         if not self.known(req, first.queue, first.partition, now):
             return None
-        return self.writer_stream(first.queue, first.partition, first.origin)
+        return self.writer_stream(first.queue, first.partition, first.origin, named_by="receipt")
 
     def _delete_then_take(self, req: Request, part: PartKey, body: dict[str, Any], max_n: int,
                           wait_ms: int, vis_s: int | None, cols: bool, now: int) -> Any:
@@ -644,12 +673,12 @@ class QueueService:
             if (first.queue, first.partition) != part:
                 raise InvalidReceipt(f"del: the receipts must belong to queue {part[0]!r} partition "
                                      f"{part[1]}, the one received from")
-            st = self.writer_stream(part[0], part[1], first.origin)
+            st = self.writer_stream(part[0], part[1], first.origin, named_by="receipt")
             self.in_reach(st, "deleted or received")
             results = self._delete_items(st, items, now)
         else:
             origin, seqs, counts = _delete_refs(body)
-            st = self.writer_stream(part[0], part[1], origin)
+            st = self.writer_stream(part[0], part[1], origin, named_by="dref")
             self.in_reach(st, "deleted or received")
             results = _results(st.delete_refs(seqs, counts, now, _incarnation(body)))
         reply = self.take(self.readable_streams(part), max_n, vis_s, now, cols)
@@ -701,7 +730,7 @@ class QueueService:
         origin = F.get_str(body, "o", 256, name="origin", optional=True)
         if origin is None:
             return self.readable_streams(part)
-        return [self.writer_stream(part[0], part[1], origin)]
+        return [self.writer_stream(part[0], part[1], origin, named_by="origin")]
 
     def h_purge(self, req: Request, body: dict[str, Any], now: int) -> Any:
         part = self._part(req, body, now)
@@ -785,28 +814,29 @@ class QueueService:
         rid = F.get_int(body, "rid", 0, 2**64 - 1, name="request id")
         return {"cancelled": self.waiters.cancel(req.identity, rid)}
 
-    def _note_position(self, body: Any) -> bool:
+    def _note_position(self, body: Any, user: str | None = None) -> bool:
         """A one-way POSITION (a replica's report after a commit): recorded,
-        acks released, nothing goes back. False for any other POSITION."""
+        acks released, nothing goes back. False for any other POSITION.
+        ``user``: the connection's authenticated identity (CURVE), if any."""
         if not isinstance(body, dict) or body.get("ack") is not False:
             return False
-        st = self.replicator.note_position(body)
+        st = self.replicator.note_position(body, user)
         if st is not None:
             self._release(st)
         return True
 
     def _h_position(self, req: Request) -> Any:
         body = F.body_map(req.body)
-        if self._note_position(body):
+        if self._note_position(body, req.user):
             return DEFERRED
-        reply = self.replicator.h_position(body)
+        reply = self.replicator.h_position(body, req.user)
         st = self.set.streams.get(self.replicator_key(body))
         if st is not None:
             self._release(st)
         return reply
 
     def _h_positions(self, req: Request) -> Any:
-        reply, noted = self.replicator.h_positions(F.body_map(req.body))
+        reply, noted = self.replicator.h_positions(F.body_map(req.body), req.user)
         for st in noted:
             self._release(st)
         return reply

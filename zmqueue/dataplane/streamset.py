@@ -145,6 +145,10 @@ class StreamSet:
     def path(self, key: StreamKey) -> Path:
         return self.root / key[0] / str(key[1]) / key[2]
 
+    def kept_origins(self, part: PartKey) -> set[str]:
+        """The streams of ``part`` this host keeps on disk (open or not)."""
+        return set(self._local_origins(part))
+
     def _local_origins(self, part: PartKey) -> set[str]:
         known = self._on_disk.get(part)
         if known is None:

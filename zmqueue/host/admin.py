@@ -30,7 +30,7 @@ from zmqueue.controlplane.queue_directory import QueueDirectory
 from zmqueue.dataplane import fields as F
 from zmqueue.dataplane.dispatch import DEFERRED, Dispatcher, Request
 from zmqueue.dataplane.topology import config_unreadable
-from zmqueue.errors import InternalError, InvalidParameter, ZmqueueError
+from zmqueue.errors import ConfigError, InternalError, InvalidParameter, ZmqueueError
 from zmqueue.host.metadata import MetadataCache, unreadable_configs
 from zmqueue.protocol import Command
 
@@ -81,7 +81,10 @@ class AdminHandlers:
 
     def _create(self, d: QueueDirectory, body: dict[str, Any]) -> Any:
         raw = body.get("config")
-        cfg = QueueConfig.from_dict(raw if isinstance(raw, dict) else {})
+        if not isinstance(raw, dict):  # (missing, or not a map: the error named QueueConfig's arguments)
+            raise ConfigError("config must be a map of queue settings (see PROTOCOL.md CREATE_QUEUE)",
+                              field="config")
+        cfg = QueueConfig.from_dict(raw)
         info = d.create(cfg)
         self.cache.refresh()
         return {"queue": info}

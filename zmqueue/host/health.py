@@ -41,7 +41,10 @@ def node_answers(http_endpoint: str, node: str, timeout_s: float = 1.0) -> bool:
 
 class HealthServer:
     def __init__(self, host: str, port: int, healthy: Callable[[], bool],
-                 registry: CollectorRegistry, node: str = "") -> None:
+                 registry: CollectorRegistry, node: str = "",
+                 why: Callable[[], str | None] | None = None) -> None:
+        """``why``: what a failing answer says (Consul shows it as the check's
+        output); default "request loop stalled"."""
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -55,7 +58,8 @@ class HealthServer:
             def _answer(self) -> tuple[int, bytes, str]:
                 if self.path.startswith("/health"):
                     ok = outer.healthy()
-                    return 200 if ok else 503, b"ok\n" if ok else b"request loop stalled\n", "text/plain"
+                    text = "ok" if ok else ((outer.why() if outer.why else None) or "request loop stalled")
+                    return 200 if ok else 503, f"{text}\n".encode(), "text/plain"
                 if self.path.startswith("/metrics"):
                     return 200, generate_latest(outer.registry), CONTENT_TYPE_LATEST
                 return 404, b"try /health or /metrics\n", "text/plain"
@@ -73,6 +77,7 @@ class HealthServer:
                 return
 
         self.healthy = healthy
+        self.why = why
         self.registry = registry
         self.node = node
         try:

@@ -209,7 +209,15 @@ class Host:
 
     # --- lifecycle ------------------------------------------------------
     def healthy(self) -> bool:
-        return self.loop is not None and time.monotonic() - self.loop.last_progress < STALL_LIMIT_S
+        return self.unhealthy_reason() is None
+
+    def unhealthy_reason(self) -> str | None:
+        """Why the host's checks fail, None while it is healthy: its request
+        loop stalled, or its CURVE key is no longer registered as its own
+        (revoked or replaced in KV while it runs: its peers refuse it)."""
+        if self.loop is None or time.monotonic() - self.loop.last_progress >= STALL_LIMIT_S:
+            return "request loop is not making progress"
+        return self.security.key_problem
 
     def start(self) -> None:
         from zmqueue.host.health import HealthServer
@@ -218,7 +226,11 @@ class Host:
         self._lock = lock_data_dir(self.data_dir)
         check_data_dir_owner(self.data_dir, cfg.node, cfg.cluster)
         self._ctx = zmq.Context()
-        self.security.start_zap(self._ctx, ConsulClient(cfg.consul, cfg.consul_timeout_ms / 1000))
+        try:
+            self.security.start_zap(self._ctx, ConsulClient(cfg.consul, cfg.consul_timeout_ms / 1000))
+        except StartupError:  # (its own key is not registered)
+            self.close()
+            raise
         self.sockets = Sockets(self._ctx, cfg.bind_host, cfg.client_port, cfg.pub_port, cfg.peer_port,
                                curve=self.security.curve)
         cache = MetadataCache(cfg.consul, cfg.consul_timeout_ms / 1000, self._apply_snapshot,
@@ -235,7 +247,8 @@ class Host:
         self.metrics.register(HostCollector(lambda: on_loop(cache.post, lambda: snapshot(
             service, door, dict(zap.counters) if zap else {}, dict(self.dispatcher.counters)))))
         self.loop = RequestLoop(self.sockets, self.dispatcher, self.hooks)
-        self.health = HealthServer(cfg.bind_host, cfg.http_port, self.healthy, self.metrics, cfg.node)
+        self.health = HealthServer(cfg.bind_host, cfg.http_port, self.healthy, self.metrics, cfg.node,
+                                   why=self.unhealthy_reason)
         self.health.start()
         http_url = f"http://{cfg.bind_host}:{self.health.port}/health"
         endpoints = {**self.sockets.endpoints.as_meta(),
@@ -267,7 +280,7 @@ class Host:
         disk = WarningCheck(hb_registrar.client, reg.service_id, DISK_CHECK_PREFIX + reg.service_id,
                             "zmqueue data disk", "the data disk is below the host's reserve")
         self.heartbeat = Heartbeat(hb_registrar, cfg.heartbeat_interval_ms, self.healthy,
-                                   lambda: disk.report(self.disk_note()))
+                                   lambda: disk.report(self.disk_note()), why=self.unhealthy_reason)
         self.heartbeat.start()
         cache.service_id = reg.service_id
         cache.start()

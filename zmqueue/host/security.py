@@ -21,7 +21,7 @@ from zmqueue.controlplane.kvlayout import KeyRecord
 from zmqueue.controlplane.queue_directory import Snapshot
 from zmqueue.dataplane.dispatch import Dispatcher, Request
 from zmqueue.dataplane.service import QueueService
-from zmqueue.errors import ConsulUnavailable
+from zmqueue.errors import ConsulUnavailable, StartupError
 from zmqueue.security.atrest import KeyDir
 from zmqueue.security.curve import CurveKeys
 from zmqueue.security.frontdoor import FrontDoor
@@ -42,6 +42,10 @@ class HostSecurity:
         self.usage = UsageBook(data_dir, cfg.node, cfg.usage_flush_interval_ms)
         self.policies: dict[str, dict[str, tuple[str, ...]]] = {}
         self.door: FrontDoor | None = None
+        self.key_problem: str | None = None
+        """Why this host's own CURVE key is not registered as this host's
+        (:meth:`own_key_problem`), None when it is: the host is unhealthy
+        meanwhile (its peers refuse it), so it is not placed or elected."""
 
     @property
     def curve(self) -> tuple[bytes, bytes] | None:
@@ -53,15 +57,48 @@ class HostSecurity:
 
     def start_zap(self, ctx: zmq.Context[zmq.Socket[bytes]], consul: ConsulClient) -> None:
         """Bind the ZAP handler (before any CURVE socket binds) with the keys
-        registered now; snapshots keep them fresh."""
+        registered now; snapshots keep them fresh. A host whose own key is
+        not registered as its own (:meth:`own_key_problem`) does not start:
+        the other hosts would refuse every connection it makes, while it
+        passed its checks, was placed as a replica and elected writer."""
         if self.keys is None:
             return
         self.zap = ZapHandler(ctx).start()
         try:
-            self._set_keys(keyring.list_keys(consul))
+            keys = keyring.list_keys(consul)
         except ConsulUnavailable as exc:
             log.warning("could not read registered keys yet (%s): refusing every key until Consul "
                         "answers", exc)
+            return
+        self._set_keys(keys)
+        problem = self.own_key_problem(keys)
+        if problem is not None:
+            raise StartupError(problem)
+
+    def own_key_problem(self, keys: dict[tuple[str, str], KeyRecord]) -> str | None:
+        """Why the registered keys do not admit this host's public key as host
+        ``node`` (the name a host's position reports must carry), or None.
+        One line, saying what to run."""
+        assert self.keys is not None
+        node, cluster = self.cfg.node, self.cfg.cluster
+        public = self.keys.public.decode()
+        secret = Path(self.cfg.curve_secret_file or "")
+        pub_file = secret.with_suffix(".key") if secret.with_suffix(".key").exists() else secret
+        register = (f"run `zmqueue keys register --public {pub_file} --role host --name {node}` "
+                    "(docs/SECURITY.md)")
+        rec = keyring.allowed_keys(keys, cluster).get(public)
+        if rec is None:
+            others = [s for (s, name) in keys if name == node and s in (keyring.GLOBAL, cluster)]
+            why = (f" (the key registered as {node!r} is another one: registering this one replaces it)"
+                   if others else "")
+            return (f"this host's CURVE public key {public} (from {secret}) is not registered for "
+                    f"cluster {cluster} as host {node!r}{why}: every other host refuses its connections; "
+                    f"{register}, then start the host")
+        if rec.role != "host" or rec.name != node:
+            return (f"this host's CURVE public key {public} is registered as {rec.role} {rec.name!r}, "
+                    f"not as host {node!r} (its node id, the name its position reports carry): revoke "
+                    f"that registration (`zmqueue keys revoke --name {rec.name}`) and {register}")
+        return None
 
     def _set_keys(self, keys: dict[tuple[str, str], KeyRecord]) -> None:
         assert self.zap is not None
@@ -93,6 +130,13 @@ class HostSecurity:
         if self.keys is None:
             return
         self._set_keys(snap.state.keys)
+        problem = self.own_key_problem(snap.state.keys)
+        if problem != self.key_problem:
+            if problem is not None:
+                log.error("%s (until then this host fails its health check)", problem)
+            else:
+                log.info("this host's CURVE key is registered as host %r again: healthy", self.cfg.node)
+            self.key_problem = problem
         servers: dict[str, bytes] = {}
         for h in snap.hosts:
             pub = h.meta.get("curve_public")

@@ -22,6 +22,8 @@ next reload; old keys stay until no segment written with them is retained.
 from __future__ import annotations
 
 import base64
+import contextlib
+import logging
 import os
 from pathlib import Path
 
@@ -30,6 +32,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from zmqueue.config import validate_queue_name
 from zmqueue.errors import ConfigError, Unavailable
+
+log = logging.getLogger(__name__)
 
 MAGIC = 0xE5
 HEADER = 2 + 12
@@ -41,7 +45,13 @@ def key_path(key_dir: str | Path, queue: str) -> Path:
 
 
 def read_keys(path: Path) -> dict[int, bytes]:
+    """The keys of a key file, by id. A file that other users may read is
+    used, with a warning (as a CURVE secret key file is): chmod 600 it."""
     keys: dict[int, bytes] = {}
+    with contextlib.suppress(OSError):
+        mode = os.stat(path).st_mode
+        if mode & 0o077:
+            log.warning("%s is readable by other users (mode %o): chmod 600 it", path, mode & 0o777)
     try:
         text = path.read_text()
     except UnicodeDecodeError:
