@@ -10,7 +10,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from zmqueue.cli.common import add_consul_flag, console, consul_addresses
+from zmqueue.cli.common import StdoutConsole, add_consul_flag, console, consul_addresses
 from zmqueue.controlplane import keyring
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.errors import ConfigError
@@ -60,7 +60,7 @@ def _client(args: argparse.Namespace) -> ConsulClient:
 def cmd_generate(args: argparse.Namespace) -> int:
     pub, sec = curve.generate(args.out, args.name, force=args.force)
     console.print(f"public key: {escape(str(pub))}\nsecret key: {escape(str(sec))} "
-                  "(mode 0600; never copy it into Consul)")
+                  "(mode 0600; never copy it into Consul)", soft_wrap=True)
     return 0
 
 
@@ -68,18 +68,23 @@ def cmd_register(args: argparse.Namespace) -> int:
     public = curve.load_public(args.public).decode()
     keyring.register_key(_client(args), args.cluster, args.name, public, args.role)
     # (keys, names and paths are printed escaped: a z85 key may hold "[...]", which rich
-    # took for markup and cut out of the key)
-    console.print(escape(f"registered {args.role} key {args.name!r} for {args.cluster}: {public}"))
+    # took for markup and cut out of the key; and unwrapped: a key split over two lines
+    # is not the key an operator copies)
+    console.print(escape(f"registered {args.role} key {args.name!r} for {args.cluster}: {public}"),
+                  soft_wrap=True)
     return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     table = Table(title="registered CURVE keys")
     for col in ("scope", "name", "role", "public key"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=True)
     for (scope, name), rec in sorted(keyring.list_keys(_client(args)).items()):
         table.add_row(escape(scope), escape(name), escape(rec.role), escape(rec.public))
-    console.print(table)
+    # (never a cell cut or split: a key or name across two lines is not the one an operator
+    # copies; a table wider than the terminal is wrapped by the terminal instead)
+    wide = console.measure(table, options=console.options.update_width(10_000)).maximum
+    StdoutConsole(highlight=False, width=max(console.width, wide)).print(table)
     return 0
 
 
