@@ -329,14 +329,12 @@ class StoreMachine(RuleBasedStateMachine):
     def counts_agree(self) -> None:
         stats = self.store.stats(self.now)
         assert stats["total"] == len(self.model)
-        held = [
-            m
-            for m in self.model.values()
-            if m.state == "moving" or (m.state == "in_flight" and m.visible_at > self.now)
-        ]
+        held = [m for m in self.model.values() if m.state == "in_flight" and m.visible_at > self.now]
         assert stats["in_flight"] == len(held)
+        # (dead letters taken out and not yet moved are counted apart, not in in_flight)
+        assert stats["dead_letters_waiting"] == sum(m.state == "moving" for m in self.model.values())
         assert stats["bytes"] >= 0
-        parts = ("visible", "delayed", "in_flight", "blocked_on_disk")
+        parts = ("visible", "delayed", "in_flight", "blocked_on_disk", "dead_letters_waiting")
         assert sum(stats[k] for k in parts) == stats["total"]
         assert stats["blocked_on_disk"] in (0, stats["backlog_on_disk"])
 
