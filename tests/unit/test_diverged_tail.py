@@ -28,8 +28,8 @@ from typing import Any, cast
 import pytest
 import zmq
 
+from tests.unit.peer_harness import Forwarder, Svc, zmq_context
 from tests.unit.test_restart_epoch import replicator
-from tests.unit.test_vote_fence import Forwarder, Svc
 from zmqueue import protocol
 from zmqueue.config import QueueConfig
 from zmqueue.dataplane.handover import Handover
@@ -94,8 +94,7 @@ class Cluster:
     def h2_takes_over(self) -> None:
         """h2 is elected at term NEW; no peer is passing, so it probes none and
         writes its takeover record at seq 6."""
-        svc = Svc("h2", self.hosts["h2"], self.fws["h2"], self.reps["h2"])
-        svc.meta = META
+        svc = Svc("h2", self.hosts["h2"], self.fws["h2"], self.reps["h2"], META)
         handover = Handover(cast(QueueService, svc))
         handover.on_elected(KEY, NEW)
         assert not self.fws["h2"].take()  # (no passing peer to probe)
@@ -161,13 +160,12 @@ class Cluster:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    c = Cluster(tmp_path, ctx)
-    try:
-        yield c
-    finally:
-        c.close()
-        ctx.destroy(linger=0)
+    with zmq_context() as ctx:
+        c = Cluster(tmp_path, ctx)
+        try:
+            yield c
+        finally:
+            c.close()
 
 
 def acknowledged_but_not_on_h3(c: Cluster) -> list[int]:

@@ -18,10 +18,10 @@ from typing import Any, cast
 
 import zmq
 
+from tests.unit.peer_harness import Forwarder, Svc
 from tests.unit.test_restart_epoch import replicator
 from zmqueue.config import QueueConfig
 from zmqueue.dataplane.handover import Handover
-from zmqueue.dataplane.replication import Replicator
 from zmqueue.dataplane.service import QueueService
 from zmqueue.dataplane.storage import StorageConfig
 from zmqueue.dataplane.stream import Role
@@ -35,36 +35,6 @@ NODES = ("h1", "h2", "h3", "h4", "h5")
 META = Metadata({"q.fifo": QueueConfig(name="q.fifo", fifo=True, replication_factor=5)},
                 {("q.fifo", 0): PartitionInfo(NODES, {})},
                 {n: Peer(n, None, None, f"tcp://127.0.0.1:{9000 + i}", True) for i, n in enumerate(NODES)})
-
-
-class Forwarder:
-    """Stands in for the host's Forwarder: keeps each request (endpoint, command,
-    body, callback) for the test to answer."""
-
-    curve = None
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Command, Any, Any]] = []
-
-    def request(self, endpoint: str, command: Command, body: Any, callback: Any,
-                now_ms: int, timeout_ms: int = 5000) -> None:
-        self.calls.append((endpoint, command, body, callback))
-
-    def take(self) -> list[tuple[str, Command, Any, Any]]:
-        calls, self.calls = self.calls, []
-        return calls
-
-
-class Svc:
-    """What Handover's recovery reads of a QueueService: plain values."""
-
-    def __init__(self, streams: StreamSet, forwarder: Forwarder, rep: Replicator) -> None:
-        self.node, self.set, self.meta = "h1", streams, META
-        self.forwarder, self.replicator = forwarder, rep
-        self.dirty: set[Any] = set()
-
-    def touch(self, part: Any) -> None:
-        pass
 
 
 def copies(base: Path, lengths: dict[str, int]) -> dict[str, StreamSet]:
@@ -93,7 +63,7 @@ def test_a_new_writer_fetches_from_the_furthest_peer_that_answered_during_anothe
         rep = replicator(ctx, hosts["h1"])
         rep.forwarder = cast(Any, fw)
         rep.peer_endpoint = META.peer_endpoint
-        handover = Handover(cast(QueueService, Svc(hosts["h1"], fw, rep)))
+        handover = Handover(cast(QueueService, Svc("h1", hosts["h1"], fw, rep, META)))
         handover.on_elected(KEY, 2)
         st = hosts["h1"].streams[KEY]
         assert st.role is Role.RECOVERING

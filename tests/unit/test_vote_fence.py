@@ -27,6 +27,7 @@ from typing import Any, cast
 import pytest
 import zmq
 
+from tests.unit.peer_harness import Forwarder, Svc, zmq_context
 from tests.unit.test_restart_epoch import replicator
 from zmqueue import protocol
 from zmqueue.config import QueueConfig
@@ -50,39 +51,6 @@ META = Metadata({"q.fifo": CFG}, {("q.fifo", 0): PartitionInfo(NODES, {})},
                 {n: Peer(n, None, None, f"tcp://127.0.0.1:{9100 + i}", n != "h1")
                  for i, n in enumerate(NODES)})
 NODE_AT = {META.peer_endpoint(n): n for n in NODES}
-
-
-class Forwarder:
-    """Stands in for a host's Forwarder: keeps each request and one-way report."""
-
-    curve = None
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Command, Any, Any]] = []
-
-    def request(self, endpoint: str, command: Command, body: Any, callback: Any,
-                now_ms: int, timeout_ms: int = 5000) -> None:
-        self.calls.append((endpoint, command, body, callback))
-
-    def notify(self, endpoint: str, command: Command, body: Any) -> bool:
-        self.calls.append((endpoint, command, body, None))
-        return True
-
-    def take(self) -> list[tuple[str, Command, Any, Any]]:
-        calls, self.calls = self.calls, []
-        return calls
-
-
-class Svc:
-    """What Handover's recovery reads of a QueueService: plain values."""
-
-    def __init__(self, node: str, streams: StreamSet, forwarder: Forwarder, rep: Replicator) -> None:
-        self.node, self.set, self.meta = node, streams, META
-        self.forwarder, self.replicator = forwarder, rep
-        self.dirty: set[Any] = set()
-
-    def touch(self, part: Any) -> None:
-        pass
 
 
 class Cluster:
@@ -146,20 +114,19 @@ class Cluster:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    c = Cluster(tmp_path, ctx)
-    try:
-        yield c
-    finally:
-        c.close()
-        ctx.destroy(linger=0)
+    with zmq_context() as ctx:
+        c = Cluster(tmp_path, ctx)
+        try:
+            yield c
+        finally:
+            c.close()
 
 
 def recover(c: Cluster, record_before_vote: bool, record_after_vote: bool) -> None:
     """h2 is elected at term NEW while h1 still writes; h3 answers h2's probe,
     and h1's sixth record reaches h3 before or after that answer."""
     h2 = c.stream("h2")
-    handover = Handover(cast(QueueService, Svc("h2", c.hosts["h2"], c.fws["h2"], c.reps["h2"])))
+    handover = Handover(cast(QueueService, Svc("h2", c.hosts["h2"], c.fws["h2"], c.reps["h2"], META)))
     handover.on_elected(KEY, NEW)
     asked = {NODE_AT[ep]: (body, done) for ep, command, body, done in c.fws["h2"].take()
              if command == Command.POSITION}
