@@ -110,13 +110,18 @@ def test_a_queue_config_edited_in_kv_takes_effect_within_seconds(
 
 
 def kv_warning(consul_agent: ConsulAgent, node: str) -> str:
-    """The output of the host's ``kv:`` warning check, once it is there."""
+    """The output of the host's ``kv:`` warning check, once it is there. Read in
+    one call: a host replaces the check (deregister, register) when its notes
+    change, so it can be missing for a moment between two reads."""
     kv_check = f"kv:zmqueue-{node}"
-    wait_for(lambda: check_statuses(consul_agent, node).get(kv_check) == "warning", 15, "kv warning check")
-    entry = [c for c in kv_client(consul_agent.http_addr).health.node("zmqueue-dev")[1]
-             if c["CheckID"] == kv_check]
-    assert entry, "the warning check is listed"
-    return str(entry[0]["Output"])
+
+    def output() -> str | None:
+        for c in kv_client(consul_agent.http_addr).health.node("zmqueue-dev")[1]:
+            if c["CheckID"] == kv_check and c["Status"] == "warning":
+                return str(c["Output"])
+        return None
+
+    return str(wait_for(output, 15, "kv warning check"))
 
 
 def kv_warning_cleared(consul_agent: ConsulAgent, node: str) -> None:
