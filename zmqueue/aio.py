@@ -216,8 +216,10 @@ class AsyncQueue:
         return await self.client.run(partial(self.sync.set_attributes, **settings))
 
     async def redrive(self, to: str | None = None, max_messages: int | None = None,
-                      visibility_timeout: int = 60, wait_time: float = 1.0) -> RedriveReport:
-        return await self.client.run(self.sync.redrive, to, max_messages, visibility_timeout, wait_time)
+                      visibility_timeout: int = 60, wait_time: float = 1.0,
+                      force: bool = False) -> RedriveReport:
+        return await self.client.run(self.sync.redrive, to, max_messages, visibility_timeout, wait_time,
+                                     force)
 
     def pipeline(self, window: int = DEFAULT_WINDOW,
                  max_requests: int | None = None) -> AsyncSendPipeline:

@@ -717,6 +717,7 @@ def test_a_redrive_that_cannot_move_its_messages_says_why_and_hides_none(qcluste
     the next redrive found nothing.)"""
     c = qcluster.client
     dlq = c.create_queue(qcluster.queue_name("rd-dlq"))
+    c.create_queue(qcluster.queue_name("rd-src"), dead_letter_queue=dlq.name)  # so dlq is a DLQ
     dlq.send_batch([b"dead0", b"dead1", b"dead2"])
     with pytest.raises(zmqueue.QueueNotFound, match="does not exist"):
         dlq.redrive(to=qcluster.queue_name("rd-typo"))
@@ -766,13 +767,15 @@ def test_dead_letters_of_a_deleted_source_queue_are_skipped_named_and_given_back
     assert sorted(m.body for m in got) == [b"a", b"b"]
     # moved once (count 1), then this receive: the two redrives counted none
     assert [m.receive_count for m in got] == [2, 2]
-    # the last source deleted: no longer a dead-letter queue; --to still moves its messages
+    # the last source deleted: no longer a dead-letter queue; --to with --force still moves its messages
     c.delete_queue(keep)
     with pytest.raises(zmqueue.InvalidParameter, match=f"{dlq_name!r} is not a dead-letter queue"):
         dlq.redrive(wait_time=0.5)
     other = c.create_queue(qcluster.queue_name("rd-other"))
+    with pytest.raises(zmqueue.InvalidParameter, match=f"{dlq_name!r} is not a dead-letter queue"):
+        dlq.redrive(to=other.name, wait_time=0.5)
     wait_for(lambda: dlq.stats()["visible"] == 2, 10, "the dead letters visible again")
-    assert dlq.redrive(to=other.name, wait_time=0.5).moved == {other.name: 2}
+    assert dlq.redrive(to=other.name, wait_time=0.5, force=True).moved == {other.name: 2}
 
 
 def test_a_redrive_of_a_queue_that_is_not_a_dead_letter_queue_is_refused_and_counts_no_receive(
@@ -803,6 +806,41 @@ def test_a_redrive_of_a_queue_that_is_not_a_dead_letter_queue_is_refused_and_cou
     wait_for(all_received, 20, "the 5 messages, in the source queue")
     assert sorted(m.receive_count for m in got) == [1] * 5
     assert c.get_queue(dlq_name).stats()["total"] == 0
+
+
+def test_a_redrive_to_a_named_queue_of_a_queue_that_is_not_a_dead_letter_queue_is_refused_unless_forced(
+        qcluster: QueueCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """(A redrive with ``to`` moved the messages of any queue, a source
+    queue's whole backlog too; SQS's message move task takes a dead-letter
+    queue as its source only.)"""
+    from zmqueue.cli.main import main
+
+    c, consul_addr = qcluster.client, qcluster.factory.agent.http_addr
+    name, dlq_name, to = (qcluster.queue_name("rdf-src"), qcluster.queue_name("rdf-dlq"),
+                          qcluster.queue_name("rdf-to"))
+    q = c.create_queue(name, dead_letter_queue=dlq_name, max_receive_count=2)
+    target = c.create_queue(to)
+    q.send_batch([f"m{i}".encode() for i in range(5)])
+    with pytest.raises(zmqueue.InvalidParameter, match=f"{name!r} is not a dead-letter queue") as info:
+        q.redrive(to=to, wait_time=0.5)
+    assert f"{dlq_name} (of {name})" in str(info.value)
+    assert f"zmqueue queue redrive {name} --to {to} --force" in str(info.value)
+    with pytest.raises(zmqueue.InvalidParameter, match="force"):
+        q.redrive(force=True, wait_time=0.5)  # force lifts the check of a redrive with to only
+    assert main(["queue", "redrive", name, "--to", to, "--consul", consul_addr]) == 1
+    assert "is not a dead-letter queue" in capsys.readouterr().err
+    assert q.stats()["visible"] == 5 and target.stats()["total"] == 0, "nothing received, nothing moved"
+    assert main(["queue", "redrive", name, "--to", to, "--force", "--consul", consul_addr]) == 0
+    assert f"moved 5 messages from {name} (5 to {to})" in capsys.readouterr().out
+    got: list[zmqueue.Message] = []
+
+    def all_moved() -> bool:
+        got.extend(target.receive(10, wait_time=1))
+        return len(got) >= 5
+
+    wait_for(all_moved, 20, "the 5 messages in the target")
+    assert sorted(m.body for m in got) == [f"m{i}".encode() for i in range(5)]
+    assert q.stats()["total"] == 0
 
 
 def test_more_dead_letters_at_once_than_one_request_carries_all_reach_a_dlq_on_another_host(

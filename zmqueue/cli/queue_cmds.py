@@ -94,11 +94,14 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 
     p = qsub.add_parser("redrive", help="move a dead-letter queue's messages back to their source "
                                         "queues (or --to one queue)")
-    p.add_argument("name", help="the dead-letter queue (without --to: a queue some queue names as its "
-                                "dead_letter_queue)")
+    p.add_argument("name", help="the dead-letter queue (a queue some queue names as its dead_letter_queue, "
+                                "unless --to and --force)")
     p.add_argument("--to", default=None, metavar="QUEUE",
                    help="send every message here (default: the queue each came from)")
     p.add_argument("--max", type=Number(int, ge=1), default=None, help="move at most this many (1 or more)")
+    p.add_argument("--force", action="store_true",
+                   help="with --to: move the messages even if no queue names NAME as its dead-letter queue "
+                        "(a DLQ whose last source queue was deleted, or any queue)")
     _client_flags(p)
     p.set_defaults(func=cmd_redrive)
 
@@ -199,7 +202,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
 def cmd_redrive(args: argparse.Namespace) -> int:
     with _client(args) as c:
-        report = c.get_queue(args.name).redrive(to=args.to, max_messages=args.max)
+        report = c.get_queue(args.name).redrive(to=args.to, max_messages=args.max, force=args.force)
     where = ", ".join(f"{n} to {q}" for q, n in sorted(report.moved.items())) or "none"
     console.print(f"moved {report.total} messages from {args.name} ({where})")
     if report.skipped:

@@ -658,12 +658,13 @@ class Queue:
         return sub
 
     def redrive(self, to: str | None = None, max_messages: int | None = None,
-                visibility_timeout: int = 60, wait_time: float = 1.0) -> RedriveReport:
+                visibility_timeout: int = 60, wait_time: float = 1.0, force: bool = False) -> RedriveReport:
         """This queue being a dead-letter queue: move its messages back to the
         queues they came from (or all to ``to``), batch by batch, each sent
         there before it is deleted here; see :mod:`zmqueue.client.redrive`.
-        Without ``to``, InvalidParameter unless some queue names this one as
-        its ``dead_letter_queue``."""
+        InvalidParameter unless some queue names this one as its
+        ``dead_letter_queue``; ``force=True`` (with ``to`` only) moves every
+        message of any queue to ``to``."""
         from zmqueue.client.redrive import redrive
 
-        return redrive(self, to, max_messages, visibility_timeout, wait_time)
+        return redrive(self, to, max_messages, visibility_timeout, wait_time, force)

@@ -10,11 +10,15 @@ once, like every move between queues); on a FIFO target the DLQ message id
 is the dedup id, so a repeated move within the 5-minute window is dropped
 there.
 
-Without ``to``, the queue must be a dead-letter queue (some existing queue
-names it as its ``dead_letter_queue``), as SQS's StartMessageMoveTask
-requires: a redrive of any other queue would only receive its messages and
-leave them (InvalidParameter naming the dead-letter queues there are, and
-``to``). Messages received and not moved (no source queue, a source deleted
+The queue must be a dead-letter queue (some existing queue names it as its
+``dead_letter_queue``), as SQS's StartMessageMoveTask requires of its
+source; otherwise InvalidParameter, naming the dead-letter queues there
+are, before anything is received. Without ``to`` a redrive of any other
+queue would only receive its messages and leave them; with ``to`` it would
+move a live queue's backlog (a typo in the queue's name would empty the
+wrong queue). ``force=True`` lifts the check of a redrive with ``to`` (to
+empty a DLQ whose last source queue was deleted, or that no queue names
+any more); without ``to`` it is refused. Messages received and not moved (no source queue, a source deleted
 since, a batch that failed) are given back: visible again at once, their
 receive counts as before (a redrive is not a consumer; counting its receives
 would bring them nearer their own queue's ``max_receive_count``).
@@ -88,20 +92,24 @@ def dead_letter_queues(dlq: Queue) -> dict[str, list[str]]:
     return {d: sorted(s) for d, s in sorted(out.items())}
 
 
-def _check_is_dlq(dlq: Queue) -> None:
+def _check_is_dlq(dlq: Queue, to: str | None) -> None:
     """InvalidParameter unless some existing queue names ``dlq`` as its
-    dead-letter queue (a redrive without ``to`` needs sources to move to)."""
+    dead-letter queue: a redrive without ``to`` needs sources to move to, and
+    one with ``to`` moves dead letters only (unless forced: see redrive)."""
     dlqs = dead_letter_queues(dlq)
     if dlq.name in dlqs:
         return
     shown = "; ".join(f"{d} (of {', '.join(s)})" for d, s in list(dlqs.items())[:10])
     more = f" and {len(dlqs) - 10} more" if len(dlqs) > 10 else ""
     listed = f"the dead-letter queues are: {shown}{more}" if dlqs else "no queue has a dead-letter queue"
+    why = ("its messages have no source queue to go back to" if to is None else
+           f"a redrive moves dead letters only, and would move this queue's backlog to {to!r}")
+    target = "QUEUE" if to is None else to
     raise InvalidParameter(f"queue {dlq.name!r} is not a dead-letter queue: no queue names it as its "
-                           f"dead_letter_queue, so its messages have no source queue to go back to "
-                           f"({listed}); redrive a dead-letter queue, or pass to=QUEUE (zmqueue queue "
-                           f"redrive {dlq.name} --to QUEUE) to move every message of {dlq.name!r} "
-                           "to that queue", field="queue", queue=dlq.name)
+                           f"dead_letter_queue, so {why} ({listed}); redrive a dead-letter queue, or "
+                           f"pass to={target}, force=True (zmqueue queue redrive {dlq.name} --to {target} "
+                           f"--force) to move every message of {dlq.name!r} to that queue anyway",
+                           field="queue", queue=dlq.name)
 
 
 def _target(dlq: Queue, name: str) -> Queue:
@@ -116,19 +124,26 @@ def _target(dlq: Queue, name: str) -> Queue:
 
 
 def redrive(dlq: Queue, to: str | None = None, max_messages: int | None = None,
-            visibility_timeout: int = 60, wait_time: float = 1.0) -> RedriveReport:
+            visibility_timeout: int = 60, wait_time: float = 1.0, force: bool = False) -> RedriveReport:
     """Move messages out of ``dlq``; see the module docstring. Stops when a
     receive finds nothing within ``wait_time`` seconds, or after
     ``max_messages``. ``to``: one target queue for every message (default:
     each message's ``dead_letter_source``). The arguments, and ``to``, are
-    checked before anything is received, and without ``to`` the queue must
-    be a dead-letter queue (InvalidParameter otherwise: see the module
-    docstring); if a batch fails (its target refused it, a host could not be
-    reached), its messages not moved are given back (visible again at once,
-    their receive counts as before) and the error is raised."""
+    checked before anything is received, and the queue must be a dead-letter
+    queue unless ``to`` and ``force`` are given (InvalidParameter otherwise:
+    see the module docstring); if a batch fails (its target refused it, a
+    host could not be reached), its messages not moved are given back
+    (visible again at once, their receive counts as before) and the error is
+    raised."""
     _check(dlq, to, max_messages, visibility_timeout, wait_time)
-    if to is None:
-        _check_is_dlq(dlq)
+    if type(force) is not bool:
+        raise InvalidParameter(f"force must be True or False, got {force!r:.60}", field="force")
+    if force and to is None:
+        raise InvalidParameter("force=True lifts the dead-letter-queue check of a redrive with to=QUEUE "
+                               "only: without to, each message goes back to its dead_letter_source, so "
+                               "the queue must be a dead-letter queue", field="force")
+    if not force:
+        _check_is_dlq(dlq, to)
     targets: dict[str, Queue | None] = {}  # None: a source queue that no longer exists
     if to is not None:
         targets[to] = _target(dlq, to)
