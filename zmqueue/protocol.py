@@ -45,6 +45,7 @@ import msgpack
 from zmqueue.errors import (
     InvalidParameter,
     InvalidReceipt,
+    MessageTooLarge,
     ProtocolError,
     UnknownCommand,
     UnsupportedVersion,
@@ -323,6 +324,58 @@ def group_partition(group_id: str, partitions: int) -> int:
     """The partition of a FIFO message group: stable across clients and hosts."""
     digest = hashlib.blake2b(group_id.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % partitions
+
+
+# --- a message as stored: its attributes blob, and its size --------------------
+# (here, not in the data plane, because the client checks a message's size
+# before sending it, and must count it as its host does)
+
+
+def encode_blob(attrs: dict[str, Any], group: str | None, dedup: str | None,
+                carried_rc: int = 0, source: str | None = None) -> bytes:
+    """The opaque attributes blob stored beside a body: a MessagePack map of
+    ``a`` (user attributes), ``g`` (FIFO group id), ``d`` (dedup id), ``rc``
+    (receive count carried over by a DLQ move), ``src`` (a dead letter's
+    source queue), each only when set; b"" when none is."""
+    blob: dict[str, Any] = {}
+    if attrs:
+        blob["a"] = attrs
+    if group:
+        blob["g"] = group
+    if dedup:
+        blob["d"] = dedup
+    if carried_rc:
+        blob["rc"] = carried_rc
+    if source:
+        blob["src"] = source
+    return msgpack.packb(blob, use_bin_type=True) if blob else b""
+
+
+def decode_blob(blob: bytes) -> dict[str, Any]:
+    """The map :func:`encode_blob` wrote ({} for b"")."""
+    if not blob:
+        return {}
+    try:
+        out = msgpack.unpackb(blob, raw=False)
+    except Exception:  # a blob this layer wrote is never malformed; be safe anyway
+        return {}
+    return out if isinstance(out, dict) else {}
+
+
+def check_size(body: bytes | bytearray | memoryview, blob: bytes, limit: int, at: int | None = None) -> None:
+    """MessageTooLarge if body and attributes blob (:func:`encode_blob`, as
+    stored) pass ``limit``, a queue's ``max_message_bytes``; the error names
+    message ``at`` of the request, if given. The host checks every SEND item
+    with it, and the client each message before sending, so both count a
+    message's size the same way."""
+    body_len = len(body) if type(body) is bytes else memoryview(body).nbytes
+    size = body_len + len(blob)
+    if size > limit:
+        where = "" if at is None else f"message {at}: "
+        raise MessageTooLarge(
+            f"{where}{size} bytes (body {body_len} + attributes, group and dedup ids "
+            f"{len(blob)}, as stored) exceed the queue's limit of {limit} bytes; send a smaller body "
+            "or fewer attributes, or raise max_message_bytes", size=size, limit=limit)
 
 
 RECEIPT_VERSION = 3

@@ -456,6 +456,29 @@ def test_bad_requests_get_specific_errors(qcluster: QueueCluster) -> None:
     assert q.stats()["total"] == 0
 
 
+def test_a_message_whose_attributes_take_it_over_the_limit_is_refused_by_the_client_as_by_the_host(
+        qcluster: QueueCluster) -> None:
+    """(The client checked the body alone against max_message_bytes, the host
+    body + attributes + ids: such a message reached a host, and a batch's
+    requests to other partitions were sent before it was refused.)"""
+    c = qcluster.client
+    q = c.create_queue(qcluster.queue_name("big-attrs"), max_message_bytes=1024, partitions=2)
+    attrs: dict[str, str | int | float | bytes] = {"note": "y" * 1000}
+    with pytest.raises(zmqueue.MessageTooLarge) as host:
+        c.request(q.routes.for_send(0)[0], Command.SEND,
+                  {"q": q.name, "p": 0, "m": [[b"x" * 100, attrs, None, None, None]]})
+    with pytest.raises(zmqueue.MessageTooLarge) as sent:
+        q.send(b"x" * 100, attributes=attrs)
+    assert str(sent.value) == str(host.value)
+    assert "message 0: 1112 bytes (body 100 + attributes" in str(sent.value)
+    batch = [OutgoingMessage(b"small"), OutgoingMessage(b"x" * 100, attributes=attrs, dedup_id="d")]
+    with pytest.raises(zmqueue.MessageTooLarge, match=r"message 1: 1116 bytes \(body 100") as info:
+        q.send_batch(batch * 2)
+    assert info.value.details["index"] == 1
+    assert "ids" not in info.value.details, "refused before any request was sent"
+    assert q.stats()["total"] == 0
+
+
 def test_push_subscribers_never_hold_more_than_their_prefetch_and_share_with_pull(
         qcluster: QueueCluster) -> None:
     q = qcluster.client.create_queue(qcluster.queue_name(), visibility_timeout=30)

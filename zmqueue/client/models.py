@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from zmqueue.errors import InvalidParameter, MessageTooLarge, ProtocolError
+from zmqueue.errors import InvalidParameter, ProtocolError
+from zmqueue.protocol import check_size, encode_blob
 
 AttributeValue = str | int | float | bytes
 ID_CHARS_MAX = 128
@@ -84,16 +85,13 @@ class OutgoingMessage:
 
     def check_for(self, fifo: bool, max_message_bytes: int, wire: list[Any]) -> None:
         """What the queue's config refuses, as its host would, before anything
-        is sent: a FIFO message without a group_id, a body over
-        ``max_message_bytes`` (the host also counts attributes and ids in the
-        limit, so a message near it may still be refused there)."""
+        is sent: a FIFO message without a group_id; a message over
+        ``max_message_bytes``, counted as the host counts it (body + the
+        attributes, group and dedup ids as stored: the same function). The
+        host checks again: this handle's copy of the limit may be stale."""
         if fifo and self.group_id is None:
             raise InvalidParameter("FIFO queues need a group_id", field="group_id")
-        size = len(wire[0])
-        if size > max_message_bytes:
-            raise MessageTooLarge(f"{size} bytes (the body) exceed the queue's limit of {max_message_bytes} "
-                                  "bytes; send a smaller body, or raise max_message_bytes",
-                                  size=size, limit=max_message_bytes)
+        check_size(wire[0], encode_blob(wire[1] or {}, wire[3], wire[4]), max_message_bytes)
 
 
 def batch_wire(msgs: list[OutgoingMessage], fifo: bool = False,

@@ -1,7 +1,10 @@
-"""What the queue layer stores beside a body, and receipt handles.
+"""What the queue layer checks of a message beside its body.
 
 The storage engine keeps an opaque attributes blob per message. The queue
-layer puts a MessagePack map in it:
+layer puts a MessagePack map in it (written and read by
+:func:`zmqueue.protocol.encode_blob` and :func:`zmqueue.protocol.decode_blob`,
+and counted against ``max_message_bytes`` by
+:func:`zmqueue.protocol.check_size`, which the client uses too):
 
 | key | meaning |
 |---|---|
@@ -19,9 +22,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-import msgpack
-
-from zmqueue.errors import InvalidParameter, MessageTooLarge, WrongPartition
+from zmqueue.errors import InvalidParameter, WrongPartition
 from zmqueue.protocol import group_partition
 
 MAX_ATTRIBUTES = 10
@@ -56,44 +57,6 @@ def validate_attributes(attrs: Any, at: int | None = None) -> dict[str, Any]:
 def _bad_attributes(at: int | None, why: str, **details: Any) -> InvalidParameter:
     """InvalidParameter on ``attributes``, naming message ``at`` of the request if given."""
     return InvalidParameter(why if at is None else f"message {at}: {why}", field="attributes", **details)
-
-
-def encode_blob(attrs: dict[str, Any], group: str | None, dedup: str | None,
-                carried_rc: int = 0, source: str | None = None) -> bytes:
-    blob: dict[str, Any] = {}
-    if attrs:
-        blob["a"] = attrs
-    if group:
-        blob["g"] = group
-    if dedup:
-        blob["d"] = dedup
-    if carried_rc:
-        blob["rc"] = carried_rc
-    if source:
-        blob["src"] = source
-    return msgpack.packb(blob, use_bin_type=True) if blob else b""
-
-
-def decode_blob(blob: bytes) -> dict[str, Any]:
-    if not blob:
-        return {}
-    try:
-        out = msgpack.unpackb(blob, raw=False)
-    except Exception:  # a blob this layer wrote is never malformed; be safe anyway
-        return {}
-    return out if isinstance(out, dict) else {}
-
-
-def check_size(body: bytes, blob: bytes, limit: int, at: int | None = None) -> None:
-    """MessageTooLarge if body and attributes pass ``limit``, naming message
-    ``at`` of the request, if given."""
-    size = len(body) + len(blob)
-    if size > limit:
-        where = "message" if at is None else f"message {at}:"
-        raise MessageTooLarge(
-            f"{where} {size} bytes (body {len(body)} + attributes, group and dedup ids "
-            f"{len(blob)}, as stored) exceed the queue's limit of {limit} bytes; send a smaller body "
-            "or fewer attributes, or raise max_message_bytes", size=size, limit=limit)
 
 
 def check_groups(items: list[Any], queue: str, partition: int, partitions: int) -> None:

@@ -27,13 +27,7 @@ from typing import Any
 
 from zmqueue.config import QueueConfig, acks_needed
 from zmqueue.dataplane.dispatch import Request
-from zmqueue.dataplane.messages import (
-    check_size,
-    decode_blob,
-    encode_blob,
-    group_hash,
-    validate_attributes,
-)
+from zmqueue.dataplane.messages import group_hash, validate_attributes
 from zmqueue.dataplane.resends import tagged_ids
 from zmqueue.dataplane.storage import (
     Columns,
@@ -47,7 +41,7 @@ from zmqueue.dataplane.storage.records import Table
 from zmqueue.dataplane.storage.replay import F_ATTR_LEN, F_BODY_LEN, F_DATA_OFF, F_ID, F_TIME
 from zmqueue.dataplane.topology import StreamKey
 from zmqueue.errors import InvalidParameter, InvalidReceipt, Unavailable
-from zmqueue.protocol import Receipt, ReceiptEncoder, hex_ids
+from zmqueue.protocol import Receipt, ReceiptEncoder, check_size, decode_blob, encode_blob, hex_ids
 
 log = logging.getLogger(__name__)
 
