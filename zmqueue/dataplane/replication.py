@@ -213,9 +213,14 @@ class Replicator:
                 self.connected.add(ep)
         for key, node in writers.items():
             if self.writer_of.get(key) != node:
-                # a new writer (failover): report our position to it at the next
-                # flush, not up to REPORT_EVERY_MS later; it finishes recovering
-                # (and takes sends) once every live replica has reported
+                # a writer we did not know (a failover, or a stream new to us): report
+                # our position to it at the next flush, not up to REPORT_EVERY_MS later,
+                # so a writer already writing learns it sooner and its reply (its epoch
+                # and last seq) starts our catch-up if we are behind. Its recovery does
+                # not wait for this report: a newly elected writer probes each passing
+                # replica itself and settles when all answered, or after RECOVERY_S
+                # (handover.py); and a copy holding no record of its term yet, or a
+                # stream this host writes, reports nothing (_replica_and_writer)
                 self.due.add(key)
         self.writer_of = dict(writers)
         want = set(self.streams())
