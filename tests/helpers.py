@@ -35,6 +35,33 @@ def check_statuses(agent: ConsulAgent, node: str) -> dict[str, str]:
     return {c["CheckID"]: c["Status"] for c in entry["Checks"] if c.get("ServiceID")}
 
 
+ADVISORY_SETTLE_S = 1.5
+"""How long an advisory check must stay away to count as removed: longer
+than a host's heartbeat (1 s, when it re-reads its disk) and its KV watch's
+wait (2 s at most, but new notes follow a KV change at once)."""
+
+
+def wait_check_removed(agent: ConsulAgent, node: str, check_id: str, timeout_s: float, what: str) -> None:
+    """Wait until the host's advisory check ``check_id`` (``kv:``, ``disk:``)
+    is gone from its registered service and stays gone for ``ADVISORY_SETTLE_S``.
+    One read is not enough: a host replaces such a check (deregister, then
+    register and warn) whenever its notes change, so a read can fall in
+    between and find it missing while it stands (zmqueue.controlplane.advisory)."""
+    from tests.conftest import wait_for
+
+    since: list[float] = []
+
+    def gone_for_good() -> bool:
+        st = check_statuses(agent, node)
+        if not st or check_id in st:  # (no service at all is not a removed check)
+            since.clear()
+            return False
+        since[:] = since or [time.monotonic()]
+        return time.monotonic() - since[0] >= ADVISORY_SETTLE_S
+
+    wait_for(gone_for_good, timeout_s + ADVISORY_SETTLE_S, what, interval_s=0.1)
+
+
 class Cuttable:
     """A TCP forwarder on 127.0.0.1 to ``target``. ``cut()`` closes every
     connection and closes new ones at once; ``heal()`` forwards again."""

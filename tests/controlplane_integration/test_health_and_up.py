@@ -108,7 +108,7 @@ def test_zmqueue_up_says_when_a_host_it_started_is_killed_and_reaps_it(
         said = wait_for(lambda: line_with(b"host c1-h2"), 10, "up saying the host exited").decode()
         assert (f"host c1-h2 (pid {pid}) exited: status -9, SIGKILL; not restarted (1 of 2 hosts "
                 "running") in said, said
-        wait_for(lambda: not Path(f"/proc/{pid}").exists(), 5, "the host reaped (no <defunct> left)")
+        wait_for(lambda: not Path(f"/proc/{pid}").exists(), 15, "the host reaped (no <defunct> left)")
         assert proc.poll() is None, "up goes on with the other host"
     finally:
         proc.send_signal(signal.SIGINT)

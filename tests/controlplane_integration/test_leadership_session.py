@@ -101,13 +101,13 @@ def test_steady_cycles_confirm_leases_without_reading_every_lock(tmp_path: Path)
             # another stream's lock taken by someone else moves the index
             other = c.session.create(behavior="release", lock_delay=0, ttl=30)
             assert c.kv.put(lock_key(("other", 0, "x")), b"{}", acquire=other)
-            wait_for(lambda: lead.full_reads > reads, 5, "a full read after a foreign lock moved")
+            wait_for(lambda: lead.full_reads > reads, 15, "a full read after a foreign lock moved")
 
             # this host's own lock deleted under it: deposed, not confirmed on
             mark = len(drain())
             c.kv.delete(lock_key(stream))
             wait_for(lambda: any(isinstance(e, Deposed) and e.stream == stream
-                                 for e in drain()[mark:]), 5, "deposed after the lock was deleted")
+                                 for e in drain()[mark:]), 15, "deposed after the lock was deleted")
         finally:
             lead.stop()
             lead.join(10)

@@ -13,7 +13,7 @@ import pytest
 import zmqueue
 from tests.conftest import HostFactory, wait_for
 from tests.controlplane_integration.conftest import all_passing, assignment, kv_client, lock_holder
-from tests.helpers import check_statuses
+from tests.helpers import check_statuses, wait_check_removed
 from zmqueue.cli.main import main as cli
 from zmqueue.localcluster import ConsulAgent, HostProcess
 from zmqueue.protocol import Receipt
@@ -109,24 +109,31 @@ def test_a_queue_config_edited_in_kv_takes_effect_within_seconds(
         client.close()
 
 
+def kv_output(consul_agent: ConsulAgent, node: str) -> str | None:
+    """The output of the host's ``kv:`` check while it is a warning (None
+    otherwise). Status and output come from one read: a host replaces the
+    check (deregister, register, warn) when its notes change, so it can be
+    missing, or critical with no output, for a moment between two reads."""
+    for c in kv_client(consul_agent.http_addr).health.node("zmqueue-dev")[1]:
+        if c["CheckID"] == f"kv:zmqueue-{node}" and c["Status"] == "warning":
+            return str(c["Output"])
+    return None
+
+
 def kv_warning(consul_agent: ConsulAgent, node: str) -> str:
-    """The output of the host's ``kv:`` warning check, once it is there. Read in
-    one call: a host replaces the check (deregister, register) when its notes
-    change, so it can be missing for a moment between two reads."""
-    kv_check = f"kv:zmqueue-{node}"
+    """The output of the host's ``kv:`` warning check, once it is there."""
+    return str(wait_for(lambda: kv_output(consul_agent, node), 15, "kv warning check"))
 
-    def output() -> str | None:
-        for c in kv_client(consul_agent.http_addr).health.node("zmqueue-dev")[1]:
-            if c["CheckID"] == kv_check and c["Status"] == "warning":
-                return str(c["Output"])
-        return None
 
-    return str(wait_for(output, 15, "kv warning check"))
+def kv_warning_saying(consul_agent: ConsulAgent, node: str, text: str, timeout_s: float, what: str) -> str:
+    """The output of the host's ``kv:`` warning once it says ``text`` (the
+    notes of a standing warning change when the bad values do)."""
+    return str(wait_for(lambda: (o := kv_output(consul_agent, node)) and text in o and o, timeout_s, what))
 
 
 def kv_warning_cleared(consul_agent: ConsulAgent, node: str) -> None:
-    wait_for(lambda: f"kv:zmqueue-{node}" not in check_statuses(consul_agent, node), 15,
-             "kv check removed once the value is good again")
+    wait_check_removed(consul_agent, node, f"kv:zmqueue-{node}", 15,
+                       "kv check removed once the value is good again")
 
 
 @pytest.fixture
@@ -237,8 +244,8 @@ def test_a_host_restarted_while_a_config_is_bad_leaves_its_streams_to_the_other_
         good = kv.get(key)[1]["Value"]
         kv.put(key, '{"name": oops')
         h3 = hosts.restart(n3)
-        wait_for(lambda: f"knows no good config of {q.name}" in kv_warning(consul_agent, h3.node), 30,
-                 "the restarted host says it does not serve the queue")
+        kv_warning_saying(consul_agent, h3.node, f"knows no good config of {q.name}", 30,
+                          "the restarted host says it does not serve the queue")
         wait_for(lambda: all(h3.node in (assignment(addr, q.name, p) or {}).get("replicas", [])
                              for p in parts), 30, f"{h3.node} back in the replica sets")
         deadline = time.monotonic() + 4
@@ -314,8 +321,7 @@ def test_a_kv_edit_naming_an_unfit_dead_letter_queue_is_refused_and_a_deleted_on
     for target, says in ((fifo.name, f"{fifo.name!r} is a FIFO queue; the dead-letter queue of standard"),
                          (f"{name}-nope", f"'{name}-nope' names no queue")):
         kv.put(key, json.dumps({**json.loads(good), "dead_letter_queue": target}))
-        wait_for(lambda: says in kv_warning(consul_agent, h.node), 15, "the edit refused")  # noqa: B023
-        notes = kv_warning(consul_agent, h.node)
+        notes = kv_warning_saying(consul_agent, h.node, says, 15, "the edit refused")
         assert key in notes and f"keeps its previous config (dead-letter queue {dlq_name!r})" in notes, notes
         assert client.get_queue(name).config.dead_letter_queue == dlq_name
     q.send(b"poison")  # its dead letter goes to the dead-letter queue kept
@@ -328,8 +334,7 @@ def test_a_kv_edit_naming_an_unfit_dead_letter_queue_is_refused_and_a_deleted_on
     assert f"is the dead-letter queue of {name}" in capsys.readouterr().err
     assert dlq_name in client.list_queues()
     assert cli(["queue", "delete", dlq_name, "--force", "--consul", addr]) == 0
-    wait_for(lambda: "deleted since" in kv_warning(consul_agent, h.node), 15, "the warning on the source")
-    notes = kv_warning(consul_agent, h.node)
+    notes = kv_warning_saying(consul_agent, h.node, "deleted since", 15, "the warning on the source")
     assert key in notes and f"{dlq_name!r} names no queue (deleted since?)" in notes, notes
     q.send(b"poison 2")
     wait_for(lambda: q.receive(wait_time=1) == [] and q.stats()["dead_letters_waiting"] == 1, 20,

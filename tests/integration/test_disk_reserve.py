@@ -22,7 +22,7 @@ import pytest
 
 import zmqueue
 from tests.conftest import HostFactory, all_passing, wait_for
-from tests.helpers import check_statuses, service_entry
+from tests.helpers import check_statuses, service_entry, wait_check_removed
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.discovery import list_hosts
 from zmqueue.errors import DiskFull
@@ -106,11 +106,17 @@ def test_below_the_reserve_sends_are_refused_consumers_drain_and_space_returns(
             # what an operator sees in the Consul UI once the free space is under the
             # reserve (the refusal above may leave it just over): an advisory warning
             # check on the service, which leaves the host passing (clients go on reaching it)
+            # (the check may already stand, saying the free space is *within* a quarter of the
+            # reserve: wait for its notes to say *below*; the host replaces the check to change
+            # them, so read the status and the host's health from one listing, not two)
             (small_disk / "filler2").write_bytes(b"\0" * (512 << 10))
-            output = wait_for(lambda: _disk_warning(consul_agent, h.node), 15, "the disk: warning check")
+            output = wait_for(lambda: (o := _disk_warning(consul_agent, h.node)) and "MiB free" in o
+                              and "within" not in o and o, 15, "the disk: warning check saying below")
             assert f"below this host's {RESERVE_MB} MiB reserve" in output, output
-            [info] = [i for i in list_hosts(ConsulClient([consul_agent.http_addr], 5)) if i.node == h.node]
-            assert (info.passing, info.disk_status) == (True, "warning")
+            info = wait_for(lambda: next((i for i in list_hosts(ConsulClient([consul_agent.http_addr], 5))
+                                          if i.node == h.node and i.disk_status == "warning"), None),
+                            15, "the disk: warning in the host's listing")
+            assert info.passing, info
 
             # the host serves on, and a consumer drains every acknowledged message
             received: dict[str, bytes] = {}
@@ -141,8 +147,8 @@ def test_below_the_reserve_sends_are_refused_consumers_drain_and_space_returns(
                 return True
 
             wait_for(takes_a_send, 10, "a send taken after the space returned")
-            wait_for(lambda: f"disk:zmqueue-{h.node}" not in check_statuses(consul_agent, h.node), 15,
-                     "the disk: check removed once the disk has room again")
+            wait_check_removed(consul_agent, h.node, f"disk:zmqueue-{h.node}", 15,
+                               "the disk: check removed once the disk has room again")
             [m] = q.receive(max_messages=10, wait_time=5)
             assert m.body == b"after"
     finally:

@@ -105,7 +105,7 @@ def test_a_clean_stop_deregisters_the_host(hosts: HostFactory, consul_agent: Con
     h = hosts.start("n1")
     wait_for(lambda: passing(consul_agent, h.node), 15, "host passing")
     assert h.stop() == 0
-    wait_for(lambda: service_entry(consul_agent, h.node) is None, 5, "deregistration")
+    wait_for(lambda: service_entry(consul_agent, h.node) is None, 15, "deregistration")
 
 
 def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:

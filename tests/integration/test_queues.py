@@ -524,10 +524,10 @@ def test_closing_a_subscription_gives_back_the_messages_its_handler_never_saw(
     sub = q.subscribe(handler, prefetch=10)
     try:
         assert in_hand.wait(10)
-        wait_for(lambda: len(sub.inbox) == 9, 5, "the rest of the push waiting behind the handler")
+        wait_for(lambda: len(sub.inbox) == 9, 15, "the rest of the push waiting behind the handler")
         closing = threading.Thread(target=sub.close)
         closing.start()
-        wait_for(lambda: sub.stopped.is_set(), 5, "the subscription stopping")
+        wait_for(lambda: sub.stopped.is_set(), 15, "the subscription stopping")
         release.set()
         closing.join(10)
     finally:

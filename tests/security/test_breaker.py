@@ -77,16 +77,18 @@ def test_the_circuit_breaker_opens_on_a_failing_host_and_closes_after_a_probe(pe
                 client.request(peer.endpoint, Command.PING, None)
         seen = peer.seen
         started = time.monotonic()
-        with pytest.raises(CircuitOpen) as exc:
-            client.request(peer.endpoint, Command.PING, None)
-        assert time.monotonic() - started < 0.05 and peer.seen == seen  # failed fast, nothing sent
+        with pytest.raises(CircuitOpen) as exc:  # (sent, it would wait 5.2 s for the silent peer)
+            client.request(peer.endpoint, Command.PING, None, extra_timeout_ms=5000)
+        assert time.monotonic() - started < 1.0 and peer.seen == seen  # failed fast, nothing sent
         assert 0 < exc.value.details["retry_after_ms"] <= 500
         peer.answering.set()
-        time.sleep(0.55)
-        assert client.request(peer.endpoint, Command.PING, None) == {"pong": True}  # the probe
+        time.sleep(0.55)  # (the breaker's reset timeout: its own clock, nothing to poll)
+        # (answered requests get 5 s more than the 0.2 s the failures waited: a loaded
+        # machine may take longer than 0.2 s to answer, and a timed-out probe opens again)
+        assert client.request(peer.endpoint, Command.PING, None, extra_timeout_ms=5000) == {"pong": True}
         breaker, _ = client.guards.for_endpoint(peer.endpoint)
         assert breaker.transitions == ["open", "half_open", "closed"]
-        assert client.request(peer.endpoint, Command.PING, None) == {"pong": True}
+        assert client.request(peer.endpoint, Command.PING, None, extra_timeout_ms=5000) == {"pong": True}
     finally:
         client.close()
 
@@ -115,9 +117,9 @@ def test_the_bulkhead_bounds_requests_in_flight_to_one_host(peer: SilentablePeer
     client.guards = Guards(failure_threshold=100, max_concurrent=2, wait_s=0.1)
     errors: list[BaseException] = []
 
-    def slow() -> None:
+    def slow() -> None:  # (holds its slot for 3 s: the silent peer never answers)
         try:
-            client.request(peer.endpoint, Command.PING, None)
+            client.request(peer.endpoint, Command.PING, None, extra_timeout_ms=2000)
         except BaseException as exc:
             errors.append(exc)
 
@@ -125,7 +127,7 @@ def test_the_bulkhead_bounds_requests_in_flight_to_one_host(peer: SilentablePeer
     try:
         for t in threads:
             t.start()
-        time.sleep(0.2)
+        wait_for(lambda: peer.seen == 2, 10, "both slow requests in flight (each holds a slot)")
         with pytest.raises(BulkheadFull):
             client.request(peer.endpoint, Command.PING, None)
         # the slow host does not hold up requests to another one
@@ -151,10 +153,10 @@ def test_long_polls_go_through_the_circuit_breaker(peer: SilentablePeer) -> None
             assert long_poll(q, [(0, peer.endpoint)], body, 50) == ([], True)
         breaker, _ = client.guards.for_endpoint(peer.endpoint)
         assert breaker.state == breaker.OPEN and breaker.failures == 2
-        wait_for(lambda: peer.seen == 2, 5, "both long polls reached the peer")
-        started = time.monotonic()
-        assert long_poll(q, [(0, peer.endpoint)], body, 50) == ([], True)
-        assert time.monotonic() - started < 0.05 and peer.seen == 2  # skipped: nothing sent
+        wait_for(lambda: peer.seen == 2, 10, "both long polls reached the peer")
+        started = time.monotonic()  # (sent, this one would wait 5 s on the silent peer)
+        assert long_poll(q, [(0, peer.endpoint)], body, 5000) == ([], True)
+        assert time.monotonic() - started < 1.0 and peer.seen == 2  # skipped: nothing sent
     finally:
         client.close()
 

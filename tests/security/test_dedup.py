@@ -32,7 +32,7 @@ def test_a_retried_send_is_stored_once(plain_cluster: QueueCluster) -> None:
     first = _raw(plain_cluster, ep, Command.SEND, body, 7001)
     again = _raw(plain_cluster, ep, Command.SEND, body, 7001)
     assert first == again
-    assert wait_for(lambda: q.stats()["visible"] == 1, 5, "one message")
+    assert wait_for(lambda: q.stats()["visible"] == 1, 15, "one message")
     assert len(q.receive(max_messages=10, wait_time=1)) == 1
 
 
@@ -65,7 +65,7 @@ def test_a_retried_delete_change_visibility_and_purge_are_applied_once(plain_clu
     assert _raw(plain_cluster, ep, Command.PURGE_QUEUE, purge, 8004) == {"purged": 1}
     q.send_batch([b"c", b"d", b"e"])
     assert _raw(plain_cluster, ep, Command.PURGE_QUEUE, purge, 8004) == {"purged": 1}
-    assert wait_for(lambda: q.stats()["visible"] == 3, 5, "the three later messages kept")
+    assert wait_for(lambda: q.stats()["visible"] == 3, 15, "the three later messages kept")
     assert _from_cache(plain_cluster, ep) - base == 3
 
 

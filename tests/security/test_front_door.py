@@ -56,7 +56,7 @@ def test_an_unregistered_key_is_refused(secure: SecureCluster, tmp_path) -> None
         plain.close()
         ctx.term()
     denied = wait_for(lambda: metric(scrape(secure.hosts[0]), "zmqueue_zap_events_total",
-                                     event="zap_denied"), 5, "a ZAP denial counted")
+                                     event="zap_denied"), 15, "a ZAP denial counted")
     assert denied >= 1
 
 
@@ -359,7 +359,7 @@ def test_encrypted_segments_hold_no_plaintext(secure: SecureCluster) -> None:
                     out.append(f.read_bytes())
         return out
 
-    wait_for(lambda: len(on_disk()) >= 2, 5, "segments on both replicas")
+    wait_for(lambda: len(on_disk()) >= 2, 15, "segments on both replicas")
     time.sleep(0.5)
     blobs = on_disk()
     assert all(secret not in b and b"4111-SECRET-ATTR" not in b for b in blobs)
@@ -402,7 +402,7 @@ def test_metrics_count_dead_letter_moves_and_replication_lag(secure: SecureClust
     assert q.receive(wait_time=1, visibility_timeout=0) == []  # received once too often: moved
     d = alice.get_queue(dlq)
     assert wait_for(lambda: d.receive(wait_time=1), 10, "the message in the DLQ")
-    assert wait_for(lambda: _sum("zmqueue_queue_dlq_moves_total", secure, queue=name) == 1, 5, "one move")
+    assert wait_for(lambda: _sum("zmqueue_queue_dlq_moves_total", secure, queue=name) == 1, 15, "one move")
     repl = alice.create_queue(qname("lag"), replication_factor=2)
     repl.send_batch([b"r"] * 50)
 

@@ -113,7 +113,12 @@ class Registrar:
             log.info("left %s registered at %s, which does not answer (%s)",
                      self.reg.service_id, old, exc)
 
-    def heartbeat(self) -> None:
+    def heartbeat(self, stopped: Callable[[], bool] = lambda: False) -> None:
+        """Pass the TTL check; register again if Consul forgot the service,
+        unless ``stopped()`` says the host stops: its own deregistration,
+        made once the heartbeat was stopped, is why a beat under way then
+        finds no check (registered again, a stopped host stayed in the
+        catalog, critical, for the 30 min of DeregisterCriticalServiceAfter)."""
         try:
             self.client.call(lambda c: c.agent.check.ttl_pass(self.reg.check_id))
         except consul.ConsulException as exc:
@@ -121,6 +126,9 @@ class Registrar:
             if not isinstance(exc, consul.NotFound) and "unknown check" not in text \
                     and "does not have associated ttl" not in text:
                 raise ConsulUnavailable(f"heartbeat failed: {str(exc)[:120]}") from None
+            if stopped():
+                log.info("service %s is deregistered: the host stops", self.reg.service_id)
+                return
             log.warning("consul forgot service %s; registering it again", self.reg.service_id)
             self.register()
             return
@@ -164,11 +172,14 @@ class Heartbeat(threading.Thread):
                     log.warning("%s; withholding heartbeat", why or "request loop is not making progress")
                 continue
             try:
-                self.registrar.heartbeat()
+                # (stop() comes before the host deregisters: a beat under way
+                # that finds the check gone must not register it again)
+                self.registrar.heartbeat(self.stopped.is_set)
                 if self.failures:
                     log.info("consul reachable again after %d failed heartbeats", self.failures)
                 self.failures = 0
-                self._after_beat()
+                if not self.stopped.is_set():  # (the host may be deregistered by now)
+                    self._after_beat()
             except ConsulUnavailable as exc:
                 self.failures += 1
                 if self.failures in (1, 10) or self.failures % 60 == 0:
