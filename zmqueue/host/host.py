@@ -408,6 +408,9 @@ class Host:
             self.roles.stop()
         if self.heartbeat is not None:
             self.heartbeat.stop()
+            # a beat under way finishes before the deregistration (bounded: a
+            # Consul call that hangs is left; heartbeat() checks stopped anyway)
+            self.heartbeat.join(timeout=2.0)
         if self.registrar is not None:
             try:
                 self.registrar.deregister()
