@@ -85,9 +85,13 @@ class Registrar:
         }
         extra = []
         if reg.http_health_url:
+            # probed every second: a killed host's refused connection fails it at once; a
+            # slow answer gets 3 s (the TTL check's window for a frozen host anyway): one
+            # answer over 1 s on a loaded machine made the check critical, which ends the
+            # session tied to it and releases every writer lock of a host that still runs
             extra.append({
                 "Name": "zmqueue health endpoint", "CheckID": f"http:{reg.service_id}",
-                "HTTP": reg.http_health_url, "Interval": "1s", "Timeout": "1s", "Status": "passing",
+                "HTTP": reg.http_health_url, "Interval": "1s", "Timeout": "3s", "Status": "passing",
             })
         self.client.call(lambda c: c.agent.service.register(
             SERVICE_NAME, service_id=reg.service_id, address=reg.address, port=reg.client_port,
