@@ -18,6 +18,7 @@ import pytest
 import zmqueue
 from tests.conftest import QueueCluster, wait_for
 from tests.helpers import back_and_not_dead_lettered
+from tests.security.harness import metric, scrape
 from zmqueue import OutgoingMessage
 from zmqueue.client import receiving
 from zmqueue.protocol import Command, Receipt
@@ -163,9 +164,15 @@ def test_change_visibility_to_zero_wakes_a_waiting_long_poll(qcluster: QueueClus
     [m] = q.receive()
     result: list[list[zmqueue.Message]] = []
     waiter = threading.Thread(target=lambda: result.append(q.receive(wait_time=15)))
+
+    def parked() -> float:
+        return sum(metric(scrape(h), "zmqueue_parked_polls") for h in qcluster.factory.hosts)
+
+    before = parked()
     started = time.monotonic()
     waiter.start()
-    time.sleep(0.3)  # let the long poll park on the host before the change
+    # the long poll is parked on a host before the change (else it would find the message visible)
+    wait_for(lambda: parked() > before, 10, "the long poll parked")
     q.change_visibility(m.receipt, 0)
     waiter.join(timeout=15)
     assert result and result[0][0].id == m.id

@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 from zmqueue.dataplane.service import QueueService
 from zmqueue.dataplane.storage import disk_free
 from zmqueue.dataplane.stream import Role
+from zmqueue.dataplane.waiting import MAX_WAITERS
 from zmqueue.security.frontdoor import LATENCY_BUCKETS_S, FrontDoor, Latency
 
 GAUGES = (("visible", "messages visible"), ("in_flight", "messages received and not yet deleted"),
@@ -61,7 +62,7 @@ def snapshot(svc: QueueService, door: FrontDoor, zap_counters: dict[str, int],
                             "refused_replies": svc.forwarder.refused_replies},
             "disk": (disk_free(svc.set.root.parent), svc.set.defaults.min_free_bytes),
             "recovery": (svc.set.recovered.corrupt_blocks, svc.set.recovered.truncated_bytes),
-            "unopened": len(svc.set.failed)}
+            "unopened": len(svc.set.failed), "parked": svc.waiters.total}
 
 
 DISPATCHER_EVENTS = ("requests", "errors", "internal_errors", "malformed", "unexpected_reply",
@@ -140,6 +141,9 @@ class HostCollector(Collector):
                                 "failed to open (no space, a stray file, out of file descriptors): "
                                 "retried every few seconds, their requests refused with the cause",
                                 value=snap["unopened"])
+        yield GaugeMetricFamily("zmqueue_parked_polls", "long polls (receives with wait_time) waiting "
+                                f"on this host for a message; at {MAX_WAITERS} more are answered empty "
+                                "at once", value=snap["parked"])
         g = GaugeMetricFamily("zmqueue_replication_lag_records",
                               "records the slowest replica is behind the writer", labels=["stream"])
         for s, n in sorted(snap["lag"].items()):
