@@ -772,6 +772,38 @@ def test_a_redrive_that_cannot_move_its_messages_says_why_and_hides_none(qcluste
     assert sorted(got) == [b"dead0", b"dead1", b"dead2"]
 
 
+def test_a_redrive_that_fails_part_way_says_what_it_had_moved(qcluster: QueueCluster) -> None:
+    """(The report of the batches moved before a failing one was lost with the
+    exception: an operator could not tell what had moved.)"""
+    c = qcluster.client
+    dlq = c.create_queue(qcluster.queue_name("rp-dlq"))
+    a, b = (c.create_queue(qcluster.queue_name(n), visibility_timeout=1, dead_letter_queue=dlq.name,
+                           max_receive_count=1) for n in ("rp-a", "rp-b"))
+
+    def dead_letter(q: zmqueue.Queue, bodies: list[bytes], total: int) -> None:
+        q.send_batch(bodies)
+        wait_for(lambda: len(q.receive(10, wait_time=0.5)) == 0 and dlq.stats()["total"] == total, 30,
+                 f"{q.name}'s messages in the DLQ")
+
+    dead_letter(a, [b"a0", b"a1", b"a2"], 3)  # first in the DLQ, so first in the redrive's batch
+    dead_letter(b, [b"b" * 2000, b"b" * 2001], 5)
+    b.set_attributes(max_message_bytes=1024)  # b's dead letters no longer fit back
+    with pytest.raises(zmqueue.MessageTooLarge) as err:
+        dlq.redrive(wait_time=0.5)
+    report = err.value.details["redrive"]
+    assert report.moved == {a.name: 3}
+    assert f"the redrive had moved 3 messages from {dlq.name!r} before this: 3 to {a.name}" in str(err.value)
+    got: list[bytes] = []
+
+    def back_in_a() -> bool:
+        got.extend(m.body for m in a.receive(10, wait_time=1))
+        return len(got) >= 3
+
+    wait_for(back_in_a, 20, "a's three messages back in a")
+    assert sorted(got) == [b"a0", b"a1", b"a2"]
+    wait_for(lambda: dlq.stats()["visible"] == 2, 10, "b's two given back, visible in the DLQ")
+
+
 def test_dead_letters_of_a_deleted_source_queue_are_skipped_named_and_given_back(
         qcluster: QueueCluster, capsys: pytest.CaptureFixture[str]) -> None:
     """The skipped dead letters are given back: visible at once, their

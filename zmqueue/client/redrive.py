@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from zmqueue.client.models import Message, OutgoingMessage
 from zmqueue.client.receiving import check_receive, give_back
 from zmqueue.config import MAX_VISIBILITY_S
-from zmqueue.errors import InvalidParameter, QueueNotFound
+from zmqueue.errors import InvalidParameter, QueueNotFound, ZmqueueError
 
 if TYPE_CHECKING:
     from zmqueue.client.queue import Queue
@@ -134,7 +134,8 @@ def redrive(dlq: Queue, to: str | None = None, max_messages: int | None = None,
     see the module docstring); if a batch fails (its target refused it, a
     host could not be reached), its messages not moved are given back
     (visible again at once, their receive counts as before) and the error is
-    raised."""
+    raised, with the report of what moved before it in ``details["redrive"]``
+    (and its counts in the error's text)."""
     _check(dlq, to, max_messages, visibility_timeout, wait_time)
     if type(force) is not bool:
         raise InvalidParameter(f"force must be True or False, got {force!r:.60}", field="force")
@@ -178,6 +179,14 @@ def redrive(dlq: Queue, to: str | None = None, max_messages: int | None = None,
                 report.failed_deletes += sum(1 for e in errors if e is not None)
                 report.moved[name] = report.moved.get(name, 0) + len(batch)
             held = []
+    except ZmqueueError as exc:
+        # what moved before the failure is not lost with the report: on the error, and in its text
+        exc.details["redrive"] = report
+        if report.total:
+            where = ", ".join(f"{n} to {q}" for q, n in sorted(report.moved.items()))
+            exc.message = (f"{exc.message} (the redrive had moved {report.total} messages from "
+                           f"{dlq.name!r} before this: {where}; the rest stay in {dlq.name!r})")
+        raise
     finally:
         skip = set(map(id, skipped))
         # visible again now, their receive counts as before (if this fails: after their visibility
