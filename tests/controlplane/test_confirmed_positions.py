@@ -1,5 +1,5 @@
 """After a writer's lock is released, a candidate counts only positions
-published since (``leadership.heard_enough``): with them and its own, enough
+published since (``writer_election.heard_enough``): with them and its own, enough
 voters to meet every ack quorum (2 of 3), none of those that are down ahead
 of it. And the
 ``seen`` a position is published with round-trips through Consul KV's value."""
@@ -7,7 +7,7 @@ of it. And the
 from __future__ import annotations
 
 from zmqueue.controlplane import kvlayout as kv
-from zmqueue.controlplane.leadership import Candidacy, heard_enough, may_campaign
+from zmqueue.controlplane.writer_election import Candidacy, heard_enough, may_campaign
 
 P = kv.Position
 FIFO = Candidacy(("a", "b", "c"), None)

@@ -1,7 +1,7 @@
 """The internal manager keeps a partition's records when its replicas change
 (``internal_manager.bridged``), keeps failed replicas that nothing can
 replace (``internal_manager.with_failed``), and the writer election never picks a replica
-that lacks what a majority of the replicas hold (``leadership.may_campaign``)."""
+that lacks what a majority of the replicas hold (``writer_election.may_campaign``)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.discovery import HostInfo
 from zmqueue.controlplane.internal_manager import bridged, plan_internal, with_failed
 from zmqueue.controlplane.kvlayout import Position
-from zmqueue.controlplane.leadership import Candidacy
-from zmqueue.controlplane.leadership import may_campaign as _may_campaign
 from zmqueue.controlplane.queue_directory import Snapshot
+from zmqueue.controlplane.writer_election import Candidacy
+from zmqueue.controlplane.writer_election import may_campaign as _may_campaign
 
 ALL = {n: True for n in "abcdefg"}
 
@@ -23,7 +23,7 @@ def at(**seqs: int) -> dict[str, dict[str, Position]]:
 
 
 def may_campaign(me: str, cand: Candidacy, passing: set[str], mine: int, others: dict[str, int]) -> bool:
-    """``leadership.may_campaign`` with every position in epoch 1."""
+    """``writer_election.may_campaign`` with every position in epoch 1."""
     return _may_campaign(me, cand, passing, Position(1, mine), {n: Position(1, q) for n, q in others.items()})
 
 

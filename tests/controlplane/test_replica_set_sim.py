@@ -5,7 +5,7 @@ A seeded model of one partition (R=3, sync) on a cluster of four hosts,
 driven through the real planning and election rules: the internal
 manager's round (``internal_manager.plan_internal``: placement, failed
 replicas kept without a replacement, keepers, joining replicas),
-``leadership.may_campaign`` and the hand-back rule (``preferred_serves``
+``writer_election.may_campaign`` and the hand-back rule (``preferred_serves``
 and the positions). A FIFO partition has one stream; a standard one, one
 per origin (here the three first replicas: each prefers its origin as
 writer and is taken over while it is down, then handed back). Hosts die (or
@@ -48,8 +48,8 @@ from zmqueue.config import QueueConfig
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.discovery import HostInfo
 from zmqueue.controlplane.internal_manager import plan_internal
-from zmqueue.controlplane.leadership import Candidacy, may_campaign, preferred_serves
 from zmqueue.controlplane.queue_directory import Snapshot
+from zmqueue.controlplane.writer_election import Candidacy, may_campaign, preferred_serves
 from zmqueue.dataplane.replication import keep_after_divergence
 
 NODES = ("a", "b", "c", "d")

@@ -15,8 +15,8 @@ from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.discovery import HostInfo
 from zmqueue.controlplane.internal_manager import plan_internal
 from zmqueue.controlplane.kvlayout import Position
-from zmqueue.controlplane.leadership import Candidacy, may_campaign
 from zmqueue.controlplane.queue_directory import Snapshot
+from zmqueue.controlplane.writer_election import Candidacy, may_campaign
 
 PID = kv.PartitionId("q", 0)
 

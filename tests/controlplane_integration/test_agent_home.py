@@ -17,8 +17,9 @@ import pytest
 from tests.conftest import wait_for
 from tests.controlplane_integration.conftest import kv_client
 from zmqueue.controlplane.consul_client import AgentHome, ConsulClient, server_gone
-from zmqueue.controlplane.leadership import Candidacy, Elected, Event, Leadership
+from zmqueue.controlplane.leadership import Leadership
 from zmqueue.controlplane.registry import SERVICE_NAME, Registrar, Registration
+from zmqueue.controlplane.writer_election import Candidacy, Elected, Event
 from zmqueue.localcluster import ConsulCluster
 from zmqueue.localcluster.consul_agent import has_leader
 

@@ -25,8 +25,9 @@ from tests.controlplane_integration.test_managers import start_cluster
 from zmqueue.config import QueueConfig
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.consul_client import ConsulClient
-from zmqueue.controlplane.leadership import Candidacy, Leadership
+from zmqueue.controlplane.leadership import Leadership
 from zmqueue.controlplane.queue_directory import QueueDirectory
+from zmqueue.controlplane.writer_election import Candidacy
 from zmqueue.localcluster import ConsulAgent
 
 QUEUES = 18

@@ -18,13 +18,13 @@ import pytest
 from tests.conftest import running_agent, wait_for
 from tests.controlplane_integration.conftest import kv_client
 from zmqueue.controlplane import leadership
-from zmqueue.controlplane.leadership import (
+from zmqueue.controlplane.leadership import Leadership
+from zmqueue.controlplane.writer_election import (
     Candidacy,
     Confirmed,
     Deposed,
     Elected,
     Event,
-    Leadership,
     Opened,
     lock_key,
 )

@@ -13,7 +13,7 @@ import zmqueue
 from tests.conftest import HostFactory, wait_for
 from tests.controlplane_integration.conftest import all_passing, lock_holder
 from tests.helpers import Cuttable
-from zmqueue.controlplane.leadership import lock_key
+from zmqueue.controlplane.writer_election import lock_key
 from zmqueue.localcluster import ConsulAgent
 from zmqueue.protocol import FIFO_ORIGIN
 

@@ -9,7 +9,7 @@ record, as far along as its own; it was elected, and when the others came
 back they cut the record to follow its log (an acknowledged message lost).
 Now only positions published after the lock's release count, and with the
 candidate they must meet every ack quorum (2 of 3 voters)
-(``leadership.heard_enough``)."""
+(``writer_election.heard_enough``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A queue's replication mode edited in KV reaches the election: the stream
 set's version moves, so the host rebuilds its candidacies (which carry
 ``sync``: after a release, a sync stream's candidate needs its voters'
-positions published since, ``leadership.heard_enough``)."""
+positions published since, ``writer_election.heard_enough``)."""
 
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ from zmqueue.config import QueueConfig
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.discovery import HostInfo
 from zmqueue.controlplane.internal_manager import changed, confirmed, plan_internal, stream_origins
-from zmqueue.controlplane.leadership import Candidacy, heard_enough, may_campaign
 from zmqueue.controlplane.queue_directory import Snapshot
+from zmqueue.controlplane.writer_election import Candidacy, heard_enough, may_campaign
 from zmqueue.dataplane.storage import StorageConfig
 from zmqueue.dataplane.stream import Role
 from zmqueue.dataplane.streamset import StreamSet

@@ -1,9 +1,9 @@
 """What a host answers for a stream it does not write (pure: ``nowriter.no_writer``
-and ``leadership.waiting_note``)."""
+and ``writer_election.waiting_note``)."""
 
 from __future__ import annotations
 
-from zmqueue.controlplane.leadership import Candidacy, waiting_note
+from zmqueue.controlplane.writer_election import Candidacy, waiting_note
 from zmqueue.dataplane.nowriter import ConsulLost, no_writer
 from zmqueue.errors import NotLeader, Unavailable
 

@@ -10,7 +10,7 @@ import pytest
 
 from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.kvhealth import keep_last_good
-from zmqueue.controlplane.leadership import parse_lock_key
+from zmqueue.controlplane.writer_election import parse_lock_key
 from zmqueue.dataplane.replication import parse_stream_id
 from zmqueue.dataplane.storage.segment import list_segments
 from zmqueue.errors import InvalidParameter

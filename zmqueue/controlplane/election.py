@@ -1,11 +1,12 @@
 """FIFO partition leader election: a pure state machine, one per (host, partition).
 
-**The hosts do not run this module**: they run :mod:`zmqueue.controlplane.leadership`,
-whose campaign rule is simpler (sequence numbers only; the preferred writer,
-or a replica at least as far along as every healthy one). This is the
-stricter rule set below, kept with its simulation tests
-(``tests/controlplane/test_election*.py``) as the reference a future
-leadership.py should move to; docs/CONSUL_KV.md says where the two differ.
+**The hosts do not run this module**: they run :mod:`zmqueue.controlplane.writer_election`
+(from :mod:`zmqueue.controlplane.leadership`), whose campaign rule is simpler
+(sequence numbers only; the preferred writer, or a replica at least as far
+along as every healthy one). This is the stricter rule set below, kept with
+its simulation tests (``tests/controlplane/test_election*.py``) as the
+reference a future writer_election.py should move to; docs/CONSUL_KV.md says
+where the two differ.
 
 ``step(state, event) -> (state, actions)``. The Consul adapter turns lock
 watches, session renewals and peer position reports into events, and carries

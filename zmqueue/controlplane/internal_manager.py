@@ -27,7 +27,7 @@ for, given the cluster's healthy, non-draining hosts.
   that would leave fewer keepers than a majority of the new set keeps
   enough current ones (healthy first, drained ones included) in place of
   the last new hosts, until the new ones have caught up; the writer
-  election (``leadership.may_campaign``) then never picks a replica that
+  election (``writer_election.may_campaign``) then never picks a replica that
   lacks what a majority holds. In an async queue's set of one or two a
   keeper holds what the most advanced holds, and a lone replica is joined by its replacement
   before it leaves (R=1 drains). Without this, draining all of a partition's
@@ -39,7 +39,7 @@ for, given the cluster's healthy, non-draining hosts.
   voters (the other replicas) need; so is every non-keeper of a new set in
   which fewer than a majority are keepers (``joining_of``). Joiners are
   never keepers, the writer election counts only voters
-  (``leadership.may_campaign``), and a sync ack needs a majority of the
+  (``writer_election.may_campaign``), and a sync ack needs a majority of the
   voters too (``Stream.replicated_seq``), so a
   set that grew (R raised, a queue created on a smaller cluster, an R=1
   drain) never elects a replica that joined empty while the replicas with

@@ -292,7 +292,7 @@ def encode_leader(rec: LeaderRecord) -> bytes:
 
 def encode_position(pos: Position, seen: int = 0, confirmed: int = 0, opened: bool = False) -> bytes:
     """``seen``: Consul's index of the stream lock's release the host saw
-    before taking this position (0: none; see ``leadership.heard_enough``).
+    before taking this position (0: none; see ``writer_election.heard_enough``).
     ``confirmed``: written by the stream's writer, the highest partition
     assignment version whose change of the voters it has confirmed (0: none;
     see ``PartitionAssignment.previous``). ``opened``: the host has written
@@ -469,7 +469,7 @@ def decode_stream_acked(items: Iterable[Mapping[str, Any]] | None) -> dict[tuple
     """The :func:`stream_acked_key` of every stream in a listing under
     :data:`POSITIONS_PREFIX`: the highest seq a writer of the stream said every
     voter held. A candidate of a ``sync_quorum="all"`` stream must hold that
-    much (``leadership.may_campaign``): a voter that came back without its
+    much (``writer_election.may_campaign``): a voter that came back without its
     disk is behind every other, and must not lead while they are down."""
     out: dict[tuple[str, int, str], int] = {}
     for stream, last, key, raw in _stream_keys(items):

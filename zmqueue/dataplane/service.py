@@ -320,7 +320,7 @@ class QueueService:
         """The leadership thread confirmed these streams' locks at ``at``;
         ``by_consul`` False: through a Consul outage, unconfirmed, so their
         writes need a majority of the replicas until Consul confirms again
-        (``Stream.unconfirmed``, ``leadership.Confirmed``)."""
+        (``Stream.unconfirmed``, ``writer_election.Confirmed``)."""
         mono = time.monotonic()
         for key in streams:
             st = self.set.streams.get(key)

@@ -144,7 +144,7 @@ class Stream:
         self.lease_until = 0.0
         self.unconfirmed = False
         """The writer's lease was last extended through a Consul outage
-        (``leadership.Confirmed.by_consul``): another host may have been
+        (``writer_election.Confirmed.by_consul``): another host may have been
         elected meanwhile, so an asynchronous write too is acknowledged only
         once a majority of the replicas holds it (``quorum``)."""
         self.dedup = DedupWindow()

@@ -27,19 +27,19 @@ from zmqueue.config import HostConfig
 from zmqueue.controlplane.advisory import WarningCheck
 from zmqueue.controlplane.consul_client import AgentHome, ConsulClient
 from zmqueue.controlplane.discovery import DISK_CHECK_PREFIX, list_hosts
-from zmqueue.controlplane.leadership import (
+from zmqueue.controlplane.leadership import Leadership
+from zmqueue.controlplane.managers import ManagerRoles, RolesConfig
+from zmqueue.controlplane.queue_directory import Snapshot
+from zmqueue.controlplane.registry import Heartbeat, Registrar, Registration
+from zmqueue.controlplane.writer_election import (
     Candidacy,
     ConsulOutage,
     Deposed,
     Elected,
     Event,
-    Leadership,
     Opened,
     Waiting,
 )
-from zmqueue.controlplane.managers import ManagerRoles, RolesConfig
-from zmqueue.controlplane.queue_directory import Snapshot
-from zmqueue.controlplane.registry import Heartbeat, Registrar, Registration
 from zmqueue.dataplane.dispatch import Dispatcher, Request
 from zmqueue.dataplane.forwarder import Forwarder
 from zmqueue.dataplane.server import RequestLoop, Sockets, Wakeable
