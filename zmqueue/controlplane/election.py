@@ -2,8 +2,10 @@
 
 **The hosts do not run this module**: they run :mod:`zmqueue.controlplane.writer_election`
 (from :mod:`zmqueue.controlplane.leadership`), whose campaign rule is simpler
-(sequence numbers only; the preferred writer, or a replica at least as far
-along as every healthy one). This is the stricter rule set below, kept with
+(positions as (epoch, seq) too; the preferred writer, or a replica at least
+as far along as every healthy one, and after a synchronous stream's release
+one that heard enough voters' positions published since; no majority support
+asked of an asynchronous stream's candidate). This is the stricter rule set below, kept with
 its simulation tests (``tests/controlplane/test_election*.py``) as the
 reference a future writer_election.py should move to; docs/CONSUL_KV.md says
 where the two differ.
