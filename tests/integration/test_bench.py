@@ -3,9 +3,14 @@ are `zmqueue bench` and `python -m benchmarks.*`, never part of the suite)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -142,3 +147,54 @@ def test_the_cpu_budget_benchmark_splits_a_workloads_cpu_by_process(
     assert row["replicas"] == 0
     assert row["total"] == pytest.approx(sum(row[c] for c in cpu_budget.COLUMNS), abs=0.01)
     assert row["msgs_per_s"] > 0 and row["busy"] > 0 and row["cpu_bound_at"] > 0
+
+
+def _spawned_children(pid: int) -> list[int]:
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    out = []
+    for k in kids:
+        with contextlib.suppress(OSError):
+            if b"multiprocessing-fork" in Path(f"/proc/{k}/cmdline").read_bytes():
+                out.append(int(k))
+    return out
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_ctrl_c_at_a_terminal_stops_zmqueue_bench_and_its_workers_without_a_traceback(
+        qcluster: QueueCluster) -> None:
+    """A terminal's Ctrl-C signals the whole foreground process group: the bench
+    and its producer and consumer processes. The workers printed a
+    KeyboardInterrupt traceback each; the parent stops them itself."""
+    consul = qcluster.client.consul_addresses[0]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zmqueue", "bench", "--consul", consul, "--duration", "60", "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while len(_spawned_children(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(_spawned_children(proc.pid)) == 2, "the bench's producer and consumer did not start"
+        time.sleep(1.0)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert "interrupted; stopped every process it started" in err
+    deadline = time.monotonic() + 10  # (the resource tracker ends when it sees its parent gone)
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _group_alive(proc.pid)
