@@ -198,3 +198,18 @@ def test_ctrl_c_at_a_terminal_stops_zmqueue_bench_and_its_workers_without_a_trac
     while _group_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _group_alive(proc.pid)
+
+
+@pytest.mark.parametrize("queue_type", ["standard", "fifo"])
+def test_zmqueue_bench_sends_messages_above_the_default_queue_limit(
+        qcluster: QueueCluster, queue_type: str) -> None:
+    """--size takes up to 1 MiB, but the bench's queue kept the default
+    max_message_bytes (256 KiB): every larger send failed (0 sent, exit 3)."""
+    consul = qcluster.client.consul_addresses[0]
+    proc = subprocess.run(
+        [sys.executable, "-m", "zmqueue", "bench", "--consul", consul, "--duration", "0.5",
+         "--max-messages", "10", "--size", str(600 * 1024), "--queue-type", queue_type, "--no-progress"],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    [line] = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    assert line["sent"] > 0 and line["unique_received"] == line["sent"] and line["errors"] == []
