@@ -8,17 +8,21 @@ from typing import Any
 
 from zmqueue.config import MAX_MESSAGE_BYTES_LIMIT, SYNC_QUORUMS
 from zmqueue.errors import ConfigError
+from zmqueue.protocol import MAX_FRAME_BYTES
 
 QUEUE_TYPES = ("standard", "fifo")
 CONSUMER_MODES = ("pull", "push")
 FSYNC_POLICIES = ("always", "interval", "never")
 MAX_MESSAGES_LIMIT = 20_000_000
 HEADER_BYTES = 20
+"""Every body starts with producer (u32), sequence (u64), send time (i64 ns)."""
 MIN_RECEIVE_BATCH = 10
 FIFO_ID_BYTES = 1024
 """Room kept beside a FIFO body for its group and dedup ids, which count
 against the queue's ``max_message_bytes`` (at most 1 MiB)."""
-"""Every body starts with producer (u32), sequence (u64), send time (i64 ns)."""
+MESSAGE_OVERHEAD_BYTES = 1024
+"""Room per message beside its body in a request or reply (ids, receipts):
+a send or receive carries at most ``MAX_FRAME_BYTES`` (64 MiB)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,11 @@ class BenchConfig:
                                        f"1 MiB limit: at most {MAX_MESSAGE_BYTES_LIMIT - FIFO_ID_BYTES}")
         if self.window > 1 and self.batch > 1:
             raise bad("window", "pipelines single-message sends: use it with batch=1")
+        if (self.message_bytes + MESSAGE_OVERHEAD_BYTES) * self.per_receive > MAX_FRAME_BYTES:
+            raise bad("message_bytes", f"{self.per_receive} messages of it in one send or receive (batch x "
+                                       f"window, at least {MIN_RECEIVE_BATCH}) pass the "
+                                       f"{MAX_FRAME_BYTES >> 20} MiB one zmqueue request or reply "
+                                       "carries: a smaller size, batch or window")
         if self.max_requests is not None and not 1 <= self.max_requests <= 1000:
             raise bad("max_requests", "must be 1 to 1000")
         if self.queue_type == "fifo" and self.max_requests not in (None, 1):
@@ -101,7 +110,7 @@ class BenchConfig:
         if not 1 <= self.drain_timeout_s <= 3600:
             raise bad("drain_timeout_s", "must be 1 to 3600 seconds")
         if not 0 <= self.warmup_s < self.duration_s:
-            raise bad("warmup_s", "must be 0 or more and below duration_s")
+            raise bad("warmup_s", "must be 0 or more and below the duration (--duration)")
         if not 1 <= self.receives_in_flight <= 8:
             raise bad("receives_in_flight", "must be 1 to 8")
         if self.consumer_mode not in CONSUMER_MODES:
