@@ -213,3 +213,28 @@ def test_zmqueue_bench_sends_messages_above_the_default_queue_limit(
     assert proc.returncode == 0, proc.stderr + proc.stdout
     [line] = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
     assert line["sent"] > 0 and line["unique_received"] == line["sent"] and line["errors"] == []
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--runs", "0"], "--runs must be 1 to 50"),
+    (["--workloads", "W9"], "unknown workload 'W9'"),
+    (["--duration", "0"], "duration_s=0.0: must be 0.1 to 3600"),
+    (["--sizes", "abc"], "--sizes must be comma-separated message sizes in bytes"),
+    (["--sizes", "10"], "message_bytes=10: must be 20 to 1 MiB"),
+])
+def test_the_peer_harness_refuses_bad_options_before_it_starts_anything(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str],
+        says: str) -> None:
+    """They were a traceback (and --runs 0 started every server for nothing,
+    exit 0)."""
+    from benchmarks.peers import __main__ as peers
+
+    def no_start(*args: object) -> None:
+        raise AssertionError("started")
+
+    monkeypatch.setattr(peers, "start_all", no_start)
+    with pytest.raises(SystemExit) as exc:
+        peers.main(["--systems", "zmqueue", *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err, err
