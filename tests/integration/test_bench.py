@@ -238,3 +238,12 @@ def test_the_peer_harness_refuses_bad_options_before_it_starts_anything(
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("module", ["benchmarks.queues", "benchmarks.ceiling"])
+def test_benchmarks_refuse_runs_below_one(module: str) -> None:
+    """--runs 0 was an IndexError traceback (benchmarks.queues: after starting its cluster)."""
+    proc = subprocess.run([sys.executable, "-m", module, "--runs", "0"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and "--runs must be 1 or more, got 0" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
