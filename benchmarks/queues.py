@@ -110,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=100)
     ap.add_argument("--write", action="store_true", help=f"rewrite {DOC.name}")
     args = ap.parse_args(argv)
+    if args.runs < 1:  # (an IndexError once the runs were done, with nothing run)
+        ap.error(f"--runs must be 1 or more, got {args.runs}")
     runs: list[dict[str, Any]] = []
     # SIGTERM (e.g. from `timeout`) runs the finally below: the hosts and Consul
     # live in their own sessions and would outlive this process otherwise

@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--duration", type=float, default=2.0)
     a = ap.parse_args(argv)
+    if a.runs < 1:  # (an IndexError once the runs were done, with nothing run)
+        ap.error(f"--runs must be 1 or more, got {a.runs}")
     measure_all([int(x) for x in a.sizes.split(",")], [int(x) for x in a.batches.split(",")], a.runs,
                 a.duration)
     return 0

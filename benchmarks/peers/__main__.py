@@ -31,6 +31,7 @@ from zmqueue.bench.config import BenchConfig, preset
 from zmqueue.bench.report import json_line, summarize
 from zmqueue.bench.runner import run
 from zmqueue.bench.zmq_backend import SPEC as ZMQ_SPEC
+from zmqueue.errors import ConfigError
 from zmqueue.localcluster import LocalCluster
 
 SPECS = {
@@ -95,10 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", default="W1,W1p,W3,W4,W5,W5p,W5b",
                     help="W2 is read from the W1 runs")
     ap.add_argument("--sizes", default="100,1024")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=3, help="1-50 (default 3)")
     ap.add_argument("--duration", type=float, default=5.0, help="seconds of sending per run")
-    ap.add_argument("--half-rate", action="store_true", default=True,
-                    help="also run zmqueue R=3 sync at half its measured W5 rate (send p99 target)")
+    ap.add_argument("--half-rate", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run zmqueue R=3 sync at half its measured W5 rate (send p99 target; "
+                         "default: on)")
     ap.add_argument("--out", default=os.devnull, help="also append every run's JSON line to this file")
     ap.add_argument("--write", action="store_true",
                     help="rewrite docs/PERFORMANCE.md, docs/perf/peers.md and the charts")
@@ -118,12 +120,20 @@ def main(argv: list[str] | None = None) -> int:
     bad = set(systems) - set(SPECS)
     if bad:
         ap.error(f"unknown systems {sorted(bad)}; known: {sorted(SPECS)}")
+    if not 1 <= args.runs <= 50:  # (0 or less started every server for nothing)
+        ap.error(f"--runs must be 1 to 50, got {args.runs}")
+    try:  # every option checked before anything starts
+        sizes = [int(x) for x in args.sizes.split(",")]
+    except ValueError:
+        ap.error(f"--sizes must be comma-separated message sizes in bytes, got {args.sizes!r}")
+    try:
+        todo = plan(args.workloads.split(","), sizes, systems, args.duration)
+    except ConfigError as exc:
+        ap.error(str(exc))
     missing = missing_clients(systems)
     if missing:  # fail before starting anything, not once per run
         ap.error(f"the peers' Python clients are not installed ({', '.join(missing)}): "
                  "run `.venv/bin/pip install -c ops/constraints.txt -e '.[bench]'` first")
-    sizes = [int(x) for x in args.sizes.split(",")]
-    todo = plan(args.workloads.split(","), sizes, systems, args.duration)
     results: list[dict[str, Any]] = []
     with harness.signals_raise(), tempfile.TemporaryDirectory(prefix="zmqueue-peers-") as tmp, \
             start_all(systems, Path(tmp)) as backend_args, open(args.out, "a") as out:

@@ -3,9 +3,14 @@ are `zmqueue bench` and `python -m benchmarks.*`, never part of the suite)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -142,3 +147,103 @@ def test_the_cpu_budget_benchmark_splits_a_workloads_cpu_by_process(
     assert row["replicas"] == 0
     assert row["total"] == pytest.approx(sum(row[c] for c in cpu_budget.COLUMNS), abs=0.01)
     assert row["msgs_per_s"] > 0 and row["busy"] > 0 and row["cpu_bound_at"] > 0
+
+
+def _spawned_children(pid: int) -> list[int]:
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    out = []
+    for k in kids:
+        with contextlib.suppress(OSError):
+            if b"multiprocessing-fork" in Path(f"/proc/{k}/cmdline").read_bytes():
+                out.append(int(k))
+    return out
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_ctrl_c_at_a_terminal_stops_zmqueue_bench_and_its_workers_without_a_traceback(
+        qcluster: QueueCluster) -> None:
+    """A terminal's Ctrl-C signals the whole foreground process group: the bench
+    and its producer and consumer processes. The workers printed a
+    KeyboardInterrupt traceback each; the parent stops them itself."""
+    consul = qcluster.client.consul_addresses[0]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zmqueue", "bench", "--consul", consul, "--duration", "60", "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while len(_spawned_children(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(_spawned_children(proc.pid)) == 2, "the bench's producer and consumer did not start"
+        time.sleep(1.0)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert "interrupted; stopped every process it started" in err
+    deadline = time.monotonic() + 10  # (the resource tracker ends when it sees its parent gone)
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _group_alive(proc.pid)
+
+
+@pytest.mark.parametrize("queue_type", ["standard", "fifo"])
+def test_zmqueue_bench_sends_messages_above_the_default_queue_limit(
+        qcluster: QueueCluster, queue_type: str) -> None:
+    """--size takes up to 1 MiB, but the bench's queue kept the default
+    max_message_bytes (256 KiB): every larger send failed (0 sent, exit 3)."""
+    consul = qcluster.client.consul_addresses[0]
+    proc = subprocess.run(
+        [sys.executable, "-m", "zmqueue", "bench", "--consul", consul, "--duration", "0.5",
+         "--max-messages", "10", "--size", str(600 * 1024), "--queue-type", queue_type, "--no-progress"],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    [line] = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    assert line["sent"] > 0 and line["unique_received"] == line["sent"] and line["errors"] == []
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--runs", "0"], "--runs must be 1 to 50"),
+    (["--workloads", "W9"], "unknown workload 'W9'"),
+    (["--duration", "0"], "duration_s=0.0: must be 0.1 to 3600"),
+    (["--sizes", "abc"], "--sizes must be comma-separated message sizes in bytes"),
+    (["--sizes", "10"], "message_bytes=10: must be 20 to 1 MiB"),
+])
+def test_the_peer_harness_refuses_bad_options_before_it_starts_anything(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str],
+        says: str) -> None:
+    """They were a traceback (and --runs 0 started every server for nothing,
+    exit 0)."""
+    from benchmarks.peers import __main__ as peers
+
+    def no_start(*args: object) -> None:
+        raise AssertionError("started")
+
+    monkeypatch.setattr(peers, "start_all", no_start)
+    with pytest.raises(SystemExit) as exc:
+        peers.main(["--systems", "zmqueue", *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("module", ["benchmarks.queues", "benchmarks.ceiling"])
+def test_benchmarks_refuse_runs_below_one(module: str) -> None:
+    """--runs 0 was an IndexError traceback (benchmarks.queues: after starting its cluster)."""
+    proc = subprocess.run([sys.executable, "-m", module, "--runs", "0"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and "--runs must be 1 or more, got 0" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -46,6 +46,10 @@ def test_out_of_range_options_name_the_option(field: str, value: object) -> None
     (["--workload", "W3", "--size", "5"], "--size 5: must be 20 to 1 MiB"),
     (["--producers", "99"], "--producers 99: must be 1 to 64"),
     (["--receives-in-flight", "0"], "--receives-in-flight 0: "),
+    # (every send, or every receive of 100, failed: a request or reply is at most 64 MiB)
+    (["--size", "1048576", "--batch", "100"], "--size 1048576: 100 messages of it in one send or receive"),
+    (["--workload", "W1p", "--size", "1048576"], "--size 1048576: 100 messages of it in one send or receive"),
+    (["--warmup", "5", "--duration", "3"], "--warmup 5.0: must be 0 or more and below the duration"),
 ])
 def test_the_command_line_names_the_option_given_not_the_field_it_sets(argv: list[str], says: str) -> None:
     from zmqueue.cli.bench_cmds import configs

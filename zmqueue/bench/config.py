@@ -6,16 +6,23 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from zmqueue.config import SYNC_QUORUMS
+from zmqueue.config import MAX_MESSAGE_BYTES_LIMIT, SYNC_QUORUMS
 from zmqueue.errors import ConfigError
+from zmqueue.protocol import MAX_FRAME_BYTES
 
 QUEUE_TYPES = ("standard", "fifo")
 CONSUMER_MODES = ("pull", "push")
 FSYNC_POLICIES = ("always", "interval", "never")
 MAX_MESSAGES_LIMIT = 20_000_000
 HEADER_BYTES = 20
-MIN_RECEIVE_BATCH = 10
 """Every body starts with producer (u32), sequence (u64), send time (i64 ns)."""
+MIN_RECEIVE_BATCH = 10
+FIFO_ID_BYTES = 1024
+"""Room kept beside a FIFO body for its group and dedup ids, which count
+against the queue's ``max_message_bytes`` (at most 1 MiB)."""
+MESSAGE_OVERHEAD_BYTES = 1024
+"""Room per message beside its body in a request or reply (ids, receipts):
+a send or receive carries at most ``MAX_FRAME_BYTES`` (64 MiB)."""
 
 
 @dataclass(frozen=True)
@@ -67,15 +74,23 @@ class BenchConfig:
         def bad(field: str, why: str) -> ConfigError:
             return ConfigError(f"bench option {field}={getattr(self, field)!r}: {why}", field=field, why=why)
 
-        if not HEADER_BYTES <= self.message_bytes <= 1024 * 1024:
+        if not HEADER_BYTES <= self.message_bytes <= MAX_MESSAGE_BYTES_LIMIT:
             raise bad("message_bytes", f"must be {HEADER_BYTES} to 1 MiB (bodies carry a header)")
         for f, hi in (("producers", 64), ("consumers", 64), ("batch", 1000), ("window", 1000)):
             if not 1 <= getattr(self, f) <= hi:
                 raise bad(f, f"must be 1 to {hi}")
         if self.queue_type not in QUEUE_TYPES:
             raise bad("queue_type", f"must be one of {QUEUE_TYPES}")
+        if self.queue_type == "fifo" and self.message_bytes > MAX_MESSAGE_BYTES_LIMIT - FIFO_ID_BYTES:
+            raise bad("message_bytes", f"a FIFO message's group and dedup ids count against the queue's "
+                                       f"1 MiB limit: at most {MAX_MESSAGE_BYTES_LIMIT - FIFO_ID_BYTES}")
         if self.window > 1 and self.batch > 1:
             raise bad("window", "pipelines single-message sends: use it with batch=1")
+        if (self.message_bytes + MESSAGE_OVERHEAD_BYTES) * self.per_receive > MAX_FRAME_BYTES:
+            raise bad("message_bytes", f"{self.per_receive} messages of it in one send or receive (batch x "
+                                       f"window, at least {MIN_RECEIVE_BATCH}) pass the "
+                                       f"{MAX_FRAME_BYTES >> 20} MiB one zmqueue request or reply "
+                                       "carries: a smaller size, batch or window")
         if self.max_requests is not None and not 1 <= self.max_requests <= 1000:
             raise bad("max_requests", "must be 1 to 1000")
         if self.queue_type == "fifo" and self.max_requests not in (None, 1):
@@ -95,7 +110,7 @@ class BenchConfig:
         if not 1 <= self.drain_timeout_s <= 3600:
             raise bad("drain_timeout_s", "must be 1 to 3600 seconds")
         if not 0 <= self.warmup_s < self.duration_s:
-            raise bad("warmup_s", "must be 0 or more and below duration_s")
+            raise bad("warmup_s", "must be 0 or more and below the duration (--duration)")
         if not 1 <= self.receives_in_flight <= 8:
             raise bad("receives_in_flight", "must be 1 to 8")
         if self.consumer_mode not in CONSUMER_MODES:

@@ -23,6 +23,7 @@ import numpy as np
 from zmqueue.bench import worker
 from zmqueue.bench.backend import load_backend_class
 from zmqueue.bench.config import BenchConfig
+from zmqueue.bench.signals import children_ignore_sigint
 from zmqueue.bench.stats import percentiles_ms
 
 JOIN_TIMEOUT_S = 30.0
@@ -60,9 +61,10 @@ def _run_processes(spec: str, backend_args: dict[str, Any], target: dict[str, An
     for i in range(n_p):
         procs.append(ctx.Process(target=worker.run_producer, daemon=True, name=f"producer-{i}", args=(
             spec, backend_args, target, cfg, i, i, shared, outs[i])))
-    for p in procs:
-        p.start()
     try:
+        with children_ignore_sigint():  # the parent stops them (Ctrl-C signals them too at a terminal)
+            for p in procs:
+                p.start()
         _wait_ready(shared, procs)
         t0 = time.monotonic()
         t0_ns = time.monotonic_ns()
@@ -77,6 +79,8 @@ def _run_processes(spec: str, backend_args: dict[str, Any], target: dict[str, An
         shared.stop_producers.set()
         shared.stop_consumers.set()
         for p in procs:
+            if p.pid is None:  # (not started)
+                continue
             p.join(5)
             if p.is_alive():
                 p.kill()  # by pid: this process's own child

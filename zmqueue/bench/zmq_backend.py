@@ -8,10 +8,14 @@ from typing import Any
 
 import zmqueue
 from zmqueue.bench.backend import Target
-from zmqueue.bench.config import BenchConfig
+from zmqueue.bench.config import FIFO_ID_BYTES, BenchConfig
 from zmqueue.bench.worker import RECEIVE_WAIT_S
+from zmqueue.config import MAX_MESSAGE_BYTES_LIMIT
 
 SPEC = "zmqueue.bench.zmq_backend:ZmqueueBackend"
+DEFAULT_MAX_MESSAGE_BYTES = 262144
+"""``create_queue``'s default ``max_message_bytes``: bench queues keep it
+unless their messages need more (``--size`` goes up to 1 MiB)."""
 
 
 class ZmqueueProducer:
@@ -116,11 +120,13 @@ class ZmqueueBackend:
 
     def setup(self, cfg: BenchConfig) -> Target:
         name = f"bench-{uuid.uuid4().hex[:8]}" + (".fifo" if cfg.queue_type == "fifo" else "")
+        needed = min(MAX_MESSAGE_BYTES_LIMIT, cfg.message_bytes + FIFO_ID_BYTES)
         with zmqueue.connect(self.consul) as c:
             c.create_queue(name, fifo=cfg.queue_type == "fifo", visibility_timeout=300,
                            replication_factor=cfg.replication_factor,
                            sync_replication=cfg.sync_replication, fsync=cfg.fsync,
-                           sync_quorum=cfg.sync_quorum)
+                           sync_quorum=cfg.sync_quorum,
+                           max_message_bytes=max(DEFAULT_MAX_MESSAGE_BYTES, needed))
         return {"consul": self.consul, "queue": name}
 
     def teardown(self, target: Target) -> None:

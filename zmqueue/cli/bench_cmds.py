@@ -147,13 +147,25 @@ def cluster_address(args: argparse.Namespace) -> Iterator[str]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from zmqueue.bench.report import results_table
+
+    cfgs = configs(args)
+    try:
+        rows, clean = _run_all(args, cfgs)
+    except KeyboardInterrupt:  # (Ctrl-C, SIGTERM: every process it started is stopped by now)
+        err_console.print("zmqueue bench: interrupted; stopped every process it started")
+        return 130
+    StdoutConsole(width=max(console.width, TABLE_WIDTH)).print(results_table(rows))
+    return 0 if clean else 3
+
+
+def _run_all(args: argparse.Namespace, cfgs: list[Any]) -> tuple[list[dict[str, Any]], bool]:
     from zmqueue.bench.live import LiveProgress
-    from zmqueue.bench.report import json_line, results_table, summarize
+    from zmqueue.bench.report import json_line, summarize
     from zmqueue.bench.runner import run
     from zmqueue.bench.signals import signals_raise
     from zmqueue.bench.zmq_backend import SPEC
 
-    cfgs = configs(args)
     rows: list[dict[str, Any]] = []
     clean = True
     with signals_raise(), cluster_address(args) as consul:
@@ -170,5 +182,4 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 clean = clean and r["lost"] == 0 and r["duplicates"] == 0 and not r["errors"]
                 runs.append(r)
             rows.append(summarize(runs))
-    StdoutConsole(width=max(console.width, TABLE_WIDTH)).print(results_table(rows))
-    return 0 if clean else 3
+    return rows, clean
