@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import zmqueue
+from benchmarks import _args
 from zmqueue.bench.machine import machine_summary
 from zmqueue.bench.signals import signals_raise
 from zmqueue.bench.stats import median, percentiles_ms
@@ -143,7 +144,7 @@ Per run and step (JSON lines):
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", default="0,100,200", help="idle queues beside the probe, cumulative")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=_args.runs, default=3)
     ap.add_argument("--sends", type=int, default=1500)
     ap.add_argument("--write", action="store_true", help=f"rewrite {DOC.name}")
     ap.add_argument("--note", default="", help="a paragraph to print under the table")

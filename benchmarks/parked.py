@@ -44,6 +44,7 @@ from typing import Any
 import zmq
 
 import zmqueue
+from benchmarks import _args
 from benchmarks.hosttrees import host_trees, running_cluster, tree_env
 from zmqueue import protocol
 from zmqueue.protocol import Command
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated: P (polls on one partition) or PxN (P polls over N partitions); "
                          "P 0: one push subscription (prefetch 10) instead")
     ap.add_argument("--duration", type=float, default=4.0, help="seconds per phase (each run: two)")
-    ap.add_argument("--runs", type=int, default=3, help="runs per host tree")
+    ap.add_argument("--runs", type=_args.runs, default=3, help="runs per host tree")
     ap.add_argument("--host-tree", action="append", default=[], metavar="LABEL=PATH",
                     help="also run the hosts from this source tree (runs alternate between trees)")
     ap.add_argument("--write", action="store_true", help="write docs/perf/parked.md")

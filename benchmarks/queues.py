@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import zmqueue
+from benchmarks import _args
 from zmqueue.bench.machine import machine_summary
 from zmqueue.bench.queueops import measure_side_by_side
 from zmqueue.bench.signals import signals_raise
@@ -103,15 +104,13 @@ Per run (JSON lines):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=_args.runs, default=3)
     ap.add_argument("--duration", type=float, default=3.0, help="seconds per throughput phase")
     ap.add_argument("--single", type=int, default=3000, help="single sends per run")
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--batch", type=int, default=100)
     ap.add_argument("--write", action="store_true", help=f"rewrite {DOC.name}")
     args = ap.parse_args(argv)
-    if args.runs < 1:  # (an IndexError once the runs were done, with nothing run)
-        ap.error(f"--runs must be 1 or more, got {args.runs}")
     runs: list[dict[str, Any]] = []
     # SIGTERM (e.g. from `timeout`) runs the finally below: the hosts and Consul
     # live in their own sessions and would outlive this process otherwise

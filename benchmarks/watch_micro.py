@@ -33,6 +33,7 @@ import timeit
 from types import SimpleNamespace
 from typing import Any, cast
 
+from benchmarks import _args
 from zmqueue.dataplane.dispatch import Outbox, Request
 from zmqueue.dataplane.waiting import Waiters
 from zmqueue.protocol import Command, Flags, Frame
@@ -98,7 +99,7 @@ def cancel_cost(parts: int, clients: int, runs: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=_args.runs, default=5)
     ap.add_argument("--json", action="store_true", help="one JSON object: microseconds per row")
     args = ap.parse_args()
     rows = {f"due_{n}_us": due_cost(n, args.runs) * 1e6 for n in (64, 2000)}

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _args
 from benchmarks.analytics.generate import dir_bytes, generate
 
 COLUMNS = ["queue", "time"]
@@ -237,7 +238,7 @@ Rerun:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=10_000_000)
-    ap.add_argument("--runs", type=int, default=9)
+    ap.add_argument("--runs", type=_args.runs, default=9)
     ap.add_argument("--budget-s", type=float, default=240.0)
     ap.add_argument("--out", default=None, help="write the markdown report here (docs/perf/analytics.md)")
     ap.add_argument("--work", default=None, help="work directory (default: a temporary one, removed)")

@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from benchmarks import _args
 from zmqueue.bench import ceiling
 from zmqueue.bench.stats import median
 
@@ -32,11 +33,9 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="100,1024")
     ap.add_argument("--batches", default="1,100")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=_args.runs, default=3)
     ap.add_argument("--duration", type=float, default=2.0)
     a = ap.parse_args(argv)
-    if a.runs < 1:  # (an IndexError once the runs were done, with nothing run)
-        ap.error(f"--runs must be 1 or more, got {a.runs}")
     measure_all([int(x) for x in a.sizes.split(",")], [int(x) for x in a.batches.split(",")], a.runs,
                 a.duration)
     return 0

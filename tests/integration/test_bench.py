@@ -240,10 +240,13 @@ def test_the_peer_harness_refuses_bad_options_before_it_starts_anything(
     assert says in err and "Traceback" not in err, err
 
 
-@pytest.mark.parametrize("module", ["benchmarks.queues", "benchmarks.ceiling"])
+@pytest.mark.parametrize("module", ["benchmarks.queues", "benchmarks.ceiling", "benchmarks.many_queues",
+                                    "benchmarks.parked", "benchmarks.watch_micro",
+                                    "benchmarks.analytics.bench_spark"])
 def test_benchmarks_refuse_runs_below_one(module: str) -> None:
-    """--runs 0 was an IndexError traceback (benchmarks.queues: after starting its cluster)."""
+    """--runs 0 was an IndexError traceback (benchmarks.queues: after starting its cluster), or ran
+    nothing and reported an empty median."""
     proc = subprocess.run([sys.executable, "-m", module, "--runs", "0"], capture_output=True, text=True,
                           timeout=60)
-    assert proc.returncode == 2 and "--runs must be 1 or more, got 0" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "argument --runs: must be 1 or more, got 0" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
