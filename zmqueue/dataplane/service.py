@@ -553,7 +553,9 @@ class QueueService:
                      else F.get_list(body, "m", MAX_BATCH, name="messages"))
             info = self.meta.partitions.get(part)
             stored = None
-            if info is not None and len(info.replicas) > 1:  # (R=1: no other host holds a copy)
+            # (R=1 from the start: no other host holds a copy; after R was lowered or a
+            # drain to one replica, this host writes the streams the others wrote)
+            if info is not None and (len(info.replicas) > 1 or len(self.set.partition_streams(part)) > 1):
                 tag = request_tag(req.user or "", req.frame.request_id, req.fingerprint)
                 stored = self.replicator.resends.get(part[0], part[1], tag, len(items), now)
                 if stored is None and body.get(RETRY_MARK):
