@@ -14,8 +14,8 @@ import time
 import pytest
 
 import zmqueue
-from tests.conftest import HostFactory, wait_for
-from tests.helpers import consul_for
+from tests.conftest import HostFactory, all_passing, wait_for
+from tests.helpers import check_statuses, consul_for
 from tests.replication.test_failover import _request_or_none, by_node, three_hosts
 from zmqueue.localcluster import ConsulAgent
 from zmqueue.protocol import RETRY_MARK
@@ -100,8 +100,9 @@ def test_replication_factor_raised_then_lowered_under_traffic_loses_no_acknowled
         assert q.stats()["total"] == 0
 
 
+@pytest.mark.parametrize("restarted", [False, True], ids=["running", "restarted"])
 def test_a_send_retried_at_the_one_replica_left_after_r_was_lowered_is_answered_not_stored_again(
-        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+        hosts: HostFactory, consul_agent: ConsulAgent, restarted: bool) -> None:
     """Each host stored and replicated a send; R is then lowered to 1, and
     the client's retries (same request ids) reach the one replica left,
     which now writes the other hosts' streams too. It answers them with the
@@ -109,8 +110,10 @@ def test_a_send_retried_at_the_one_replica_left_after_r_was_lowered_is_answered_
     retry up: "R=1, no other host holds a copy". After R was lowered it
     does hold them, and it stored such a retry a second time: a duplicate
     under another id, with no host failure; the test above saw one in about
-    one run in five.)"""
-    three_hosts(hosts, consul_agent)
+    one run in five.) ``restarted``: the replica left is killed with kill -9
+    and restarted first, and answers from the streams it reopened (it noted
+    the recent sends of a stream opened from disk only with R > 1)."""
+    hs = three_hosts(hosts, consul_agent)
     name = f"rflow-{hosts.uid}"
     with zmqueue.connect(consul_agent.http_addr, request_timeout=10) as client:
         q = client.create_queue(name, replication_factor=3, visibility_timeout=60)
@@ -126,6 +129,13 @@ def test_a_send_retried_at_the_one_replica_left_after_r_was_lowered_is_answered_
         wait_for(lambda: q.stats()["total"] == 9, 10, "the sends stored")
         _edit(consul_agent, name, replication_factor=1)
         [kept] = wait_for(lambda: _settled(consul_agent, name, 1), 60, "one replica left")
+        if restarted:
+            by_node(hs, kept).kill9()
+            hosts.restart(by_node(hs, kept))
+            wait_for(lambda: all_passing(check_statuses(consul_agent, kept)), 60, f"{kept} passing again")
+            eps[kept] = wait_for(lambda: client.queue_info(name)["partitions"][0]["endpoints"].get(kept)
+                                 not in (None, eps[kept]) and client.queue_info(name)["partitions"][0][
+                                     "endpoints"][kept], 30, f"{kept}'s new endpoint listed")
         at_kept = client.connection(eps[kept])
         for node, (body, rid, first) in sent.items():
             if node != kept:

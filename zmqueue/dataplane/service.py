@@ -174,8 +174,9 @@ class QueueService:
         self.set.on_open = self._note_recent_sends
 
     def _note_recent_sends(self, st: Stream, now: int) -> None:
-        """A replicated stream opened from disk: its recent sends can answer retries."""
-        if len(st.replicas) > 1 and st.store.last_seq:
+        """A replicated stream opened from disk: its recent sends can answer retries
+        (with R > 1, or a stream another host wrote: R was lowered, or drained to one)."""
+        if (len(st.replicas) > 1 or st.key[2] not in (self.node, FIFO_ORIGIN)) and st.store.last_seq:
             self.replicator.resends.note_recent(st.queue, st.partition, st.store, now, st.key[2])
 
     def meta_peer_endpoint(self, node: str) -> str | None:
