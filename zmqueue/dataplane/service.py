@@ -174,8 +174,9 @@ class QueueService:
         self.set.on_open = self._note_recent_sends
 
     def _note_recent_sends(self, st: Stream, now: int) -> None:
-        """A replicated stream opened from disk: its recent sends can answer retries."""
-        if len(st.replicas) > 1 and st.store.last_seq:
+        """A replicated stream opened from disk: its recent sends can answer retries
+        (with R > 1, or a stream another host wrote: R was lowered, or drained to one)."""
+        if (len(st.replicas) > 1 or st.key[2] not in (self.node, FIFO_ORIGIN)) and st.store.last_seq:
             self.replicator.resends.note_recent(st.queue, st.partition, st.store, now, st.key[2])
 
     def meta_peer_endpoint(self, node: str) -> str | None:
@@ -553,7 +554,9 @@ class QueueService:
                      else F.get_list(body, "m", MAX_BATCH, name="messages"))
             info = self.meta.partitions.get(part)
             stored = None
-            if info is not None and len(info.replicas) > 1:  # (R=1: no other host holds a copy)
+            # (R=1 from the start: no other host holds a copy; after R was lowered or a
+            # drain to one replica, this host writes the streams the others wrote)
+            if info is not None and (len(info.replicas) > 1 or len(self.set.partition_streams(part)) > 1):
                 tag = request_tag(req.user or "", req.frame.request_id, req.fingerprint)
                 stored = self.replicator.resends.get(part[0], part[1], tag, len(items), now)
                 if stored is None and body.get(RETRY_MARK):

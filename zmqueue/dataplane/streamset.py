@@ -175,13 +175,26 @@ class StreamSet:
         for key in [k for k in self.failed if k not in want]:
             del self.failed[key]
         closed = []
+        behind: dict[PartKey, int] = {}
         for key in list(self.streams):
             if key not in want:
                 inc, remove = self.streams[key].config.incarnation, self._deleted(key, meta)
+                if not remove and self._left_to_strangers(key, meta):
+                    part = (key[0], key[1])
+                    behind[part] = behind.get(part, 0) + self.streams[key].store.stats(now_ms)["total"]
                 self.close_stream(key, remove=remove)
                 if not remove:
                     self._kept[key] = inc
                 closed.append(key)
+        for part, n in behind.items():
+            if n:
+                log.warning("partition %s/%d was given replicas %s, none of which held a copy of it (its "
+                            "assignment was edited in Consul KV with new replicas, as for a move to another "
+                            "cluster): the %d messages this host holds of it are not carried over and are "
+                            "no longer delivered; their files are kept in %s. To move a partition with its "
+                            "messages, edit only its `cluster` (docs/OPERATOR_GUIDE.md, Steering)",
+                            part[0], part[1], list(meta.partitions[part].replicas), n,
+                            self.root / part[0] / str(part[1]))
         for key, (cfg, info) in want.items():
             replicas = info.replicas
             st = self.streams.get(key)
@@ -213,6 +226,16 @@ class StreamSet:
                                                                info.previous, info.version)
             st.handing_over = self.node in info.leaving and not cfg.sync_replication
         return closed
+
+    def _left_to_strangers(self, key: StreamKey, meta: Metadata) -> bool:
+        """Whether stream ``key`` closes because this host left its partition's
+        replicas and none of the new replicas was one of its replicas before:
+        no copy of it is left to catch up from (a drain, a failed host's
+        replacement and a move edited as ``cluster`` alone always keep one)."""
+        info = meta.partitions.get((key[0], key[1]))
+        if info is None or key[0] not in meta.configs or self.node in info.replicas:
+            return False
+        return not set(info.replicas) & set(self.streams[key].replicas)
 
     @staticmethod
     def _recreated(st: Stream, cfg: QueueConfig, meta: Metadata) -> bool:
