@@ -38,9 +38,12 @@ def fit(ring: Ring, deliver: IntArray, room: int, at_least_one: bool) -> IntArra
     """The longest prefix of ``deliver`` (slots in ascending order) whose
     payloads (body + attributes) add up to at most ``room`` bytes; its first
     slot even if larger when ``at_least_one``. Free for the usual receive: the
-    arena span the slots occupy bounds their sum (:meth:`Ring.span_bytes`);
-    only a span above ``room`` is summed (one cumulative sum)."""
+    bytes the arena holds (``top``), else the span the slots occupy in it
+    (:meth:`Ring.span_bytes`), bound their sum; only a span above ``room`` is
+    summed (one cumulative sum)."""
     n = len(deliver)
+    if ring.top <= room or (n == 1 and at_least_one):
+        return deliver
     if not n or ring.span_bytes(int(deliver[0]), int(deliver[-1])) <= room:
         return deliver
     total = np.cumsum(ring.payload_lens(deliver))
