@@ -67,6 +67,18 @@ MAX_FRAME_BYTES)."""
 MAX_BATCH = 1000
 """Most messages, receipts or dead letters one request carries (SEND ``m``/``b``/``dl``,
 RECEIVE ``max``, DELETE and CHANGE_VISIBILITY ``r``)."""
+REPLY_MESSAGE_BYTES_MAX = 32 * 1024 * 1024
+"""Most bytes of messages (bodies plus attributes, as stored) a host hands out
+in one reply or push: a RECEIVE (a parked long poll's too, and one carrying
+deletes) or a subscription's DELIVER. A receive may therefore return fewer
+than ``max`` messages, and always at least one when any is receivable (a
+message is at most 1 MiB, ``config.MAX_MESSAGE_BYTES_LIMIT``); the others stay
+visible, their receive counts untouched. Well below MAX_FRAME_BYTES: the
+per-message fields (id, receipt, counts) of MAX_BATCH messages and an
+encrypted queue's overhead fit in the rest. Before, 100 messages of 1 MiB made
+a reply the client's socket dropped (ZMQ_MAXMSGSIZE) after they were taken in
+flight: they came back only after their visibility timeout, or went to the
+dead-letter queue unseen."""
 MAX_REQUEST_ITEMS = 256 * 1024
 """Most values (array elements and map entries, nested ones too) a host
 decodes from one request body. Decoding builds a Python object per value: one

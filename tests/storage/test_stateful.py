@@ -137,22 +137,27 @@ class StoreMachine(RuleBasedStateMachine):
         visibility=st.sampled_from([10, 50, 200]),
         max_rc=st.sampled_from([None, None, 2]),
         as_columns=st.booleans(),
+        # bodies are up to 704 bytes: budgets that take none, one, a few
+        max_bytes=st.sampled_from([None, None, 0, 700, 1500, 3000]),
+        spent=st.sampled_from([0, 0, 600]),
     )
-    def receive(self, k: int, visibility: int, max_rc: int | None, as_columns: bool) -> None:
+    def receive(self, k: int, visibility: int, max_rc: int | None, as_columns: bool,
+                max_bytes: int | None, spent: int) -> None:
         expected = self.candidates()
+        spent = 0 if max_bytes is None else spent
         if as_columns:  # the same messages, as columns when all are plain
-            values, dead = self.store.receive_columns(k, self.now, visibility, max_receive_count=max_rc)
+            values, dead = self.store.receive_columns(k, self.now, visibility, max_receive_count=max_rc,
+                                                      max_bytes=max_bytes, spent_bytes=spent)
             if isinstance(values, Columns):
                 assert values.visible_at_ms == self.now + visibility
                 assert all(not self.model[s].attributes and not self.model[s].group for s in values.seqs)
                 values = values.delivered()
             got = values
         else:
-            got, dead = self.store.receive(k, self.now, visibility, max_receive_count=max_rc)
-        returned = sorted([d.seq for d in got] + [d.seq for d in dead])
-        assert returned == expected[: len(returned)], (returned, expected)
-        if len(returned) < min(k, len(expected)):
-            assert self.store.backlog.cursor is not None, (returned, expected)
+            got, dead = self.store.receive(k, self.now, visibility, max_receive_count=max_rc,
+                                           max_bytes=max_bytes, spent_bytes=spent)
+        self.check_received(expected, k, max_rc, max_bytes, spent, [d.seq for d in got],
+                            [d.seq for d in dead])
         for d in got:
             m = self.model[d.seq]
             assert max_rc is None or m.receive_count < max_rc
@@ -164,6 +169,35 @@ class StoreMachine(RuleBasedStateMachine):
             m = self.model[d.seq]
             assert max_rc is not None and m.receive_count >= max_rc
             m.state = "moving"
+
+    def size(self, seq: int) -> int:
+        return len(self.model[seq].body) + len(self.model[seq].attributes)
+
+    def check_received(self, expected: list[int], k: int, max_rc: int | None, max_bytes: int | None,
+                       spent: int, got: list[int], dead: list[int]) -> None:
+        """A receive took the first candidates (``expected``) as dead letters
+        and messages, except that the messages are the longest prefix of the
+        deliverable candidates within ``max_bytes`` with ``spent`` (at least
+        one when ``spent`` is 0): the others stay receivable, the dead letters
+        picked with them go."""
+        def is_dead(s: int) -> bool:
+            return max_rc is not None and self.model[s].receive_count >= max_rc
+
+        returned = sorted(got + dead)
+        picked = expected[: expected.index(returned[-1]) + 1] if returned else []
+        assert sorted(dead) == [s for s in picked if is_dead(s)], (dead, picked)
+        deliverable = [s for s in expected if not is_dead(s)]
+        assert sorted(got) == deliverable[: len(got)], (got, deliverable)
+        used = spent + sum(map(self.size, got))
+        if max_bytes is not None and got and not (spent == 0 and len(got) == 1):
+            assert used <= max_bytes, (used, max_bytes)
+        left = deliverable[len(got) :]
+        cut = (max_bytes is not None and bool(left) and bool(got or spent)
+               and used + self.size(left[0]) > max_bytes)
+        if left and left[0] in picked:
+            assert cut, ("a message picked was left out within the budget", got, picked)
+        if len(returned) < min(k, len(expected)):
+            assert cut or self.store.backlog.cursor is not None, (returned, expected)
 
     @rule(visibility=st.sampled_from([50, 200]))
     def consumers_holding_what_they_receive_still_reach_the_backlog(self, visibility: int) -> None:

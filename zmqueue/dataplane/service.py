@@ -52,7 +52,7 @@ from zmqueue.errors import (
     ZmqueueError,
     to_wire,
 )
-from zmqueue.protocol import MAX_BATCH, RETRY_MARK, Command, Receipt, hex_ids
+from zmqueue.protocol import MAX_BATCH, REPLY_MESSAGE_BYTES_MAX, RETRY_MARK, Command, Receipt, hex_ids
 
 log = logging.getLogger(__name__)
 
@@ -631,14 +631,18 @@ class QueueService:
              cols: bool = False) -> dict[str, Any]:
         """Up to ``max_n`` messages from ``streams``, as a RECEIVE reply:
         ``{"m": message lists}``, plus ``"ms": column groups`` when ``cols``
-        and there is one (see Stream.receive)."""
+        and there is one (see Stream.receive). Their bytes are at most
+        :data:`REPLY_MESSAGE_BYTES_MAX` in all: what a stream handed out counts
+        against the next one's (at least one message per reply, though)."""
         lists: list[list[Any]] = []
         groups: list[list[Any]] = []
-        n = 0
-        for st in streams:
-            if n >= max_n:
+        n = spent = 0
+        for i, st in enumerate(streams):
+            if n >= max_n or spent >= REPLY_MESSAGE_BYTES_MAX:
                 break
-            group, msgs, dead = st.receive(max_n - n, st.visibility_ms(vis_s), now, cols)
+            group, msgs, dead, nbytes = st.receive(max_n - n, st.visibility_ms(vis_s), now, cols, spent,
+                                                   count_bytes=i + 1 < len(streams))
+            spent += nbytes
             if group is not None or msgs or dead:
                 self.dirty.add(st.key)
             if dead:

@@ -41,7 +41,15 @@ from zmqueue.dataplane.storage.records import Table
 from zmqueue.dataplane.storage.replay import F_ATTR_LEN, F_BODY_LEN, F_DATA_OFF, F_ID, F_TIME
 from zmqueue.dataplane.topology import StreamKey
 from zmqueue.errors import InvalidParameter, InvalidReceipt, Unavailable
-from zmqueue.protocol import Receipt, ReceiptEncoder, check_size, decode_blob, encode_blob, hex_ids
+from zmqueue.protocol import (
+    REPLY_MESSAGE_BYTES_MAX,
+    Receipt,
+    ReceiptEncoder,
+    check_size,
+    decode_blob,
+    encode_blob,
+    hex_ids,
+)
 
 log = logging.getLogger(__name__)
 
@@ -467,10 +475,17 @@ class Stream:
         self.store.append(msgs, now_ms, self.epoch)
 
     # --- receive -------------------------------------------------------------------
-    def receive(self, max_messages: int, visibility_ms: int, now_ms: int, cols: bool = False
-                ) -> tuple[list[Any] | None, list[list[Any]], list[Delivered]]:
+    def receive(self, max_messages: int, visibility_ms: int, now_ms: int, cols: bool = False,
+                spent_bytes: int = 0, count_bytes: bool = False
+                ) -> tuple[list[Any] | None, list[list[Any]], list[Delivered], int]:
         """Up to ``max_messages`` messages: (column group or None, wire-encoded
-        message lists, the dead letters the caller must move to the DLQ).
+        message lists, the dead letters the caller must move to the DLQ, and
+        with ``count_bytes`` the bytes of the messages handed out, else 0).
+
+        Their bytes (bodies + attributes as stored) are at most
+        :data:`REPLY_MESSAGE_BYTES_MAX` with ``spent_bytes``, what the reply
+        already holds from other streams; at least one message when that is 0
+        (the store's ``max_bytes``): only those are taken in flight.
 
         With ``cols`` (a client that reads them: RECEIVE ``cols``), a batch of
         plain messages (no attributes, no cipher; not FIFO, whose messages
@@ -479,19 +494,24 @@ class Stream:
         client builds each receipt only if it is read; any other batch is
         :meth:`encode_delivered` lists."""
         mrc = self.config.max_receive_count if self.config.dead_letter_queue else None
+        cap = REPLY_MESSAGE_BYTES_MAX
         if cols and self.cipher is None and not self.config.fifo:
-            got, dead = self.store.receive_columns(max_messages, now_ms, visibility_ms, max_receive_count=mrc)
+            got, dead = self.store.receive_columns(max_messages, now_ms, visibility_ms, max_receive_count=mrc,
+                                                   max_bytes=cap, spent_bytes=spent_bytes)
             if isinstance(got, Columns):
+                nbytes = sum(map(len, got.bodies)) if count_bytes else 0
                 return [self.key[2], self.epoch, got.message_ids, got.bodies, got.seqs, got.receive_counts,
-                        got.enqueue_ms], [], dead
+                        got.enqueue_ms], [], dead, nbytes
             delivered = got
         else:
             if self.cipher is not None:  # (no key at all: refused before any message is taken)
                 self.cipher.check_readable()
-            delivered, dead = self.store.receive(max_messages, now_ms, visibility_ms, max_receive_count=mrc)
-            if self.cipher is not None:
-                return None, self._open_delivered(delivered, now_ms), dead
-        return None, [self.encode_delivered(d) for d in delivered], dead
+            delivered, dead = self.store.receive(max_messages, now_ms, visibility_ms, max_receive_count=mrc,
+                                                max_bytes=cap, spent_bytes=spent_bytes)
+        nbytes = sum([len(d.body) + len(d.attributes) for d in delivered]) if count_bytes else 0
+        if self.cipher is not None:
+            return None, self._open_delivered(delivered, now_ms), dead, nbytes
+        return None, [self.encode_delivered(d) for d in delivered], dead, nbytes
 
     def _open_delivered(self, delivered: list[Delivered], now_ms: int) -> list[list[Any]]:
         """The messages of an encrypted queue as wire lists; one this host

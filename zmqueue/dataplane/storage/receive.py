@@ -34,6 +34,23 @@ def pick(ring: Ring, fifo: bool, now_ms: int, k: int, max_rc: int | None) -> tup
     return select.split_dead(ring, idx, max_rc)
 
 
+def fit(ring: Ring, deliver: IntArray, room: int, at_least_one: bool) -> IntArray:
+    """The longest prefix of ``deliver`` (slots in ascending order) whose
+    payloads (body + attributes) add up to at most ``room`` bytes; its first
+    slot even if larger when ``at_least_one``. Free for the usual receive: the
+    bytes the arena holds (``top``), else the span the slots occupy in it
+    (:meth:`Ring.span_bytes`), bound their sum; only a span above ``room`` is
+    summed (one cumulative sum)."""
+    n = len(deliver)
+    if ring.top <= room or (n == 1 and at_least_one):
+        return deliver
+    if not n or ring.span_bytes(int(deliver[0]), int(deliver[-1])) <= room:
+        return deliver
+    total = np.cumsum(ring.payload_lens(deliver))
+    k = int(np.searchsorted(total, room, side="right"))
+    return deliver[: max(k, 1) if at_least_one else k]
+
+
 def mark(ring: Ring, deliver: IntArray, dead: IntArray, deadline: int) -> None:
     """Delivered slots go IN_FLIGHT until ``deadline``; dead letters go MOVING."""
     meta = ring.meta
@@ -120,14 +137,25 @@ LogRefs = Callable[[RecordType, MetaRows, int, int], None]  # (type, rows, now_m
 
 def receive(
     ring: Ring, fifo: bool, now_ms: int, k: int, visibility_ms: int, max_rc: int | None, log: LogRefs,
-    as_columns: bool = False,
-) -> tuple[list[Delivered] | Columns, list[Delivered]]:
+    as_columns: bool = False, room: int | None = None, at_least_one: bool = True,
+) -> tuple[list[Delivered] | Columns, list[Delivered], bool]:
     """Pick, mark, log one VISIBILITY record per delivery (``log``), build the
     values: :class:`Columns` if ``as_columns`` and every message is plain,
-    else :class:`Delivered` (dead letters always)."""
+    else :class:`Delivered` (dead letters always); and whether ``room`` (bytes
+    of payloads, None: no bound) cut the messages picked (:func:`fit`). Only
+    the messages returned are marked: those past the cut stay receivable, and
+    a standard ring's scan hint goes back to the first of them. (Dead letters
+    are not handed out: all those picked go.)"""
     deliver, dead = pick(ring, fifo, now_ms, k, max_rc)
+    cut = False
+    if room is not None and len(deliver):
+        kept = fit(ring, deliver, room, at_least_one)
+        if len(kept) < len(deliver):
+            if not fifo:  # (a FIFO pick starts from the first live slot anyway)
+                ring.hint = min(ring.hint, int(deliver[len(kept)]))
+            deliver, cut = kept, True
     if not len(deliver) and not len(dead):
-        return [], []
+        return [], [], cut
     deadline = now_ms + visibility_ms
     mark(ring, deliver, dead, deadline)
     got: list[Delivered] | Columns = []
@@ -138,7 +166,7 @@ def receive(
         rows = ring.meta[first : first + n] if int(deliver[-1]) - first == n - 1 else ring.meta[deliver]
         log(RecordType.VISIBILITY, rows, now_ms, deadline)
         got = (as_columns and columns(ring, rows, deadline)) or delivered(ring, rows)
-    return got, delivered(ring, ring.meta[dead]) if len(dead) else []
+    return got, delivered(ring, ring.meta[dead]) if len(dead) else [], cut
 
 
 def receipt_slot(ring: Ring, seq: int, receive_count: int) -> int:

@@ -186,6 +186,7 @@ class Ring:
         self.receive_count = self.meta["receive_count"]
         self.group_hash = self.meta["group_hash"]
         self._blen, self._alen = self.meta["body_len"], self.meta["attr_len"]
+        self._off = self.meta["off"]
         self._ids = self.meta["message_id"]
         self._words: npt.NDArray[np.uint64] = self.meta.view(np.uint64).reshape(slots, META_WORDS)
         self._meta_bytes = self.meta.view(np.uint8).data  # writable byte views (struct.pack_into)
@@ -500,6 +501,19 @@ class Ring:
         self.hint, self.hint_deadline = 0, -1
         self.inflight, self.groups, self.live_from = None, None, 0
         self.version += 1
+
+    def span_bytes(self, first: int, last: int) -> int:
+        """Arena bytes from slot ``first``'s payload to the end of slot
+        ``last``'s (``first <= last``): at least the payload bytes of the
+        slots between them, which the arena holds in slot order (inserts go
+        at its top, a compaction keeps the order)."""
+        end = int(self._off[last]) + int(self._blen[last]) + int(self._alen[last])
+        return end - int(self._off[first])
+
+    def payload_lens(self, slots: IntArray) -> IntArray:
+        """Payload bytes (body + attributes) of each of ``slots``."""
+        lens: IntArray = self._blen[slots].astype(np.int64) + self._alen[slots]
+        return lens
 
     def message_id(self, i: int) -> bytes:
         """The 16-byte message id of slot ``i``."""

@@ -58,6 +58,13 @@ def _count(got: Columns | list[Delivered]) -> int:
     return got.size if isinstance(got, Columns) else len(got)
 
 
+def _payload_bytes(got: Columns | list[Delivered]) -> int:
+    """Bytes of the payloads (bodies + attributes) of messages handed out."""
+    if isinstance(got, Columns):
+        return sum(map(len, got.bodies))
+    return sum([len(d.body) + len(d.attributes) for d in got])
+
+
 def _joined(a: Columns | list[Delivered], b: Columns | list[Delivered]) -> Columns | list[Delivered]:
     """One request's two receives, in order (Delivered values unless both are columns)."""
     if isinstance(a, Columns) and isinstance(b, Columns):
@@ -284,9 +291,19 @@ class PartitionStore:
         visibility_ms: int,
         *,
         max_receive_count: int | None = None,
+        max_bytes: int | None = None,
+        spent_bytes: int = 0,
     ) -> tuple[list[Delivered], list[Delivered]]:
-        """Mark up to ``max_messages`` visible messages in flight; see the contract."""
-        got, dead = self._receive(max_messages, now_ms, visibility_ms, max_receive_count, False)
+        """Mark up to ``max_messages`` visible messages in flight; see the contract.
+
+        ``max_bytes`` (None: no bound) bounds the bytes of the messages taken
+        (bodies + attributes as stored) together with ``spent_bytes``, what
+        the reply already holds (from other streams): the messages taken are
+        the longest prefix of those that would be that fits, and at least one
+        when ``spent_bytes`` is 0. The others stay receivable, their receive
+        counts untouched. Dead letters do not count (they are not handed out)."""
+        got, dead = self._receive(max_messages, now_ms, visibility_ms, max_receive_count, False,
+                                  max_bytes, spent_bytes)
         assert isinstance(got, list)
         return got, dead
 
@@ -297,13 +314,17 @@ class PartitionStore:
         visibility_ms: int,
         *,
         max_receive_count: int | None = None,
+        max_bytes: int | None = None,
+        spent_bytes: int = 0,
     ) -> tuple[Columns | list[Delivered], list[Delivered]]:
         """:meth:`receive`, the messages as :class:`Columns` when every one is
         plain (no attributes, no group), else as :class:`Delivered` values."""
-        return self._receive(max_messages, now_ms, visibility_ms, max_receive_count, True)
+        return self._receive(max_messages, now_ms, visibility_ms, max_receive_count, True,
+                             max_bytes, spent_bytes)
 
     def _receive(
-        self, max_messages: int, now_ms: int, visibility_ms: int, max_rc: int | None, as_columns: bool
+        self, max_messages: int, now_ms: int, visibility_ms: int, max_rc: int | None, as_columns: bool,
+        max_bytes: int | None = None, spent: int = 0,
     ) -> tuple[Columns | list[Delivered], list[Delivered]]:
         self._check_open(now_ms)
         if max_messages <= 0:
@@ -316,13 +337,21 @@ class PartitionStore:
         # more it can take in the ring (a FIFO one: with nothing at all, so
         # no group it took from is skipped), pages in as a starved receive:
         # the ring grows or compacts for the next message if it must.
+        # A receive cut by ``max_bytes`` has taken all it may: no paging in.
         self._page_in(now_ms, needed=fifo)
-        got, dead = receive.receive(ring, fifo, now_ms, max_messages, visibility_ms, max_rc, log, as_columns)
+        room = None if max_bytes is None else max_bytes - spent
+        got, dead, cut = receive.receive(ring, fifo, now_ms, max_messages, visibility_ms, max_rc, log,
+                                         as_columns, room, spent == 0)
         short = max_messages - _count(got) - len(dead)
-        if short > 0 and self.backlog.cursor is not None and (not fifo or short == max_messages):
+        if (short > 0 and not cut and self.backlog.cursor is not None
+                and (not fifo or short == max_messages)):
             # (the values above are built: paging in may compact the arena)
             self._page_in(now_ms, starved=True)
-            more, gone = receive.receive(ring, fifo, now_ms, short, visibility_ms, max_rc, log, as_columns)
+            first = spent == 0 and not _count(got)
+            if room is not None and _count(got):
+                room -= _payload_bytes(got)
+            more, gone, _ = receive.receive(ring, fifo, now_ms, short, visibility_ms, max_rc, log, as_columns,
+                                            room, first)
             got = _joined(got, more)
             dead += gone
         return got, dead
