@@ -134,6 +134,21 @@ def take_and_delete(q: Any, max_messages: int, into: list[bytes], wait_time: flo
     return len(msgs)
 
 
+def bodies_of(q: Any, n: int, timeout_s: float, what: str) -> list[bytes]:
+    """Receive from ``q`` (a zmqueue Queue) until ``n`` messages came, or fail
+    after ``timeout_s``; their bodies, sorted (the messages are not deleted)."""
+    from tests.conftest import wait_for
+
+    got: list[bytes] = []
+
+    def enough() -> bool:
+        got.extend(m.body for m in q.receive(10, wait_time=1))
+        return len(got) >= n
+
+    wait_for(enough, timeout_s, what)
+    return sorted(got)
+
+
 def back_and_not_dead_lettered(q: Any, dlq: Any, visibility_s: int, timeout_s: float = 30) -> Any:
     """The one message of ``q`` comes back (visible) once its visibility
     timeout runs out, and stays there; returned, received once more. (The

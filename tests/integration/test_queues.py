@@ -17,7 +17,7 @@ import pytest
 
 import zmqueue
 from tests.conftest import QueueCluster, wait_for
-from tests.helpers import back_and_not_dead_lettered
+from tests.helpers import back_and_not_dead_lettered, bodies_of
 from tests.security.harness import metric, scrape
 from zmqueue import OutgoingMessage
 from zmqueue.client import receiving
@@ -762,14 +762,7 @@ def test_a_redrive_that_cannot_move_its_messages_says_why_and_hides_none(qcluste
     target = c.create_queue(qcluster.queue_name("rd-target"))
     report = dlq.redrive(to=target.name, wait_time=0.5)
     assert report.moved == {target.name: 3} and report.missing == []
-    got: list[bytes] = []
-
-    def all_moved() -> bool:
-        got.extend(m.body for m in target.receive(10, wait_time=1))
-        return len(got) >= 3
-
-    wait_for(all_moved, 20, "the three dead letters in the target")
-    assert sorted(got) == [b"dead0", b"dead1", b"dead2"]
+    assert bodies_of(target, 3, 20, "the three dead letters in the target") == [b"dead0", b"dead1", b"dead2"]
 
 
 def test_a_redrive_that_fails_part_way_says_what_it_had_moved(qcluster: QueueCluster) -> None:
@@ -793,14 +786,7 @@ def test_a_redrive_that_fails_part_way_says_what_it_had_moved(qcluster: QueueClu
     report = err.value.details["redrive"]
     assert report.moved == {a.name: 3}
     assert f"the redrive had moved 3 messages from {dlq.name!r} before this: 3 to {a.name}" in str(err.value)
-    got: list[bytes] = []
-
-    def back_in_a() -> bool:
-        got.extend(m.body for m in a.receive(10, wait_time=1))
-        return len(got) >= 3
-
-    wait_for(back_in_a, 20, "a's three messages back in a")
-    assert sorted(got) == [b"a0", b"a1", b"a2"]
+    assert bodies_of(a, 3, 20, "a's three messages back in a") == [b"a0", b"a1", b"a2"]
     wait_for(lambda: dlq.stats()["visible"] == 2, 10, "b's two given back, visible in the DLQ")
 
 
