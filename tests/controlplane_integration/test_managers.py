@@ -3,6 +3,7 @@ manager drains a host, and operators steer through KV (config edits, bad JSON)."
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import time
@@ -15,6 +16,7 @@ from tests.conftest import HostFactory, wait_for
 from tests.controlplane_integration.conftest import all_passing, assignment, kv_client, lock_holder
 from tests.helpers import check_statuses, wait_check_removed
 from zmqueue.cli.main import main as cli
+from zmqueue.controlplane import kvlayout as kv
 from zmqueue.localcluster import ConsulAgent, HostProcess
 from zmqueue.protocol import Receipt
 
@@ -62,6 +64,13 @@ def status_rows(capsys: pytest.CaptureFixture[str], addr: str) -> tuple[dict[str
     return rows, out
 
 
+def set_drains(addr: str, flags: dict[str, bool]) -> None:
+    """Set hosts' drain flags in one Consul transaction."""
+    kv_client(addr).txn.put([{"KV": {"Verb": "set", "Key": kv.drain_key(n),
+                                     "Value": base64.b64encode(kv.encode_drain(v)).decode()}}
+                             for n, v in flags.items()])
+
+
 def test_draining_a_host_moves_its_replicas_away_as_status_counts_and_undrain_keeps_placement(
         hosts: HostFactory, consul_agent: ConsulAgent, capsys: pytest.CaptureFixture[str]) -> None:
     """``zmqueue status`` shows the drain and counts the partitions that still list
@@ -79,9 +88,22 @@ def test_draining_a_host_moves_its_replicas_away_as_status_counts_and_undrain_ke
         listed = sum(victim in a["replicas"] for a in before.values() if a)
         first, out = status_rows(capsys, addr)
         assert first[victim][2] == "passing" and "drain" not in out, out
-        assert cli(["drain", victim, "--consul", addr]) == 0  # (sets zmqueue/hosts/<node>/drain)
+        # Every host of the cluster draining: no host is eligible, so nothing
+        # moves and each row counts exactly the partitions that list it.
+        # (one transaction: flags set one by one would let the manager move a
+        # partition to a host not flagged yet)
+        nodes = sorted(first)
+        set_drains(addr, {n: True for n in nodes})
         assert kv_client(addr).kv.get(f"zmqueue/hosts/{victim}/drain")[1]["Value"] == b"true"
-
+        listing = {n: sum(n in a["replicas"] for a in before.values() if a) for n in nodes}
+        held, out = status_rows(capsys, addr)
+        for n in nodes:
+            noun = "partition" if listing[n] == 1 else "partitions"
+            note = f"draining, {listing[n]} {noun} left" if listing[n] else "drained (0 partitions left)"
+            assert held[n][2] == f"passing; {note}", out
+        assert {p: (assignment(addr, q.name, p) or {}).get("replicas") for p in (0, 1)} == \
+            {p: a["replicas"] for p, a in before.items() if a}, "nothing moves with no host eligible"
+        set_drains(addr, {n: False for n in nodes if n != victim})  # (at once again: see above)
         seen: list[str] = []
 
         def status_says_drained() -> bool:
@@ -94,8 +116,8 @@ def test_draining_a_host_moves_its_replicas_away_as_status_counts_and_undrain_ke
 
         wait_for(status_says_drained, 30, f"`zmqueue status` saying {victim} is drained", interval_s=0.2)
         counts = [int(s.split(", ")[1].split()[0]) for s in seen[:-1]]
-        assert counts and all(s.startswith("passing; draining, ") for s in seen[:-1]), seen
-        assert 1 <= counts[0] <= listed and counts == sorted(counts, reverse=True), seen
+        assert all(s.startswith("passing; draining, ") for s in seen[:-1]), seen
+        assert all(1 <= c <= listed for c in counts) and counts == sorted(counts, reverse=True), seen
 
         def drained() -> bool:
             now = [assignment(addr, q.name, p) for p in (0, 1)]
