@@ -3,6 +3,7 @@ manager drains a host, and operators steer through KV (config edits, bad JSON)."
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import time
@@ -15,6 +16,7 @@ from tests.conftest import HostFactory, wait_for
 from tests.controlplane_integration.conftest import all_passing, assignment, kv_client, lock_holder
 from tests.helpers import check_statuses, wait_check_removed
 from zmqueue.cli.main import main as cli
+from zmqueue.controlplane import kvlayout as kv
 from zmqueue.localcluster import ConsulAgent, HostProcess
 from zmqueue.protocol import Receipt
 
@@ -43,8 +45,37 @@ def test_manager_roles_move_to_another_host_when_their_holder_is_killed(
                  "external role moved")
 
 
-def test_draining_a_host_moves_its_replicas_away_and_undrain_keeps_placement(
-        hosts: HostFactory, consul_agent: ConsulAgent) -> None:
+def status_rows(capsys: pytest.CaptureFixture[str], addr: str) -> tuple[dict[str, list[str]], str]:
+    """Run ``zmqueue status``: node -> the cells of its row in the hosts table
+    (a cell wrapped over several lines joined with spaces), and the whole output."""
+    capsys.readouterr()
+    assert cli(["status", "--consul", addr]) == 0
+    out = capsys.readouterr().out
+    rows: dict[str, list[str]] = {}
+    row: list[str] | None = None
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if len(cells) != 5:
+            continue
+        if cells[1]:
+            row = rows[cells[1]] = cells
+        elif row is not None:  # (a wrapped cell's next line)
+            row[:] = [f"{a} {b}".strip() for a, b in zip(row, cells, strict=True)]
+    return rows, out
+
+
+def set_drains(addr: str, flags: dict[str, bool]) -> None:
+    """Set hosts' drain flags in one Consul transaction."""
+    kv_client(addr).txn.put([{"KV": {"Verb": "set", "Key": kv.drain_key(n),
+                                     "Value": base64.b64encode(kv.encode_drain(v)).decode()}}
+                             for n, v in flags.items()])
+
+
+def test_draining_a_host_moves_its_replicas_away_as_status_counts_and_undrain_keeps_placement(
+        hosts: HostFactory, consul_agent: ConsulAgent, capsys: pytest.CaptureFixture[str]) -> None:
+    """``zmqueue status`` shows the drain and counts the partitions that still list
+    the host down to 0; the other hosts' rows stay as they were, and after the
+    undrain the table is as before. A flag of a node not registered is noted."""
     addr = consul_agent.http_addr
     start_cluster(hosts, consul_agent, 3)
     client = zmqueue.connect(addr, request_timeout=10)
@@ -54,13 +85,45 @@ def test_draining_a_host_moves_its_replicas_away_and_undrain_keeps_placement(
         before = {p: assignment(addr, q.name, p) for p in (0, 1)}
         assert all(a and len(a["replicas"]) == 2 for a in before.values()), before
         victim = before[0]["replicas"][0]  # type: ignore[index]
-        assert cli(["drain", victim, "--consul", addr]) == 0  # (sets zmqueue/hosts/<node>/drain)
+        listed = sum(victim in a["replicas"] for a in before.values() if a)
+        first, out = status_rows(capsys, addr)
+        assert first[victim][2] == "passing" and "drain" not in out, out
+        # Every host of the cluster draining: no host is eligible, so nothing
+        # moves and each row counts exactly the partitions that list it.
+        # (one transaction: flags set one by one would let the manager move a
+        # partition to a host not flagged yet)
+        nodes = sorted(first)
+        set_drains(addr, {n: True for n in nodes})
         assert kv_client(addr).kv.get(f"zmqueue/hosts/{victim}/drain")[1]["Value"] == b"true"
+        listing = {n: sum(n in a["replicas"] for a in before.values() if a) for n in nodes}
+        held, out = status_rows(capsys, addr)
+        for n in nodes:
+            noun = "partition" if listing[n] == 1 else "partitions"
+            note = f"draining, {listing[n]} {noun} left" if listing[n] else "drained (0 partitions left)"
+            assert held[n][2] == f"passing; {note}", out
+        assert {p: (assignment(addr, q.name, p) or {}).get("replicas") for p in (0, 1)} == \
+            {p: a["replicas"] for p, a in before.items() if a}, "nothing moves with no host eligible"
+        set_drains(addr, {n: False for n in nodes if n != victim})  # (at once again: see above)
+        seen: list[str] = []
+
+        def status_says_drained() -> bool:
+            rows, out = status_rows(capsys, addr)
+            assert {n: r for n, r in rows.items() if n != victim} == \
+                {n: r for n, r in first.items() if n != victim}, f"the other rows are as they were: {out}"
+            if rows[victim][2] not in seen[-1:]:
+                seen.append(rows[victim][2])
+            return rows[victim][2] == "passing; drained (0 partitions left)"
+
+        wait_for(status_says_drained, 30, f"`zmqueue status` saying {victim} is drained", interval_s=0.2)
+        counts = [int(s.split(", ")[1].split()[0]) for s in seen[:-1]]
+        assert all(s.startswith("passing; draining, ") for s in seen[:-1]), seen
+        assert all(1 <= c <= listed for c in counts) and counts == sorted(counts, reverse=True), seen
 
         def drained() -> bool:
             now = [assignment(addr, q.name, p) for p in (0, 1)]
             return all(a and victim not in a["replicas"] and len(a["replicas"]) == 2 for a in now)
 
+        assert not any(victim in (assignment(addr, q.name, p) or {}).get("replicas", []) for p in (0, 1))
         wait_for(drained, 15, f"replicas moved off {victim}")
         a0 = assignment(addr, q.name, 0)
         assert a0 is not None and a0["version"] > before[0]["version"]  # type: ignore[index]
@@ -79,6 +142,12 @@ def test_draining_a_host_moves_its_replicas_away_and_undrain_keeps_placement(
         assert cli(["drain", victim, "--undo", "--consul", addr]) == 0
         assert kv_client(addr).kv.get(f"zmqueue/hosts/{victim}/drain")[1]["Value"] == b"false"
         assert drained(), "nothing moves back by itself"
+        after, out = status_rows(capsys, addr)
+        assert after == first and "drain" not in out, out
+        ghost = f"gone-{hosts.uid}"  # a flag left behind by a host that is not registered
+        assert cli(["drain", ghost, "--consul", addr]) == 0
+        stale, out = status_rows(capsys, addr)
+        assert stale == after and f"drain flag set for nodes not registered in Consul: {ghost} " in out, out
     finally:
         client.close()
 

@@ -16,11 +16,12 @@ from zmqueue.cli.common import (
     consul_addresses,
     hosts_table,
     interrupt_on_signals,
+    stale_drains_note,
     watch_hosts,
 )
 from zmqueue.config import HostConfig
 from zmqueue.controlplane.consul_client import ConsulClient
-from zmqueue.controlplane.discovery import list_hosts
+from zmqueue.controlplane.discovery import drain_flags, list_hosts, partitions_listing
 from zmqueue.errors import ZmqueueError
 
 
@@ -71,15 +72,21 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                    help="stop after this many seconds, more than 0 (default: run until Ctrl-C)")
     p.set_defaults(func=cmd_up)
 
-    p = sub.add_parser("status", help="print hosts, clusters and health")
+    p = sub.add_parser("status", help="print hosts, clusters and health",
+                       description="Print every registered host (cluster, node, health, client endpoint, "
+                       "version) and each cluster's count of passing hosts. A host being drained "
+                       "shows 'draining, N partitions left' after its health (the partitions that "
+                       "still list it among their replicas), then 'drained (0 partitions left)' "
+                       "once it can be stopped; a drain flag set for a node that is not registered "
+                       "is noted under the table.")
     add_consul_flag(p)
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("drain", help="move every stream off a host (sets zmqueue/hosts/NODE/drain)",
                        description="Drain a host: its cluster's manager moves the partitions it "
                        "holds to other hosts of the cluster as their replacements catch up "
-                       "(docs/OPERATOR_GUIDE.md, Steering). --undo clears the flag; nothing moves "
-                       "back by itself.")
+                       "(docs/OPERATOR_GUIDE.md, Steering); `zmqueue status` shows how many "
+                       "partitions still list it. --undo clears the flag; nothing moves back by itself.")
     p.add_argument("node", help="the host's node id (as in `zmqueue status`)")
     p.add_argument("--undo", action="store_true", help="undrain: set the flag to false")
     add_consul_flag(p)
@@ -155,9 +162,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
         console.print(f"note: no host {node!r} is registered in Consul now (the flag is set anyway)")
     elif not args.undo:
         cluster = next(h.cluster for h in hosts if h.node == node)
-        _, items = client.call(lambda c: c.kv.get(f"{kv.PREFIX}hosts/", recurse=True))
-        drained = {n for n in known if any(it["Key"] == kv.drain_key(n) and kv.decode_drain(
-            it["Key"], it.get("Value")) is True for it in items or [])} | {node}
+        drained = {n for n, on in drain_flags(client).items() if on} | {node}
         if all(h.node in drained for h in hosts if h.cluster == cluster):
             console.print(f"note: every host of cluster {cluster!r} is draining now, so nothing in it has "
                           "another host to move to: its partitions that hold messages stay (the external "
@@ -171,10 +176,21 @@ def cmd_status(args: argparse.Namespace) -> int:
     hosts = list_hosts(client)
     if not hosts:  # (an error: `zmqueue status` is how scripts wait for a cluster to be up)
         raise ZmqueueError(f"no zmqueue hosts registered in Consul at {client.address}")
-    console.print(hosts_table(hosts))
+    flagged = {n for n, on in drain_flags(client).items() if on}
+    known = {h.node for h in hosts}
+    draining: dict[str, int] = {}
+    if flagged & known:  # (the whole tree is read only then: it holds every queue's assignments)
+        from zmqueue.controlplane.queue_directory import QueueDirectory
+
+        state = QueueDirectory(client).snapshot().state
+        draining = partitions_listing(state, flagged & known)
+    console.print(hosts_table(hosts, draining))
     clusters = sorted({h.cluster for h in hosts})
     for c in clusters:
         members = [h for h in hosts if h.cluster == c]
         ok = sum(h.passing for h in members)
         console.print(f"cluster {c}: {ok}/{len(members)} hosts passing")
+    stale = stale_drains_note(flagged - known)
+    if stale is not None:
+        console.print(stale, markup=False, soft_wrap=True)
     return 0

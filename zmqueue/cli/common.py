@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from rich.console import Console
@@ -143,18 +143,43 @@ def add_consul_flag(p: argparse.ArgumentParser, help: str | None = None) -> None
                    help=help or "Consul HTTP address(es); default $CONSUL_HTTP_ADDR or 127.0.0.1:8500")
 
 
-def hosts_table(hosts: list[HostInfo]) -> Table:
+def hosts_table(hosts: list[HostInfo], draining: Mapping[str, int] | None = None) -> Table:
+    """The hosts, one row each. ``draining``: node -> partitions that still list
+    it among their replicas, for the hosts whose drain flag is set; their
+    health cell says so (:func:`drain_note`), the other rows are unchanged."""
     table = Table(title="zmqueue hosts")
     for col in ("cluster", "node", "health", "client endpoint", "version"):
-        table.add_column(col)
+        # on a narrow console (80 columns when piped) only the health notes wrap: the
+        # others were shortened, so every host's endpoint ended in "…"
+        table.add_column(col, no_wrap=col != "health")
     colors = {"passing": "green", "warning": "yellow", "critical": "red"}
     for h in hosts:
         color = colors.get(h.status, "red")
         advisories = [what for what, status in (("disk below reserve", h.disk_status),
                                                 ("bad KV values", h.kv_status)) if status != "passing"]
         notes = f" [yellow]({', '.join(advisories)})[/]" if advisories else ""
+        if draining is not None and h.node in draining:
+            notes += f"; [cyan]{drain_note(draining[h.node])}[/]"
         table.add_row(h.cluster, h.node, f"[{color}]{h.status}[/]{notes}", h.client_endpoint, h.version)
     return table
+
+
+def drain_note(left: int) -> str:
+    """How far a host's drain has got: ``draining, 3 partitions left``, then
+    ``drained (0 partitions left)`` once no partition lists it (it may be stopped)."""
+    if left == 0:
+        return "drained (0 partitions left)"
+    return f"draining, {left} partition{'s' if left != 1 else ''} left"
+
+
+def stale_drains_note(nodes: Iterable[str]) -> str | None:
+    """The line under the hosts table for drain flags set on nodes that are not
+    registered (a host drained, then stopped), or None when there is none."""
+    stale = sorted(nodes)
+    if not stale:
+        return None
+    return (f"note: drain flag set for nodes not registered in Consul: {', '.join(stale)} (left by "
+            "hosts since stopped? `zmqueue drain NODE --undo` clears one)")
 
 
 def interrupt_on_signals() -> threading.Event:

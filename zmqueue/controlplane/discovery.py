@@ -1,10 +1,13 @@
-"""Read-only discovery of hosts from Consul's catalog and health checks."""
+"""Read-only discovery of hosts from Consul's catalog and health checks, and
+of the drain flags operators set on them in KV."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from zmqueue.controlplane import kvlayout as kv
 from zmqueue.controlplane.consul_client import ConsulClient
 from zmqueue.controlplane.registry import SERVICE_NAME
 
@@ -86,3 +89,26 @@ def list_hosts(client: ConsulClient, cluster: str | None = None) -> list[HostInf
         if old is None or _RANK.get(info.status, 2) < _RANK.get(old.status, 2):
             best[info.node] = info
     return sorted(best.values(), key=lambda h: (h.cluster, h.node))
+
+
+def drain_flags(client: ConsulClient) -> dict[str, bool]:
+    """node -> its drain flag (``zmqueue/hosts/<node>/drain``), for every node
+    that has one, registered or not: one recursive read of ``zmqueue/hosts/``.
+    A malformed flag is left out (the hosts keep its last good value and
+    report it in their ``kv:`` check)."""
+    _, items = client.call(lambda c: c.kv.get(f"{kv.PREFIX}hosts/", recurse=True))
+    return kv.parse_tree(items)[0].drains
+
+
+def partitions_listing(state: kv.ClusterState, nodes: Iterable[str]) -> dict[str, int]:
+    """node -> how many partitions of existing queues still list it among their
+    replicas (a leaving replica of a change in flight included: it holds its
+    copy until the change is confirmed), for each of ``nodes``."""
+    counts = dict.fromkeys(nodes, 0)
+    for pid, a in state.assignments.items():
+        if pid.queue not in state.configs:
+            continue  # (a queue being deleted: no manager moves its partitions)
+        for node in a.replicas:
+            if node in counts:
+                counts[node] += 1
+    return counts
