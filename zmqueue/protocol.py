@@ -79,6 +79,20 @@ encrypted queue's overhead fit in the rest. Before, 100 messages of 1 MiB made
 a reply the client's socket dropped (ZMQ_MAXMSGSIZE) after they were taken in
 flight: they came back only after their visibility timeout, or went to the
 dead-letter queue unseen."""
+DEAD_LETTER_BATCH_BYTES_MAX = 32 * 1024 * 1024
+"""Most bytes of messages (bodies plus attributes, as stored: sealed ones are
+no smaller than they go on the wire) one dead-letter move carries, besides
+MAX_BATCH messages at most: a SEND ``dl`` to the host that writes the DLQ
+stream, or one append to a DLQ stream this host writes. Always at least one
+message (a message is at most 1 MiB, ``config.MAX_MESSAGE_BYTES_LIMIT``); the
+rest go in the next moves, in order. Well below MAX_FRAME_BYTES, what the
+receiving host's peer socket takes (ZMQ_MAXMSGSIZE; PEER_MAX_FRAME_BYTES
+applies to replication frames and forwarded replies only): the per-message
+fields (id, count, source queue) of MAX_BATCH messages fit in the rest, and
+the block a move makes, replicated in one frame, stays well below
+PEER_MAX_FRAME_BYTES. Before, moves were cut by count only: 100 dead letters
+of 900 KiB made a frame the DLQ's host dropped, and the move timed out and
+was retried with the same batch for good."""
 MAX_REQUEST_ITEMS = 256 * 1024
 """Most values (array elements and map entries, nested ones too) a host
 decodes from one request body. Decoding builds a Python object per value: one

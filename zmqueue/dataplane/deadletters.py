@@ -5,12 +5,15 @@ delivery by the store (state MOVING), copied to partition 0 of the DLQ
 (locally when this host writes a DLQ stream, else forwarded to a host that
 does), and only then marked moved in its source stream. A crash in between
 redelivers it to the DLQ again later: a possible duplicate there, never a
-loss. A DLQ that is unknown, or of the other type than its source (deleted
-and created again as the other type), keeps the messages waiting in their
-source (counted as ``dead_letters_waiting`` in stats, not ``in_flight``),
-retried every second, with a warning at most once a minute; each host's
-``kv:`` check names the source and its dead-letter queue meanwhile
-(``kvhealth.dead_letter_problems``).
+loss. One move carries at most MAX_BATCH messages and
+DEAD_LETTER_BATCH_BYTES_MAX bytes of them (at least one message:
+:func:`split_batch`; a frame the DLQ's host takes), one move in flight per
+stream, the rest kept in order for the next. A DLQ that is unknown, or of the
+other type than its source (deleted and created again as the other type),
+keeps the messages waiting in their source (counted as
+``dead_letters_waiting`` in stats, not ``in_flight``), retried every second,
+with a warning at most once a minute; each host's ``kv:`` check names the
+source and its dead-letter queue meanwhile (``kvhealth.dead_letter_problems``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from zmqueue.dataplane.storage import Delivered
 from zmqueue.dataplane.stream import Stream
 from zmqueue.dataplane.topology import FIFO_ORIGIN, StreamKey
 from zmqueue.errors import ZmqueueError
-from zmqueue.protocol import MAX_BATCH, Command
+from zmqueue.protocol import DEAD_LETTER_BATCH_BYTES_MAX, MAX_BATCH, Command
 
 if TYPE_CHECKING:
     from zmqueue.dataplane.service import QueueService
@@ -32,6 +35,20 @@ RETRY_MS = 1000
 WARN_EVERY_MS = 60_000
 """A stream's repeated retry warning is logged at most once a minute (the retry runs every second)."""
 WARNINGS = ("unknown", "type", "open", "full", "forward")
+
+
+def split_batch(dead: list[Delivered], max_n: int, max_bytes: int) -> tuple[list[Delivered], list[Delivered]]:
+    """(the first messages of ``dead`` one move carries, the rest), in order:
+    at most ``max_n`` messages and ``max_bytes`` of bodies plus attributes as
+    stored (a sealed message is no smaller than it goes on the wire), but
+    always the first message, whatever its size."""
+    assert max_n >= 1 and max_bytes >= 1, (max_n, max_bytes)
+    size = 0
+    for i in range(min(len(dead), max_n)):
+        size += len(dead[i].body) + len(dead[i].attributes)
+        if size > max_bytes and i > 0:
+            return dead[:i], dead[i:]
+    return dead[:max_n], dead[max_n:]
 
 
 class DeadLetterMover:
@@ -76,14 +93,16 @@ class DeadLetterMover:
             if st is None:
                 self.pending.pop(key)
                 continue
-            dead = self.pending.pop(key)
-            if len(dead) > MAX_BATCH:  # (a SEND carries MAX_BATCH dead letters at most: the rest
-                self.pending[key] = dead[MAX_BATCH:]  # go in the next passes, one batch in flight)
-                dead = dead[:MAX_BATCH]
+            # (a frame the DLQ's host takes, a block its replicas take: the rest
+            # go in the next passes, one batch in flight)
+            dead, rest = split_batch(self.pending.pop(key), MAX_BATCH, DEAD_LETTER_BATCH_BYTES_MAX)
+            if rest:
+                self.pending[key] = rest
             self._move(st, dead, now)
 
     def _retry(self, key: StreamKey, dead: list[Delivered], now: int) -> None:
-        self.pending.setdefault(key, []).extend(dead)
+        """Keep ``dead`` for a try after RETRY_MS, ahead of what is pending after it (in order)."""
+        self.pending[key] = dead + self.pending.get(key, [])
         self.next_try_ms[key] = now + RETRY_MS
 
     def _move(self, st: Stream, dead: list[Delivered], now: int) -> None:
@@ -127,6 +146,7 @@ class DeadLetterMover:
             self._moved(st.key, st.queue, len(dead))
             svc.dirty.update({st.key, local.key})
             svc.dlq_targets.add(local.key)
+            svc.commit_if_big(local)  # (several sources' moves in one pass: a block its replicas take)
             return
         target = info.writers.get(FIFO_ORIGIN) if dcfg.fifo else next(
             (n for n in info.replicas if info.writers.get(n) == n), None)
