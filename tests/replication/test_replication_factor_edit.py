@@ -16,9 +16,11 @@ import pytest
 import zmqueue
 from tests.conftest import HostFactory, all_passing, wait_for
 from tests.helpers import check_statuses, consul_for
-from tests.replication.test_failover import _request_or_none, by_node, three_hosts
-from zmqueue.localcluster import ConsulAgent
-from zmqueue.protocol import RETRY_MARK
+from tests.replication.test_failover import _request_or_none, by_node, three_hosts, writer_of
+from zmqueue.client.transport import Connection
+from zmqueue.controlplane import kvlayout as kv
+from zmqueue.localcluster import ConsulAgent, HostProcess
+from zmqueue.protocol import FIFO_ORIGIN, RETRY_MARK, Command
 
 MESSAGES_MAX = 5000
 """The producer stops at this many sends, or when the test is done editing."""
@@ -100,6 +102,37 @@ def test_replication_factor_raised_then_lowered_under_traffic_loses_no_acknowled
         assert q.stats()["total"] == 0
 
 
+def _restart(hosts: HostFactory, host: HostProcess, agent: ConsulAgent, client: zmqueue.Client,
+             queue: str, endpoint: str) -> str:
+    """Kill ``host`` with kill -9 and restart it; its new endpoint, once listed."""
+    host.kill9()
+    hosts.restart(host)
+    node = host.node
+    wait_for(lambda: all_passing(check_statuses(agent, node)), 60, f"{node} passing again")
+    return str(wait_for(lambda: (ep := client.queue_info(queue)["partitions"][0]["endpoints"].get(node))
+                        not in (None, endpoint) and ep, 30, f"{node}'s new endpoint listed"))
+
+
+def _received(q: zmqueue.Queue, n: int) -> dict[str, bytes]:
+    """Every message of the queue (at least ``n``), each deleted once received."""
+    got: dict[str, bytes] = {}
+
+    def received_all() -> bool:
+        msgs = q.receive(max_messages=10, wait_time=1)
+        got.update((m.id, m.body) for m in msgs)
+        if msgs:
+            q.delete_batch(msgs)
+        return len(got) >= n and not msgs
+
+    wait_for(received_all, 30, f"the {n} messages, and no more", interval_s=0)
+    return got
+
+
+def _applied(conn: Connection, queue: str, n: int) -> bool:
+    """The host of ``conn`` holds ``n`` messages of the partition (as its writer or a replica)."""
+    return bool(conn.request(Command.QUEUE_STATS, {"q": queue, "p": 0}, 3000)["total"] == n)
+
+
 @pytest.mark.parametrize("restarted", [False, True], ids=["running", "restarted"])
 def test_a_send_retried_at_the_one_replica_left_after_r_was_lowered_is_answered_not_stored_again(
         hosts: HostFactory, consul_agent: ConsulAgent, restarted: bool) -> None:
@@ -130,24 +163,51 @@ def test_a_send_retried_at_the_one_replica_left_after_r_was_lowered_is_answered_
         _edit(consul_agent, name, replication_factor=1)
         [kept] = wait_for(lambda: _settled(consul_agent, name, 1), 60, "one replica left")
         if restarted:
-            by_node(hs, kept).kill9()
-            hosts.restart(by_node(hs, kept))
-            wait_for(lambda: all_passing(check_statuses(consul_agent, kept)), 60, f"{kept} passing again")
-            eps[kept] = wait_for(lambda: client.queue_info(name)["partitions"][0]["endpoints"].get(kept)
-                                 not in (None, eps[kept]) and client.queue_info(name)["partitions"][0][
-                                     "endpoints"][kept], 30, f"{kept}'s new endpoint listed")
+            eps[kept] = _restart(hosts, by_node(hs, kept), consul_agent, client, name, eps[kept])
         at_kept = client.connection(eps[kept])
         for node, (body, rid, first) in sent.items():
             if node != kept:
                 again = wait_for(lambda: _request_or_none(at_kept, {**body, RETRY_MARK: True}, rid),  # noqa: B023
                                  10, f"{kept} to answer the retry of {node}'s send")
                 assert again == first, f"the retry of {node}'s send was stored again at {kept}"
-        got: dict[str, bytes] = {}
-
-        def received_all() -> bool:
-            msgs = q.receive(max_messages=10, wait_time=1)
-            got.update((m.id, m.body) for m in msgs)
-            return len(got) >= 9 and not msgs
-
-        wait_for(received_all, 30, "the nine messages, and no more", interval_s=0)
+        got = _received(q, 9)
         assert sorted(got) == sorted(mid for _, _, first in sent.values() for mid in first["ids"])
+
+
+@pytest.mark.parametrize("restarted", [False, True], ids=["running", "restarted"])
+def test_a_fifo_send_without_a_dedup_id_retried_at_the_one_replica_left_is_answered_not_stored_again(
+        hosts: HostFactory, consul_agent: ConsulAgent, restarted: bool) -> None:
+    """The test above for a FIFO queue, whose partition has one stream
+    whoever writes it: its writer stored and replicated a send without a
+    dedup id (no content-based dedup: nothing else recognises it); then the
+    writer is drained and R lowered to 1, so the one replica left is another
+    host, which takes the stream over. The client's retry there is answered
+    with the first ids. (Before the forty-eighth session that host, with one
+    replica and one stream, never looked the retry up, and once restarted
+    did not note the recent sends of a FIFO stream with R=1: it stored the
+    send again.) The writer is drained, not killed, so that it cannot be the
+    replica left: a host killed counts as failed only after a grace period,
+    and placement may keep it meanwhile."""
+    hs = three_hosts(hosts, consul_agent)
+    name = f"rflow-{hosts.uid}.fifo"
+    with zmqueue.connect(consul_agent.http_addr, request_timeout=10) as client:
+        q = client.create_queue(name, fifo=True, replication_factor=3, visibility_timeout=60)
+        eps = wait_for(lambda: len(e := q.routes.part(0).endpoints) == 3 and e, 10, "3 endpoints listed")
+        writer, _ = wait_for(lambda: writer_of(consul_agent, name, FIFO_ORIGIN), 10, "the stream's writer")
+        body = {"q": name, "p": 0, "m": [[f"f-{i}".encode(), None, None, "g", None] for i in range(3)]}
+        conn = client.connection(eps[writer])
+        rid = conn.next_request_id()
+        first = wait_for(lambda: _request_or_none(conn, body, rid), 10, f"{writer} to take the send")
+        for node, ep in eps.items():
+            wait_for(lambda: _applied(client.connection(ep), name, 3), 10, f"{node} to hold the send")  # noqa: B023
+        assert consul_for(consul_agent).kv.put(kv.drain_key(writer), kv.encode_drain(True))
+        _edit(consul_agent, name, replication_factor=1)
+        [kept] = wait_for(lambda: _settled(consul_agent, name, 1), 60, "one replica left")
+        assert kept != writer, "a drained host is not placed"
+        if restarted:
+            eps[kept] = _restart(hosts, by_node(hs, kept), consul_agent, client, name, eps[kept])
+        at_kept = client.connection(eps[kept])
+        again = wait_for(lambda: _request_or_none(at_kept, {**body, RETRY_MARK: True}, rid), 10,
+                         f"{kept} to answer the retry of the send")
+        assert again == first, f"the retry of {writer}'s send was stored again at {kept}"
+        assert sorted(_received(q, 3)) == sorted(first["ids"])

@@ -128,3 +128,27 @@ def test_a_resync_forgets_the_requests_it_cut_from_that_stream_only() -> None:
     assert index.get("q", 0, request_tag("", 3), 2, 0) is None, "half of it was cut"
     assert index.get("q", 0, request_tag("", 4), 2, 0) == elsewhere
     assert index.forget("q", 1, "a", after_seq=0) == 0 and index.forget("q", 0, "a", 0) == 1
+
+
+def test_holds_says_whether_a_partition_has_a_request_noted_within_the_ttl() -> None:
+    """What a host of a partition with one replica asks before it hashes a
+    SEND's tag: true while a request of that partition is noted (or waits to
+    be) within the TTL, false once they expired, were evicted or forgotten."""
+    index = ReplicatedSends(max_entries=2, ttl_ms=100)
+    assert not index.holds("q", 0, 0), "nothing noted: R=1 from the start"
+    index.note_later("q", 0, table_of(1, tagged_ids(request_tag("", 1), 2)), now_ms=0)
+    assert index.holds("q", 0, 0), "a chunk applied in this pass, not noted yet"
+    assert not index.holds("q", 1, 0) and not index.holds("other", 0, 0)
+    index.note_deferred()
+    assert index.holds("q", 0, 100) and not index.holds("q", 0, 101), "the TTL"
+    index.note("q", 0, table_of(3, tagged_ids(request_tag("", 2), 1)), now_ms=50)
+    assert index.holds("q", 0, 150), "the partition's last request noted counts"
+    index.note("q", 1, table_of(1, tagged_ids(request_tag("", 3), 1)), now_ms=60)
+    index.note("q", 1, table_of(2, tagged_ids(request_tag("", 4), 1)), now_ms=60)
+    assert len(index) == 2 and not index.holds("q", 0, 60), "partition 0's requests were evicted"
+    assert index.forget("q", 1, "", after_seq=1) == 1 and index.holds("q", 1, 60)
+    assert index.forget("q", 1, "", after_seq=0) == 1 and not index.holds("q", 1, 60), "forgotten"
+    again = tagged_ids(request_tag("", 5), 2)
+    index.note("q", 2, table_of(1, again[:16]), now_ms=70)
+    index.note("q", 2, table_of(2, again[16:]), now_ms=80)  # (one request, in two pieces)
+    assert index.forget("q", 2, "", after_seq=0) == 1 and not index.holds("q", 2, 80)

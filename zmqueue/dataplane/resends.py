@@ -13,6 +13,11 @@ under. Without this, standard queues stored such a send twice.
 The retry must find every message of the request (a request's records are
 noted as one run, extended when a catch-up delivers them in pieces); a retry
 that finds fewer is stored again, which is the at-least-once fallback.
+A host of a partition with one replica looks a SEND up only while the index
+:meth:`~ReplicatedSends.holds` one of the partition's requests (R was lowered,
+a drain left it alone, or it reopened a stream another host may have
+written): a partition with R=1 from the start hashes no tag (but a FIFO
+one for the TTL after its host reopened it with sends of the TTL before).
 Bounded: ``max_entries`` requests and ``max_ids`` ids in all, each for at
 most ``ttl_ms`` (a client retries for its request timeout, seconds).
 
@@ -45,6 +50,8 @@ READ_STEP = 2000
 
 Key = tuple[str, int, bytes]
 """(queue, partition, request tag)."""
+Part = tuple[str, int]
+"""(queue, partition)."""
 
 
 def request_tag(user: str, request_id: int, fingerprint: int = 0) -> bytes:
@@ -74,6 +81,9 @@ class ReplicatedSends:
         """key -> (noted at ms, seq of its last message, ids joined, the origin of the
         stream that holds them)."""
         self._ids = 0
+        self._parts: dict[Part, list[int]] = {}
+        """(queue, partition) -> [its requests noted, when the last was noted (ms)]
+        (:meth:`holds`)."""
         self.hits = 0
         self._later: list[tuple[str, int, Table, int, str]] = []
         """Applied chunks not noted yet (:meth:`note_later`)."""
@@ -115,10 +125,16 @@ class ReplicatedSends:
     def _put(self, key: Key, last_seq: int, ids: bytes, now_ms: int, origin: str,
              first_seq: int = 0) -> None:
         old = self._items.pop(key, None)
+        part = self._parts.get(key[:2])
+        if part is None:
+            part = self._parts[key[:2]] = [0, now_ms]
         if old is not None:
             self._ids -= len(old[2]) // ID_BYTES
             if old[1] + 1 == (first_seq or last_seq):  # the same request, delivered in pieces
                 ids = old[2] + ids
+        else:
+            part[0] += 1
+        part[1] = max(part[1], now_ms)
         self._items[key] = (now_ms, last_seq, ids, origin)
         self._ids += len(ids) // ID_BYTES
         while self._items:
@@ -126,7 +142,15 @@ class ReplicatedSends:
             if (self._ids <= self.max_ids and len(self._items) <= self.max_entries
                     and now_ms - first[0] <= self.ttl_ms):
                 break
-            self._ids -= len(self._items.popitem(last=False)[1][2]) // ID_BYTES
+            self._drop(*self._items.popitem(last=False))
+
+    def _drop(self, key: Key, item: tuple[int, int, bytes, str]) -> None:
+        """Account for ``item``, removed from the index."""
+        self._ids -= len(item[2]) // ID_BYTES
+        part = self._parts[key[:2]]
+        part[0] -= 1
+        if not part[0]:
+            del self._parts[key[:2]]
 
     def note_recent(self, queue: str, p: int, store: PartitionStoreProtocol, now_ms: int,
                     origin: str = "", last: int = RECENT_RECORDS) -> None:
@@ -156,8 +180,20 @@ class ReplicatedSends:
         gone = [k for k, v in self._items.items()
                 if k[0] == queue and k[1] == p and v[3] == origin and v[1] > after_seq]
         for k in gone:
-            self._ids -= len(self._items.pop(k)[2]) // ID_BYTES
+            self._drop(k, self._items.pop(k))
         return len(gone)
+
+    def holds(self, queue: str, p: int, now_ms: int) -> bool:
+        """Whether a request of partition ``p`` may be found here: one was noted
+        within the TTL, or an applied chunk of the partition waits to be
+        (:meth:`note_later`, at most a loop pass's chunks). What a host of a
+        partition with one replica asks before it hashes a SEND's tag: O(1),
+        and false for a partition with R=1 from the start (nothing replicated,
+        nothing reopened from another host's writing)."""
+        part = self._parts.get((queue, p))
+        if part is not None and now_ms - part[1] <= self.ttl_ms:
+            return True
+        return bool(self._later) and any(c[0] == queue and c[1] == p for c in self._later)
 
     def get(self, queue: str, p: int, tag: bytes, count: int, now_ms: int) -> bytes | None:
         """The ids (16 bytes each, joined) the request tagged ``tag`` was

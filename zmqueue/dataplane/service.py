@@ -174,9 +174,15 @@ class QueueService:
         self.set.on_open = self._note_recent_sends
 
     def _note_recent_sends(self, st: Stream, now: int) -> None:
-        """A replicated stream opened from disk: its recent sends can answer retries
-        (with R > 1, or a stream another host wrote: R was lowered, or drained to one)."""
-        if (len(st.replicas) > 1 or st.key[2] not in (self.node, FIFO_ORIGIN)) and st.store.last_seq:
+        """A stream opened from disk: its recent sends can answer retries, with R > 1
+        or when another host may have written them: a standard stream of another
+        origin (R was lowered, or drained to one), and a FIFO partition's one stream
+        whatever R, since whichever host is elected writes it (after R was lowered or
+        its replica moved, other hosts' records) and nothing on disk says which host
+        wrote a record (its epoch names a term, not a host). With R=1 that costs one
+        read of the stream's last records at its open, and lookups of the
+        partition's sends for the TTL after, if it stored any within it."""
+        if (len(st.replicas) > 1 or st.key[2] != self.node) and st.store.last_seq:
             self.replicator.resends.note_recent(st.queue, st.partition, st.store, now, st.key[2])
 
     def meta_peer_endpoint(self, node: str) -> str | None:
@@ -554,9 +560,11 @@ class QueueService:
                      else F.get_list(body, "m", MAX_BATCH, name="messages"))
             info = self.meta.partitions.get(part)
             stored = None
-            # (R=1 from the start: no other host holds a copy; after R was lowered or a
-            # drain to one replica, this host writes the streams the others wrote)
-            if info is not None and (len(info.replicas) > 1 or len(self.set.partition_streams(part)) > 1):
+            # (R=1 from the start: no other host holds a copy, and nothing of the partition is
+            # noted here. After R was lowered or a drain to one replica, this host writes the
+            # streams the others wrote, a FIFO partition's one stream too, and holds their sends)
+            if info is not None and (len(info.replicas) > 1
+                                     or self.replicator.resends.holds(part[0], part[1], now)):
                 tag = request_tag(req.user or "", req.frame.request_id, req.fingerprint)
                 stored = self.replicator.resends.get(part[0], part[1], tag, len(items), now)
                 if stored is None and body.get(RETRY_MARK):
