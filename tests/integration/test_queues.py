@@ -628,6 +628,33 @@ def test_a_subscription_to_a_deleted_queue_stops_and_closes_its_connections(qclu
         sub.close()
 
 
+def test_a_closed_subscription_is_forgotten_by_its_client_and_client_close_closes_the_open_ones(
+        qcluster: QueueCluster) -> None:
+    """A long-lived client that opens and closes many subscriptions keeps
+    none of the closed ones (it kept every one, and all it held, until it
+    closed); the ones still open are closed with the client."""
+    client = zmqueue.connect(qcluster.factory.agent.http_addr, request_timeout=10)
+    try:
+        q = client.create_queue(qcluster.queue_name("sub-churn"))
+        for _ in range(10):
+            sub = q.subscribe(lambda m: None)
+            assert client._subs == [sub]
+            sub.close()
+            assert client._subs == []
+        sub.close()  # (again: idempotent)
+        assert client._subs == []
+        open_subs = [q.subscribe(lambda m: None) for _ in range(3)]
+        open_subs[1].close()
+        assert client._subs == [open_subs[0], open_subs[2]]
+    finally:
+        client.close()
+    assert client._subs == []
+    left = (open_subs[0], open_subs[2])
+    assert all(s.stopped.is_set() and s.conns == {} for s in left)
+    wait_for(lambda: not any(s.thread.is_alive() for s in left), 15, "the subscriptions' threads ended")
+    qcluster.client.delete_queue(q.name)
+
+
 def test_a_long_poll_over_several_partitions_returns_the_first_message_and_strands_none(
         qcluster: QueueCluster) -> None:
     q = qcluster.client.create_queue(qcluster.queue_name(), partitions=4, visibility_timeout=60)

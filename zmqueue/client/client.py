@@ -448,6 +448,14 @@ class Client:
         subscription.close()
         raise ClientClosed(CLOSED)
 
+    def untrack(self, subscription: Any) -> None:
+        """Forget a closed subscription (:meth:`Subscription.close` calls it:
+        a long-lived client kept every closed one, and what it held, until it
+        closed). Idempotent; nothing to do when it is not tracked (closed
+        twice, or by :meth:`close`, which took the list)."""
+        with self._lock, contextlib.suppress(ValueError):
+            self._subs.remove(subscription)
+
     def close(self) -> None:
         with self._lock:
             self._closing.set()

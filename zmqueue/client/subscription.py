@@ -496,11 +496,15 @@ class Subscription:
         (nothing more is pushed to it while it waits: a host would push the
         message in hand again each time its visibility timeout ran out), then
         wait up to ``wait_s`` for the handler in progress (not from the
-        handler itself), whose message is then deleted by a DELETE."""
+        handler itself), whose message is then deleted by a DELETE. The
+        client forgets it last (after its connections were closed: a
+        concurrent ``Client.close`` still closes it, idempotently, before it
+        ends the ZeroMQ context)."""
         self.stopped.set()
         self._unsubscribe_all()
         if self.thread.is_alive() and threading.current_thread() is not self.thread:
             self.thread.join(timeout=wait_s)
+        self.queue.client.untrack(self)
 
     def __enter__(self) -> Subscription:
         return self

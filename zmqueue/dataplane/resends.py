@@ -17,7 +17,11 @@ A host of a partition with one replica looks a SEND up only while the index
 :meth:`~ReplicatedSends.holds` one of the partition's requests (R was lowered,
 a drain left it alone, or it reopened a stream another host may have
 written): a partition with R=1 from the start hashes no tag (but a FIFO
-one for the TTL after its host reopened it with sends of the TTL before).
+one for the TTL after its host reopened it with sends of the TTL before);
+a retry marked ``rt`` is looked up whatever it holds (not found, the
+service applies the replication frames queued on its SUB socket and looks
+again: just after R was lowered, the failed host's last records may not be
+noted yet).
 Bounded: ``max_entries`` requests and ``max_ids`` ids in all, each for at
 most ``ttl_ms`` (a client retries for its request timeout, seconds).
 

@@ -562,8 +562,10 @@ class QueueService:
             stored = None
             # (R=1 from the start: no other host holds a copy, and nothing of the partition is
             # noted here. After R was lowered or a drain to one replica, this host writes the
-            # streams the others wrote, a FIFO partition's one stream too, and holds their sends)
-            if info is not None and (len(info.replicas) > 1
+            # streams the others wrote, a FIFO partition's one stream too, and holds their sends;
+            # a retry marked rt is looked up whatever the index holds: the failed host's last
+            # records may still be queued here unapplied, R just lowered, nothing noted yet)
+            if info is not None and (len(info.replicas) > 1 or body.get(RETRY_MARK)
                                      or self.replicator.resends.holds(part[0], part[1], now)):
                 tag = request_tag(req.user or "", req.frame.request_id, req.fingerprint)
                 stored = self.replicator.resends.get(part[0], part[1], tag, len(items), now)
