@@ -255,6 +255,51 @@ def test_receipts_are_grouped_by_stream_in_order_and_results_land_at_their_index
             outcomes([1, 3], bad, out)  # type: ignore[arg-type]
 
 
+
+def test_a_streams_deletes_go_by_reference_only_if_every_one_was_column_read_of_one_incarnation() -> None:
+    """stream_groups builds each stream's ``dref`` (origin, seqs, receive
+    counts) while it groups: a stream whose batch holds a receipt text, a
+    list-read message or messages of two queue incarnations goes as receipt
+    texts (``del``); each group keeps its items in the caller's order."""
+    from zmqueue.client.models import Message, StreamRef
+    from zmqueue.client.queue import Queue
+    from zmqueue.client.receipts import stream_groups
+    from zmqueue.config import QueueConfig
+    from zmqueue.protocol import Receipt, ReceiptEncoder
+
+    def group(origin: str, seqs: list[int], count: int) -> list[Any]:
+        n = len(seqs)
+        return [origin, 1, bytes(16 * n), [b"x"] * n, seqs, [count] * n, [0] * n]
+
+    def stream(p: int, origin: str, inc: int | None) -> StreamRef:
+        return StreamRef(p, origin, 1, ReceiptEncoder("q", p, origin, inc), inc)
+
+    queue = object.__new__(Queue)
+    queue.name, queue._reader = "q", (None, (0, ""))
+    queue.config = QueueConfig("q", partitions=3)
+    a = Message.from_columns("q", stream(0, "h1", 7), group("h1", [1, 2], 1))
+    a2 = Message.from_columns("q", stream(0, "h1", 7), group("h1", [3], 2))  # another reply, same stream
+    b = Message.from_columns("q", stream(1, "h2", 7), group("h2", [5, 6], 3))
+    c_old = Message.from_columns("q", stream(2, "h3", 6), group("h3", [8], 1))
+    c_new = Message.from_columns("q", stream(2, "h3", 7), group("h3", [9], 1))
+    text = Receipt("q", 1, "h2", 9, 1, 1, incarnation=7).encode()
+    items: list[str | Message] = [a[0], b[0], c_old[0], a2[0], a[1], b[1], c_new[0], text]
+    groups = stream_groups(queue, items)
+    assert list(groups) == [(0, "h1"), (1, "h2"), (2, "h3")]
+    g = groups[(0, "h1")]
+    assert g.idxs == [0, 3, 4] and g.items == [a[0], a2[0], a[1]]
+    assert g.dref("h1") == ["h1", [1, 3, 2], [1, 2, 1]] and g.incarnation == 7
+    carry = g.carry(0, "h1")
+    assert (carry.field, carry.items, carry.idxs, carry.incarnation) == ("dref", ["h1", [1, 3, 2], [1, 2, 1]],
+                                                                         [0, 3, 4], 7)
+    for (p, origin), g in list(groups.items())[1:]:  # a receipt text; two incarnations
+        assert g.dref(origin) is None
+        carry = g.carry(p, origin)
+        assert carry.field == "del"
+        assert carry.items == [r if isinstance(r, str) else r.receipt for r in g.items]
+    assert groups[(1, "h2")].idxs == [1, 5, 7] and groups[(2, "h3")].idxs == [2, 6]
+    assert queue.by_stream(items) == {key: g.idxs for key, g in groups.items()}
+
 def test_send_replies_give_their_ids_as_hex_texts_in_order() -> None:
     ids = bytes(range(48))
     texts = [ids[i:i + 16].hex() for i in (0, 16, 32)]

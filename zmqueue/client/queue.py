@@ -528,7 +528,7 @@ class Queue:
 
     def by_stream(self, receipts: Sequence[Deletable]) -> dict[tuple[int, str], list[int]]:
         """Receipt indexes by stream (partition, origin); checks count and queue
-        (used by the delete calls and by push subscriptions' batched deletes)."""
+        (used by the delete calls)."""
         return by_stream(self, receipts)
 
     # --- whole queue -----------------------------------------------------------------

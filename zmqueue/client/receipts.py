@@ -10,8 +10,9 @@ A batch holds receipt texts or the received Messages themselves
 DELETE / CHANGE_VISIBILITY request per stream, and one outcome per receipt in
 the caller's order (None, or the error the host answered for it). Messages
 read from column groups go by reference (``dref``: origin, seqs, receive
-counts), without building or parsing their receipts. A stream's deletes can
-also ride on a receive's first request (:class:`Carry`)."""
+counts), without building or parsing their receipts; that reference is
+built while the batch is grouped (:func:`stream_groups`, one pass). A
+stream's deletes can also ride on a receive's first request (:class:`Carry`)."""
 
 from __future__ import annotations
 
@@ -60,15 +61,6 @@ class Carry:
     incarnation: int | None = None
     """The queue incarnation the ``dref`` messages were received from."""
 
-    @classmethod
-    def of(cls, partition: int, origin: str, idxs: list[int], receipts: list[Deletable]) -> Carry:
-        """``receipts`` (one stream's, at ``idxs`` of the caller's list) by
-        reference if every one was read from a column group, else as texts."""
-        refs = delete_refs(origin, receipts)
-        if refs is None:
-            return cls(partition, origin, idxs, "del", [_text(r) for r in receipts])
-        return cls(partition, origin, idxs, "dref", refs[0], incarnation=refs[1])
-
     def put(self, request: dict[str, Any]) -> None:
         """Into a request body: ``del`` or ``dref`` (with ``inc``, when known)."""
         request[self.field] = self.items
@@ -79,25 +71,6 @@ class Carry:
 def _text(item: Deletable) -> str:
     """A receipt text (a Message's receipt, built now if it was not yet)."""
     return item if isinstance(item, str) else item.receipt
-
-
-def delete_refs(origin: str, items: Sequence[Deletable]) -> tuple[list[Any], int | None] | None:
-    """``dref`` for these messages of one stream and the queue incarnation
-    they were received from, if every one was read from a column group of
-    that incarnation (else None: they go as receipt texts, which carry it)."""
-    first = column_ref(items[0]) if items and isinstance(items[0], Message) else None
-    if first is None:
-        return None
-    inc = first[0].incarnation
-    seqs: list[int] = []
-    counts: list[int] = []
-    for m in items:
-        ref = column_ref(m) if isinstance(m, Message) else None
-        if ref is None or ref[0].incarnation != inc:  # (or of a queue deleted since, and its successor)
-            return None
-        seqs.append(ref[1])
-        counts.append(ref[2])
-    return [origin, seqs, counts], inc
 
 
 def outcomes(idxs: list[int], results: list[Any], out: list[ZmqueueError | None]) -> None:
@@ -122,36 +95,92 @@ def batch(queue: Queue, command: Command, receipts: list[Deletable], timeouts: l
 
 def by_stream(queue: Queue, receipts: Sequence[Deletable]) -> dict[tuple[int, str], list[int]]:
     """Receipt indexes by stream (partition, origin); checks count and queue
-    (used by the delete calls and by push subscriptions' batched deletes)."""
+    (used by the delete calls)."""
+    return {key: g.idxs for key, g in stream_groups(queue, receipts).items()}
+
+
+@dataclass(eq=False)
+class StreamGroup:
+    """One stream's receipts of a batch (:func:`stream_groups`): their indexes
+    in the caller's list, the receipts, and their ``dref`` columns while every
+    one was read from a column group of one queue incarnation (``seqs`` None:
+    they go as receipt texts, which carry it)."""
+
+    idxs: list[int]
+    items: list[Deletable]
+    seqs: list[int] | None
+    counts: list[int]
+    incarnation: int | None = None
+    """The queue incarnation of its first message read from a column group."""
+
+    def dref(self, origin: str) -> list[Any] | None:
+        """``[origin, seqs, receive counts]`` if it goes by reference, else None."""
+        return None if self.seqs is None else [origin, self.seqs, self.counts]
+
+    def carry(self, partition: int, origin: str) -> Carry:
+        """Its deletes riding on a receive: by reference, else as texts."""
+        refs = self.dref(origin)
+        if refs is None:
+            return Carry(partition, origin, self.idxs, "del", [_text(r) for r in self.items])
+        return Carry(partition, origin, self.idxs, "dref", refs, incarnation=self.incarnation)
+
+
+def stream_groups(queue: Queue, receipts: Sequence[Deletable]) -> dict[tuple[int, str], StreamGroup]:
+    """Receipts by stream (partition, origin), in order, each stream's
+    ``dref`` built on the way (one pass: the receives that carry deletes and
+    push subscriptions' credits send one stream's by reference); checks
+    count and queue."""
     if not 1 <= len(receipts) <= MAX_BATCH:
         raise InvalidParameter(f"1 to {MAX_BATCH} receipts per batch, got {len(receipts)}")
-    groups: dict[tuple[int, str], list[int]] = {}
-    reader, group = queue._reader
+    groups: dict[tuple[int, str], StreamGroup] = {}
+    reader, key = queue._reader
     name = queue.name
-    last: StreamRef | None = None  # the stream of the previous column-read message, and its list
-    last_idxs: list[int] = []
+    last: StreamRef | None = None  # the stream of the previous column-read message, and its group's lists
+    idxs: list[int] = []
+    items: list[Deletable] = []
+    seqs: list[int] | None = None
+    counts: list[int] = []
     for i, r in enumerate(receipts):
         if isinstance(r, Message):
             ref = column_ref(r)
             if ref is not None and r.queue == name:  # read from a column group
-                if ref[0] is not last:
-                    last = ref[0]
-                    last_idxs = groups.setdefault((last.partition, last.origin), [])
-                last_idxs.append(i)
+                stream, seq, count = ref
+                if stream is not last:
+                    last = stream
+                    g = groups.get((stream.partition, stream.origin))
+                    if g is None:
+                        g = groups[(stream.partition, stream.origin)] = StreamGroup(
+                            [], [], [], [], stream.incarnation)
+                    elif g.seqs is not None and g.incarnation != stream.incarnation:
+                        g.seqs = None  # (or of a queue deleted since, and its successor)
+                    idxs, items, seqs, counts = g.idxs, g.items, g.seqs, g.counts
+                idxs.append(i)
+                items.append(r)
+                if seqs is not None:
+                    seqs.append(seq)
+                    counts.append(count)
                 continue
-            r = r.receipt
-        if reader is None or reader.read(r) is None:  # not the last receipt's stream
-            rec = Receipt.decode(r)
+            text = r.receipt
+        else:
+            text = r
+        if reader is None or reader.read(text) is None:  # not the last receipt's stream
+            rec = Receipt.decode(text)
             if rec.queue != queue.name:
                 raise InvalidParameter(f"receipt {i} belongs to queue {rec.queue!r}, not {queue.name!r}")
             if rec.partition >= queue.config.partitions:
                 raise InvalidReceipt(f"receipt {i} names partition {rec.partition}, but queue "
                                      f"{queue.name!r} has {queue.config.partitions}: it is not a "
                                      "receipt this queue handed out", partition=rec.partition)
-            group = (rec.partition, rec.origin)
-            reader = ReceiptEncoder(queue.name, *group, rec.incarnation)
-        groups.setdefault(group, []).append(i)
-    queue._reader = (reader, group)
+            key = (rec.partition, rec.origin)
+            reader = ReceiptEncoder(queue.name, *key, rec.incarnation)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = StreamGroup([], [], None, [])
+        g.seqs = None  # (a receipt text: the stream's go as texts)
+        g.idxs.append(i)
+        g.items.append(r)
+        last = None  # (the next column-read message looks its group up again)
+    queue._reader = (reader, key)
     return groups
 
 

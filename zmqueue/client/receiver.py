@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any
 
 from zmqueue.client.breaker import CircuitBreaker
 from zmqueue.client.models import Message
-from zmqueue.client.receipts import Carry, Deletable, deletables, outcomes
+from zmqueue.client.receipts import Carry, Deletable, deletables, outcomes, stream_groups
 from zmqueue.client.receiving import check_receive, give_back, targets_now
 from zmqueue.client.routing import FIFO_ORIGIN
 from zmqueue.client.transport import Connection, LinkWatch
@@ -261,20 +261,19 @@ class ReceivePipeline:
             self._delete_now(acks[MAX_BATCH:])
             acks = acks[:MAX_BATCH]
         try:
-            groups = self.queue.by_stream(acks)
+            groups = stream_groups(self.queue, acks)
         except ZmqueueError:  # a malformed receipt, or another queue's: refused alone
             acks, old = self._checked(acks, old)
-            groups = self.queue.by_stream(acks) if acks else {}
+            groups = stream_groups(self.queue, acks) if acks else {}
         carry: Carry | None = None
         carried: list[Deletable] = []
-        for (gp, origin), idxs in sorted(groups.items(), key=lambda g: -len(g[1])):
-            items = [acks[i] for i in idxs]
+        for (gp, origin), group in sorted(groups.items(), key=lambda g: -len(g[1].idxs)):
             if carry is None and gp == p and self.queue.routes.for_stream(gp, origin)[:1] == [endpoint]:
-                carry = Carry.of(gp, origin, idxs, items)
-                carried = items
+                carry = group.carry(gp, origin)
+                carried = group.items
                 continue
-            self._delete_now([acks[i] for i in idxs if i < old])
-            self._waited += [acks[i] for i in idxs if i >= old]
+            self._delete_now([acks[i] for i in group.idxs if i < old])
+            self._waited += [acks[i] for i in group.idxs if i >= old]
         return carry, carried
 
     def _checked(self, acks: list[Deletable], old: int) -> tuple[list[Deletable], int]:

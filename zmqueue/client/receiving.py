@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from zmqueue.client.breaker import CircuitOpen
 from zmqueue.client.models import Message, StreamRef
-from zmqueue.client.receipts import Carry, Deletable, apply, batch, by_stream, deletables, outcomes
+from zmqueue.client.receipts import Carry, Deletable, apply, batch, deletables, outcomes, stream_groups
 from zmqueue.client.retry import backoff
 from zmqueue.client.routing import FIFO_ORIGIN, REFRESH_MIN_S
 from zmqueue.client.transport import Connection, LinkWatch
@@ -120,23 +120,23 @@ def delete_and_receive(queue: Queue, receipts: Iterable[Deletable], max_messages
     if not receipts:
         return [], queue.receive(max_messages, wait_time, visibility_timeout)
     check_receive(max_messages, wait_time)
-    groups = by_stream(queue, receipts)
+    groups = stream_groups(queue, receipts)
     out: list[ZmqueueError | None] = [None] * len(receipts)
     carry: Carry | None = None
     targets: list[tuple[int, str]] | None = None
     queue._leftovers.prune(time.monotonic(), queue.incarnation)
     if not queue._leftovers:
         targets = targets_now(queue)
-        for (p, origin), idxs in sorted(groups.items(), key=lambda g: -len(g[1])):
+        for (p, origin), group in sorted(groups.items(), key=lambda g: -len(g[1].idxs)):
             eps = queue.routes.for_stream(p, origin)
             if eps and (p, eps[0]) in targets:
-                carry = Carry.of(p, origin, idxs, [receipts[i] for i in idxs])
+                carry = group.carry(p, origin)
                 del groups[(p, origin)]
                 first = (p, eps[0])
                 targets = [first, *[t for t in targets if t != first]]
                 break
-    for (p, origin), idxs in groups.items():
-        apply(queue, Command.DELETE, receipts, idxs, p, origin, None, out)
+    for (p, origin), group in groups.items():
+        apply(queue, Command.DELETE, receipts, group.idxs, p, origin, None, out)
     msgs = receive(queue, max_messages, wait_time, visibility_timeout, carry, targets)
     if carry is not None:
         if carry.results is None:  # not taken with the receive: a DELETE of its own

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from zmqueue.client.models import Message
-from zmqueue.client.receipts import delete_refs
+from zmqueue.client.receipts import stream_groups
 from zmqueue.client.receiving import give_back
 from zmqueue.client.transport import Connection, LinkWatch
 from zmqueue.errors import (
@@ -412,23 +412,23 @@ class Subscription:
         carried: list[Message] = []
         if handled:
             try:
-                groups = sorted(self.queue.by_stream(handled).items(), key=lambda g: len(g[1]),
+                groups = sorted(stream_groups(self.queue, handled).items(), key=lambda g: len(g[1].idxs),
                                 reverse=True)
             except ZmqueueError as exc:  # not expected: receipts of this queue's own pushes
                 log.warning("deleting pushed messages failed: %s", exc)
                 groups = []
             if groups:
-                (_, origin), idxs = groups[0]
-                carried = [handled[i] for i in idxs]
-                refs = delete_refs(origin, carried)
+                (_, origin), group = groups[0]
+                carried = [handled[i] for i in group.idxs]
+                refs = group.dref(origin)
                 if refs is not None:  # read from column groups: by (seq, receive count)
-                    body["dref"], body["q"] = refs[0], self.queue.name
-                    if refs[1] is not None:
-                        body["inc"] = refs[1]
+                    body["dref"], body["q"] = refs, self.queue.name
+                    if group.incarnation is not None:
+                        body["inc"] = group.incarnation
                 else:
                     body["del"] = [m.receipt for m in carried]
-            for _, idxs in groups[1:]:
-                self._deleted([handled[i] for i in idxs], None)
+            for _, group in groups[1:]:
+                self._deleted([handled[i] for i in group.idxs], None)
         reply: Any = {}
         try:
             reply = self._credit_request(conn, body)
