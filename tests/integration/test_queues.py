@@ -606,6 +606,7 @@ def test_a_subscription_whose_thread_a_handler_ended_unsubscribes(qcluster: Queu
         q.send(b"in hand")
         wait_for(lambda: not sub.thread.is_alive(), 20, "the subscription's thread ended")
         assert sub.stopped.is_set() and sub.conns == {}
+        assert sub not in qcluster.client._subs  # (stopped by itself: its client forgot it)
         m = back_and_not_dead_lettered(q, qcluster.client.get_queue(name + "-dlq"), 1)
         assert m.body == b"in hand" and m.receive_count == 2
         q.delete(m)
@@ -624,6 +625,7 @@ def test_a_subscription_to_a_deleted_queue_stops_and_closes_its_connections(qclu
         wait_for(lambda: not sub.thread.is_alive(), 30, "the subscription stopped by itself")
         assert sub.queue_deleted and sub.conns == {}
         assert all(c.closed for c in conns)
+        assert sub not in qcluster.client._subs  # (stopped by itself: its client forgot it)
     finally:
         sub.close()
 

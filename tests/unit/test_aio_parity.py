@@ -13,7 +13,7 @@ from zmqueue.client.queue import Queue
 PLUMBING = {
     Client: {"any_host", "changed", "check_open", "closing", "connection", "curve_for",
              "dedicated_connection", "drop_connection", "forget_connection", "hosts", "request",
-             "retry_throttled", "track"},
+             "retry_throttled", "track", "untrack"},
     Queue: {"by_stream", "call", "follow_config", "messages_of", "misrouted", "next_partition",
             "partition_for", "partition_of", "refresh"},
 }

@@ -292,7 +292,9 @@ class Subscription:
 
     def _run(self) -> None:
         """The thread: :meth:`_pump` until the subscription stops, then
-        unsubscribe at every host, however it stopped."""
+        unsubscribe at every host, however it stopped, and leave the client's
+        list (a subscription that stopped by itself, its queue deleted or its
+        handler ending the thread, was kept there until the client closed)."""
         try:
             self._pump()
         except (zmq.ContextTerminated, ClientClosed):  # the client was closed under it
@@ -308,6 +310,7 @@ class Subscription:
             self.stopped.set()
             self._unsubscribe_all()
             self._give_back_inbox()
+            self.queue.client.untrack(self)  # (its connections are closed: nothing left to close)
 
     def _give_back_inbox(self) -> None:
         """The thread's end, after unsubscribing: the messages pushed and not
