@@ -255,7 +255,6 @@ def test_receipts_are_grouped_by_stream_in_order_and_results_land_at_their_index
             outcomes([1, 3], bad, out)  # type: ignore[arg-type]
 
 
-
 def test_a_streams_deletes_go_by_reference_only_if_every_one_was_column_read_of_one_incarnation() -> None:
     """stream_groups builds each stream's ``dref`` (origin, seqs, receive
     counts) while it groups: a stream whose batch holds a receipt text, a
@@ -299,6 +298,7 @@ def test_a_streams_deletes_go_by_reference_only_if_every_one_was_column_read_of_
         assert carry.items == [r if isinstance(r, str) else r.receipt for r in g.items]
     assert groups[(1, "h2")].idxs == [1, 5, 7] and groups[(2, "h3")].idxs == [2, 6]
     assert queue.by_stream(items) == {key: g.idxs for key, g in groups.items()}
+
 
 def test_send_replies_give_their_ids_as_hex_texts_in_order() -> None:
     ids = bytes(range(48))

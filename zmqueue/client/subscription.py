@@ -421,15 +421,12 @@ class Subscription:
                 log.warning("deleting pushed messages failed: %s", exc)
                 groups = []
             if groups:
-                (_, origin), group = groups[0]
+                (p, origin), group = groups[0]
                 carried = [handled[i] for i in group.idxs]
-                refs = group.dref(origin)
-                if refs is not None:  # read from column groups: by (seq, receive count)
-                    body["dref"], body["q"] = refs, self.queue.name
-                    if group.incarnation is not None:
-                        body["inc"] = group.incarnation
-                else:
-                    body["del"] = [m.receipt for m in carried]
+                carry = group.carry(p, origin)  # (read from column groups: by seq and receive count)
+                carry.put(body)  # (del or dref, and inc when known)
+                if carry.field == "dref":
+                    body["q"] = self.queue.name
             for _, group in groups[1:]:
                 self._deleted([handled[i] for i in group.idxs], None)
         reply: Any = {}
