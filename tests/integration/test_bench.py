@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import QueueCluster
+from tests.conftest import QueueCluster, wait_for
 from zmqueue.bench import ceiling
 from zmqueue.bench.queueops import PUSH_COUNT, measure_queue
+from zmqueue.errors import ZmqueueError
 
 
 def test_the_raw_pyzmq_ceiling_measures_batched_round_trips_and_single_latency() -> None:
@@ -162,6 +163,17 @@ def _spawned_children(pid: int) -> list[int]:
     return out
 
 
+def _bench_messages_seen(qcluster: QueueCluster) -> bool:
+    """Whether a bench queue (``bench-*``) holds a message now, visible or in
+    flight: its producer and consumer are in their loops."""
+    for name in qcluster.client.list_queues("bench-"):
+        with contextlib.suppress(ZmqueueError):  # (created meanwhile: its routes not known yet)
+            st = qcluster.client.get_queue(name).stats()
+            if st.get("visible", 0) + st.get("in_flight", 0) > 0:
+                return True
+    return False
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -184,7 +196,7 @@ def test_ctrl_c_at_a_terminal_stops_zmqueue_bench_and_its_workers_without_a_trac
         while len(_spawned_children(proc.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert len(_spawned_children(proc.pid)) == 2, "the bench's producer and consumer did not start"
-        time.sleep(1.0)
+        wait_for(lambda: _bench_messages_seen(qcluster), 30, "messages of the bench's queue")  # (mid-run)
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=20)
     finally:
